@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install dependencies, build everything, run every test with CTest, then the
+# unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Ends with CTest's summary line of the full run.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+jobs=$(nproc 2>/dev/null || echo 2)
+
+deploy/install-deps.sh
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo ${MKS_CMAKE_ARGS:-} >build.log 2>&1 ||
+  { cat build.log; exit 1; }
+cmake --build build -j"$jobs" >>build.log 2>&1 || { tail -n 80 build.log; exit 1; }
+
+cmake -S . -B build-asan -DMKS_SANITIZE=ON -DMKS_WITH_CUDA=OFF ${MKS_CMAKE_ARGS:-} >build-asan.log 2>&1 ||
+  { cat build-asan.log; exit 1; }
+cmake --build build-asan -j"$jobs" >>build-asan.log 2>&1 || { tail -n 80 build-asan.log; exit 1; }
+
+echo "== unit tests under ASan+UBSan"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan -L unit --output-on-failure -j"$jobs"
+
+echo "== all tests"
+ctest --test-dir build --output-on-failure -j"$jobs"
