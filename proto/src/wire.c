@@ -1,0 +1,652 @@
+/*
+ * Encoding, decoding and validation of mkscope.v1 envelopes.
+ *
+ * Validation has two layers.  A generic walk over the protobuf-c descriptors
+ * bounds every string (length, UTF-8), bytes field and repeated field of any
+ * message, so a new field added to the schema is bounded without anyone
+ * remembering to.  Then per-message rules check what only the schema's
+ * meaning knows: version, body present, enum ranges, histogram size, time
+ * order, unique task class ids.
+ *
+ * The MAC covers the encoded envelope without its mac field; encode appends
+ * the field (number 100, 32 bytes) after the body, decode requires it to be
+ * the last 35 bytes and checks it over everything before.  That keeps the MAC
+ * independent of how any encoder orders fields.
+ */
+#include "mkscope/wire.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Tag of field 100, wire type 2 (length-delimited), as a varint; then the
+ * length byte 32. */
+static const uint8_t mac_field_head[3] = {0xa2, 0x06, MKS_WIRE_MAC_BYTES};
+#define MAC_FIELD_BYTES (sizeof(mac_field_head) + MKS_WIRE_MAC_BYTES)
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* ---- generic bounds ---------------------------------------------------- */
+
+struct field_limit {
+    const char *message; /* short message name, e.g. "CliReply" */
+    const char *field;
+    size_t max;
+};
+
+/* Fields allowed to exceed the defaults, with why. */
+static const struct field_limit field_limits[] = {
+    {"CliReply", "json", MKS_WIRE_MAX_TEXT},             /* query answers */
+    {"CliReply", "error", MKS_WIRE_MAX_STR},
+    {"CliRequest", "args", MKS_WIRE_MAX_TEXT},           /* raw SQL, predicates */
+    {"CliRequest", "blob", MKS_WIRE_MAX_OBJECT},         /* BPF objects to attach */
+    {"AttachProgram", "bpf_object", MKS_WIRE_MAX_OBJECT},
+    {"CommandReply", "verifier_log", 65536},
+    {"Escalate", "predicate", MKS_WIRE_MAX_STR},
+    {"Hist", "buckets", MKS_WIRE_MAX_HIST_BUCKETS},
+    {"Escalate", "filter_insns", 4096},                  /* MKS_BPF_MAX_INSNS */
+    {"Escalate", "hooks", MKS_WIRE_HOOK_LIMIT},
+};
+
+static const char *short_name(const ProtobufCMessageDescriptor *d)
+{
+    return d->short_name ? d->short_name : d->name;
+}
+
+static size_t limit_for(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,
+                        size_t dflt)
+{
+    for (size_t i = 0; i < sizeof(field_limits) / sizeof(field_limits[0]); i++)
+        if (!strcmp(field_limits[i].message, short_name(d)) && !strcmp(field_limits[i].field, f->name))
+            return field_limits[i].max;
+    return dflt;
+}
+
+/* Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
+static bool utf8_valid(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t len;
+        uint32_t cp, min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            len = 2, cp = c & 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+            len = 3, cp = c & 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+            len = 4, cp = c & 0x07, min = 0x10000;
+        } else {
+            return false;
+        }
+        if (i + len > n)
+            return false;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+#define PATH_MAX_LEN 160
+
+static int walk(const ProtobufCMessage *m, const char *path, int depth, char *err, size_t errlen);
+
+static int check_value(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,
+                       const void *member, const char *path, int depth, char *err, size_t errlen)
+{
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_STRING: {
+        const char *s = *(char *const *)member;
+        if (!s)
+            return 0;
+        size_t max = limit_for(d, f, MKS_WIRE_MAX_STR);
+        size_t n = strnlen(s, max + 1);
+        if (n > max)
+            return fail(err, errlen, -EBADMSG, "%s: string longer than %zu bytes", path, max);
+        if (!utf8_valid((const unsigned char *)s, n))
+            return fail(err, errlen, -EBADMSG, "%s: string is not valid UTF-8", path);
+        return 0;
+    }
+    case PROTOBUF_C_TYPE_BYTES: {
+        const ProtobufCBinaryData *b = member;
+        size_t max = limit_for(d, f, MKS_WIRE_MAX_BYTES);
+        if (b->len > max)
+            return fail(err, errlen, -EBADMSG, "%s: %zu bytes, at most %zu allowed", path, b->len,
+                        max);
+        return 0;
+    }
+    case PROTOBUF_C_TYPE_MESSAGE: {
+        const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)member;
+        return sub ? walk(sub, path, depth + 1, err, errlen) : 0;
+    }
+    default:
+        return 0;
+    }
+}
+
+static int walk(const ProtobufCMessage *m, const char *path, int depth, char *err, size_t errlen)
+{
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    /* The schema nests at most a few levels; deeper means a corrupt struct. */
+    if (depth > 8)
+        return fail(err, errlen, -EBADMSG, "%s: messages nested too deeply", path);
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        const char *base = (const char *)m;
+        char sub[PATH_MAX_LEN];
+        int rc;
+        if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+            uint32_t which = *(const uint32_t *)(base + f->quantifier_offset);
+            if (which != f->id)
+                continue;
+        }
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(const size_t *)(base + f->quantifier_offset);
+            size_t max = limit_for(d, f, MKS_WIRE_MAX_REPEATED);
+            if (n > max)
+                return fail(err, errlen, -EBADMSG, "%s%s%s: %zu elements, at most %zu allowed",
+                            path, *path ? "." : "", f->name, n, max);
+            if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_BYTES &&
+                f->type != PROTOBUF_C_TYPE_MESSAGE)
+                continue;
+            const char *arr = *(char *const *)(base + f->offset);
+            size_t esz = f->type == PROTOBUF_C_TYPE_BYTES ? sizeof(ProtobufCBinaryData)
+                                                          : sizeof(void *);
+            for (size_t k = 0; k < n; k++) {
+                snprintf(sub, sizeof(sub), "%s%s%s[%zu]", path, *path ? "." : "", f->name, k);
+                rc = check_value(d, f, arr + k * esz, sub, depth, err, errlen);
+                if (rc)
+                    return rc;
+            }
+        } else {
+            snprintf(sub, sizeof(sub), "%s%s%s", path, *path ? "." : "", f->name);
+            rc = check_value(d, f, base + f->offset, sub, depth, err, errlen);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* ---- per-message rules ----------------------------------------------------- */
+
+static bool job_valid(const char *job)
+{
+    size_t n = job ? strlen(job) : 0;
+    if (n == 0 || n > MKS_WIRE_MAX_JOB)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)job[i]) && job[i] != '_' && job[i] != '.' && job[i] != '-')
+            return false;
+    return true;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int check_schema(const Mkscope__V1__TaskSchema *s, char *err, size_t errlen)
+{
+    if (!s)
+        return 0;
+    if (s->n_classes) {
+        uint32_t *ids = malloc(s->n_classes * sizeof(*ids));
+        if (!ids)
+            return fail(err, errlen, -ENOMEM, "schema: out of memory");
+        for (size_t i = 0; i < s->n_classes; i++) {
+            const Mkscope__V1__TaskClass *c = s->classes[i];
+            if (!c->name || !*c->name) {
+                free(ids);
+                return fail(err, errlen, -EBADMSG, "schema.classes[%zu]: task class %u has no name",
+                            i, c->id);
+            }
+            ids[i] = c->id;
+        }
+        qsort(ids, s->n_classes, sizeof(*ids), cmp_u32);
+        for (size_t i = 1; i < s->n_classes; i++) {
+            if (ids[i] == ids[i - 1]) {
+                uint32_t dup = ids[i];
+                free(ids);
+                return fail(err, errlen, -EBADMSG, "schema: task class id %u appears twice", dup);
+            }
+        }
+        free(ids);
+    }
+    return 0;
+}
+
+static int check_hook(int64_t hook, bool allow_any, const char *what, char *err, size_t errlen)
+{
+    if ((allow_any && hook == -1) || (hook >= 0 && hook < MKS_WIRE_HOOK_LIMIT))
+        return 0;
+    return fail(err, errlen, -EBADMSG, "%s: hook %lld out of range (0..%u%s)", what,
+                (long long)hook, MKS_WIRE_HOOK_LIMIT - 1, allow_any ? " or -1" : "");
+}
+
+static int check_interval(uint64_t b, uint64_t e, const char *what, size_t i, char *err,
+                          size_t errlen)
+{
+    if (b && e && e < b)
+        return fail(err, errlen, -EBADMSG, "%s[%zu]: ends (%llu) before it begins (%llu)", what, i,
+                    (unsigned long long)e, (unsigned long long)b);
+    return 0;
+}
+
+static int check_attach(const Mkscope__V1__AttachProgram *a, const char *what, char *err,
+                        size_t errlen)
+{
+    if (!a)
+        return fail(err, errlen, -EBADMSG, "%s: program missing", what);
+    if (!a->name || !*a->name)
+        return fail(err, errlen, -EBADMSG, "%s: program has no name", what);
+    bool obj = a->bpf_object.len > 0, builtin = a->builtin && *a->builtin;
+    if (obj == builtin)
+        return fail(err, errlen, -EBADMSG, "%s: give exactly one of bpf_object and builtin", what);
+    return check_hook(a->hook, true, what, err, errlen);
+}
+
+static int check_command(const Mkscope__V1__Command *c, size_t idx, char *err, size_t errlen)
+{
+    char what[48];
+    snprintf(what, sizeof(what), "command %llu", (unsigned long long)c->id);
+    (void)idx;
+    switch (c->kind_case) {
+    case MKSCOPE__V1__COMMAND__KIND_ATTACH:
+        return check_attach(c->attach, what, err, errlen);
+    case MKSCOPE__V1__COMMAND__KIND_DETACH:
+        if (!c->detach->name || !*c->detach->name)
+            return fail(err, errlen, -EBADMSG, "%s: detach names no program", what);
+        return check_hook(c->detach->hook, true, what, err, errlen);
+    case MKSCOPE__V1__COMMAND__KIND_REPLACE:
+        if (!c->replace->old_name || !*c->replace->old_name)
+            return fail(err, errlen, -EBADMSG, "%s: replace names no old program", what);
+        return check_attach(c->replace->program, what, err, errlen);
+    case MKSCOPE__V1__COMMAND__KIND_BUDGET:
+        if (c->budget->sample_shift > 63)
+            return fail(err, errlen, -EBADMSG, "%s: sample_shift %u above 63", what,
+                        c->budget->sample_shift);
+        return check_hook(c->budget->hook, true, what, err, errlen);
+    case MKSCOPE__V1__COMMAND__KIND_ESCALATE:
+        for (size_t i = 0; i < c->escalate->n_hooks; i++) {
+            int rc = check_hook(c->escalate->hooks[i], false, what, err, errlen);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    default:
+        return fail(err, errlen, -EBADMSG, "%s: no command kind set", what);
+    }
+}
+
+static int check_summary(const Mkscope__V1__EpochSummary *s, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = check_interval(s->t_begin_host_ns, s->t_end_host_ns, "epoch host time", 0, err,
+                             errlen)) ||
+        (rc = check_interval(s->t_begin_dev_ns, s->t_end_dev_ns, "epoch device time", 0, err,
+                             errlen)))
+        return rc;
+    if (s->detail_tier > 3)
+        return fail(err, errlen, -EBADMSG, "epoch_summary: detail_tier %u above 3", s->detail_tier);
+    if (s->sample_shift > 63)
+        return fail(err, errlen, -EBADMSG, "epoch_summary: sample_shift %u above 63",
+                    s->sample_shift);
+    for (size_t i = 0; i < s->n_steps; i++)
+        if ((rc = check_interval(s->steps[i]->t_begin_dev_ns, s->steps[i]->t_end_dev_ns, "steps", i,
+                                 err, errlen)))
+            return rc;
+    for (size_t i = 0; i < s->n_remote_waits; i++)
+        if ((rc = check_interval(s->remote_waits[i]->t_begin_dev_ns,
+                                 s->remote_waits[i]->t_end_dev_ns, "remote_waits", i, err, errlen)))
+            return rc;
+    for (size_t i = 0; i < s->n_releases; i++) {
+        const Mkscope__V1__Release *r = s->releases[i];
+        if ((rc = check_interval(r->t_start_dev_ns, r->t_end_dev_ns, "releases", i, err, errlen)) ||
+            (rc = check_interval(r->t_ready_dev_ns, r->t_start_dev_ns, "releases (ready)", i, err,
+                                 errlen)) ||
+            (rc = check_interval(r->t_comm_begin_dev_ns, r->t_comm_end_dev_ns, "releases (comm)", i,
+                                 err, errlen)))
+            return rc;
+    }
+    for (size_t i = 0; i < s->n_coverage; i++) {
+        const Mkscope__V1__Coverage *c = s->coverage[i];
+        char what[32];
+        snprintf(what, sizeof(what), "coverage[%zu]", i);
+        if ((rc = check_hook(c->hook, false, what, err, errlen)))
+            return rc;
+        if (c->ran > c->eligible)
+            return fail(err, errlen, -EBADMSG, "coverage[%zu]: ran %llu > eligible %llu", i,
+                        (unsigned long long)c->ran, (unsigned long long)c->eligible);
+    }
+    return 0;
+}
+
+static bool needs_job(int body)
+{
+    switch (body) {
+    case MKSCOPE__V1__ENVELOPE__BODY_REGISTER:
+    case MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT:
+    case MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY:
+    case MKSCOPE__V1__ENVELOPE__BODY_COMMAND_REPLY:
+    case MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY:
+    case MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static int check_envelope(const mks_envelope *env, char *err, size_t errlen)
+{
+    int rc;
+    if (env->wire_version != MKS_WIRE_VERSION)
+        return fail(err, errlen, -EPROTO,
+                    "wire version %u not supported (this build speaks %u): upgrade the older side",
+                    env->wire_version, MKS_WIRE_VERSION);
+    const char *body = mks_wire_body_name(env->body_case);
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY__NOT_SET || !strcmp(body, "?"))
+        return fail(err, errlen, -EBADMSG, "envelope carries no message body");
+    if (env->job && *env->job && !job_valid(env->job))
+        return fail(err, errlen, -EBADMSG, "job name must match [A-Za-z0-9_.-]{1,64}");
+    if (needs_job(env->body_case) && !job_valid(env->job))
+        return fail(err, errlen, -EBADMSG, "%s from an agent must name its job", body);
+
+    switch (env->body_case) {
+    case MKSCOPE__V1__ENVELOPE__BODY_REGISTER: {
+        const Mkscope__V1__Register *r = env->register_;
+        if (r->n_ranks == 0 || env->rank >= r->n_ranks)
+            return fail(err, errlen, -EBADMSG, "register: rank %u not below n_ranks %u", env->rank,
+                        r->n_ranks);
+        if (r->hook_abi_version == 0)
+            return fail(err, errlen, -EBADMSG, "register: hook_abi_version missing");
+        if (r->n_workers == 0 || r->n_workers > 65536)
+            return fail(err, errlen, -EBADMSG, "register: n_workers %u not in 1..65536",
+                        r->n_workers);
+        return check_schema(r->schema, err, errlen);
+    }
+    case MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT:
+        for (size_t i = 0; i < env->heartbeat->n_programs; i++)
+            if ((rc = check_hook(env->heartbeat->programs[i]->hook, false, "heartbeat program",
+                                 err, errlen)))
+                return rc;
+        return 0;
+    case MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY:
+        return check_summary(env->epoch_summary, err, errlen);
+    case MKSCOPE__V1__ENVELOPE__BODY_ACK:
+        for (size_t i = 0; i < env->ack->n_commands; i++)
+            if ((rc = check_command(env->ack->commands[i], i, err, errlen)))
+                return rc;
+        return 0;
+    case MKSCOPE__V1__ENVELOPE__BODY_COMMAND:
+        return check_command(env->command, 0, err, errlen);
+    case MKSCOPE__V1__ENVELOPE__BODY_CLI_REQUEST:
+        if (!env->cli_request->verb || !*env->cli_request->verb)
+            return fail(err, errlen, -EBADMSG, "cli_request: no verb");
+        return 0;
+    case MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY:
+        for (size_t i = 0; i < env->survey_reply->n_coverage; i++)
+            if ((rc = check_hook(env->survey_reply->coverage[i]->hook, false, "survey coverage",
+                                 err, errlen)))
+                return rc;
+        return 0;
+    case MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH:
+        for (size_t i = 0; i < env->raw_event_batch->n_events; i++)
+            if ((rc = check_hook(env->raw_event_batch->events[i]->event, false, "raw event", err,
+                                 errlen)))
+                return rc;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+int mks_wire_validate_message(const ProtobufCMessage *msg, char *err, size_t errlen)
+{
+    if (!msg || !msg->descriptor)
+        return fail(err, errlen, -EINVAL, "no message");
+    int rc = walk(msg, "", 0, err, errlen);
+    if (rc)
+        return rc;
+    if (msg->descriptor == &mkscope__v1__envelope__descriptor)
+        return check_envelope((const mks_envelope *)msg, err, errlen);
+    if (msg->descriptor == &mkscope__v1__task_schema__descriptor)
+        return check_schema((const Mkscope__V1__TaskSchema *)msg, err, errlen);
+    return 0;
+}
+
+int mks_wire_validate(const mks_envelope *env, char *err, size_t errlen)
+{
+    return mks_wire_validate_message(env ? &env->base : NULL, err, errlen);
+}
+
+/* ---- encode / decode ----------------------------------------------------------- */
+
+void mks_wire_init(mks_envelope *env, const char *job, uint32_t rank, uint64_t seq)
+{
+    mkscope__v1__envelope__init(env);
+    env->wire_version = MKS_WIRE_VERSION;
+    env->job = (char *)(job ? job : "");
+    env->rank = rank;
+    env->seq = seq;
+}
+
+static int sodium_ready(char *err, size_t errlen)
+{
+    if (sodium_init() < 0)
+        return fail(err, errlen, -EIO, "libsodium failed to initialise");
+    return 0;
+}
+
+int mks_wire_encode(const mks_envelope *env, const struct mks_wire_key *key, uint8_t **buf_p,
+                    size_t *len_p, char *err, size_t errlen)
+{
+    if (!env || !buf_p || !len_p)
+        return fail(err, errlen, -EINVAL, "encode: missing argument");
+    if (env->mac.len)
+        return fail(err, errlen, -EINVAL, "encode: mac must be empty, it is computed here");
+    int rc = mks_wire_validate(env, err, errlen);
+    if (rc)
+        return rc;
+    size_t n = mkscope__v1__envelope__get_packed_size(env);
+    if (n + MAC_FIELD_BYTES > MKS_WIRE_MAX_MSG)
+        return fail(err, errlen, -E2BIG, "encode: %s message of %zu bytes exceeds the %u limit",
+                    mks_wire_body_name(env->body_case), n, MKS_WIRE_MAX_MSG);
+    uint8_t *buf = malloc(n + MAC_FIELD_BYTES);
+    if (!buf)
+        return fail(err, errlen, -ENOMEM, "encode: out of memory");
+    size_t got = mkscope__v1__envelope__pack(env, buf);
+    if (got != n) {
+        free(buf);
+        return fail(err, errlen, -EIO, "encode: protobuf-c packed %zu bytes, expected %zu", got, n);
+    }
+    if (key) {
+        if ((rc = sodium_ready(err, errlen))) {
+            free(buf);
+            return rc;
+        }
+        memcpy(buf + n, mac_field_head, sizeof(mac_field_head));
+        crypto_auth(buf + n + sizeof(mac_field_head), buf, n, key->bytes);
+        n += MAC_FIELD_BYTES;
+    }
+    *buf_p = buf;
+    *len_p = n;
+    return 0;
+}
+
+int mks_wire_decode(const void *buf, size_t len, const struct mks_wire_key *key,
+                    mks_envelope **env_p, char *err, size_t errlen)
+{
+    if (!buf || !env_p)
+        return fail(err, errlen, -EINVAL, "decode: missing argument");
+    if (len == 0)
+        return fail(err, errlen, -EBADMSG, "empty message");
+    if (len > MKS_WIRE_MAX_MSG)
+        return fail(err, errlen, -E2BIG, "message of %zu bytes exceeds the %u limit", len,
+                    MKS_WIRE_MAX_MSG);
+    mks_envelope *env = mkscope__v1__envelope__unpack(NULL, len, buf);
+    if (!env)
+        return fail(err, errlen, -EBADMSG,
+                    "not a valid mkscope.v1.Envelope (%zu bytes): truncated or corrupt", len);
+    int rc = mks_wire_validate(env, err, errlen);
+    if (rc)
+        goto out;
+    if (key) {
+        const uint8_t *b = buf;
+        if (env->mac.len != MKS_WIRE_MAC_BYTES || len < MAC_FIELD_BYTES ||
+            memcmp(b + len - MAC_FIELD_BYTES, mac_field_head, sizeof(mac_field_head))) {
+            rc = fail(err, errlen, -EACCES,
+                      "message carries no MAC but a key is configured: give the sender the key");
+            goto out;
+        }
+        if ((rc = sodium_ready(err, errlen)))
+            goto out;
+        if (crypto_auth_verify(b + len - MKS_WIRE_MAC_BYTES, b, len - MAC_FIELD_BYTES,
+                               key->bytes) != 0) {
+            rc = fail(err, errlen, -EACCES, "MAC mismatch: sender uses another key, or the "
+                                            "message was altered");
+            goto out;
+        }
+    }
+    *env_p = env;
+    return 0;
+out:
+    mkscope__v1__envelope__free_unpacked(env, NULL);
+    return rc;
+}
+
+void mks_wire_free(mks_envelope *env)
+{
+    if (env)
+        mkscope__v1__envelope__free_unpacked(env, NULL);
+}
+
+const char *mks_wire_body_name(int body_case)
+{
+    switch (body_case) {
+    case MKSCOPE__V1__ENVELOPE__BODY__NOT_SET: return "none";
+    case MKSCOPE__V1__ENVELOPE__BODY_REGISTER: return "register";
+    case MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK: return "register_ack";
+    case MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT: return "heartbeat";
+    case MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY: return "epoch_summary";
+    case MKSCOPE__V1__ENVELOPE__BODY_ACK: return "ack";
+    case MKSCOPE__V1__ENVELOPE__BODY_COMMAND: return "command";
+    case MKSCOPE__V1__ENVELOPE__BODY_COMMAND_REPLY: return "command_reply";
+    case MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REQUEST: return "survey_request";
+    case MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY: return "survey_reply";
+    case MKSCOPE__V1__ENVELOPE__BODY_CLI_REQUEST: return "cli_request";
+    case MKSCOPE__V1__ENVELOPE__BODY_CLI_REPLY: return "cli_reply";
+    case MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH: return "raw_event_batch";
+    default: return "?";
+    }
+}
+
+int mks_wire_schema_decode(const void *buf, size_t len, Mkscope__V1__TaskSchema **schema_p,
+                           char *err, size_t errlen)
+{
+    if (!buf || !schema_p)
+        return fail(err, errlen, -EINVAL, "schema decode: missing argument");
+    if (len > MKS_WIRE_MAX_MSG)
+        return fail(err, errlen, -E2BIG, "task schema of %zu bytes exceeds the %u limit", len,
+                    MKS_WIRE_MAX_MSG);
+    Mkscope__V1__TaskSchema *s = mkscope__v1__task_schema__unpack(NULL, len, buf);
+    if (!s)
+        return fail(err, errlen, -EBADMSG, "not a valid mkscope.v1.TaskSchema (%zu bytes)", len);
+    int rc = mks_wire_validate_message(&s->base, err, errlen);
+    if (rc) {
+        mkscope__v1__task_schema__free_unpacked(s, NULL);
+        return rc;
+    }
+    *schema_p = s;
+    return 0;
+}
+
+void mks_wire_schema_free(Mkscope__V1__TaskSchema *schema)
+{
+    if (schema)
+        mkscope__v1__task_schema__free_unpacked(schema, NULL);
+}
+
+/* ---- keys ------------------------------------------------------------------------ */
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = tolower(c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int mks_wire_key_load(const char *path, struct mks_wire_key *key, char *err, size_t errlen)
+{
+    if (!path || !key)
+        return fail(err, errlen, -EINVAL, "key: missing argument");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(err, errlen, -errno, "key file %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return fail(err, errlen, -e, "key file %s: %s", path, strerror(e));
+    }
+    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+        close(fd);
+        return fail(err, errlen, -EPERM, "key file %s is accessible by others: chmod 600 it",
+                    path);
+    }
+    uint8_t raw[160];
+    ssize_t n = read(fd, raw, sizeof(raw));
+    int e = errno;
+    close(fd);
+    if (n < 0)
+        return fail(err, errlen, -e, "key file %s: %s", path, strerror(e));
+    if (n == MKS_WIRE_KEY_BYTES) {
+        memcpy(key->bytes, raw, MKS_WIRE_KEY_BYTES);
+        return 0;
+    }
+    while (n > 0 && (raw[n - 1] == '\n' || raw[n - 1] == '\r'))
+        n--;
+    if (n == 2 * MKS_WIRE_KEY_BYTES) {
+        for (unsigned i = 0; i < MKS_WIRE_KEY_BYTES; i++) {
+            int hi = hexval(raw[2 * i]), lo = hexval(raw[2 * i + 1]);
+            if (hi < 0 || lo < 0)
+                return fail(err, errlen, -EINVAL, "key file %s: not hex at byte %u", path, 2 * i);
+            key->bytes[i] = (uint8_t)(hi << 4 | lo);
+        }
+        return 0;
+    }
+    return fail(err, errlen, -EINVAL,
+                "key file %s: want 32 raw bytes or 64 hex digits, found %zd bytes", path, n);
+}
