@@ -1,0 +1,53 @@
+/*
+ * The agent's bounded buffer of encoded summaries that the collector has not
+ * acknowledged yet.
+ *
+ * Entries are kept in sequence order.  Payloads live in memory up to
+ * mem_bytes; beyond that the oldest payloads move to a disk spool (one file
+ * per entry) when a directory is configured, bounded by disk_bytes.  When
+ * neither has room, the oldest entries are dropped and counted as lost: the
+ * agent reports that count in its next summary, so an overflow is never
+ * silent.  The link always sends the oldest entry first (nanomsg REQ has one
+ * request in flight), which is what keeps replays in order.
+ */
+#ifndef MKS_AGENT_SPOOL_H
+#define MKS_AGENT_SPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct agt_spool_opts {
+    size_t sz;          /* sizeof(struct agt_spool_opts) */
+    size_t mem_bytes;   /* payload bytes held in memory; 0 = default (8 MiB) */
+    const char *dir;    /* disk spool directory, NULL for memory only */
+    size_t disk_bytes;  /* payload bytes on disk; 0 = default (256 MiB) when dir is set */
+};
+
+struct agt_spool_stats {
+    uint64_t entries;     /* unacknowledged entries held */
+    uint64_t mem_bytes;   /* payload bytes in memory */
+    uint64_t disk_bytes;  /* payload bytes on disk */
+    uint64_t lost;        /* entries dropped on overflow since creation */
+    uint64_t stale;       /* files of an earlier incarnation removed at creation */
+};
+
+struct agt_spool;
+
+int agt_spool_create(const struct agt_spool_opts *opts, struct agt_spool **sp_p);
+void agt_spool_destroy(struct agt_spool *sp); /* accepts NULL; removes its files */
+
+/* Append a copy of an encoded summary.  seq must be larger than every seq
+ * pushed before (-EINVAL otherwise).  Overflow drops the oldest entries. */
+int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t len);
+
+/* The oldest unacknowledged entry: -ENOENT when empty.  *buf_p stays valid
+ * until the next call on the spool. */
+int agt_spool_head(struct agt_spool *sp, uint64_t *seq_p, const void **buf_p, size_t *len_p);
+
+/* Cumulative acknowledgement: drops every entry with seq <= up_to.  Returns
+ * the number of entries dropped. */
+uint64_t agt_spool_ack(struct agt_spool *sp, uint64_t up_to);
+
+void agt_spool_stats(const struct agt_spool *sp, struct agt_spool_stats *st);
+
+#endif /* MKS_AGENT_SPOOL_H */

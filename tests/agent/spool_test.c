@@ -1,0 +1,241 @@
+/*
+ * Spool: order of replay, cumulative acks, memory->disk spill, and that every
+ * overflow is counted as lost.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "spool.h"
+
+/* Payload of entry seq: its own seq repeated, so a reordered or mixed-up
+ * payload is caught. */
+static void payload(uint64_t seq, uint8_t *buf, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (uint8_t)(seq * 31 + i);
+}
+
+static void push_n(struct agt_spool *sp, uint64_t first, uint64_t n, size_t len)
+{
+    uint8_t buf[256];
+    for (uint64_t s = first; s < first + n; s++) {
+        payload(s, buf, len);
+        assert_int_equal(agt_spool_push(sp, s, buf, len), 0);
+    }
+}
+
+/* Pops everything, checking order and payloads; returns the first seq seen. */
+static uint64_t drain_check(struct agt_spool *sp, uint64_t expect_first, uint64_t expect_n,
+                            size_t len)
+{
+    uint64_t seq, want = expect_first, n = 0;
+    const void *buf;
+    size_t l;
+    uint8_t ref[256];
+    while (agt_spool_head(sp, &seq, &buf, &l) == 0) {
+        assert_int_equal(seq, want);
+        assert_int_equal(l, len);
+        payload(seq, ref, len);
+        assert_memory_equal(buf, ref, len);
+        assert_int_equal(agt_spool_ack(sp, seq), 1);
+        want++;
+        n++;
+    }
+    assert_int_equal(n, expect_n);
+    return expect_first;
+}
+
+static char tmpdir[64];
+
+static int setup_dir(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/mks-spool-test-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state)
+{
+    (void)state;
+    DIR *d = opendir(tmpdir);
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (de->d_name[0] != '.')
+            unlinkat(dirfd(d), de->d_name, 0);
+    if (d)
+        closedir(d);
+    rmdir(tmpdir);
+    return 0;
+}
+
+static int count_files(void)
+{
+    int n = 0;
+    DIR *d = opendir(tmpdir);
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (de->d_name[0] != '.')
+            n++;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void test_order_and_cumulative_ack(void **state)
+{
+    (void)state;
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o)};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 10, 16);
+    assert_int_equal(agt_spool_ack(sp, 3), 3);
+    /* an old ack changes nothing */
+    assert_int_equal(agt_spool_ack(sp, 2), 0);
+    drain_check(sp, 4, 7, 16);
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.entries, 0);
+    assert_int_equal(st.lost, 0);
+    assert_int_equal(st.mem_bytes, 0);
+    uint64_t seq;
+    const void *b;
+    size_t l;
+    assert_int_equal(agt_spool_head(sp, &seq, &b, &l), -ENOENT);
+    agt_spool_destroy(sp);
+}
+
+static void test_rejects_non_increasing_seq(void **state)
+{
+    (void)state;
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o)};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 5, 1, 8);
+    uint8_t buf[8] = {0};
+    assert_int_equal(agt_spool_push(sp, 5, buf, 8), -EINVAL);
+    assert_int_equal(agt_spool_push(sp, 4, buf, 8), -EINVAL);
+    assert_int_equal(agt_spool_push(sp, 6, buf, 8), 0);
+    agt_spool_destroy(sp);
+    struct agt_spool_opts bad = {.sz = sizeof(bad) + 8};
+    assert_int_equal(agt_spool_create(&bad, &sp), -EINVAL);
+}
+
+static void test_memory_overflow_counts_lost(void **state)
+{
+    (void)state;
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 100};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 12, 20); /* 240 bytes into 100: the 7 oldest go */
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.lost, 7);
+    assert_int_equal(st.entries, 5);
+    assert_true(st.mem_bytes <= 100);
+    drain_check(sp, 8, 5, 20);
+    agt_spool_destroy(sp);
+}
+
+static void test_disk_spill_keeps_everything_in_order(void **state)
+{
+    (void)state;
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir,
+                               .disk_bytes = 10000};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 40, 50);
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.lost, 0);
+    assert_int_equal(st.entries, 40);
+    assert_true(st.mem_bytes <= 100);
+    assert_int_equal(st.disk_bytes + st.mem_bytes, 40 * 50);
+    assert_int_equal(count_files(), (int)(st.disk_bytes / 50));
+    drain_check(sp, 1, 40, 50);
+    assert_int_equal(count_files(), 0);
+    agt_spool_destroy(sp);
+}
+
+static void test_disk_overflow_counts_lost(void **state)
+{
+    (void)state;
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir,
+                               .disk_bytes = 200};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 30, 20); /* 600 bytes, room for 300 */
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.lost, 15);
+    assert_int_equal(st.entries, 15);
+    drain_check(sp, 16, 15, 20);
+    agt_spool_destroy(sp);
+}
+
+static void test_unreadable_file_is_lost_not_skipped_silently(void **state)
+{
+    (void)state;
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 40, .dir = tmpdir};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 5, 20); /* seqs 1..3 spill */
+    char path[128];
+    snprintf(path, sizeof(path), "%s/%020d.sum", tmpdir, 1);
+    assert_int_equal(unlink(path), 0);
+    drain_check(sp, 2, 4, 20);
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.lost, 1);
+    agt_spool_destroy(sp);
+}
+
+static void test_stale_files_removed_and_counted(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof(path), "%s/%020d.sum", tmpdir, 77);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("old", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/keep.txt", tmpdir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .dir = tmpdir};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.stale, 1);
+    assert_int_equal(count_files(), 1); /* only keep.txt */
+    agt_spool_destroy(sp);
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_order_and_cumulative_ack),
+        cmocka_unit_test(test_rejects_non_increasing_seq),
+        cmocka_unit_test(test_memory_overflow_counts_lost),
+        cmocka_unit_test_setup_teardown(test_disk_spill_keeps_everything_in_order, setup_dir,
+                                        teardown_dir),
+        cmocka_unit_test_setup_teardown(test_disk_overflow_counts_lost, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_unreadable_file_is_lost_not_skipped_silently,
+                                        setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_stale_files_removed_and_counted, setup_dir,
+                                        teardown_dir),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,245 @@
+/*
+ * Summary building from a snapshot (through a fake snapshot that serves
+ * maps the way devhooks does) and merging of consecutive epochs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "summary.h"
+
+struct fake_map {
+    uint32_t id;
+    uint32_t key_size, value_size, n;
+    const void *keys, *values; /* n keys and n values, packed */
+};
+
+struct fake_snap {
+    uint64_t epoch;
+    struct mks_coverage cov[MKS_EV_COUNT];
+    struct fake_map maps[8];
+    int n_maps;
+    int fail_map; /* map id whose read fails, 0 = none */
+};
+
+static uint64_t f_epoch(void *snap)
+{
+    return ((struct fake_snap *)snap)->epoch;
+}
+
+static int f_cov(void *snap, enum mks_hook_event ev, struct mks_coverage *cov)
+{
+    *cov = ((struct fake_snap *)snap)->cov[ev];
+    return 0;
+}
+
+static int f_iter(void *snap, uint32_t id, mks_map_iter_fn fn, void *arg)
+{
+    struct fake_snap *s = snap;
+    if (s->fail_map && (int)id == s->fail_map)
+        return -EIO;
+    for (int i = 0; i < s->n_maps; i++) {
+        struct fake_map *m = &s->maps[i];
+        if (m->id != id)
+            continue;
+        for (uint32_t j = 0; j < m->n; j++) {
+            int err = fn((const char *)m->keys + (size_t)j * m->key_size,
+                         (const char *)m->values + (size_t)j * m->value_size, arg);
+            if (err)
+                return err;
+        }
+        return 0;
+    }
+    return -ENOENT;
+}
+
+static const struct agt_snap_ops fake_ops = {f_epoch, f_cov, f_iter};
+
+static struct agt_mapref mref(uint32_t id, const char *name, uint32_t type, uint32_t ks,
+                              uint32_t vs, int builtin)
+{
+    struct agt_mapref m = {.map_id = id, .prog_id = 7, .builtin = builtin};
+    snprintf(m.spec.name, sizeof(m.spec.name), "%s", name);
+    m.spec.type = type;
+    m.spec.key_size = ks;
+    m.spec.value_size = vs;
+    m.spec.max_entries = 64;
+    return m;
+}
+
+/* One epoch of a rank: counts per class, one run histogram, one remote wait,
+ * a user array map with one written entry. */
+static uint32_t count_keys[MKS_MON_MAX_CLASSES];
+static uint64_t count_vals[MKS_MON_MAX_CLASSES];
+static uint32_t lat_key;
+static struct mks_hist lat_val;
+static struct mks_mon_comm_key rw_key = {.comm_gen = 0x1234, .peer = 3};
+static struct mks_mon_remote_wait rw_val = {.count = 2, .total_ns = 500, .max_ns = 300,
+                                            .first_begin = 1000, .last_end = 2000,
+                                            .task_class = 4};
+static uint32_t user_keys[3] = {0, 1, 2};
+static uint64_t user_vals[3] = {0, 99, 0};
+
+static void fill(struct fake_snap *s, uint64_t epoch, uint64_t scale)
+{
+    memset(s, 0, sizeof(*s));
+    s->epoch = epoch;
+    for (uint32_t c = 0; c < MKS_MON_MAX_CLASSES; c++) {
+        count_keys[c] = c;
+        count_vals[c] = c < 5 ? (c + 1) * 10 : 0;
+    }
+    (void)scale;
+    lat_key = MKS_MON_LAT_KEY(2, 9);
+    memset(&lat_val, 0, sizeof(lat_val));
+    lat_val.count = 3;
+    lat_val.sum = 3000;
+    lat_val.buckets[10] = 3;
+    s->maps[0] = (struct fake_map){1, 4, 8, MKS_MON_MAX_CLASSES, count_keys, count_vals};
+    s->maps[1] = (struct fake_map){2, 4, sizeof(struct mks_hist), 1, &lat_key, &lat_val};
+    s->maps[2] = (struct fake_map){3, sizeof(rw_key), sizeof(rw_val), 1, &rw_key, &rw_val};
+    s->maps[3] = (struct fake_map){4, 4, 8, 3, user_keys, user_vals};
+    s->n_maps = 4;
+    s->cov[MKS_EV_TASK_END] = (struct mks_coverage){.eligible = 150, .ran = 150, .prog_gen = 2};
+    s->cov[MKS_EV_TASK_START] = (struct mks_coverage){.eligible = 150, .ran = 75,
+                                                      .throttled = 75, .prog_gen = 1};
+}
+
+static void maps_of(struct agt_mapref *m)
+{
+    m[0] = mref(1, MKS_MON_COUNT_MAP, MKS_MAP_ARRAY, 4, 8, 1);
+    m[1] = mref(2, MKS_MON_LAT_RUN_MAP, MKS_MAP_HIST, 4, sizeof(struct mks_hist), 1);
+    m[2] = mref(3, MKS_MON_REMOTE_MAP, MKS_MAP_HASH, sizeof(rw_key), sizeof(rw_val), 1);
+    m[3] = mref(4, "my_counter", MKS_MAP_ARRAY, 4, 8, 0);
+}
+
+static void test_build_from_snapshot(void **state)
+{
+    (void)state;
+    struct fake_snap snap;
+    fill(&snap, 42, 1);
+    struct agt_mapref maps[4];
+    maps_of(maps);
+    int attached[MKS_EV_COUNT] = {[MKS_EV_TASK_END] = 1, [MKS_EV_TASK_START] = 1};
+    struct agt_summary *s = agt_summary_new();
+    assert_non_null(s);
+    assert_int_equal(agt_summary_build(s, &fake_ops, &snap, maps, 4, attached), 0);
+    assert_int_equal(s->epoch_first, 42);
+    assert_int_equal(s->n_epochs, 1);
+    assert_true(s->have_counts);
+    for (int c = 0; c < 5; c++) {
+        assert_true(s->cls[c].present);
+        assert_int_equal(s->cls[c].count, (uint64_t)(c + 1) * 10);
+    }
+    assert_false(s->cls[5].present);
+    assert_int_equal(agt_summary_total(s), 150);
+    assert_true(s->have_lat);
+    assert_true(s->lat[MKS_MON_LAT_KEY(2, 9)].present);
+    assert_int_equal(s->lat[MKS_MON_LAT_KEY(2, 9)].run.count, 3);
+    assert_int_equal(s->lat[MKS_MON_LAT_KEY(2, 9)].ready.count, 0);
+    assert_int_equal(s->n_remote, 1);
+    assert_int_equal(s->remote[0].key.comm_gen, 0x1234);
+    assert_int_equal(s->remote[0].v.total_ns, 500);
+    /* user array: only the written entry is carried, raw */
+    assert_int_equal(s->n_user, 1);
+    assert_string_equal(s->user[0].map, "my_counter");
+    assert_int_equal(s->user[0].prog_id, 7);
+    uint32_t k;
+    uint64_t v;
+    memcpy(&k, s->user[0].bytes, 4);
+    memcpy(&v, s->user[0].bytes + 4, 8);
+    assert_int_equal(k, 1);
+    assert_int_equal(v, 99);
+    assert_int_equal(s->cov[MKS_EV_TASK_END].ran, 150);
+    assert_int_equal(s->cov[MKS_EV_TASK_START].throttled, 75);
+    assert_true(s->attached[MKS_EV_TASK_END]);
+    assert_false(s->attached[MKS_EV_DEP_WAIT_END]);
+    agt_summary_free(s);
+}
+
+static void test_user_map_with_builtin_name_stays_raw(void **state)
+{
+    (void)state;
+    struct fake_snap snap;
+    fill(&snap, 1, 1);
+    struct agt_mapref maps[4];
+    maps_of(maps);
+    maps[0].builtin = 0; /* a user program that calls its map count_by_class */
+    struct agt_summary *s = agt_summary_new();
+    assert_int_equal(agt_summary_build(s, &fake_ops, &snap, maps, 1, NULL), 0);
+    assert_false(s->have_counts);
+    assert_int_equal(agt_summary_total(s), 0);
+    assert_int_equal(s->n_user, 5); /* the five non-zero classes */
+    agt_summary_free(s);
+}
+
+static void test_map_read_error_is_reported(void **state)
+{
+    (void)state;
+    struct fake_snap snap;
+    fill(&snap, 1, 1);
+    snap.fail_map = 2;
+    struct agt_mapref maps[4];
+    maps_of(maps);
+    struct agt_summary *s = agt_summary_new();
+    assert_int_equal(agt_summary_build(s, &fake_ops, &snap, maps, 4, NULL), -EIO);
+    agt_summary_free(s);
+}
+
+static void test_merge_adds_up(void **state)
+{
+    (void)state;
+    struct fake_snap snap;
+    struct agt_mapref maps[4];
+    maps_of(maps);
+    struct agt_summary *a = agt_summary_new(), *b = agt_summary_new(), *m = agt_summary_new();
+    fill(&snap, 10, 1);
+    assert_int_equal(agt_summary_build(a, &fake_ops, &snap, maps, 4, NULL), 0);
+    a->t_host_begin = 100;
+    a->t_host_end = 200;
+    fill(&snap, 11, 1);
+    rw_val.last_end = 5000; /* later wait on the same transfer */
+    assert_int_equal(agt_summary_build(b, &fake_ops, &snap, maps, 4, NULL), 0);
+    rw_val.last_end = 2000;
+    b->t_host_begin = 200;
+    b->t_host_end = 300;
+    assert_int_equal(agt_summary_merge(m, a), 0);
+    assert_int_equal(agt_summary_merge(m, b), 0);
+    assert_int_equal(m->epoch_first, 10);
+    assert_int_equal(m->epoch_last, 11);
+    assert_int_equal(m->n_epochs, 2);
+    assert_int_equal(m->t_host_begin, 100);
+    assert_int_equal(m->t_host_end, 300);
+    assert_int_equal(agt_summary_total(m), 300);
+    assert_int_equal(m->cls[4].count, 100);
+    assert_int_equal(m->lat[MKS_MON_LAT_KEY(2, 9)].run.count, 6);
+    assert_int_equal(m->lat[MKS_MON_LAT_KEY(2, 9)].run.buckets[10], 6);
+    assert_int_equal(m->n_remote, 1);
+    assert_int_equal(m->remote[0].v.count, 4);
+    assert_int_equal(m->remote[0].v.first_begin, 1000);
+    assert_int_equal(m->remote[0].v.last_end, 5000);
+    assert_int_equal(m->n_user, 2);
+    assert_int_equal(m->cov[MKS_EV_TASK_END].eligible, 300);
+    assert_int_equal(m->cov[MKS_EV_TASK_START].throttled, 150);
+    assert_int_equal(m->cov[MKS_EV_TASK_END].prog_gen, 2);
+    agt_summary_free(a);
+    agt_summary_free(b);
+    agt_summary_free(m);
+    agt_summary_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_build_from_snapshot),
+        cmocka_unit_test(test_user_map_with_builtin_name_stays_raw),
+        cmocka_unit_test(test_map_read_error_is_reported),
+        cmocka_unit_test(test_merge_adds_up),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
