@@ -1,0 +1,131 @@
+/*
+ * What lets one C source compile for the CPU (gcc/clang) and the device
+ * (nvcc): function qualifiers, atomics and the clock.  The VM and the map
+ * helpers use only these and plain C; nothing from libc on the device path.
+ */
+#ifndef MKS_DEVHOOKS_DEV_H
+#define MKS_DEVHOOKS_DEV_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define MKS_DEVFN __device__
+#define MKS_INLINE __device__ __forceinline__
+
+MKS_INLINE uint64_t mks_dev_time_ns(void)
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define MKS_A_ADD64(p, v) ((uint64_t)atomicAdd((unsigned long long *)(p), (unsigned long long)(v)))
+#define MKS_A_OR64(p, v)  ((uint64_t)atomicOr((unsigned long long *)(p), (unsigned long long)(v)))
+#define MKS_A_AND64(p, v) ((uint64_t)atomicAnd((unsigned long long *)(p), (unsigned long long)(v)))
+#define MKS_A_XOR64(p, v) ((uint64_t)atomicXor((unsigned long long *)(p), (unsigned long long)(v)))
+#define MKS_A_XCHG64(p, v) ((uint64_t)atomicExch((unsigned long long *)(p), (unsigned long long)(v)))
+#define MKS_A_CAS64(p, e, d)                                                                       \
+    ((uint64_t)atomicCAS((unsigned long long *)(p), (unsigned long long)(e), (unsigned long long)(d)))
+#define MKS_A_ADD32(p, v)  ((uint32_t)atomicAdd((unsigned int *)(p), (unsigned int)(v)))
+#define MKS_A_OR32(p, v)   ((uint32_t)atomicOr((unsigned int *)(p), (unsigned int)(v)))
+#define MKS_A_AND32(p, v)  ((uint32_t)atomicAnd((unsigned int *)(p), (unsigned int)(v)))
+#define MKS_A_XOR32(p, v)  ((uint32_t)atomicXor((unsigned int *)(p), (unsigned int)(v)))
+#define MKS_A_XCHG32(p, v) ((uint32_t)atomicExch((unsigned int *)(p), (unsigned int)(v)))
+#define MKS_A_CAS32(p, e, d) ((uint32_t)atomicCAS((unsigned int *)(p), (unsigned int)(e), (unsigned int)(d)))
+/* Loads and stores other agents see: volatile plus a fence where ordering matters. */
+#define MKS_A_LOAD32(p)     (*(volatile uint32_t *)(p))
+#define MKS_A_LOAD_ACQ32(p) mks_dev_load_acq32((const uint32_t *)(p))
+#define MKS_A_STORE_REL32(p, v)                                                                    \
+    do {                                                                                           \
+        __threadfence();                                                                           \
+        *(volatile uint32_t *)(p) = (v);                                                           \
+    } while (0)
+#define MKS_A_LOAD_ACQ64(p) mks_dev_load_acq64((const uint64_t *)(p))
+#define MKS_A_STORE_REL64(p, v)                                                                    \
+    do {                                                                                           \
+        __threadfence();                                                                           \
+        *(volatile uint64_t *)(p) = (v);                                                           \
+    } while (0)
+MKS_INLINE uint32_t mks_dev_load_acq32(const uint32_t *p)
+{
+    uint32_t v = *(const volatile uint32_t *)p;
+    __threadfence();
+    return v;
+}
+MKS_INLINE uint64_t mks_dev_load_acq64(const uint64_t *p)
+{
+    uint64_t v = *(const volatile uint64_t *)p;
+    __threadfence();
+    return v;
+}
+#define MKS_CLZ64(v) ((uint32_t)__clzll((long long)(v)))
+#define MKS_LIKELY(x) (x)
+#define MKS_UNLIKELY(x) (x)
+
+#else /* host */
+#include <time.h>
+
+#define MKS_DEVFN
+#define MKS_INLINE static inline
+
+MKS_INLINE uint64_t mks_dev_time_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+#define MKS_A_ADD64(p, v)    __atomic_fetch_add((uint64_t *)(p), (uint64_t)(v), __ATOMIC_SEQ_CST)
+#define MKS_A_OR64(p, v)     __atomic_fetch_or((uint64_t *)(p), (uint64_t)(v), __ATOMIC_SEQ_CST)
+#define MKS_A_AND64(p, v)    __atomic_fetch_and((uint64_t *)(p), (uint64_t)(v), __ATOMIC_SEQ_CST)
+#define MKS_A_XOR64(p, v)    __atomic_fetch_xor((uint64_t *)(p), (uint64_t)(v), __ATOMIC_SEQ_CST)
+#define MKS_A_XCHG64(p, v)   __atomic_exchange_n((uint64_t *)(p), (uint64_t)(v), __ATOMIC_SEQ_CST)
+#define MKS_A_ADD32(p, v)    __atomic_fetch_add((uint32_t *)(p), (uint32_t)(v), __ATOMIC_SEQ_CST)
+#define MKS_A_OR32(p, v)     __atomic_fetch_or((uint32_t *)(p), (uint32_t)(v), __ATOMIC_SEQ_CST)
+#define MKS_A_AND32(p, v)    __atomic_fetch_and((uint32_t *)(p), (uint32_t)(v), __ATOMIC_SEQ_CST)
+#define MKS_A_XOR32(p, v)    __atomic_fetch_xor((uint32_t *)(p), (uint32_t)(v), __ATOMIC_SEQ_CST)
+#define MKS_A_XCHG32(p, v)   __atomic_exchange_n((uint32_t *)(p), (uint32_t)(v), __ATOMIC_SEQ_CST)
+MKS_INLINE uint64_t mks_a_cas64(uint64_t *p, uint64_t e, uint64_t d)
+{
+    __atomic_compare_exchange_n(p, &e, d, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return e; /* the old value either way */
+}
+MKS_INLINE uint32_t mks_a_cas32(uint32_t *p, uint32_t e, uint32_t d)
+{
+    __atomic_compare_exchange_n(p, &e, d, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return e;
+}
+#define MKS_A_CAS64(p, e, d) mks_a_cas64((uint64_t *)(p), (e), (d))
+#define MKS_A_CAS32(p, e, d) mks_a_cas32((uint32_t *)(p), (e), (d))
+#define MKS_A_LOAD32(p)         __atomic_load_n((const uint32_t *)(p), __ATOMIC_RELAXED)
+#define MKS_A_LOAD_ACQ32(p)     __atomic_load_n((const uint32_t *)(p), __ATOMIC_ACQUIRE)
+#define MKS_A_STORE_REL32(p, v) __atomic_store_n((uint32_t *)(p), (uint32_t)(v), __ATOMIC_RELEASE)
+#define MKS_A_LOAD_ACQ64(p)     __atomic_load_n((const uint64_t *)(p), __ATOMIC_ACQUIRE)
+#define MKS_A_STORE_REL64(p, v) __atomic_store_n((uint64_t *)(p), (uint64_t)(v), __ATOMIC_RELEASE)
+#define MKS_CLZ64(v)            ((uint32_t)__builtin_clzll(v))
+#define MKS_LIKELY(x)           __builtin_expect(!!(x), 1)
+#define MKS_UNLIKELY(x)         __builtin_expect(!!(x), 0)
+#endif
+
+/* Byte-wise copy and compare: no libc on the device path. */
+MKS_INLINE void mks_dev_memcpy(void *dst, const void *src, uint32_t n)
+{
+    uint8_t *d = (uint8_t *)dst;
+    const uint8_t *s = (const uint8_t *)src;
+    for (uint32_t i = 0; i < n; i++)
+        d[i] = s[i];
+}
+MKS_INLINE int mks_dev_memeq(const void *a, const void *b, uint32_t n)
+{
+    const uint8_t *x = (const uint8_t *)a, *y = (const uint8_t *)b;
+    for (uint32_t i = 0; i < n; i++)
+        if (x[i] != y[i])
+            return 0;
+    return 1;
+}
+MKS_INLINE void mks_dev_memzero(void *dst, uint32_t n)
+{
+    uint8_t *d = (uint8_t *)dst;
+    for (uint32_t i = 0; i < n; i++)
+        d[i] = 0;
+}
+
+#endif /* MKS_DEVHOOKS_DEV_H */

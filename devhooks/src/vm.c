@@ -1,0 +1,723 @@
+/*
+ * The eBPF interpreter (RFC 9669), one source for the CPU and the device.
+ *
+ * Dispatch is a switch over the full opcode byte (nvcc rejects computed goto
+ * in device code; a dense switch compiles to one jump table on both).  The
+ * state lives in locals: eleven registers, the stack of all frames (one
+ * 512-byte frame per call level) and the saved registers of each level.
+ *
+ * Guards that make the interpreter safe to run inside a megakernel even if
+ * the verifier let something through: every memory access is checked against
+ * the regions of the run (the frames of the current call chain, the read-only
+ * context, the map arena, the optional extra region), every jump target
+ * against the program, every executed instruction against the limit; map
+ * handles passed to helpers must be the program's own.  A failed guard stops
+ * the run with an enum mks_vm_err.
+ *
+ * vm.cu compiles this file with nvcc (MKS_DEVFN = __device__); the host entry
+ * points are hidden from it.
+ */
+#include "mkscope/vm.h"
+
+#include "dev.h"
+#include "mkscope/maps.h"
+
+MKS_DEVFN void *mksi_map_lookup(struct mks_maps *m, const struct mks_map_desc *d,
+                                const void *key);
+MKS_DEVFN int mksi_map_update(struct mks_maps *m, const struct mks_map_desc *d, const void *key,
+                              const void *value, uint64_t flags);
+MKS_DEVFN int mksi_map_delete(struct mks_maps *m, const struct mks_map_desc *d, const void *key);
+MKS_DEVFN int mksi_map_hist_add(struct mks_maps *m, const struct mks_map_desc *d,
+                                const void *key, uint64_t value);
+MKS_DEVFN int mksi_map_ringbuf_output(struct mks_maps *m, const struct mks_map_desc *d,
+                                      const void *data, uint64_t size);
+
+#define VM_FRAME   MKS_BPF_STACK
+#define VM_NFRAMES MKS_BPF_MAX_FRAMES
+
+/* Programs may access memory at any alignment; a plain typed access would be
+ * undefined behaviour on the host and a fault on the device. */
+#ifdef __CUDACC__
+MKS_INLINE void vm_copy(void *d, const void *s, uint32_t n)
+{
+    if ((((uintptr_t)d | (uintptr_t)s) & (n - 1u)) == 0) {
+        switch (n) {
+        case 1: *(uint8_t *)d = *(const uint8_t *)s; return;
+        case 2: *(uint16_t *)d = *(const uint16_t *)s; return;
+        case 4: *(uint32_t *)d = *(const uint32_t *)s; return;
+        default: *(uint64_t *)d = *(const uint64_t *)s; return;
+        }
+    }
+    mks_dev_memcpy(d, s, n);
+}
+#define VM_COPY(d, s, n) vm_copy((d), (s), (n))
+#else
+#define VM_COPY(d, s, n) __builtin_memcpy((d), (s), (n))
+#endif
+
+struct vm_mem {
+    uint64_t stack_lo, stack_hi; /* frames of the current call chain */
+    uint64_t ctx, ctx_len;
+    uint64_t arena, arena_len;
+    uint64_t extra, extra_len;
+    uint32_t extra_writable;
+};
+
+/* base <= addr and addr + size <= base + len, without overflow. */
+MKS_INLINE int vm_in(uint64_t addr, uint64_t size, uint64_t base, uint64_t len)
+{
+    return addr >= base && len >= size && addr - base <= len - size;
+}
+
+MKS_INLINE int vm_mem_ok(const struct vm_mem *m, uint64_t addr, uint64_t size, int write)
+{
+    if (vm_in(addr, size, m->stack_lo, m->stack_hi - m->stack_lo))
+        return 1;
+    if (m->arena_len && vm_in(addr, size, m->arena, m->arena_len))
+        return 1;
+    if (!write && m->ctx_len && vm_in(addr, size, m->ctx, m->ctx_len))
+        return 1;
+    if (m->extra_len && (!write || m->extra_writable) && vm_in(addr, size, m->extra, m->extra_len))
+        return 1;
+    return 0;
+}
+
+/* The map descriptor a program passed in a register, or NULL when it is not
+ * one of the program's maps. */
+MKS_INLINE const struct mks_map_desc *vm_map(const struct mks_vm_env *env, uint64_t handle)
+{
+    const struct mks_maps *ms = env->maps;
+    if (!ms)
+        return 0;
+    for (uint32_t i = 0; i < env->n_maps; i++) {
+        uint32_t id = env->map_ids[i];
+        if (id < ms->n_descs && (uint64_t)(uintptr_t)&ms->descs[id] == handle)
+            return ms->descs[id].state == MKS_MAPSTATE_LIVE ? &ms->descs[id] : 0;
+    }
+    return 0;
+}
+
+MKS_INLINE uint64_t vm_bswap16(uint64_t v)
+{
+    return (uint64_t)(uint16_t)(((v & 0xff) << 8) | ((v >> 8) & 0xff));
+}
+MKS_INLINE uint64_t vm_bswap32(uint64_t v)
+{
+    uint32_t x = (uint32_t)v;
+    x = ((x & 0x000000ffu) << 24) | ((x & 0x0000ff00u) << 8) | ((x & 0x00ff0000u) >> 8) |
+        ((x & 0xff000000u) >> 24);
+    return x;
+}
+MKS_INLINE uint64_t vm_bswap64(uint64_t v)
+{
+    return (vm_bswap32(v) << 32) | vm_bswap32(v >> 32);
+}
+
+MKS_INLINE uint64_t vm_sext(uint64_t v, int bits)
+{
+    uint64_t m = 1ull << (bits - 1);
+    v &= (bits == 64) ? ~0ull : ((1ull << bits) - 1);
+    return (v ^ m) - m;
+}
+
+/* Signed division and remainder with RFC 9669's answers for the cases C
+ * leaves undefined: x/0 = 0, x%0 = x, INT_MIN/-1 = INT_MIN, INT_MIN%-1 = 0. */
+MKS_INLINE uint64_t vm_sdiv64(uint64_t a, uint64_t b)
+{
+    if (b == 0)
+        return 0;
+    if (b == ~0ull)
+        return (uint64_t)0 - a;
+    return (uint64_t)((int64_t)a / (int64_t)b);
+}
+MKS_INLINE uint64_t vm_smod64(uint64_t a, uint64_t b)
+{
+    if (b == 0)
+        return a;
+    if (b == ~0ull)
+        return 0;
+    return (uint64_t)((int64_t)a % (int64_t)b);
+}
+MKS_INLINE uint32_t vm_sdiv32(uint32_t a, uint32_t b)
+{
+    if (b == 0)
+        return 0;
+    if (b == 0xffffffffu)
+        return 0u - a;
+    return (uint32_t)((int32_t)a / (int32_t)b);
+}
+MKS_INLINE uint32_t vm_smod32(uint32_t a, uint32_t b)
+{
+    if (b == 0)
+        return a;
+    if (b == 0xffffffffu)
+        return 0;
+    return (uint32_t)((int32_t)a % (int32_t)b);
+}
+
+/* Helper call.  Returns 0 and sets r[0], 1 when the program must stop now
+ * (conformance unwind, r[0] set), or a negative enum mks_vm_err. */
+MKS_DEVFN static int vm_helper(const struct mks_vm_env *env, const struct vm_mem *mem, uint64_t id,
+                               uint64_t *r)
+{
+    const struct mks_map_desc *d;
+    struct mks_maps *ms = env->maps;
+    switch (id) {
+    case 5:
+        if (!(env->flags & MKS_VM_F_UNWIND_HELPER))
+            return MKS_VM_ECALL;
+        r[0] = r[1];
+        return r[1] == 0 ? 1 : 0;
+    case MKS_HELPER_TIME_NS:
+        r[0] = mks_dev_time_ns();
+        return 0;
+    case MKS_HELPER_WORKER_ID:
+        r[0] = ms ? ms->worker : 0;
+        return 0;
+    case MKS_HELPER_SM_ID:
+        r[0] = ms ? ms->sm : 0;
+        return 0;
+    case MKS_HELPER_RANK:
+        r[0] = ms ? ms->rank : 0;
+        return 0;
+    case MKS_HELPER_MAP_LOOKUP:
+    case MKS_HELPER_MAP_UPDATE:
+    case MKS_HELPER_MAP_DELETE:
+    case MKS_HELPER_HIST_ADD:
+    case MKS_HELPER_RINGBUF_OUTPUT:
+        break;
+    default:
+        return MKS_VM_ECALL;
+    }
+    d = vm_map(env, r[1]);
+    if (!d)
+        return MKS_VM_ECALL;
+    if (id == MKS_HELPER_RINGBUF_OUTPUT) {
+        if (d->type != MKS_MAP_RINGBUF)
+            return MKS_VM_ECALL;
+        if (r[3] == 0 || r[3] > 0xffffffffull || !vm_mem_ok(mem, r[2], r[3], 0))
+            return MKS_VM_EMEM;
+        r[0] = (uint64_t)(int64_t)mksi_map_ringbuf_output(ms, d, (const void *)(uintptr_t)r[2], r[3]);
+        return 0;
+    }
+    if (d->type == MKS_MAP_RINGBUF)
+        return MKS_VM_ECALL;
+    if (!vm_mem_ok(mem, r[2], d->key_size, 0))
+        return MKS_VM_EMEM;
+    switch (id) {
+    case MKS_HELPER_MAP_LOOKUP:
+        r[0] = (uint64_t)(uintptr_t)mksi_map_lookup(ms, d, (const void *)(uintptr_t)r[2]);
+        return 0;
+    case MKS_HELPER_MAP_UPDATE:
+        if (!vm_mem_ok(mem, r[3], d->value_size, 0))
+            return MKS_VM_EMEM;
+        r[0] = (uint64_t)(int64_t)mksi_map_update(ms, d, (const void *)(uintptr_t)r[2],
+                                                  (const void *)(uintptr_t)r[3], r[4]);
+        return 0;
+    case MKS_HELPER_MAP_DELETE:
+        r[0] = (uint64_t)(int64_t)mksi_map_delete(ms, d, (const void *)(uintptr_t)r[2]);
+        return 0;
+    default: /* MKS_HELPER_HIST_ADD */
+        r[0] = (uint64_t)(int64_t)mksi_map_hist_add(ms, d, (const void *)(uintptr_t)r[2], r[3]);
+        return 0;
+    }
+}
+
+/* Address of a 64-bit immediate map reference (src 5: the descriptor, src 6:
+ * the first value of the current bank plus an offset), or 0 if invalid. */
+MKS_INLINE uint64_t vm_map_ref(const struct mks_vm_env *env, uint32_t src, uint32_t idx,
+                               uint32_t off)
+{
+    const struct mks_maps *ms = env->maps;
+    const struct mks_map_desc *d;
+    if (!ms || idx >= env->n_maps || env->map_ids[idx] >= ms->n_descs)
+        return 0;
+    d = &ms->descs[env->map_ids[idx]];
+    if (d->state != MKS_MAPSTATE_LIVE)
+        return 0;
+    if (src == MKS_PSEUDO_MAP_IDX)
+        return (uint64_t)(uintptr_t)d;
+    if (d->type != MKS_MAP_ARRAY || off >= d->value_size)
+        return 0;
+    return (uint64_t)(uintptr_t)(ms->arena + d->bank_off[ms->bank & 1u]) + off;
+}
+
+struct vm_frame {
+    uint64_t saved[4]; /* r6..r9 of the caller */
+    uint32_t ret_pc;
+};
+
+MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uint64_t r2,
+                                  uint64_t *r0_p, uint64_t *insns_p)
+{
+    uint64_t stack[VM_NFRAMES * VM_FRAME / 8];
+    struct vm_frame frames[VM_NFRAMES];
+    uint64_t r[MKS_BPF_NREGS];
+    struct vm_mem mem;
+    const struct mks_insn *insns = env->insns;
+    const uint32_t n = env->n_insns;
+    const uint64_t limit = env->insn_limit ? env->insn_limit : ~0ull;
+    uint64_t count = 0;
+    uint32_t pc = 0, depth = 0;
+    int err = MKS_VM_OK;
+
+    if (!insns || n == 0) {
+        err = MKS_VM_EARG;
+        goto out;
+    }
+    mem.stack_hi = (uint64_t)(uintptr_t)stack + sizeof(stack);
+    mem.stack_lo = mem.stack_hi - VM_FRAME;
+    mem.ctx = (uint64_t)(uintptr_t)env->ctx;
+    mem.ctx_len = env->ctx ? env->ctx_len : 0;
+    mem.arena = env->maps ? (uint64_t)(uintptr_t)env->maps->arena : 0;
+    mem.arena_len = env->maps ? env->maps->arena_len : 0;
+    mem.extra = env->extra.base;
+    mem.extra_len = env->extra.len;
+    mem.extra_writable = env->extra.writable;
+    for (int i = 0; i < MKS_BPF_NREGS; i++)
+        r[i] = 0;
+    r[1] = r1;
+    r[2] = r2;
+    r[10] = mem.stack_hi;
+
+    for (;;) {
+        const struct mks_insn *ip;
+        uint32_t dst, src;
+        uint64_t imm;
+        int16_t off;
+        if (MKS_UNLIKELY(pc >= n)) {
+            err = MKS_VM_EJUMP;
+            goto out;
+        }
+        if (MKS_UNLIKELY(++count > limit)) {
+            count--;
+            err = MKS_VM_ELIMIT;
+            goto out;
+        }
+        ip = &insns[pc];
+        dst = ip->regs & 0x0f;
+        src = ip->regs >> 4;
+        off = ip->off;
+        imm = (uint64_t)(int64_t)ip->imm; /* sign-extended, as every use wants */
+        if (MKS_UNLIKELY(dst > 10 || src > 10)) {
+            err = MKS_VM_EINSN;
+            goto out;
+        }
+        pc++;
+
+#define ALU32(v)  r[dst] = (uint32_t)(v)
+#define SRC64     ((ip->code & MKS_BPF_X) ? r[src] : imm)
+#define SRC32     ((uint32_t)SRC64)
+#define DST32     ((uint32_t)r[dst])
+#define JUMP_IF(c)                                                                                 \
+    do {                                                                                           \
+        if (c)                                                                                     \
+            pc = (uint32_t)((int32_t)pc + off);                                                    \
+    } while (0)
+#define MEM_CHECK(addr, size, w)                                                                   \
+    do {                                                                                           \
+        if (MKS_UNLIKELY(!vm_mem_ok(&mem, (addr), (size), (w)))) {                                 \
+            err = MKS_VM_EMEM;                                                                     \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+#define LDX(type, conv)                                                                            \
+    do {                                                                                           \
+        uint64_t a_ = r[src] + (uint64_t)(int64_t)off;                                             \
+        MEM_CHECK(a_, sizeof(type), 0);                                                            \
+        type v_;                                                                                   \
+        VM_COPY(&v_, (const void *)(uintptr_t)a_, sizeof(type));                                  \
+        r[dst] = conv(v_);                                                                         \
+    } while (0)
+#define ST(type, val)                                                                              \
+    do {                                                                                           \
+        uint64_t a_ = r[dst] + (uint64_t)(int64_t)off;                                             \
+        MEM_CHECK(a_, sizeof(type), 1);                                                            \
+        type v_ = (type)(val);                                                                     \
+        VM_COPY((void *)(uintptr_t)a_, &v_, sizeof(type));                                         \
+    } while (0)
+#define AS_U64(x) ((uint64_t)(x))
+#define AS_S64(x) ((uint64_t)(int64_t)(x))
+
+        switch (ip->code) {
+        /* ---- ALU64 ---- */
+        case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_X: r[dst] += SRC64; break;
+        case MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_X: r[dst] -= SRC64; break;
+        case MKS_BPF_ALU64 | MKS_BPF_MUL | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_MUL | MKS_BPF_X: r[dst] *= SRC64; break;
+        case MKS_BPF_ALU64 | MKS_BPF_DIV | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_DIV | MKS_BPF_X: {
+            uint64_t s = SRC64;
+            if (off == 1)
+                r[dst] = vm_sdiv64(r[dst], s);
+            else if (off == 0)
+                r[dst] = s ? r[dst] / s : 0;
+            else {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            break;
+        }
+        case MKS_BPF_ALU64 | MKS_BPF_MOD | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_MOD | MKS_BPF_X: {
+            uint64_t s = SRC64;
+            if (off == 1)
+                r[dst] = vm_smod64(r[dst], s);
+            else if (off == 0)
+                r[dst] = s ? r[dst] % s : r[dst];
+            else {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            break;
+        }
+        case MKS_BPF_ALU64 | MKS_BPF_OR | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_OR | MKS_BPF_X: r[dst] |= SRC64; break;
+        case MKS_BPF_ALU64 | MKS_BPF_AND | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_AND | MKS_BPF_X: r[dst] &= SRC64; break;
+        case MKS_BPF_ALU64 | MKS_BPF_XOR | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_XOR | MKS_BPF_X: r[dst] ^= SRC64; break;
+        case MKS_BPF_ALU64 | MKS_BPF_LSH | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_LSH | MKS_BPF_X: r[dst] <<= (SRC64 & 63); break;
+        case MKS_BPF_ALU64 | MKS_BPF_RSH | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_RSH | MKS_BPF_X: r[dst] >>= (SRC64 & 63); break;
+        case MKS_BPF_ALU64 | MKS_BPF_ARSH | MKS_BPF_K:
+        case MKS_BPF_ALU64 | MKS_BPF_ARSH | MKS_BPF_X:
+            r[dst] = (uint64_t)((int64_t)r[dst] >> (SRC64 & 63));
+            break;
+        case MKS_BPF_ALU64 | MKS_BPF_NEG: r[dst] = (uint64_t)0 - r[dst]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_K: r[dst] = imm; break;
+        case MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_X:
+            if (off == 0)
+                r[dst] = r[src];
+            else if (off == 8 || off == 16 || off == 32)
+                r[dst] = vm_sext(r[src], off);
+            else {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            break;
+        case MKS_BPF_ALU64 | MKS_BPF_END | MKS_BPF_K: /* bswap */
+            if (imm == 16)
+                r[dst] = vm_bswap16(r[dst]);
+            else if (imm == 32)
+                r[dst] = vm_bswap32(r[dst]);
+            else if (imm == 64)
+                r[dst] = vm_bswap64(r[dst]);
+            else {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            break;
+
+        /* ---- ALU (32-bit, upper half of dst zeroed) ---- */
+        case MKS_BPF_ALU | MKS_BPF_ADD | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_ADD | MKS_BPF_X: ALU32(DST32 + SRC32); break;
+        case MKS_BPF_ALU | MKS_BPF_SUB | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_SUB | MKS_BPF_X: ALU32(DST32 - SRC32); break;
+        case MKS_BPF_ALU | MKS_BPF_MUL | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_MUL | MKS_BPF_X: ALU32(DST32 * SRC32); break;
+        case MKS_BPF_ALU | MKS_BPF_DIV | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_DIV | MKS_BPF_X: {
+            uint32_t s = SRC32;
+            if (off == 1)
+                ALU32(vm_sdiv32(DST32, s));
+            else if (off == 0)
+                ALU32(s ? DST32 / s : 0);
+            else {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            break;
+        }
+        case MKS_BPF_ALU | MKS_BPF_MOD | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_MOD | MKS_BPF_X: {
+            uint32_t s = SRC32;
+            if (off == 1)
+                ALU32(vm_smod32(DST32, s));
+            else if (off == 0)
+                ALU32(s ? DST32 % s : DST32);
+            else {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            break;
+        }
+        case MKS_BPF_ALU | MKS_BPF_OR | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_OR | MKS_BPF_X: ALU32(DST32 | SRC32); break;
+        case MKS_BPF_ALU | MKS_BPF_AND | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_AND | MKS_BPF_X: ALU32(DST32 & SRC32); break;
+        case MKS_BPF_ALU | MKS_BPF_XOR | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_XOR | MKS_BPF_X: ALU32(DST32 ^ SRC32); break;
+        case MKS_BPF_ALU | MKS_BPF_LSH | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_LSH | MKS_BPF_X: ALU32(DST32 << (SRC32 & 31)); break;
+        case MKS_BPF_ALU | MKS_BPF_RSH | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_RSH | MKS_BPF_X: ALU32(DST32 >> (SRC32 & 31)); break;
+        case MKS_BPF_ALU | MKS_BPF_ARSH | MKS_BPF_K:
+        case MKS_BPF_ALU | MKS_BPF_ARSH | MKS_BPF_X:
+            ALU32((uint32_t)((int32_t)DST32 >> (SRC32 & 31)));
+            break;
+        case MKS_BPF_ALU | MKS_BPF_NEG: ALU32(0u - DST32); break;
+        case MKS_BPF_ALU | MKS_BPF_MOV | MKS_BPF_K: ALU32((uint32_t)imm); break;
+        case MKS_BPF_ALU | MKS_BPF_MOV | MKS_BPF_X:
+            if (off == 0)
+                ALU32((uint32_t)r[src]);
+            else if (off == 8 || off == 16)
+                ALU32((uint32_t)vm_sext(r[src], off));
+            else {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            break;
+        case MKS_BPF_ALU | MKS_BPF_END | MKS_BPF_K: /* to little endian: truncate */
+            if (imm == 16)
+                r[dst] = (uint16_t)r[dst];
+            else if (imm == 32)
+                r[dst] = (uint32_t)r[dst];
+            else if (imm != 64) {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            break;
+        case MKS_BPF_ALU | MKS_BPF_END | MKS_BPF_X: /* to big endian: swap */
+            if (imm == 16)
+                r[dst] = vm_bswap16(r[dst]);
+            else if (imm == 32)
+                r[dst] = vm_bswap32(r[dst]);
+            else if (imm == 64)
+                r[dst] = vm_bswap64(r[dst]);
+            else {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            break;
+
+        /* ---- loads and stores ---- */
+        case MKS_BPF_LDX | MKS_BPF_MEM | MKS_BPF_B: LDX(uint8_t, AS_U64); break;
+        case MKS_BPF_LDX | MKS_BPF_MEM | MKS_BPF_H: LDX(uint16_t, AS_U64); break;
+        case MKS_BPF_LDX | MKS_BPF_MEM | MKS_BPF_W: LDX(uint32_t, AS_U64); break;
+        case MKS_BPF_LDX | MKS_BPF_MEM | MKS_BPF_DW: LDX(uint64_t, AS_U64); break;
+        case MKS_BPF_LDX | MKS_BPF_MEMSX | MKS_BPF_B: LDX(int8_t, AS_S64); break;
+        case MKS_BPF_LDX | MKS_BPF_MEMSX | MKS_BPF_H: LDX(int16_t, AS_S64); break;
+        case MKS_BPF_LDX | MKS_BPF_MEMSX | MKS_BPF_W: LDX(int32_t, AS_S64); break;
+        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_B: ST(uint8_t, imm); break;
+        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_H: ST(uint16_t, imm); break;
+        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_W: ST(uint32_t, imm); break;
+        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_DW: ST(uint64_t, imm); break;
+        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_B: ST(uint8_t, r[src]); break;
+        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_H: ST(uint16_t, r[src]); break;
+        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_W: ST(uint32_t, r[src]); break;
+        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_DW: ST(uint64_t, r[src]); break;
+
+        case MKS_BPF_STX | MKS_BPF_ATOMIC | MKS_BPF_W: {
+            uint64_t a = r[dst] + (uint64_t)(int64_t)off;
+            uint32_t *p = (uint32_t *)(uintptr_t)a, v = (uint32_t)r[src], old;
+            MEM_CHECK(a, 4, 1);
+            if (MKS_UNLIKELY(a & 3)) {
+                err = MKS_VM_EALIGN;
+                goto out;
+            }
+            switch ((uint32_t)ip->imm) {
+            case MKS_BPF_ADD:
+            case MKS_BPF_ADD | MKS_BPF_FETCH: old = MKS_A_ADD32(p, v); break;
+            case MKS_BPF_OR:
+            case MKS_BPF_OR | MKS_BPF_FETCH: old = MKS_A_OR32(p, v); break;
+            case MKS_BPF_AND:
+            case MKS_BPF_AND | MKS_BPF_FETCH: old = MKS_A_AND32(p, v); break;
+            case MKS_BPF_XOR:
+            case MKS_BPF_XOR | MKS_BPF_FETCH: old = MKS_A_XOR32(p, v); break;
+            case MKS_BPF_XCHG: old = MKS_A_XCHG32(p, v); break;
+            case MKS_BPF_CMPXCHG:
+                r[0] = MKS_A_CAS32(p, (uint32_t)r[0], v);
+                continue;
+            default: err = MKS_VM_EINSN; goto out;
+            }
+            if (ip->imm & MKS_BPF_FETCH)
+                r[src] = old;
+            break;
+        }
+        case MKS_BPF_STX | MKS_BPF_ATOMIC | MKS_BPF_DW: {
+            uint64_t a = r[dst] + (uint64_t)(int64_t)off;
+            uint64_t *p = (uint64_t *)(uintptr_t)a, v = r[src], old;
+            MEM_CHECK(a, 8, 1);
+            if (MKS_UNLIKELY(a & 7)) {
+                err = MKS_VM_EALIGN;
+                goto out;
+            }
+            switch ((uint32_t)ip->imm) {
+            case MKS_BPF_ADD:
+            case MKS_BPF_ADD | MKS_BPF_FETCH: old = MKS_A_ADD64(p, v); break;
+            case MKS_BPF_OR:
+            case MKS_BPF_OR | MKS_BPF_FETCH: old = MKS_A_OR64(p, v); break;
+            case MKS_BPF_AND:
+            case MKS_BPF_AND | MKS_BPF_FETCH: old = MKS_A_AND64(p, v); break;
+            case MKS_BPF_XOR:
+            case MKS_BPF_XOR | MKS_BPF_FETCH: old = MKS_A_XOR64(p, v); break;
+            case MKS_BPF_XCHG: old = MKS_A_XCHG64(p, v); break;
+            case MKS_BPF_CMPXCHG:
+                r[0] = MKS_A_CAS64(p, r[0], v);
+                continue;
+            default: err = MKS_VM_EINSN; goto out;
+            }
+            if (ip->imm & MKS_BPF_FETCH)
+                r[src] = old;
+            break;
+        }
+
+        case MKS_BPF_LD | MKS_BPF_IMM | MKS_BPF_DW: {
+            uint32_t lo = (uint32_t)ip->imm, hi;
+            if (MKS_UNLIKELY(pc >= n)) {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            hi = (uint32_t)insns[pc].imm;
+            pc++;
+            if (src == 0) {
+                r[dst] = ((uint64_t)hi << 32) | lo;
+            } else if (src == MKS_PSEUDO_MAP_IDX || src == MKS_PSEUDO_MAP_IDX_VALUE) {
+                uint64_t a = vm_map_ref(env, src, lo, hi);
+                if (!a) {
+                    err = MKS_VM_ECALL;
+                    goto out;
+                }
+                r[dst] = a;
+            } else {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            break;
+        }
+
+        /* ---- jumps ---- */
+        case MKS_BPF_JMP | MKS_BPF_JA: pc = (uint32_t)((int32_t)pc + off); break;
+        case MKS_BPF_JMP32 | MKS_BPF_JA: pc = (uint32_t)((int32_t)pc + ip->imm); break;
+#define JCASES(cls, A, B, SA, SB)                                                                  \
+    case cls | MKS_BPF_JEQ | MKS_BPF_K:                                                            \
+    case cls | MKS_BPF_JEQ | MKS_BPF_X: JUMP_IF(A == B); break;                                    \
+    case cls | MKS_BPF_JNE | MKS_BPF_K:                                                            \
+    case cls | MKS_BPF_JNE | MKS_BPF_X: JUMP_IF(A != B); break;                                    \
+    case cls | MKS_BPF_JGT | MKS_BPF_K:                                                            \
+    case cls | MKS_BPF_JGT | MKS_BPF_X: JUMP_IF(A > B); break;                                     \
+    case cls | MKS_BPF_JGE | MKS_BPF_K:                                                            \
+    case cls | MKS_BPF_JGE | MKS_BPF_X: JUMP_IF(A >= B); break;                                    \
+    case cls | MKS_BPF_JLT | MKS_BPF_K:                                                            \
+    case cls | MKS_BPF_JLT | MKS_BPF_X: JUMP_IF(A < B); break;                                     \
+    case cls | MKS_BPF_JLE | MKS_BPF_K:                                                            \
+    case cls | MKS_BPF_JLE | MKS_BPF_X: JUMP_IF(A <= B); break;                                    \
+    case cls | MKS_BPF_JSET | MKS_BPF_K:                                                           \
+    case cls | MKS_BPF_JSET | MKS_BPF_X: JUMP_IF((A & B) != 0); break;                             \
+    case cls | MKS_BPF_JSGT | MKS_BPF_K:                                                           \
+    case cls | MKS_BPF_JSGT | MKS_BPF_X: JUMP_IF(SA > SB); break;                                  \
+    case cls | MKS_BPF_JSGE | MKS_BPF_K:                                                           \
+    case cls | MKS_BPF_JSGE | MKS_BPF_X: JUMP_IF(SA >= SB); break;                                 \
+    case cls | MKS_BPF_JSLT | MKS_BPF_K:                                                           \
+    case cls | MKS_BPF_JSLT | MKS_BPF_X: JUMP_IF(SA < SB); break;                                  \
+    case cls | MKS_BPF_JSLE | MKS_BPF_K:                                                           \
+    case cls | MKS_BPF_JSLE | MKS_BPF_X: JUMP_IF(SA <= SB); break;
+            JCASES(MKS_BPF_JMP, r[dst], SRC64, (int64_t)r[dst], (int64_t)SRC64)
+            JCASES(MKS_BPF_JMP32, DST32, SRC32, (int32_t)DST32, (int32_t)SRC32)
+#undef JCASES
+
+        case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_K:
+            if (src == MKS_PSEUDO_CALL) {
+                uint32_t target = (uint32_t)((int32_t)pc + ip->imm);
+                if (MKS_UNLIKELY(depth + 1 >= VM_NFRAMES)) {
+                    err = MKS_VM_ECALL;
+                    goto out;
+                }
+                if (MKS_UNLIKELY(target >= n)) {
+                    err = MKS_VM_EJUMP;
+                    goto out;
+                }
+                frames[depth].saved[0] = r[6];
+                frames[depth].saved[1] = r[7];
+                frames[depth].saved[2] = r[8];
+                frames[depth].saved[3] = r[9];
+                frames[depth].ret_pc = pc;
+                depth++;
+                r[10] -= VM_FRAME;
+                mem.stack_lo = r[10] - VM_FRAME;
+                pc = target;
+                break;
+            }
+            if (src != 0) {
+                err = MKS_VM_EINSN;
+                goto out;
+            }
+            /* fallthrough */
+        case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_X: {
+            uint64_t id = (ip->code & MKS_BPF_X) ? r[dst] : (uint64_t)(uint32_t)ip->imm;
+            int rc = vm_helper(env, &mem, id, r);
+            if (rc < 0) {
+                err = rc;
+                goto out;
+            }
+            if (rc > 0) /* unwind */
+                goto done;
+            break;
+        }
+        case MKS_BPF_JMP | MKS_BPF_EXIT:
+            if (depth == 0)
+                goto done;
+            depth--;
+            r[6] = frames[depth].saved[0];
+            r[7] = frames[depth].saved[1];
+            r[8] = frames[depth].saved[2];
+            r[9] = frames[depth].saved[3];
+            pc = frames[depth].ret_pc;
+            r[10] += VM_FRAME;
+            mem.stack_lo = r[10] - VM_FRAME;
+            break;
+
+        default:
+            err = MKS_VM_EINSN;
+            goto out;
+        }
+    }
+done:
+    *r0_p = r[0];
+out:
+    if (insns_p)
+        *insns_p = count;
+    return err;
+#undef ALU32
+#undef SRC64
+#undef SRC32
+#undef DST32
+#undef JUMP_IF
+#undef MEM_CHECK
+#undef LDX
+#undef ST
+#undef AS_U64
+#undef AS_S64
+}
+
+#ifndef __CUDACC__
+int mks_vm_run(const struct mks_vm_env *env, uint64_t r1, uint64_t r2, uint64_t *r0_p,
+               uint64_t *insns_p)
+{
+    if (!env || !r0_p || (env->n_maps && !env->map_ids)) {
+        if (insns_p)
+            *insns_p = 0;
+        return MKS_VM_EARG;
+    }
+    return mksi_vm_exec(env, r1, r2, r0_p, insns_p);
+}
+
+const char *mks_vm_strerror(int err)
+{
+    switch (err) {
+    case MKS_VM_OK: return "ok";
+    case MKS_VM_EMEM: return "memory access out of bounds";
+    case MKS_VM_ELIMIT: return "instruction limit reached";
+    case MKS_VM_EINSN: return "invalid instruction";
+    case MKS_VM_EJUMP: return "jump out of program";
+    case MKS_VM_ECALL: return "invalid call or map reference";
+    case MKS_VM_EALIGN: return "misaligned atomic access";
+    case MKS_VM_EARG: return "invalid VM environment";
+    default: return "unknown VM error";
+    }
+}
+#endif
