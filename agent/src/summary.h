@@ -24,17 +24,14 @@
 #include "monitors.h"
 
 /* Detail tiers, finest first.  Each drops detail the previous one kept; the
- * tier used is written into the summary so the collector knows. */
+ * tier used is written into the summary's detail_tier (wire values in
+ * parentheses: the wire counts up from the coarsest) so the collector knows. */
 enum agt_tier {
-    AGT_TIER_FULL = 0,   /* per class and step bucket, histograms, records */
-    AGT_TIER_EPOCH = 1,  /* per class for the whole epoch, histograms, records capped */
-    AGT_TIER_COUNTS = 2, /* per class counts and sums; no histograms, records or user maps */
+    AGT_TIER_FULL = 0,   /* (2) per class and step, histograms, waits, releases, user maps */
+    AGT_TIER_HIST = 1,   /* (1) per class for the whole summary, histograms */
+    AGT_TIER_COUNTS = 2, /* (0) per class counts and sums */
     AGT_TIER_COUNT = 3,
 };
-
-/* Remote-wait records one summary carries at AGT_TIER_EPOCH; the rest are
- * counted as dropped. */
-#define AGT_EPOCH_TIER_RECORDS 64
 /* Raw bytes of user program maps one summary carries; beyond that entries are
  * counted as dropped (a user program cannot make summaries unbounded). */
 #define AGT_USER_MAP_BYTES (64u << 10)

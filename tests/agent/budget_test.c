@@ -31,7 +31,7 @@ static void test_finest_tier_that_fits(void **state)
     struct agt_budget b;
     agt_budget_init(&b, 10000, EPOCH_NS, 0); /* 1000 bytes per epoch */
     size_t sizes[AGT_TIER_COUNT] = {5000, 800, 200};
-    assert_int_equal(agt_budget_choose(&b, sizes), AGT_TIER_EPOCH);
+    assert_int_equal(agt_budget_choose(&b, sizes), AGT_TIER_HIST);
     agt_budget_charge(&b, 800);
     /* 200 tokens left: only the counts tier fits */
     assert_int_equal(agt_budget_choose(&b, sizes), AGT_TIER_COUNTS);

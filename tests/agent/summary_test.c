@@ -10,8 +10,10 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "encode.h"
 #include "summary.h"
 
 struct fake_map {
@@ -233,6 +235,92 @@ static void test_merge_adds_up(void **state)
     agt_summary_free(NULL);
 }
 
+/* Per class sum of the decoded task rows. */
+static uint64_t class_total(const Mkscope__V1__EpochSummary *es, uint32_t cls)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < es->n_task_stats; i++)
+        if (es->task_stats[i]->task_class == cls)
+            t += es->task_stats[i]->count;
+    return t;
+}
+
+static void test_encode_tiers_keep_counts(void **state)
+{
+    (void)state;
+    struct fake_snap snap;
+    fill(&snap, 5, 1);
+    struct agt_mapref maps[4];
+    maps_of(maps);
+    struct agt_summary *s = agt_summary_new();
+    assert_int_equal(agt_summary_build(s, &fake_ops, &snap, maps, 4, NULL), 0);
+    /* the generation monitor saw step 9 only: bucket 9 % 8 maps back to it */
+    s->gen = calloc(1, sizeof(*s->gen));
+    s->gen[0] = (struct mks_mon_gen){.step = 9, .tasks_done = 3};
+    s->n_gen = s->cap_gen = 1;
+    const char *names[8] = {[7] = "my_prog"};
+    struct agt_encode_meta meta = {.job = "j1", .rank = 2, .incarnation = 77, .seq = 12,
+                                   .lost_summaries = 3, .prog_names = names, .n_prog_names = 8};
+    size_t sizes[AGT_TIER_COUNT];
+    for (int t = 0; t < AGT_TIER_COUNT; t++) {
+        uint8_t *buf;
+        size_t len;
+        assert_int_equal(agt_summary_encode(s, (enum agt_tier)t, &meta, NULL, &buf, &len), 0);
+        sizes[t] = len;
+        mks_envelope *env;
+        char err[256];
+        assert_int_equal(mks_wire_decode(buf, len, NULL, &env, err, sizeof(err)), 0);
+        assert_int_equal(env->body_case, MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+        assert_int_equal(env->seq, 12);
+        assert_int_equal(env->incarnation, 77);
+        assert_int_equal(env->rank, 2);
+        const Mkscope__V1__EpochSummary *es = env->epoch_summary;
+        assert_int_equal(es->detail_tier, agt_tier_wire((enum agt_tier)t));
+        assert_int_equal(es->lost_summaries, 3);
+        for (uint32_t c = 0; c < 5; c++)
+            assert_int_equal(class_total(es, c), (uint64_t)(c + 1) * 10);
+        assert_int_equal(class_total(es, 5), 0);
+        assert_int_equal(es->n_coverage, MKS_EV_COUNT);
+        assert_int_equal(es->coverage[MKS_EV_TASK_START]->throttled, 75);
+        if (t == AGT_TIER_FULL) {
+            /* class 2: a row for step 9 with the histogram, the rest unknown */
+            int found = 0;
+            for (size_t i = 0; i < es->n_task_stats; i++) {
+                const Mkscope__V1__TaskStat *ts = es->task_stats[i];
+                if (ts->task_class == 2 && ts->step == 9) {
+                    found = 1;
+                    assert_int_equal(ts->count, 3);
+                    assert_non_null(ts->run);
+                    assert_int_equal(ts->run->n_buckets, 11);
+                    assert_int_equal(ts->run->buckets[10], 3);
+                }
+            }
+            assert_true(found);
+            assert_int_equal(es->n_remote_waits, 1);
+            assert_int_equal(es->remote_waits[0]->comm_gen, 0x1234);
+            assert_int_equal(es->remote_waits[0]->peer_rank, 3);
+            assert_int_equal(es->n_maps, 1);
+            assert_string_equal(es->maps[0]->prog_name, "my_prog");
+            assert_int_equal(es->maps[0]->n_entries, 1);
+            assert_int_equal(es->waits_dropped, 0);
+        } else {
+            for (size_t i = 0; i < es->n_task_stats; i++)
+                assert_int_equal(es->task_stats[i]->step, 0);
+            assert_int_equal(es->n_remote_waits, 0);
+            assert_int_equal(es->n_maps, 0);
+            assert_int_equal(es->waits_dropped, 1); /* the record it left out */
+        }
+        if (t == AGT_TIER_COUNTS)
+            for (size_t i = 0; i < es->n_task_stats; i++)
+                assert_null(es->task_stats[i]->run);
+        mks_wire_free(env);
+        free(buf);
+    }
+    assert_true(sizes[AGT_TIER_FULL] > sizes[AGT_TIER_HIST]);
+    assert_true(sizes[AGT_TIER_HIST] > sizes[AGT_TIER_COUNTS]);
+    agt_summary_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_user_map_with_builtin_name_stays_raw),
         cmocka_unit_test(test_map_read_error_is_reported),
         cmocka_unit_test(test_merge_adds_up),
+        cmocka_unit_test(test_encode_tiers_keep_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,404 @@
+/*
+ * EpochSummary encoding (see encode.h).
+ *
+ * Task rows: the latency monitor keys its histograms by step bucket
+ * (step % MKS_MON_STEP_BUCKETS), not by step.  At the full tier a bucket is
+ * reported under its real step only when the generation monitor saw exactly
+ * one step of the summary in that bucket; other buckets fold into one row per
+ * class with step 0 ("unknown" on the wire).  Per class the rows always add
+ * up to the count monitor's exact count: whatever the histograms did not see
+ * (tasks without a start time) goes into the step-0 row.
+ */
+#include "encode.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+uint32_t agt_tier_wire(enum agt_tier tier)
+{
+    switch (tier) {
+    case AGT_TIER_FULL:
+        return 2;
+    case AGT_TIER_HIST:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* All allocations of one encoding, freed together. */
+struct arena {
+    void **p;
+    size_t n, cap;
+    int oom;
+};
+
+static void *arena_alloc(struct arena *a, size_t size)
+{
+    if (a->oom)
+        return NULL;
+    if (a->n == a->cap) {
+        size_t ncap = a->cap ? a->cap * 2 : 64;
+        void **np = realloc(a->p, ncap * sizeof(*np));
+        if (!np) {
+            a->oom = 1;
+            return NULL;
+        }
+        a->p = np;
+        a->cap = ncap;
+    }
+    void *m = calloc(1, size ? size : 1);
+    if (!m) {
+        a->oom = 1;
+        return NULL;
+    }
+    a->p[a->n++] = m;
+    return m;
+}
+
+static void arena_free(struct arena *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        free(a->p[i]);
+    free(a->p);
+}
+
+static Mkscope__V1__Hist *hist_msg(struct arena *a, const struct mks_hist *h)
+{
+    if (!h || h->count == 0)
+        return NULL;
+    Mkscope__V1__Hist *m = arena_alloc(a, sizeof(*m));
+    if (!m)
+        return NULL;
+    mkscope__v1__hist__init(m);
+    m->count = h->count;
+    m->sum = h->sum;
+    size_t nb = MKS_HIST_BUCKETS;
+    while (nb > 0 && h->buckets[nb - 1] == 0)
+        nb--;
+    if (nb) {
+        m->buckets = arena_alloc(a, nb * sizeof(uint64_t));
+        if (!m->buckets)
+            return NULL;
+        memcpy(m->buckets, h->buckets, nb * sizeof(uint64_t));
+        m->n_buckets = nb;
+    }
+    return m;
+}
+
+static void hist_add(struct mks_hist *dst, const struct mks_hist *src)
+{
+    dst->count += src->count;
+    dst->sum += src->sum;
+    for (int b = 0; b < MKS_HIST_BUCKETS; b++)
+        dst->buckets[b] += src->buckets[b];
+}
+
+/* Real step of each bucket, or -1 when unknown or ambiguous. */
+static void step_of_bucket(const struct agt_summary *s, int64_t map[MKS_MON_STEP_BUCKETS])
+{
+    int seen[MKS_MON_STEP_BUCKETS] = {0};
+    for (int b = 0; b < MKS_MON_STEP_BUCKETS; b++)
+        map[b] = -1;
+    for (size_t i = 0; i < s->n_gen; i++) {
+        uint64_t st = s->gen[i].step;
+        int b = (int)(st % MKS_MON_STEP_BUCKETS);
+        if (seen[b] && map[b] != (int64_t)st)
+            map[b] = -2;
+        else if (!seen[b])
+            map[b] = (int64_t)st;
+        seen[b] = 1;
+    }
+    for (int b = 0; b < MKS_MON_STEP_BUCKETS; b++)
+        if (map[b] < 0 || map[b] > UINT32_MAX)
+            map[b] = -1;
+}
+
+static Mkscope__V1__TaskStat *task_row(struct arena *a, uint32_t cls, uint32_t step, uint64_t count,
+                                       const struct mks_hist *ready, const struct mks_hist *run,
+                                       int with_hist)
+{
+    Mkscope__V1__TaskStat *t = arena_alloc(a, sizeof(*t));
+    if (!t)
+        return NULL;
+    mkscope__v1__task_stat__init(t);
+    t->task_class = cls;
+    t->step = step;
+    t->count = count;
+    t->sum_run_ns = run ? run->sum : 0;
+    if (with_hist) {
+        t->queue = hist_msg(a, ready);
+        t->run = hist_msg(a, run);
+    }
+    return t;
+}
+
+static int add_task_rows(struct arena *a, const struct agt_summary *s, enum agt_tier tier,
+                         Mkscope__V1__EpochSummary *es)
+{
+    size_t cap = MKS_MON_MAX_CLASSES * (MKS_MON_STEP_BUCKETS + 1);
+    es->task_stats = arena_alloc(a, cap * sizeof(*es->task_stats));
+    if (!es->task_stats)
+        return -ENOMEM;
+    int64_t bmap[MKS_MON_STEP_BUCKETS];
+    step_of_bucket(s, bmap);
+    for (uint32_t c = 0; c < MKS_MON_MAX_CLASSES; c++) {
+        struct mks_hist ready = {0}, run = {0};
+        uint64_t hist_count = 0, assigned = 0;
+        for (uint32_t b = 0; b < MKS_MON_STEP_BUCKETS; b++) {
+            const struct agt_lat *l = &s->lat[c * MKS_MON_STEP_BUCKETS + b];
+            if (!l->present)
+                continue;
+            hist_count += l->run.count;
+            if (tier == AGT_TIER_FULL && bmap[b] >= 0) {
+                Mkscope__V1__TaskStat *t =
+                    task_row(a, c, (uint32_t)bmap[b], l->run.count, &l->ready, &l->run, 1);
+                if (!t)
+                    return -ENOMEM;
+                es->task_stats[es->n_task_stats++] = t;
+                assigned += l->run.count;
+                continue;
+            }
+            hist_add(&ready, &l->ready);
+            hist_add(&run, &l->run);
+        }
+        uint64_t total = s->have_counts ? s->cls[c].count : hist_count;
+        if (total < assigned)
+            total = assigned; /* histogram saw more than the counter: keep both honest */
+        uint64_t rest = total - assigned;
+        if (rest == 0 && run.count == 0 && ready.count == 0)
+            continue;
+        Mkscope__V1__TaskStat *t = task_row(a, c, 0, rest, &ready, &run, tier != AGT_TIER_COUNTS);
+        if (!t)
+            return -ENOMEM;
+        es->task_stats[es->n_task_stats++] = t;
+    }
+    return 0;
+}
+
+static int add_waits(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es)
+{
+    if (s->n_remote) {
+        es->remote_waits = arena_alloc(a, s->n_remote * sizeof(*es->remote_waits));
+        if (!es->remote_waits)
+            return -ENOMEM;
+    }
+    for (size_t i = 0; i < s->n_remote; i++) {
+        const struct agt_remote *r = &s->remote[i];
+        Mkscope__V1__RemoteWait *w = arena_alloc(a, sizeof(*w));
+        if (!w)
+            return -ENOMEM;
+        mkscope__v1__remote_wait__init(w);
+        w->comm_gen = r->key.comm_gen;
+        w->peer_rank = r->key.peer;
+        w->waiter_class = (uint32_t)r->v.task_class;
+        w->step = (uint32_t)r->v.step;
+        w->worker = (uint32_t)r->v.worker;
+        w->t_begin_dev_ns = r->v.first_begin;
+        w->t_end_dev_ns = r->v.last_end >= r->v.first_begin ? r->v.last_end : r->v.first_begin;
+        es->remote_waits[es->n_remote_waits++] = w;
+    }
+    if (s->n_release) {
+        es->releases = arena_alloc(a, s->n_release * sizeof(*es->releases));
+        if (!es->releases)
+            return -ENOMEM;
+    }
+    for (size_t i = 0; i < s->n_release; i++) {
+        const struct agt_release *r = &s->release[i];
+        Mkscope__V1__Release *m = arena_alloc(a, sizeof(*m));
+        if (!m)
+            return -ENOMEM;
+        mkscope__v1__release__init(m);
+        m->comm_gen = r->key.comm_gen;
+        m->consumer_rank = r->key.peer;
+        m->task_class = (uint32_t)r->v.task_class;
+        m->step = (uint32_t)r->v.step;
+        m->worker = (uint32_t)r->v.worker;
+        /* The release monitor runs at comm_end of the communication task:
+         * its start is the transfer's begin, comm_end the release. */
+        m->t_comm_begin_dev_ns = r->v.t_start <= r->v.t_release ? r->v.t_start : 0;
+        m->t_comm_end_dev_ns = r->v.t_release;
+        m->t_release_dev_ns = r->v.t_release;
+        m->bytes = r->v.bytes;
+        es->releases[es->n_releases++] = m;
+    }
+    return 0;
+}
+
+static int add_maps(struct arena *a, const struct agt_summary *s, const struct agt_encode_meta *meta,
+                    Mkscope__V1__EpochSummary *es)
+{
+    if (!s->n_user && !s->user_dropped)
+        return 0;
+    /* one MapDump per (prog_id, map name), in order of first appearance */
+    es->maps = arena_alloc(a, (s->n_user + 1) * sizeof(*es->maps));
+    if (!es->maps)
+        return -ENOMEM;
+    for (size_t i = 0; i < s->n_user; i++) {
+        const struct agt_user_entry *u = &s->user[i];
+        if (u->key_len > MKS_WIRE_MAX_BYTES || u->value_len > MKS_WIRE_MAX_BYTES)
+            continue;
+        Mkscope__V1__MapDump *d = NULL;
+        for (size_t j = 0; j < es->n_maps; j++)
+            if (es->maps[j]->prog_id == u->prog_id && strcmp(es->maps[j]->map_name, u->map) == 0)
+                d = es->maps[j];
+        if (!d) {
+            d = arena_alloc(a, sizeof(*d));
+            if (!d)
+                return -ENOMEM;
+            mkscope__v1__map_dump__init(d);
+            d->prog_id = u->prog_id;
+            d->map_name = (char *)u->map;
+            d->prog_name = (char *)"";
+            if (meta->prog_names && u->prog_id < meta->n_prog_names &&
+                meta->prog_names[u->prog_id])
+                d->prog_name = (char *)meta->prog_names[u->prog_id];
+            d->entries = arena_alloc(a, s->n_user * sizeof(*d->entries));
+            if (!d->entries)
+                return -ENOMEM;
+            es->maps[es->n_maps++] = d;
+        }
+        Mkscope__V1__MapEntry *e = arena_alloc(a, sizeof(*e));
+        if (!e)
+            return -ENOMEM;
+        mkscope__v1__map_entry__init(e);
+        e->key.data = u->bytes;
+        e->key.len = u->key_len;
+        e->value.data = u->bytes + u->key_len;
+        e->value.len = u->value_len;
+        d->entries[d->n_entries++] = e;
+    }
+    if (s->user_dropped)
+        for (size_t j = 0; j < es->n_maps; j++)
+            es->maps[j]->truncated = 1;
+    return 0;
+}
+
+static int add_rest(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es)
+{
+    /* local dependency waits per waiter class (steps are not kept apart by
+     * the monitor) */
+    if (s->have_wait) {
+        es->local_waits = arena_alloc(a, MKS_MON_MAX_CLASSES * sizeof(*es->local_waits));
+        if (!es->local_waits)
+            return -ENOMEM;
+        for (uint32_t c = 0; c < MKS_MON_MAX_CLASSES; c++) {
+            const struct mks_hist *h = &s->wait[MKS_MON_WAIT_KEY(MKS_DEP_LOCAL, c)];
+            if (!h->count)
+                continue;
+            Mkscope__V1__LocalWait *w = arena_alloc(a, sizeof(*w));
+            if (!w)
+                return -ENOMEM;
+            mkscope__v1__local_wait__init(w);
+            w->waiter_class = c;
+            w->count = h->count;
+            w->sum_ns = h->sum;
+            es->local_waits[es->n_local_waits++] = w;
+        }
+    }
+    if (s->n_queue) {
+        es->workers = arena_alloc(a, s->n_queue * sizeof(*es->workers));
+        if (!es->workers)
+            return -ENOMEM;
+    }
+    for (size_t i = 0; i < s->n_queue; i++) {
+        Mkscope__V1__WorkerStat *w = arena_alloc(a, sizeof(*w));
+        if (!w)
+            return -ENOMEM;
+        mkscope__v1__worker_stat__init(w);
+        w->worker = s->queue[i].worker;
+        w->max_queue_depth = s->queue[i].v.depth_max > UINT32_MAX ? UINT32_MAX
+                                                                  : (uint32_t)s->queue[i].v.depth_max;
+        w->tasks = s->queue[i].v.assigns;
+        es->workers[es->n_workers++] = w;
+    }
+    if (s->n_gen) {
+        es->steps = arena_alloc(a, s->n_gen * sizeof(*es->steps));
+        es->gens = arena_alloc(a, s->n_gen * sizeof(*es->gens));
+        if (!es->steps || !es->gens)
+            return -ENOMEM;
+    }
+    for (size_t i = 0; i < s->n_gen; i++) {
+        const struct mks_mon_gen *g = &s->gen[i];
+        if (g->step > UINT32_MAX)
+            continue;
+        Mkscope__V1__StepTime *st = arena_alloc(a, sizeof(*st));
+        Mkscope__V1__GenProgress *gp = arena_alloc(a, sizeof(*gp));
+        if (!st || !gp)
+            return -ENOMEM;
+        mkscope__v1__step_time__init(st);
+        st->step = (uint32_t)g->step;
+        st->tasks = g->tasks_done;
+        es->steps[es->n_steps++] = st;
+        if (g->advances) {
+            mkscope__v1__gen_progress__init(gp);
+            gp->step = (uint32_t)g->step;
+            gp->t_dev_ns = g->t_last;
+            gp->value = g->max_gen;
+            es->gens[es->n_gens++] = gp;
+        }
+    }
+    return 0;
+}
+
+int agt_summary_encode(const struct agt_summary *s, enum agt_tier tier,
+                       const struct agt_encode_meta *meta, const struct mks_wire_key *key,
+                       uint8_t **buf_p, size_t *len_p)
+{
+    if (!s || !meta || !buf_p || !len_p || tier < 0 || tier >= AGT_TIER_COUNT)
+        return -EINVAL;
+    struct arena a = {0};
+    Mkscope__V1__EpochSummary es = MKSCOPE__V1__EPOCH_SUMMARY__INIT;
+    es.epoch = s->epoch_last;
+    es.t_begin_host_ns = s->t_host_begin;
+    es.t_end_host_ns = s->t_host_end;
+    es.t_begin_dev_ns = s->t_dev_begin;
+    es.t_end_dev_ns = s->t_dev_end;
+    es.detail_tier = agt_tier_wire(tier);
+    es.sample_shift = meta->sample_shift;
+    es.lost_summaries = meta->lost_summaries;
+    es.waits_dropped = s->wait_stats.remote_dropped;
+
+    int err = add_task_rows(&a, s, tier, &es);
+    if (!err && tier == AGT_TIER_FULL)
+        err = add_waits(&a, s, &es);
+    else
+        es.waits_dropped += s->n_remote + s->n_release;
+    if (!err && tier == AGT_TIER_FULL)
+        err = add_maps(&a, s, meta, &es);
+    if (!err && tier != AGT_TIER_COUNTS)
+        err = add_rest(&a, s, &es);
+
+    Mkscope__V1__Coverage cov[MKS_EV_COUNT], *covp[MKS_EV_COUNT];
+    for (uint32_t ev = 0; ev < MKS_EV_COUNT; ev++) {
+        mkscope__v1__coverage__init(&cov[ev]);
+        cov[ev].hook = ev;
+        cov[ev].eligible = s->cov[ev].eligible;
+        cov[ev].ran = s->cov[ev].ran <= s->cov[ev].eligible ? s->cov[ev].ran : s->cov[ev].eligible;
+        cov[ev].throttled = s->cov[ev].throttled;
+        cov[ev].lost = s->cov[ev].lost;
+        cov[ev].prog_gen = s->cov[ev].prog_gen;
+        covp[ev] = &cov[ev];
+    }
+    es.coverage = covp;
+    es.n_coverage = MKS_EV_COUNT;
+    if (a.oom)
+        err = -ENOMEM;
+    if (!err) {
+        mks_envelope env;
+        mks_wire_init(&env, meta->job, meta->rank, meta->seq);
+        env.incarnation = meta->incarnation;
+        env.body_case = MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY;
+        env.epoch_summary = &es;
+        char why[256];
+        err = mks_wire_encode(&env, key, buf_p, len_p, why, sizeof(why));
+        if (err)
+            agt_log_err("epoch %llu: cannot encode summary: %s", (unsigned long long)es.epoch,
+                        why);
+    }
+    arena_free(&a);
+    return err;
+}
