@@ -37,6 +37,10 @@ int mks_ctl_name(const char *job, uint32_t rank, char *buf, size_t len);
  * creating process is alive and owned by the same uid (-EPERM otherwise);
  * -ENOENT if the application has not created it yet. */
 int mks_ctl_open(const char *job, uint32_t rank, struct mks_ctl **ctl_p);
+/* The same, with the reason for a failure as one line in err instead of on
+ * stderr ("control block /mkscope.j.0: bad magic: not an mkscope control block"). */
+int mks_ctl_open_err(const char *job, uint32_t rank, struct mks_ctl **ctl_p, char *err,
+                     size_t err_len);
 void mks_ctl_close(struct mks_ctl *ctl); /* accepts NULL */
 
 struct mks_ctl_info {
@@ -47,6 +51,9 @@ struct mks_ctl_info {
     char gpu_uuid[64];      /* empty on the CPU backend */
     const void *schema;     /* serialized mkscope.v1.TaskSchema, or NULL */
     size_t schema_len;
+    uint32_t lease_lapses;  /* times the application detached everything
+                               because the lease lapsed: re-attach when it grows */
+    uint64_t epoch;         /* current epoch */
 };
 int mks_ctl_info(const struct mks_ctl *ctl, struct mks_ctl_info *info);
 
@@ -55,7 +62,9 @@ int mks_ctl_info(const struct mks_ctl *ctl, struct mks_ctl_info *info);
 int mks_ctl_alive(const struct mks_ctl *ctl);
 
 /* Renew the agent's lease; the pump detaches everything when it lapses
- * (lease_ns after the last renewal). */
+ * (lease_ns after the last renewal).  mks_ctl_open() takes a first lease of
+ * MKS_CTL_LEASE_DEFAULT_NS. */
+#define MKS_CTL_LEASE_DEFAULT_NS (3ull * 1000000000ull)
 int mks_ctl_lease(struct mks_ctl *ctl, uint64_t lease_ns);
 
 /* A map as declared by a program's object. */
@@ -79,6 +88,10 @@ struct mks_prog_spec {
                                           to reuse (programs of one object share
                                           maps), or -1 to create */
     uint64_t cost;                     /* verifier's worst-case insns per run */
+    const void *const *map_init;       /* optional: per map, initial bytes of an
+                                          ARRAY map's entries (.rodata, .data),
+                                          or NULL for zeros; restored every epoch */
+    const size_t *map_init_len;        /* bytes of each map_init[i] */
 };
 
 /* Copy a program and create its maps; returns its id.  Maps are zeroed. */

@@ -1,0 +1,148 @@
+/*
+ * The control block: one POSIX shared-memory object per rank, created by the
+ * application (runtime.c) and driven by the agent (ctl.c).  Plain data with
+ * offsets only, so every mapping (and a device copy) reads the same bytes.
+ *
+ *   struct mks_cb            header, hooks, program table, map table
+ *   workers[n_workers]       per-worker epoch sequence words (a cache line each)
+ *   cov[2][n_workers][EV]    coverage counters per bank, written only by their worker
+ *   insns[MAX_PROGS][4096]   program text, one fixed slot per program
+ *   schema[SCHEMA_MAX]       the published task schema
+ *   arena[arena_len]         map banks and rings
+ *
+ * Publication: the agent fills a program slot, then publishes a hook's
+ * program list as one 64-bit word (four 16-bit program slot numbers + 1) with
+ * release semantics; a worker reads the word once per event (acquire), so an
+ * event sees either the old list or the new one, never a mix.  A program slot
+ * is reused only after every worker has left the hook once (grace period).
+ *
+ * Epochs: a worker announces (epoch << 1 | 1) in its sequence word, re-reads
+ * the epoch (both sequentially consistent) and uses bank epoch & 1; the agent
+ * increments the epoch and waits until no worker is still inside the old one,
+ * then copies and resets the old bank.
+ */
+#ifndef MKS_DEVHOOKS_CB_H
+#define MKS_DEVHOOKS_CB_H
+
+#include <stdint.h>
+
+#include "mkscope/bpf_isa.h"
+#include "mkscope/ctl.h"
+#include "mkscope/hook_abi.h"
+#include "mkscope/maps.h"
+
+#define MKS_CB_MAGIC       0x314b4c4243534b4dull /* "MKSCBLK1" little-endian */
+#define MKS_CB_LAYOUT      1u
+#define MKS_CB_MAX_PROGS   64u
+#define MKS_CB_SCHEMA_MAX  (256u * 1024u) /* a schema is a few KiB per hundred classes */
+#define MKS_CB_MAX_WORKERS 65536u
+#define MKS_CB_ARENA_DEFAULT (16ull << 20)
+#define MKS_CB_ARENA_MAX     (1ull << 32)
+
+enum mks_cb_prog_state { MKS_PROG_FREE = 0, MKS_PROG_LOADED = 1 };
+
+struct mks_cb_hook {
+    uint64_t progs;          /* 4 x u16: program slot + 1, 0 = empty; low half first */
+    uint64_t gen;            /* program generation, bumped by every publication */
+    uint32_t sample_shift;   /* run on one event in 2^sample_shift */
+    uint32_t pad;
+    uint64_t insn_budget;    /* per epoch, 0 = unlimited */
+    uint64_t budget_used[2]; /* instructions run in each bank */
+};
+
+struct mks_cb_prog {
+    uint32_t state; /* enum mks_cb_prog_state */
+    uint32_t type;
+    uint32_t abi_version;
+    uint32_t n_insns;
+    uint32_t n_maps;
+    uint32_t map_ids[MKS_MAX_PROG_MAPS];
+    uint32_t load_seq; /* bumped each time the slot is loaded */
+    uint64_t cost;
+    char name[32];
+};
+
+struct mks_cb_worker {
+    uint64_t seq;                   /* epoch << 1 | inside-hook */
+    uint32_t sample_ctr[MKS_EV_COUNT]; /* written by the worker only */
+    uint8_t pad[64 - 8 - 4 * MKS_EV_COUNT];
+};
+_Static_assert(sizeof(struct mks_cb_worker) == 64, "one cache line per worker");
+
+struct mks_cb_cov {
+    uint64_t eligible, ran, throttled, lost;
+};
+
+struct mks_cb {
+    uint64_t magic; /* written last by the creator */
+    uint32_t layout;
+    uint32_t header_size;
+    uint64_t total_size;
+    uint32_t abi_version;
+    uint32_t rank, n_ranks, n_workers;
+    int32_t app_pid;
+    uint32_t uid;
+    uint64_t app_start_ns; /* CLOCK_REALTIME at creation: the incarnation */
+    uint32_t closed;       /* set by mks_rt_destroy() before unlinking */
+    uint32_t lease_lapses; /* times the pump detached everything */
+    char job[72];
+    char gpu_uuid[64];
+    uint64_t workers_off, cov_off, insns_off, schema_off, arena_off, arena_len;
+    uint64_t schema_len;
+    uint64_t arena_brk; /* bump allocator of the arena (agent only) */
+
+    _Alignas(64) uint32_t attach_mask; /* the hot word: its own cache line */
+    _Alignas(64) uint64_t epoch;
+    uint64_t lease_deadline_ns; /* CLOCK_MONOTONIC; 0 = no lease taken yet */
+
+    _Alignas(64) struct mks_cb_hook hooks[MKS_EV_COUNT];
+    struct mks_cb_prog progs[MKS_CB_MAX_PROGS];
+    struct mks_map_desc maps[MKS_MAX_MAPS];
+};
+
+static inline struct mks_cb_worker *mks_cb_workers(struct mks_cb *cb)
+{
+    return (struct mks_cb_worker *)((uint8_t *)cb + cb->workers_off);
+}
+static inline struct mks_cb_cov *mks_cb_cov(struct mks_cb *cb, uint32_t bank, uint32_t worker,
+                                            uint32_t ev)
+{
+    struct mks_cb_cov *c = (struct mks_cb_cov *)((uint8_t *)cb + cb->cov_off);
+    return &c[((uint64_t)bank * cb->n_workers + worker) * MKS_EV_COUNT + ev];
+}
+static inline struct mks_insn *mks_cb_insns(struct mks_cb *cb, uint32_t slot)
+{
+    return (struct mks_insn *)((uint8_t *)cb + cb->insns_off) + (uint64_t)slot * MKS_BPF_MAX_INSNS;
+}
+static inline uint8_t *mks_cb_arena(struct mks_cb *cb)
+{
+    return (uint8_t *)cb + cb->arena_off;
+}
+
+/* Layout of a block for n_workers and arena bytes; returns the total size. */
+static inline uint64_t mks_cb_layout(struct mks_cb *cb, uint32_t n_workers, uint64_t arena)
+{
+    uint64_t off = (sizeof(struct mks_cb) + 63) & ~63ull;
+    cb->workers_off = off;
+    off += (uint64_t)n_workers * sizeof(struct mks_cb_worker);
+    off = (off + 63) & ~63ull;
+    cb->cov_off = off;
+    off += 2ull * n_workers * MKS_EV_COUNT * sizeof(struct mks_cb_cov);
+    off = (off + 63) & ~63ull;
+    cb->insns_off = off;
+    off += (uint64_t)MKS_CB_MAX_PROGS * MKS_BPF_MAX_INSNS * sizeof(struct mks_insn);
+    cb->schema_off = off;
+    off += MKS_CB_SCHEMA_MAX;
+    off = (off + 4095) & ~4095ull;
+    cb->arena_off = off;
+    cb->arena_len = arena;
+    return off + arena;
+}
+
+/* Hook program word helpers. */
+static inline uint32_t mks_cb_word_slot(uint64_t word, uint32_t i)
+{
+    return (uint32_t)(word >> (16 * i)) & 0xffffu; /* slot + 1, 0 = empty */
+}
+
+#endif /* MKS_DEVHOOKS_CB_H */
