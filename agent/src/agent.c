@@ -1,0 +1,1032 @@
+/*
+ * mkscope-agent's event loop.
+ *
+ * One thread, one poll(): a signalfd (SIGINT/SIGTERM), a timerfd that ticks
+ * once per epoch, the ingest link's receive fd and the survey socket's.  (The
+ * nanomsg library runs its own I/O thread underneath; the agent's logic never
+ * runs anywhere but here.)
+ *
+ * Each tick: find the rank's control block if it is not open yet (the
+ * application may start after the agent, or restart), renew the lease,
+ * advance the epoch and turn the snapshot into a summary.  A summary gets the
+ * next seq, is encoded at the finest detail tier the budget allows (or held
+ * and merged into the next one when none fits) and goes into the spool; the
+ * link sends the spool's oldest entry whenever it is idle, so after an outage
+ * summaries are replayed in order.  Acks are cumulative and drop entries
+ * from the spool; commands piggybacked on acks are executed at once and
+ * answered with CommandReply requests.
+ *
+ * A request without a reply within the timeout means the collector is gone
+ * (or restarted): the agent registers again before anything else, which also
+ * tells it (RegisterAck.stored_seq) what the collector already has.
+ */
+#include "agent.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nanomsg/nn.h>
+#include <nanomsg/survey.h>
+
+#include "budget.h"
+#include "encode.h"
+#include "link.h"
+#include "log.h"
+#include "mkscope/ctl.h"
+#include "mkscope/loader.h"
+#include "mkscope/wire.h"
+#include "progs.h"
+#include "spool.h"
+#include "summary.h"
+
+#define AGT_VERSION "mkscope-agent " MKS_AGENT_VERSION
+#define MAX_REPLIES 64
+/* Wait between registration attempts the collector refused. */
+#define REGISTER_RETRY_NS 1000000000ull
+
+enum inflight { IF_NONE, IF_REGISTER, IF_SUMMARY, IF_HEARTBEAT, IF_REPLY };
+
+struct reply {
+    uint8_t *buf;
+    size_t len;
+};
+
+struct agent {
+    struct agt_opts o;
+    struct mks_wire_key key;
+    int have_key;
+    uint64_t incarnation;
+    char host[256];
+    uint64_t epoch_ns;
+
+    int sigfd, timerfd, survey_sock, survey_fd;
+    struct agt_link *link;
+    int registered;
+    uint64_t register_after_ns;
+    enum inflight inflight;
+    uint64_t inflight_seq;
+    int outage_logged;
+
+    struct agt_spool *spool;
+    uint64_t seq;      /* last seq given to a summary */
+    uint64_t acked;    /* highest seq acknowledged */
+    uint64_t lost_reported;
+    struct agt_budget budget;
+    uint32_t sample_shift;
+    struct reply replies[MAX_REPLIES];
+    int n_replies;
+
+    struct mks_ctl *ctl;
+    struct mks_ctl_info info;
+    int have_info;
+    uint64_t last_app_start;
+    Mkscope__V1__TaskSchema *schema;
+    int open_err_logged;
+    struct agt_progs progs;
+    struct agt_summary *pending;
+    uint64_t prev_host_ns, prev_dev_ns;
+    struct mks_coverage last_cov[MKS_EV_COUNT];
+    uint64_t last_epoch;
+
+    uint64_t last_send_ns;
+    int stopping;
+    uint64_t stop_deadline_ns;
+    int exit_code;
+
+    /* counters for logs, heartbeats and --stats */
+    uint64_t n_summaries, n_epochs, n_held, n_sends, n_resends, n_attaches;
+    uint64_t tiers[AGT_TIER_COUNT];
+    uint64_t class_counts[MKS_MON_MAX_CLASSES];
+    uint64_t start_mono_ns;
+};
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mono_ns(void)
+{
+    return clock_ns(CLOCK_MONOTONIC);
+}
+
+/* The device clock of the CPU backend is CLOCK_MONOTONIC; a GPU's
+ * globaltimer is not readable from here, so its anchor stays 0 (unknown). */
+static uint64_t dev_ns(const struct agent *a)
+{
+    return a->have_info && a->info.gpu_uuid[0] == '\0' ? mono_ns() : 0;
+}
+
+/* ---- snapshot access through struct agt_snap_ops ----------------------- */
+
+static uint64_t snap_epoch(void *snap)
+{
+    return mks_epoch_snapshot_epoch(snap);
+}
+
+static int snap_cov(void *snap, enum mks_hook_event ev, struct mks_coverage *cov)
+{
+    return mks_epoch_snapshot_coverage(snap, ev, cov);
+}
+
+static int snap_map(void *snap, uint32_t id, mks_map_iter_fn fn, void *arg)
+{
+    return mks_epoch_snapshot_map(snap, id, fn, arg);
+}
+
+static const struct agt_snap_ops snap_ops = {snap_epoch, snap_cov, snap_map};
+
+/* ---- sending ----------------------------------------------------------- */
+
+static int encode_env(struct agent *a, mks_envelope *env, uint8_t **buf, size_t *len)
+{
+    char why[256];
+    int err = mks_wire_encode(env, a->have_key ? &a->key : NULL, buf, len, why, sizeof(why));
+    if (err)
+        agt_log_err("cannot encode %s: %s", mks_wire_body_name(env->body_case), why);
+    return err;
+}
+
+static void env_init(struct agent *a, mks_envelope *env, uint64_t seq)
+{
+    mks_wire_init(env, a->o.job, a->o.rank, seq);
+    env->incarnation = a->incarnation;
+}
+
+static int send_buf(struct agent *a, const uint8_t *buf, size_t len, enum inflight kind,
+                    uint64_t seq, uint64_t now)
+{
+    int err = agt_link_send(a->link, buf, len, now);
+    if (err)
+        return err;
+    a->inflight = kind;
+    a->inflight_seq = seq;
+    a->last_send_ns = now;
+    a->n_sends++;
+    if (kind != IF_SUMMARY) /* summaries were charged when they were made */
+        agt_budget_charge(&a->budget, len);
+    return 0;
+}
+
+static int send_register(struct agent *a, uint64_t now)
+{
+    Mkscope__V1__Register r = MKSCOPE__V1__REGISTER__INIT;
+    r.n_ranks = a->info.n_ranks;
+    r.host = a->host;
+    r.pid = a->info.app_pid;
+    r.gpu_uuid = a->info.gpu_uuid;
+    r.hook_abi_version = a->info.abi_version;
+    r.schema = a->schema;
+    r.agent_version = (char *)AGT_VERSION;
+    r.n_workers = a->info.n_workers;
+    r.epoch_ns = a->epoch_ns;
+    r.app_start_ns = a->info.app_start_ns;
+    mks_envelope env;
+    env_init(a, &env, a->seq);
+    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
+    env.register_ = &r;
+    uint8_t *buf;
+    size_t len;
+    int err = encode_env(a, &env, &buf, &len);
+    if (err)
+        return err;
+    err = send_buf(a, buf, len, IF_REGISTER, 0, now);
+    free(buf);
+    return err;
+}
+
+static int send_heartbeat(struct agent *a, uint64_t now)
+{
+    Mkscope__V1__Heartbeat hb = MKSCOPE__V1__HEARTBEAT__INIT;
+    Mkscope__V1__ProgramState ps[AGT_MAX_PROGS], *psp[AGT_MAX_PROGS];
+    struct agt_spool_stats st;
+    agt_spool_stats(a->spool, &st);
+    hb.agent_time_ns = clock_ns(CLOCK_REALTIME);
+    hb.last_seq = a->seq;
+    hb.app_alive = a->ctl && mks_ctl_alive(a->ctl);
+    hb.unacked = st.entries;
+    hb.lost_summaries = st.lost;
+    for (uint32_t i = 0; i < a->progs.n; i++) {
+        const struct agt_prog *p = &a->progs.progs[i];
+        mkscope__v1__program_state__init(&ps[i]);
+        ps[i].name = (char *)p->name;
+        ps[i].hook = (uint32_t)p->hook;
+        ps[i].prog_gen = p->gen;
+        ps[i].cost = p->cost;
+        ps[i].prog_type = p->prog_type;
+        psp[i] = &ps[i];
+    }
+    hb.programs = psp;
+    hb.n_programs = a->progs.n;
+    mks_envelope env;
+    env_init(a, &env, a->seq);
+    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    uint8_t *buf;
+    size_t len;
+    int err = encode_env(a, &env, &buf, &len);
+    if (err)
+        return err;
+    err = send_buf(a, buf, len, IF_HEARTBEAT, 0, now);
+    free(buf);
+    return err;
+}
+
+/* Send the next request if the link is idle.  Order: registration, command
+ * replies, buffered summaries (oldest first), heartbeat when due. */
+static void pump(struct agent *a, uint64_t now)
+{
+    if (agt_link_busy(a->link) || !a->have_info)
+        return;
+    if (!a->registered) {
+        if (now >= a->register_after_ns)
+            send_register(a, now);
+        return;
+    }
+    if (a->n_replies) {
+        send_buf(a, a->replies[0].buf, a->replies[0].len, IF_REPLY, 0, now);
+        return;
+    }
+    uint64_t seq;
+    const void *buf;
+    size_t len;
+    if (agt_spool_head(a->spool, &seq, &buf, &len) == 0) {
+        send_buf(a, buf, len, IF_SUMMARY, seq, now);
+        return;
+    }
+    if (now - a->last_send_ns >= a->o.heartbeat_ms * 1000000ull)
+        send_heartbeat(a, now);
+}
+
+static void ack_up_to(struct agent *a, uint64_t up_to)
+{
+    if (up_to > a->seq)
+        up_to = a->seq; /* never trust an ack for summaries not made yet */
+    if (up_to > a->acked)
+        a->acked = up_to;
+    agt_spool_ack(a->spool, up_to);
+}
+
+static void queue_reply(struct agent *a, Mkscope__V1__CommandReply *r)
+{
+    r->applied_host_ns = clock_ns(CLOCK_REALTIME);
+    mks_envelope env;
+    env_init(a, &env, a->seq);
+    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_COMMAND_REPLY;
+    env.command_reply = r;
+    uint8_t *buf;
+    size_t len;
+    if (encode_env(a, &env, &buf, &len))
+        return;
+    if (a->n_replies == MAX_REPLIES) {
+        agt_log_warn("command %" PRIu64 ": reply dropped: %d replies already waiting", r->id,
+                     MAX_REPLIES);
+        free(buf);
+        return;
+    }
+    a->replies[a->n_replies++] = (struct reply){buf, len};
+}
+
+static void pop_reply(struct agent *a)
+{
+    if (!a->n_replies)
+        return;
+    free(a->replies[0].buf);
+    memmove(&a->replies[0], &a->replies[1], (size_t)(a->n_replies - 1) * sizeof(a->replies[0]));
+    a->n_replies--;
+}
+
+/* ---- commands ---------------------------------------------------------- */
+
+static int valid_name(const char *s)
+{
+    if (!s || !*s || strlen(s) > 48)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_' || *s == '-' || *s == '.'))
+            return 0;
+    return 1;
+}
+
+static void fill_install_reply(Mkscope__V1__CommandReply *r, int err,
+                               const struct agt_install_result *res, char *log_buf)
+{
+    r->ok = err == 0;
+    strcpy(log_buf, res->log);
+    if (err)
+        r->error = log_buf;
+    else
+        r->verifier_log = log_buf;
+    r->cost = res->cost;
+    r->n_insns = res->n_insns;
+    r->prog_gen = res->prog_gen;
+}
+
+static int install_attach(struct agent *a, const Mkscope__V1__AttachProgram *ap,
+                          const char *replace, struct agt_install_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    const char *name = ap->name && *ap->name ? ap->name : ap->builtin;
+    if (!valid_name(name)) {
+        snprintf(res->log, sizeof(res->log), "program name must be [A-Za-z0-9_.-]{1,48}");
+        return -EINVAL;
+    }
+    if (ap->hook < -1 || ap->hook >= MKS_EV_COUNT) {
+        snprintf(res->log, sizeof(res->log), "hook %d out of range", ap->hook);
+        return -EINVAL;
+    }
+    struct mks_obj *obj = NULL;
+    char err[256] = "";
+    int rc;
+    if (ap->builtin && *ap->builtin) {
+        if (!valid_name(ap->builtin)) {
+            snprintf(res->log, sizeof(res->log), "built-in monitor name '%s' is not valid",
+                     ap->builtin);
+            return -EINVAL;
+        }
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s.bpf.o", a->o.monitors_dir, ap->builtin);
+        rc = mks_obj_open_file(path, &obj, err, sizeof(err));
+    } else if (ap->bpf_object.len) {
+        rc = mks_obj_open_mem(ap->bpf_object.data, ap->bpf_object.len, name, &obj, err,
+                              sizeof(err));
+    } else {
+        snprintf(res->log, sizeof(res->log), "attach: neither a BPF object nor a built-in name");
+        return -EINVAL;
+    }
+    if (rc) {
+        snprintf(res->log, sizeof(res->log), "%s: %s", name, err);
+        return rc;
+    }
+    rc = agt_progs_install(&a->progs, a->ctl, obj, name, ap->builtin && *ap->builtin, ap->hook,
+                           replace, res);
+    mks_obj_close(obj);
+    if (rc == 0)
+        a->n_attaches++;
+    return rc;
+}
+
+static void run_command(struct agent *a, const Mkscope__V1__Command *c)
+{
+    if (c->n_ranks) {
+        int mine = 0;
+        for (size_t i = 0; i < c->n_ranks; i++)
+            mine |= c->ranks[i] == a->o.rank;
+        if (!mine)
+            return;
+    }
+    Mkscope__V1__CommandReply r = MKSCOPE__V1__COMMAND_REPLY__INIT;
+    char msg[600] = "";
+    r.id = c->id;
+    struct agt_install_result res;
+    if (!a->ctl && c->kind_case != MKSCOPE__V1__COMMAND__KIND_BUDGET) {
+        snprintf(msg, sizeof(msg), "rank %u: application not running", a->o.rank);
+        r.error = msg;
+        queue_reply(a, &r);
+        return;
+    }
+    switch (c->kind_case) {
+    case MKSCOPE__V1__COMMAND__KIND_ATTACH: {
+        int err = install_attach(a, c->attach, NULL, &res);
+        fill_install_reply(&r, err, &res, msg);
+        break;
+    }
+    case MKSCOPE__V1__COMMAND__KIND_REPLACE: {
+        if (!c->replace->program || !valid_name(c->replace->old_name)) {
+            snprintf(msg, sizeof(msg), "replace: needs a program and the old program's name");
+            r.error = msg;
+            break;
+        }
+        int err = install_attach(a, c->replace->program, c->replace->old_name, &res);
+        fill_install_reply(&r, err, &res, msg);
+        break;
+    }
+    case MKSCOPE__V1__COMMAND__KIND_DETACH: {
+        uint64_t gen = 0;
+        int32_t hook = c->detach->hook;
+        int n = valid_name(c->detach->name) && hook >= -1 && hook < MKS_EV_COUNT
+                    ? agt_progs_remove(&a->progs, a->ctl, c->detach->name, hook, &gen)
+                    : -EINVAL;
+        r.ok = n > 0;
+        r.prog_gen = gen;
+        if (n > 0)
+            snprintf(msg, sizeof(msg), "%s: %d program%s detached", c->detach->name, n,
+                     n == 1 ? "" : "s");
+        else
+            snprintf(msg, sizeof(msg), "detach %s: %s", c->detach->name ? c->detach->name : "",
+                     n == -ENOENT ? "no such program" : "bad name or hook");
+        if (n > 0)
+            r.verifier_log = msg;
+        else
+            r.error = msg;
+        break;
+    }
+    case MKSCOPE__V1__COMMAND__KIND_BUDGET: {
+        const Mkscope__V1__SetBudget *b = c->budget;
+        if (b->hook < -1 || b->hook >= MKS_EV_COUNT || b->sample_shift > 31) {
+            snprintf(msg, sizeof(msg), "set budget: hook or sample shift out of range");
+            r.error = msg;
+            break;
+        }
+        agt_budget_set(&a->budget, b->bytes_per_sec, mono_ns());
+        int err = 0;
+        if (a->ctl)
+            for (int e = 0; e < MKS_EV_COUNT && !err; e++)
+                if (b->hook < 0 || b->hook == e)
+                    err = mks_ctl_set_budget(a->ctl, (enum mks_hook_event)e, b->sample_shift,
+                                             b->insn_budget);
+        if (err) {
+            snprintf(msg, sizeof(msg), "set budget: %s", strerror(-err));
+            r.error = msg;
+            break;
+        }
+        a->sample_shift = b->sample_shift;
+        r.ok = 1;
+        agt_log_info("budget: %" PRIu64 " bytes/s, sample shift %u, %" PRIu64
+                     " insns per epoch",
+                     b->bytes_per_sec, b->sample_shift, b->insn_budget);
+        break;
+    }
+    case MKSCOPE__V1__COMMAND__KIND_ESCALATE:
+        snprintf(msg, sizeof(msg), "escalation is not available in this agent");
+        r.error = msg;
+        break;
+    default:
+        snprintf(msg, sizeof(msg), "unknown command kind %d", (int)c->kind_case);
+        r.error = msg;
+        break;
+    }
+    if (!r.ok)
+        agt_log_warn("command %" PRIu64 ": %s", c->id, msg);
+    else
+        agt_log_info("command %" PRIu64 ": %s", c->id, msg[0] ? msg : "done");
+    queue_reply(a, &r);
+}
+
+/* ---- replies from the collector --------------------------------------- */
+
+static void on_reply(struct agent *a, const void *buf, size_t len)
+{
+    mks_envelope *env = NULL;
+    char why[256];
+    enum inflight was = a->inflight;
+    a->inflight = IF_NONE;
+    int err = mks_wire_decode(buf, len, a->have_key ? &a->key : NULL, &env, why, sizeof(why));
+    if (err) {
+        agt_log_warn("collector reply rejected: %s", why);
+        return; /* the request is sent again */
+    }
+    if (a->outage_logged) {
+        agt_log_info("collector answers again");
+        a->outage_logged = 0;
+    }
+    if (was == IF_REGISTER) {
+        if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK) {
+            agt_log_warn("collector answered register with %s", mks_wire_body_name(env->body_case));
+        } else if (!env->register_ack->accepted) {
+            agt_log_err("collector refused registration: %s", env->register_ack->reason);
+            a->register_after_ns = mono_ns() + REGISTER_RETRY_NS;
+        } else {
+            a->registered = 1;
+            ack_up_to(a, env->register_ack->stored_seq);
+            agt_log_info("registered with the collector (stored seq %" PRIu64 ")",
+                         env->register_ack->stored_seq);
+        }
+        mks_wire_free(env);
+        return;
+    }
+    if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_ACK) {
+        agt_log_warn("collector answered with %s, expected ack", mks_wire_body_name(env->body_case));
+        mks_wire_free(env);
+        return;
+    }
+    ack_up_to(a, env->ack->up_to_seq);
+    if (was == IF_REPLY)
+        pop_reply(a);
+    for (size_t i = 0; i < env->ack->n_commands; i++)
+        run_command(a, env->ack->commands[i]);
+    mks_wire_free(env);
+}
+
+/* ---- the application and its control block ---------------------------- */
+
+static void close_app(struct agent *a)
+{
+    agt_progs_reset(&a->progs);
+    mks_ctl_close(a->ctl);
+    a->ctl = NULL;
+}
+
+static void attach_builtins(struct agent *a)
+{
+    char list[512];
+    snprintf(list, sizeof(list), "%s", a->o.monitors ? a->o.monitors : "");
+    char *save = NULL;
+    for (char *m = strtok_r(list, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+        if (!valid_name(m)) {
+            agt_log_err("monitor name '%s' is not valid", m);
+            continue;
+        }
+        struct agt_install_result res;
+        if (agt_progs_install_builtin(&a->progs, a->ctl, a->o.monitors_dir, m, &res) == 0) {
+            agt_log_info("%s", res.log);
+            a->n_attaches++;
+        } else {
+            agt_log_err("%s", res.log);
+        }
+    }
+}
+
+static int try_open(struct agent *a, uint64_t now)
+{
+    struct mks_ctl *ctl = NULL;
+    int err = mks_ctl_open(a->o.job, a->o.rank, &ctl);
+    if (err) {
+        if (err != -ENOENT && !a->open_err_logged) {
+            agt_log_err("control block of job %s rank %u: %s%s", a->o.job, a->o.rank,
+                        strerror(-err),
+                        err == -EPERM ? " (owned by another user or its creator is gone)" : "");
+            a->open_err_logged = 1;
+        }
+        return err;
+    }
+    struct mks_ctl_info info;
+    err = mks_ctl_info(ctl, &info);
+    if (err) {
+        agt_log_err("control block of rank %u: cannot read its info: %s", a->o.rank,
+                    strerror(-err));
+        mks_ctl_close(ctl);
+        return err;
+    }
+    if (info.rank != a->o.rank || info.n_ranks == 0 || info.rank >= info.n_ranks) {
+        agt_log_err("control block says rank %u of %u, expected rank %u", info.rank,
+                    info.n_ranks, a->o.rank);
+        mks_ctl_close(ctl);
+        return -EINVAL;
+    }
+    Mkscope__V1__TaskSchema *schema = NULL;
+    if (info.schema && info.schema_len) {
+        char why[256];
+        if (mks_wire_schema_decode(info.schema, info.schema_len, &schema, why, sizeof(why)))
+            agt_log_warn("task schema of rank %u is not valid (%s); registering without it",
+                         a->o.rank, why);
+    }
+    a->open_err_logged = 0;
+    mks_wire_schema_free(a->schema);
+    a->schema = schema;
+    int restarted = a->have_info && info.app_start_ns != a->last_app_start;
+    a->ctl = ctl;
+    a->info = info;
+    a->info.schema = NULL; /* points into the block; decoded copy kept above */
+    a->have_info = 1;
+    a->last_app_start = info.app_start_ns;
+    a->registered = 0; /* (re-)register: pid, app start and schema may be new */
+    a->prev_host_ns = clock_ns(CLOCK_REALTIME);
+    a->prev_dev_ns = dev_ns(a);
+    agt_log_info("%s application pid %d: rank %u of %u, %u workers, hook ABI v%u%s%s",
+                 restarted ? "reattached to restarted" : "attached to", info.app_pid, info.rank,
+                 info.n_ranks, info.n_workers, info.abi_version, info.gpu_uuid[0] ? ", GPU " : "",
+                 info.gpu_uuid);
+    attach_builtins(a);
+    (void)now;
+    return 0;
+}
+
+/* Make a summary of `s` (possibly merged with held ones) and spool it. */
+static void emit(struct agent *a, struct agt_summary *s, int force)
+{
+    if (a->pending) {
+        if (agt_summary_merge(a->pending, s) != 0) {
+            agt_log_err("epoch %" PRIu64 ": out of memory merging summaries", s->epoch_last);
+        }
+        agt_summary_free(s);
+        s = a->pending;
+        a->pending = NULL;
+    }
+    struct agt_spool_stats st;
+    agt_spool_stats(a->spool, &st);
+    struct agt_encode_meta meta = {.job = a->o.job,
+                                   .rank = a->o.rank,
+                                   .incarnation = a->incarnation,
+                                   .seq = a->seq + 1,
+                                   .lost_summaries = st.lost + st.stale - a->lost_reported,
+                                   .sample_shift = a->sample_shift,
+                                   .prog_names = (const char *const *)a->progs.names_by_id,
+                                   .n_prog_names = sizeof(a->progs.names_by_id) /
+                                                   sizeof(a->progs.names_by_id[0])};
+    const struct mks_wire_key *key = a->have_key ? &a->key : NULL;
+    uint8_t *bufs[AGT_TIER_COUNT] = {0};
+    size_t sizes[AGT_TIER_COUNT] = {0};
+    int tier = AGT_TIER_FULL;
+    int err = 0;
+    if (a->budget.bytes_per_sec) {
+        for (int t = 0; t < AGT_TIER_COUNT && !err; t++)
+            err = agt_summary_encode(s, (enum agt_tier)t, &meta, key, &bufs[t], &sizes[t]);
+        if (!err) {
+            tier = agt_budget_choose(&a->budget, sizes);
+            if (tier < 0 && force)
+                tier = AGT_TIER_COUNTS;
+        }
+    } else {
+        err = agt_summary_encode(s, AGT_TIER_FULL, &meta, key, &bufs[0], &sizes[0]);
+    }
+    if (!err && tier < 0) {
+        a->n_held++;
+        a->pending = s;
+        s = NULL;
+    } else if (!err) {
+        err = agt_spool_push(a->spool, meta.seq, bufs[tier], sizes[tier]);
+        if (!err) {
+            a->seq = meta.seq;
+            a->lost_reported = st.lost + st.stale;
+            agt_budget_charge(&a->budget, sizes[tier]);
+            a->tiers[tier]++;
+            a->n_summaries++;
+            for (int c = 0; c < MKS_MON_MAX_CLASSES; c++)
+                a->class_counts[c] += s->cls[c].count;
+            agt_log_debug("summary seq %" PRIu64 ": epochs %" PRIu64 "..%" PRIu64
+                          ", %" PRIu64 " tasks, %zu bytes, tier %u",
+                          meta.seq, s->epoch_first, s->epoch_last, agt_summary_total(s),
+                          sizes[tier], agt_tier_wire((enum agt_tier)tier));
+        }
+    }
+    if (err)
+        agt_log_err("epoch %" PRIu64 ": summary not made: %s", s ? s->epoch_last : 0,
+                    strerror(-err));
+    for (int t = 0; t < AGT_TIER_COUNT; t++)
+        free(bufs[t]);
+    agt_summary_free(s);
+}
+
+/* Advance the epoch and summarise it. */
+static void snapshot(struct agent *a, int force)
+{
+    struct mks_epoch_snapshot *snap = NULL;
+    int err = mks_ctl_epoch_advance(a->ctl, &snap);
+    if (err) {
+        agt_log_warn("epoch advance failed: %s", strerror(-err));
+        if (force && a->pending) {
+            struct agt_summary *empty = agt_summary_new();
+            if (empty)
+                emit(a, empty, 1);
+        }
+        return;
+    }
+    uint64_t host = clock_ns(CLOCK_REALTIME), dev = dev_ns(a);
+    struct agt_summary *s = agt_summary_new();
+    int attached[MKS_EV_COUNT];
+    agt_progs_attached(&a->progs, attached);
+    if (!s) {
+        mks_epoch_snapshot_free(snap);
+        return;
+    }
+    err = agt_summary_build(s, &snap_ops, snap, a->progs.maps, a->progs.n_maps, attached);
+    mks_epoch_snapshot_free(snap);
+    if (err) {
+        agt_summary_free(s);
+        return;
+    }
+    s->t_host_begin = a->prev_host_ns;
+    s->t_host_end = host;
+    s->t_dev_begin = a->prev_dev_ns;
+    s->t_dev_end = dev;
+    a->prev_host_ns = host;
+    a->prev_dev_ns = dev;
+    memcpy(a->last_cov, s->cov, sizeof(a->last_cov));
+    a->last_epoch = s->epoch_last;
+    a->n_epochs++;
+    emit(a, s, force);
+}
+
+static void begin_stop(struct agent *a, const char *why)
+{
+    if (a->stopping)
+        return;
+    agt_log_info("stopping: %s", why);
+    a->stopping = 1;
+    a->stop_deadline_ns = mono_ns() + a->o.drain_ms * 1000000ull;
+    if (a->ctl && mks_ctl_alive(a->ctl)) {
+        snapshot(a, 1);
+        /* leave the rank as we found it */
+        while (a->progs.n) {
+            uint64_t gen;
+            char name[96];
+            snprintf(name, sizeof(name), "%s", a->progs.progs[0].name);
+            agt_progs_remove(&a->progs, a->ctl, name, -1, &gen);
+        }
+    } else if (a->pending) {
+        struct agt_summary *empty = agt_summary_new();
+        if (empty)
+            emit(a, empty, 1);
+    }
+    close_app(a);
+}
+
+static void tick(struct agent *a, uint64_t now)
+{
+    agt_budget_refill(&a->budget, now);
+    if (a->stopping)
+        return;
+    if (!a->ctl) {
+        try_open(a, now);
+        return;
+    }
+    if (!mks_ctl_alive(a->ctl)) {
+        /* The application ended or restarted.  Its control block is still
+         * mapped here: take what the last epoch counted, if the block still
+         * allows it, then let go and look for the next incarnation. */
+        agt_log_info("application pid %d is gone", a->info.app_pid);
+        snapshot(a, 1);
+        close_app(a);
+        if (a->o.exit_with_app)
+            begin_stop(a, "the application exited");
+        return;
+    }
+    int err = mks_ctl_lease(a->ctl, a->o.lease_ms * 1000000ull);
+    if (err)
+        agt_log_warn("lease renewal failed: %s", strerror(-err));
+    snapshot(a, 0);
+}
+
+/* ---- survey ---------------------------------------------------------------- */
+
+static void on_survey(struct agent *a)
+{
+    void *msg = NULL;
+    int n = nn_recv(a->survey_sock, &msg, NN_MSG, NN_DONTWAIT);
+    if (n < 0)
+        return;
+    mks_envelope *env = NULL;
+    char why[256];
+    int err = mks_wire_decode(msg, (size_t)n, a->have_key ? &a->key : NULL, &env, why, sizeof(why));
+    nn_freemsg(msg);
+    if (err) {
+        agt_log_warn("survey request rejected: %s", why);
+        return;
+    }
+    if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REQUEST) {
+        mks_wire_free(env);
+        return;
+    }
+    Mkscope__V1__SurveyReply r = MKSCOPE__V1__SURVEY_REPLY__INIT;
+    Mkscope__V1__Coverage cov[MKS_EV_COUNT], *covp[MKS_EV_COUNT];
+    Mkscope__V1__ProgramState ps[AGT_MAX_PROGS], *psp[AGT_MAX_PROGS];
+    r.id = env->survey_request->id;
+    r.ok = 1;
+    r.epoch = a->last_epoch;
+    r.last_seq = a->seq;
+    for (uint32_t e = 0; e < MKS_EV_COUNT; e++) {
+        mkscope__v1__coverage__init(&cov[e]);
+        cov[e].hook = e;
+        cov[e].eligible = a->last_cov[e].eligible;
+        cov[e].ran = a->last_cov[e].ran <= a->last_cov[e].eligible ? a->last_cov[e].ran
+                                                                   : a->last_cov[e].eligible;
+        cov[e].throttled = a->last_cov[e].throttled;
+        cov[e].lost = a->last_cov[e].lost;
+        cov[e].prog_gen = a->last_cov[e].prog_gen;
+        covp[e] = &cov[e];
+    }
+    r.coverage = covp;
+    r.n_coverage = MKS_EV_COUNT;
+    for (uint32_t i = 0; i < a->progs.n; i++) {
+        const struct agt_prog *p = &a->progs.progs[i];
+        mkscope__v1__program_state__init(&ps[i]);
+        ps[i].name = (char *)p->name;
+        ps[i].hook = (uint32_t)p->hook;
+        ps[i].prog_gen = p->gen;
+        ps[i].cost = p->cost;
+        ps[i].prog_type = p->prog_type;
+        psp[i] = &ps[i];
+    }
+    r.programs = psp;
+    r.n_programs = a->progs.n;
+    mks_envelope out;
+    env_init(a, &out, env->seq);
+    out.body_case = MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY;
+    out.survey_reply = &r;
+    uint8_t *buf;
+    size_t len;
+    if (encode_env(a, &out, &buf, &len) == 0) {
+        if (nn_send(a->survey_sock, buf, len, NN_DONTWAIT) < 0)
+            agt_log_debug("survey reply not sent: %s", nn_strerror(nn_errno()));
+        free(buf);
+    }
+    mks_wire_free(env);
+}
+
+/* ---- setup and the loop --------------------------------------------------- */
+
+static void write_stats(struct agent *a)
+{
+    if (!a->o.stats_path)
+        return;
+    FILE *f = fopen(a->o.stats_path, "w");
+    if (!f) {
+        agt_log_err("cannot write %s: %s", a->o.stats_path, strerror(errno));
+        return;
+    }
+    struct agt_spool_stats st;
+    agt_spool_stats(a->spool, &st);
+    double secs = (double)(mono_ns() - a->start_mono_ns) / 1e9;
+    fprintf(f,
+            "{\"rank\":%u,\"incarnation\":%" PRIu64 ",\"seconds\":%.3f,\"epochs\":%" PRIu64
+            ",\"summaries\":%" PRIu64 ",\"acked_seq\":%" PRIu64 ",\"last_seq\":%" PRIu64
+            ",\"unacked\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"held_epochs\":%" PRIu64
+            ",\"bytes_sent\":%" PRIu64 ",\"sends\":%" PRIu64 ",\"resends\":%" PRIu64
+            ",\"attaches\":%" PRIu64 ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64
+            "],\"class_counts\":{",
+            a->o.rank, a->incarnation, secs, a->n_epochs, a->n_summaries, a->acked, a->seq,
+            st.entries, st.lost + st.stale, a->n_held, a->budget.sent, a->n_sends, a->n_resends,
+            a->n_attaches, a->tiers[AGT_TIER_COUNTS], a->tiers[AGT_TIER_HIST],
+            a->tiers[AGT_TIER_FULL]);
+    int first = 1;
+    for (int c = 0; c < MKS_MON_MAX_CLASSES; c++) {
+        if (!a->class_counts[c])
+            continue;
+        fprintf(f, "%s\"%d\":%" PRIu64, first ? "" : ",", c, a->class_counts[c]);
+        first = 0;
+    }
+    fprintf(f, "}}\n");
+    fclose(f);
+}
+
+static int setup(struct agent *a)
+{
+    a->epoch_ns = a->o.epoch_ms * 1000000ull;
+    a->incarnation = clock_ns(CLOCK_REALTIME);
+    a->start_mono_ns = mono_ns();
+    if (gethostname(a->host, sizeof(a->host) - 1) != 0)
+        snprintf(a->host, sizeof(a->host), "unknown");
+    if (a->o.key_path) {
+        char why[256];
+        int err = mks_wire_key_load(a->o.key_path, &a->key, why, sizeof(why));
+        if (err) {
+            agt_log_err("--key %s: %s", a->o.key_path, why);
+            return err;
+        }
+        a->have_key = 1;
+    }
+    struct agt_spool_opts so = {.sz = sizeof(so),
+                                .mem_bytes = a->o.buffer_bytes,
+                                .dir = a->o.spool_dir,
+                                .disk_bytes = a->o.spool_bytes};
+    int err = agt_spool_create(&so, &a->spool);
+    if (err)
+        return err;
+    agt_budget_init(&a->budget, a->o.budget, a->epoch_ns, mono_ns());
+    err = agt_link_create(a->o.collector, a->o.timeout_ms, &a->link);
+    if (err)
+        return err;
+    a->survey_sock = -1;
+    if (a->o.survey) {
+        a->survey_sock = nn_socket(AF_SP, NN_RESPONDENT);
+        size_t sz = sizeof(a->survey_fd);
+        if (a->survey_sock < 0 ||
+            nn_getsockopt(a->survey_sock, NN_SOL_SOCKET, NN_RCVFD, &a->survey_fd, &sz) < 0 ||
+            nn_connect(a->survey_sock, a->o.survey) < 0) {
+            agt_log_err("--survey %s: %s", a->o.survey, nn_strerror(nn_errno()));
+            return -EINVAL;
+        }
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    a->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    a->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (a->sigfd < 0 || a->timerfd < 0) {
+        agt_log_err("signalfd/timerfd: %s", strerror(errno));
+        return -errno;
+    }
+    struct itimerspec its = {
+        .it_interval = {.tv_sec = (time_t)(a->epoch_ns / 1000000000ull),
+                        .tv_nsec = (long)(a->epoch_ns % 1000000000ull)},
+        .it_value = {.tv_sec = 0, .tv_nsec = 1000000},
+    };
+    if (timerfd_settime(a->timerfd, 0, &its, NULL) != 0) {
+        agt_log_err("timerfd_settime: %s", strerror(errno));
+        return -errno;
+    }
+    return 0;
+}
+
+static void teardown(struct agent *a)
+{
+    struct agt_spool_stats st = {0};
+    if (a->spool)
+        agt_spool_stats(a->spool, &st);
+    if (st.entries)
+        agt_log_warn("%" PRIu64 " summaries (seq %" PRIu64 "..%" PRIu64
+                     ") were not acknowledged before exit",
+                     st.entries, a->acked + 1, a->seq);
+    if (a->spool)
+        write_stats(a);
+    close_app(a);
+    agt_summary_free(a->pending);
+    mks_wire_schema_free(a->schema);
+    for (int i = 0; i < a->n_replies; i++)
+        free(a->replies[i].buf);
+    agt_spool_destroy(a->spool);
+    agt_link_destroy(a->link);
+    if (a->survey_sock >= 0)
+        nn_close(a->survey_sock);
+    if (a->sigfd >= 0)
+        close(a->sigfd);
+    if (a->timerfd >= 0)
+        close(a->timerfd);
+}
+
+int agt_run(const struct agt_opts *opts)
+{
+    struct agent *a = calloc(1, sizeof(*a));
+    if (!a)
+        return 1;
+    a->o = *opts;
+    a->sigfd = a->timerfd = a->survey_sock = -1;
+    agt_log_setup(a->o.verbose ? (a->o.verbose > 1 ? AGT_LOG_DEBUG : AGT_LOG_INFO) : AGT_LOG_WARN,
+                  a->o.rank);
+    if (setup(a) != 0) {
+        teardown(a);
+        free(a);
+        return 1;
+    }
+    agt_log_info("job %s rank %u: collector %s, epoch %" PRIu64 " ms, budget %s", a->o.job,
+                 a->o.rank, a->o.collector, a->o.epoch_ms,
+                 a->o.budget ? "limited" : "unlimited");
+    for (;;) {
+        uint64_t now = mono_ns();
+        if (agt_link_expired(a->link, now)) {
+            a->n_resends++;
+            if (!a->outage_logged) {
+                agt_log_warn("collector %s not answering; buffering summaries", a->o.collector);
+                a->outage_logged = 1;
+            }
+            /* it may have restarted: register again, then replay */
+            a->inflight = IF_NONE;
+            a->registered = 0;
+        }
+        pump(a, now);
+        if (a->stopping) {
+            struct agt_spool_stats st;
+            agt_spool_stats(a->spool, &st);
+            int idle = st.entries == 0 && a->n_replies == 0 && !a->pending &&
+                       (!agt_link_busy(a->link) || a->inflight == IF_HEARTBEAT);
+            if (idle || now >= a->stop_deadline_ns || !a->have_info)
+                break;
+        }
+        struct pollfd pf[4] = {{a->sigfd, POLLIN, 0},
+                               {a->timerfd, POLLIN, 0},
+                               {agt_link_fd(a->link), POLLIN, 0},
+                               {a->survey_sock >= 0 ? a->survey_fd : -1, POLLIN, 0}};
+        int wait = agt_link_wait_ms(a->link, now);
+        if (wait < 0 || wait > 50)
+            wait = 50; /* retry sends the link could not take */
+        if (poll(pf, 4, wait) < 0 && errno != EINTR) {
+            agt_log_err("poll: %s", strerror(errno));
+            a->exit_code = 1;
+            break;
+        }
+        now = mono_ns();
+        if (pf[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(a->sigfd, &si, sizeof(si)) == sizeof(si))
+                ;
+            if (a->stopping)
+                break; /* a second signal: do not wait for the drain */
+            begin_stop(a, "signal");
+        }
+        if (pf[1].revents & POLLIN) {
+            uint64_t n;
+            if (read(a->timerfd, &n, sizeof(n)) == sizeof(n))
+                tick(a, now);
+        }
+        if (pf[2].revents & POLLIN) {
+            void *buf;
+            size_t len;
+            while (agt_link_recv(a->link, &buf, &len) == 0) {
+                on_reply(a, buf, len);
+                agt_link_msg_free(buf);
+            }
+        }
+        if (pf[3].revents & POLLIN)
+            on_survey(a);
+    }
+    int code = a->exit_code;
+    teardown(a);
+    free(a);
+    return code;
+}

@@ -1,0 +1,248 @@
+/*
+ * mkscope-agent: command line.  The daemon itself is agent.c.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef MKS_MONITORS_BUILD_DIR
+#define MKS_MONITORS_BUILD_DIR ""
+#endif
+
+/* Built-in monitors: $MKS_MONITORS_DIR, else next to an installed binary
+ * (<prefix>/lib/mkscope/monitors), else the build tree this binary came from. */
+static const char *default_monitors_dir(void)
+{
+    static char dir[PATH_MAX];
+    const char *env = getenv("MKS_MONITORS_DIR");
+    if (env && *env)
+        return env;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            struct stat st;
+            snprintf(dir, sizeof(dir), "%s/../lib/mkscope/monitors", exe);
+            if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+                return dir;
+        }
+    }
+    return MKS_MONITORS_BUILD_DIR;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mkscope-agent --job NAME --rank N [OPTIONS]\n"
+            "\n"
+            "Runs beside one rank of a megakernel job: attaches the standard monitors to the\n"
+            "rank's hooks, summarises every epoch and streams the summaries to the collector.\n"
+            "\n"
+            "OPTIONS\n"
+            "  --job NAME            job name, as the application's runtime was given it\n"
+            "  --rank N              rank to serve\n"
+            "  --collector URL       collector ingest socket (default tcp://127.0.0.1:7400)\n"
+            "  --survey URL          collector survey socket for live queries (default: none)\n"
+            "  --epoch-ms MS         epoch length (default 100)\n"
+            "  --budget BYTES        telemetry budget in bytes per second (default: unlimited)\n"
+            "  --buffer-bytes BYTES  memory for summaries the collector has not acked (8 MiB)\n"
+            "  --spool-dir DIR       spill unacked summaries to DIR when memory is full\n"
+            "  --spool-bytes BYTES   bound of the disk spool (default 256 MiB)\n"
+            "  --key FILE            shared MAC key (32 bytes or 64 hex digits, mode 600)\n"
+            "  --monitors DIR        built-in monitor objects (default %s)\n"
+            "  --attach LIST         built-in monitors to attach, comma-separated\n"
+            "                        (default count,latency,depwait,queue,genprog)\n"
+            "  --lease-ms MS         lease on the hooks (default 2 epochs): if the agent stops,\n"
+            "                        the hooks detach this long after its last renewal\n"
+            "  --heartbeat-ms MS     heartbeat when nothing else was sent (default 1000)\n"
+            "  --timeout-ms MS       reply timeout before resending (default 1000)\n"
+            "  --drain-ms MS         at exit, time to deliver what is buffered (default 3000)\n"
+            "  --exit-with-app       exit once the application has ended and all is delivered\n"
+            "  --stats FILE          write counters as one JSON line at exit\n"
+            "  -v, --verbose         more log lines (twice: per summary)\n"
+            "  -h, --help            this text\n"
+            "\n"
+            "EXAMPLES\n"
+            "  mkscope-agent --job llm --rank 0 --collector tcp://10.0.0.5:7400 --budget 20000\n"
+            "  mkscope-agent --job t1 --rank 3 --collector ipc:///tmp/t1/ingest --exit-with-app\n",
+            default_monitors_dir());
+}
+
+static int parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-') {
+        fprintf(stderr, "mkscope-agent: %s needs a number\n", opt);
+        return -1;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max) {
+        fprintf(stderr, "mkscope-agent: %s '%s': expected a number in %" PRIu64 "..%" PRIu64 "\n",
+                opt, s, min, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int valid_job(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_' || *s == '.' || *s == '-'))
+            return 0;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    enum {
+        O_JOB = 256, O_RANK, O_COLLECTOR, O_SURVEY, O_EPOCH, O_BUDGET, O_BUFFER, O_SPOOL_DIR,
+        O_SPOOL_BYTES, O_KEY, O_MONITORS, O_ATTACH, O_LEASE, O_HEARTBEAT, O_TIMEOUT, O_DRAIN,
+        O_EXIT_WITH_APP, O_STATS
+    };
+    static const struct option lo[] = {
+        {"job", required_argument, 0, O_JOB},
+        {"rank", required_argument, 0, O_RANK},
+        {"collector", required_argument, 0, O_COLLECTOR},
+        {"survey", required_argument, 0, O_SURVEY},
+        {"epoch-ms", required_argument, 0, O_EPOCH},
+        {"budget", required_argument, 0, O_BUDGET},
+        {"buffer-bytes", required_argument, 0, O_BUFFER},
+        {"spool-dir", required_argument, 0, O_SPOOL_DIR},
+        {"spool-bytes", required_argument, 0, O_SPOOL_BYTES},
+        {"key", required_argument, 0, O_KEY},
+        {"monitors", required_argument, 0, O_MONITORS},
+        {"attach", required_argument, 0, O_ATTACH},
+        {"lease-ms", required_argument, 0, O_LEASE},
+        {"heartbeat-ms", required_argument, 0, O_HEARTBEAT},
+        {"timeout-ms", required_argument, 0, O_TIMEOUT},
+        {"drain-ms", required_argument, 0, O_DRAIN},
+        {"exit-with-app", no_argument, 0, O_EXIT_WITH_APP},
+        {"stats", required_argument, 0, O_STATS},
+        {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    struct agt_opts o = {
+        .sz = sizeof(o),
+        .collector = "tcp://127.0.0.1:7400",
+        .epoch_ms = 100,
+        .monitors_dir = default_monitors_dir(),
+        .monitors = "count,latency,depwait,queue,genprog",
+        .heartbeat_ms = 1000,
+        .timeout_ms = 1000,
+        .drain_ms = 3000,
+    };
+    uint64_t v;
+    int have_rank = 0, c;
+    while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
+        switch (c) {
+        case O_JOB:
+            o.job = optarg;
+            break;
+        case O_RANK:
+            if (parse_u64("--rank", optarg, 0, UINT32_MAX - 1, &v))
+                return 2;
+            o.rank = (uint32_t)v;
+            have_rank = 1;
+            break;
+        case O_COLLECTOR:
+            o.collector = optarg;
+            break;
+        case O_SURVEY:
+            o.survey = optarg;
+            break;
+        case O_EPOCH:
+            if (parse_u64("--epoch-ms", optarg, 1, 60000, &o.epoch_ms))
+                return 2;
+            break;
+        case O_BUDGET:
+            if (parse_u64("--budget", optarg, 0, UINT64_MAX / 2, &o.budget))
+                return 2;
+            break;
+        case O_BUFFER:
+            if (parse_u64("--buffer-bytes", optarg, 1024, UINT64_MAX / 2, &o.buffer_bytes))
+                return 2;
+            break;
+        case O_SPOOL_DIR:
+            o.spool_dir = optarg;
+            break;
+        case O_SPOOL_BYTES:
+            if (parse_u64("--spool-bytes", optarg, 1024, UINT64_MAX / 2, &o.spool_bytes))
+                return 2;
+            break;
+        case O_KEY:
+            o.key_path = optarg;
+            break;
+        case O_MONITORS:
+            o.monitors_dir = optarg;
+            break;
+        case O_ATTACH:
+            o.monitors = optarg;
+            break;
+        case O_LEASE:
+            if (parse_u64("--lease-ms", optarg, 1, 600000, &o.lease_ms))
+                return 2;
+            break;
+        case O_HEARTBEAT:
+            if (parse_u64("--heartbeat-ms", optarg, 10, 600000, &o.heartbeat_ms))
+                return 2;
+            break;
+        case O_TIMEOUT:
+            if (parse_u64("--timeout-ms", optarg, 10, 600000, &o.timeout_ms))
+                return 2;
+            break;
+        case O_DRAIN:
+            if (parse_u64("--drain-ms", optarg, 0, 600000, &o.drain_ms))
+                return 2;
+            break;
+        case O_EXIT_WITH_APP:
+            o.exit_with_app = 1;
+            break;
+        case O_STATS:
+            o.stats_path = optarg;
+            break;
+        case 'v':
+            o.verbose++;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "mkscope-agent: see --help\n");
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "mkscope-agent: unexpected argument '%s'; see --help\n", argv[optind]);
+        return 2;
+    }
+    if (!o.job || !have_rank) {
+        fprintf(stderr, "mkscope-agent: --job and --rank are required; see --help\n");
+        return 2;
+    }
+    if (!valid_job(o.job)) {
+        fprintf(stderr, "mkscope-agent: --job '%s': expected [A-Za-z0-9_.-]{1,64}\n", o.job);
+        return 2;
+    }
+    if (!o.lease_ms)
+        o.lease_ms = 2 * o.epoch_ms;
+    return agt_run(&o);
+}
