@@ -1,0 +1,341 @@
+/*
+ * Tests of clock alignment with synthetic ranks whose device clocks are off
+ * by up to +-50 ms and drift by up to +-100 ppm, on globaltimer-sized
+ * values.  Observations are generated from a known truth: host anchors with
+ * 20-50 us read windows, causal edges both ways between ranks at a few
+ * thousand per second with 1-20 us latencies.  Every test checks that each
+ * rank's aligned times are within 5 us of the truth and that the stated
+ * bound contains the truth, over many deterministic seeds.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mkscope/clock.h"
+
+#define DEV_BASE  1700000000000000000.0L /* globaltimer: ns since 1970 */
+#define HOST_BASE 123456789000000.0L     /* CLOCK_MONOTONIC: ns since boot */
+#define MAX_RANKS 8
+
+struct rng {
+    uint64_t s;
+};
+
+static uint64_t next_u64(struct rng *r)
+{
+    uint64_t x = (r->s += 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static double uniform(struct rng *r, double a, double b)
+{
+    return a + (b - a) * ((double)(next_u64(r) >> 11) / 9007199254740992.0);
+}
+
+/* The truth: device clock d_r(t) = DEV_BASE + t * (1 + eps_r) + phi_r for
+ * true time t (ns); the host clock is HOST_BASE + t. */
+struct world {
+    int nranks;
+    long double eps[MAX_RANKS], phi[MAX_RANKS];
+    int host_timeline; /* 1: time line is the host clock, 0: rank 0's device clock */
+};
+
+static void make_world(struct world *w, struct rng *r, int nranks, int host_timeline)
+{
+    w->nranks = nranks;
+    w->host_timeline = host_timeline;
+    for (int i = 0; i < nranks; i++) {
+        w->eps[i] = uniform(r, -100e-6, 100e-6);
+        w->phi[i] = uniform(r, -50e6, 50e6);
+    }
+    /* make sure the extremes are exercised */
+    w->eps[nranks - 1] = 100e-6;
+    w->phi[nranks - 1] = -50e6;
+}
+
+static uint64_t dev_read(const struct world *w, int rank, long double t)
+{
+    return (uint64_t)floorl(DEV_BASE + t * (1.0L + w->eps[rank]) + w->phi[rank]);
+}
+
+/* The true aligned time of device value d on rank. */
+static long double truth(const struct world *w, int rank, uint64_t d)
+{
+    long double t = ((long double)d - DEV_BASE - w->phi[rank]) / (1.0L + w->eps[rank]);
+    if (w->host_timeline)
+        return HOST_BASE + t;
+    return DEV_BASE + t * (1.0L + w->eps[0]) + w->phi[0];
+}
+
+/* Edges between the listed ordered pairs, `rate` per second each, over `dur_s`. */
+static void add_edges(struct mks_clock_model *m, const struct world *w, struct rng *r,
+                      int (*linked)(int a, int b, int n), double rate, double dur_s)
+{
+    size_t per_pair = (size_t)(rate * dur_s), cap = 4096, k = 0;
+    struct mks_clock_edge *e = malloc(cap * sizeof(*e));
+    assert_non_null(e);
+    for (int a = 0; a < w->nranks; a++)
+        for (int b = 0; b < w->nranks; b++) {
+            if (a == b || !linked(a, b, w->nranks))
+                continue;
+            for (size_t i = 0; i < per_pair; i++) {
+                long double t = uniform(r, 0, dur_s * 1e9);
+                long double lat = uniform(r, 1000, 20000);
+                e[k++] = (struct mks_clock_edge){.src_rank = (uint32_t)a, .dst_rank = (uint32_t)b,
+                                                 .src_ns = dev_read(w, a, t),
+                                                 .dst_ns = dev_read(w, b, t + lat),
+                                                 .min_latency_ns = 1000};
+                if (k == cap) {
+                    assert_int_equal(mks_clock_add_edges(m, e, k), 0);
+                    k = 0;
+                }
+            }
+        }
+    assert_int_equal(mks_clock_add_edges(m, e, k), 0);
+    free(e);
+}
+
+static void add_anchors(struct mks_clock_model *m, const struct world *w, struct rng *r, int rank,
+                        double hz, double dur_s)
+{
+    for (double t = uniform(r, 0, 1e9 / hz); t < dur_s * 1e9; t += 1e9 / hz) {
+        double win = uniform(r, 20000, 50000);
+        long double lo = t, read = t + uniform(r, 0, win);
+        struct mks_clock_anchor a = {.rank = (uint32_t)rank,
+                                     .device_ns = dev_read(w, rank, read),
+                                     .host_lo_ns = (uint64_t)floorl(HOST_BASE + lo),
+                                     .host_hi_ns = (uint64_t)ceill(HOST_BASE + t + win)};
+        assert_int_equal(mks_clock_add_anchors(m, &a, 1), 0);
+    }
+}
+
+static int all_pairs(int a, int b, int n)
+{
+    (void)a;
+    (void)b;
+    (void)n;
+    return 1;
+}
+
+static int ring_pairs(int a, int b, int n)
+{
+    return (a + 1) % n == b || (b + 1) % n == a;
+}
+
+struct check {
+    double max_err_ns;   /* worst |estimate - truth| */
+    double mean_bound;   /* average stated error bound */
+    long violations;     /* truth outside the stated bound */
+};
+
+/* Compare aligned times to the truth over the run (and a little beyond). */
+static void check_alignment(const struct mks_clock_model *m, const struct world *w, double dur_s,
+                            struct check *c)
+{
+    long n = 0;
+    memset(c, 0, sizeof(*c));
+    for (int rank = 0; rank < w->nranks; rank++) {
+        for (int i = 0; i <= 40; i++) {
+            long double t = (long double)dur_s * 1e9 * (i / 40.0);
+            uint64_t d = dev_read(w, rank, t);
+            struct mks_aligned_time at;
+            assert_int_equal(mks_clock_align(m, (uint32_t)rank, d, &at), 0);
+            long double tr = truth(w, rank, d);
+            double err = fabs((double)((long double)at.t_ns - tr));
+            if (err > c->max_err_ns)
+                c->max_err_ns = err;
+            if ((long double)at.lo_ns > tr || (long double)at.hi_ns < tr)
+                c->violations++;
+            assert_true(at.lo_ns <= at.t_ns && at.t_ns <= at.hi_ns);
+            c->mean_bound += (double)at.err_ns;
+            n++;
+        }
+        struct mks_clock_rank_est est;
+        assert_int_equal(mks_clock_rank_estimate(m, (uint32_t)rank, &est), 0);
+        /* the rank estimate's drift is the relative rate against the time line */
+        long double rate = w->host_timeline ? 1.0L / (1.0L + w->eps[rank])
+                                            : (1.0L + w->eps[0]) / (1.0L + w->eps[rank]);
+        assert_true(fabs(est.drift - (double)(rate - 1.0L)) <= est.drift_err + 1e-12);
+        long double off = truth(w, rank, est.ref_device_ns) - (long double)est.ref_device_ns;
+        assert_true(fabsl((long double)est.offset_ns - off) <= est.offset_err_ns + 1.0);
+    }
+    c->mean_bound /= (double)n;
+}
+
+static struct mks_clock_model *new_model(int nranks)
+{
+    struct mks_clock_model *m = NULL;
+    assert_int_equal(mks_clock_model_create((uint32_t)nranks, NULL, &m), 0);
+    return m;
+}
+
+/* No anchors: the time line is rank 0's device clock; 8 ranks, edges both
+ * ways between every pair, 2000 per second per direction, 2 s. */
+static void test_edges_only_8_ranks(void **state)
+{
+    (void)state;
+    struct rng r = {1};
+    struct world w;
+    struct check c;
+    struct mks_clock_model *m = new_model(8);
+
+    make_world(&w, &r, 8, 0);
+    add_edges(m, &w, &r, all_pairs, 2000, 2.0);
+    assert_int_equal(mks_clock_solve(m), 0);
+    check_alignment(m, &w, 2.0, &c);
+    printf("  edges only, 8 ranks: worst error %.1f ns, mean bound %.1f ns\n", c.max_err_ns,
+           c.mean_bound);
+    assert_int_equal(c.violations, 0);
+    assert_true(c.max_err_ns <= 5000);
+    mks_clock_model_destroy(m);
+}
+
+/* Many seeds, 4-8 ranks, half of them on the host time line with anchors at
+ * 50 Hz, half on rank 0's clock with edges only: the bound always holds and
+ * offsets are within 5 us. */
+static void test_many_seeds(void **state)
+{
+    (void)state;
+    double worst = 0;
+    for (uint64_t seed = 100; seed < 160; seed++) {
+        struct rng r = {seed};
+        struct world w;
+        struct check c;
+        int n = 4 + (int)(seed % 5);
+        struct mks_clock_model *m = new_model(n);
+        int anchored = seed % 2;
+
+        make_world(&w, &r, n, anchored);
+        if (anchored)
+            for (int k = 0; k < n; k++)
+                add_anchors(m, &w, &r, k, 50, 1.0);
+        add_edges(m, &w, &r, all_pairs, 1000, 1.0);
+        assert_int_equal(mks_clock_solve(m), 0);
+        check_alignment(m, &w, 1.0, &c);
+        if (c.violations)
+            printf("  seed %llu: %ld violations\n", (unsigned long long)seed, c.violations);
+        assert_int_equal(c.violations, 0);
+        assert_true(c.max_err_ns <= 5000);
+        worst = fmax(worst, c.max_err_ns);
+        mks_clock_model_destroy(m);
+    }
+    printf("  60 seeds: worst error %.1f ns\n", worst);
+}
+
+/* Host anchors only, then anchors plus edges: the edges must tighten the
+ * bound, and both must contain the truth. */
+static void test_anchors_refined_by_edges(void **state)
+{
+    (void)state;
+    struct check ca, ce;
+    for (int with_edges = 0; with_edges < 2; with_edges++) {
+        struct rng r = {7};
+        struct world w;
+        struct mks_clock_model *m = new_model(6);
+        make_world(&w, &r, 6, 1);
+        for (int k = 0; k < 6; k++)
+            add_anchors(m, &w, &r, k, 10, 2.0);
+        if (with_edges)
+            add_edges(m, &w, &r, all_pairs, 2000, 2.0);
+        assert_int_equal(mks_clock_solve(m), 0);
+        check_alignment(m, &w, 2.0, with_edges ? &ce : &ca);
+        mks_clock_model_destroy(m);
+    }
+    printf("  anchors only: worst %.1f ns bound %.1f ns; with edges: worst %.1f ns bound %.1f ns\n",
+           ca.max_err_ns, ca.mean_bound, ce.max_err_ns, ce.mean_bound);
+    assert_int_equal(ca.violations, 0);
+    assert_int_equal(ce.violations, 0);
+    assert_true(ce.max_err_ns <= 5000);
+    assert_true(ce.mean_bound < ca.mean_bound);
+}
+
+/* Edges only between ring neighbours: alignment propagates over hops. */
+static void test_ring_topology(void **state)
+{
+    (void)state;
+    struct rng r = {42};
+    struct world w;
+    struct check c;
+    struct mks_clock_model *m = new_model(6);
+
+    make_world(&w, &r, 6, 0);
+    add_edges(m, &w, &r, ring_pairs, 3000, 1.0);
+    assert_int_equal(mks_clock_solve(m), 0);
+    check_alignment(m, &w, 1.0, &c);
+    printf("  ring of 6: worst error %.1f ns, mean bound %.1f ns\n", c.max_err_ns, c.mean_bound);
+    assert_int_equal(c.violations, 0);
+    assert_true(c.max_err_ns <= 5000);
+    mks_clock_model_destroy(m);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    struct mks_clock_model *m = NULL;
+    struct mks_aligned_time at;
+    struct mks_clock_rank_est est;
+    struct mks_clock_opts o = {.sz = 4};
+
+    assert_int_equal(mks_clock_model_create(0, NULL, &m), -EINVAL);
+    assert_int_equal(mks_clock_model_create(2, &o, &m), -EINVAL);
+    o.sz = sizeof(o);
+    o.max_drift = -1;
+    assert_int_equal(mks_clock_model_create(2, &o, &m), -EINVAL);
+    mks_clock_model_destroy(NULL);
+
+    m = new_model(3);
+    struct mks_clock_anchor bad_a = {.rank = 0, .device_ns = 5, .host_lo_ns = 10, .host_hi_ns = 9};
+    assert_int_equal(mks_clock_add_anchors(m, &bad_a, 1), -EINVAL);
+    bad_a = (struct mks_clock_anchor){.rank = 3, .host_lo_ns = 1, .host_hi_ns = 2};
+    assert_int_equal(mks_clock_add_anchors(m, &bad_a, 1), -EINVAL);
+    struct mks_clock_edge self = {.src_rank = 1, .dst_rank = 1};
+    assert_int_equal(mks_clock_add_edges(m, &self, 1), -EINVAL);
+    assert_int_equal(mks_clock_align(m, 0, 100, &at), -EINVAL); /* not solved */
+
+    /* ranks 0 and 1 linked, rank 2 not: it cannot be aligned */
+    struct mks_clock_edge e[2] = {
+        {.src_rank = 0, .dst_rank = 1, .src_ns = 1000000, .dst_ns = 2005000, .min_latency_ns = 1000},
+        {.src_rank = 1, .dst_rank = 0, .src_ns = 2100000, .dst_ns = 1098000, .min_latency_ns = 1000},
+    };
+    assert_int_equal(mks_clock_add_edges(m, e, 2), 0);
+    assert_int_equal(mks_clock_solve(m), 0);
+    assert_int_equal(mks_clock_align(m, 2, 100, &at), -ENODATA);
+    assert_int_equal(mks_clock_rank_estimate(m, 2, &est), -ENODATA);
+    assert_int_equal(mks_clock_align(m, 0, 1000000, &at), 0);
+    assert_int_equal(at.t_ns, 1000000); /* rank 0 defines the time line */
+    assert_int_equal(at.err_ns, 0);
+    /* rank 1 is 1.003-1.004 ms ahead: T_1(2005000) >= 1001000 from the first edge;
+     * the second, 95 us later, bounds it above by 1002000 plus what drift allows */
+    assert_int_equal(mks_clock_align(m, 1, 2005000, &at), 0);
+    assert_true(at.lo_ns >= 1000998 && at.hi_ns <= 1002050);
+
+    /* contradiction: a wake before the release that caused it, both ways */
+    struct mks_clock_edge c = {.src_rank = 0, .dst_rank = 1, .src_ns = 1500000, .dst_ns = 2400000,
+                               .min_latency_ns = 1000};
+    assert_int_equal(mks_clock_add_edges(m, &c, 1), 0);
+    assert_int_equal(mks_clock_solve(m), -EDOM);
+    assert_int_equal(mks_clock_align(m, 0, 1000000, &at), -EINVAL); /* no model after a failed solve */
+    mks_clock_model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_edges_only_8_ranks),
+        cmocka_unit_test(test_many_seeds),
+        cmocka_unit_test(test_anchors_refined_by_edges),
+        cmocka_unit_test(test_ring_topology),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
