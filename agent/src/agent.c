@@ -79,6 +79,8 @@ struct agent {
     struct agt_spool *spool;
     uint64_t seq;      /* last seq given to a summary */
     uint64_t acked;    /* highest seq acknowledged */
+    uint32_t refusals[1]; /* consecutive refusals of the head summary */
+    uint64_t refused;     /* summaries dropped because the collector refused them */
     uint64_t lost_reported;
     struct agt_budget budget;
     uint32_t sample_shift;
@@ -90,7 +92,8 @@ struct agent {
     int have_info;
     uint64_t last_app_start;
     Mkscope__V1__TaskSchema *schema;
-    int open_err_logged;
+    int open_err_logged; /* last open error reported */
+    uint32_t lease_lapses;
     struct agt_progs progs;
     struct agt_summary *pending;
     uint64_t prev_host_ns, prev_dev_ns;
@@ -507,12 +510,36 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
         mks_wire_free(env);
         return;
     }
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK &&
+        !env->register_ack->accepted) {
+        /* The collector refused the request.  A summary it cannot store
+         * would block the queue for ever: after a few refusals it is
+         * dropped and counted as lost, like an overflow. */
+        agt_log_warn("collector refused %s seq %" PRIu64 ": %s",
+                     was == IF_SUMMARY ? "summary" : "request", a->inflight_seq,
+                     env->register_ack->reason);
+        if (was == IF_SUMMARY && ++a->refusals[0] >= 3) {
+            agt_log_err("dropping summary seq %" PRIu64 " the collector refuses", a->inflight_seq);
+            agt_spool_ack(a->spool, a->inflight_seq);
+            a->refused++;
+            a->refusals[0] = 0;
+        } else if (was == IF_REPLY) {
+            pop_reply(a);
+        }
+        mks_wire_free(env);
+        return;
+    }
     if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_ACK) {
         agt_log_warn("collector answered with %s, expected ack", mks_wire_body_name(env->body_case));
         mks_wire_free(env);
         return;
     }
-    ack_up_to(a, env->ack->up_to_seq);
+    a->refusals[0] = 0;
+    /* Only the reply to a summary speaks for this incarnation's summaries:
+     * the collector answers other requests with what it last stored for the
+     * rank, which may belong to an earlier agent. */
+    if (was == IF_SUMMARY)
+        ack_up_to(a, env->ack->up_to_seq);
     if (was == IF_REPLY)
         pop_reply(a);
     for (size_t i = 0; i < env->ack->n_commands; i++)
@@ -552,13 +579,18 @@ static void attach_builtins(struct agent *a)
 static int try_open(struct agent *a, uint64_t now)
 {
     struct mks_ctl *ctl = NULL;
-    int err = mks_ctl_open(a->o.job, a->o.rank, &ctl);
+    char why[256] = "";
+    int err = mks_ctl_open_err(a->o.job, a->o.rank, &ctl, why, sizeof(why));
     if (err) {
-        if (err != -ENOENT && !a->open_err_logged) {
-            agt_log_err("control block of job %s rank %u: %s%s", a->o.job, a->o.rank,
-                        strerror(-err),
-                        err == -EPERM ? " (owned by another user or its creator is gone)" : "");
-            a->open_err_logged = 1;
+        /* Not there yet (-ENOENT) or left behind by an application that
+         * died (-ESRCH): wait for the next one.  Anything else is worth a
+         * line, once until it changes. */
+        if (err != a->open_err_logged) {
+            if (err == -ENOENT || err == -ESRCH)
+                agt_log_info("waiting for the application: %s", why);
+            else
+                agt_log_err("%s", why);
+            a->open_err_logged = err;
         }
         return err;
     }
@@ -592,6 +624,7 @@ static int try_open(struct agent *a, uint64_t now)
     a->info.schema = NULL; /* points into the block; decoded copy kept above */
     a->have_info = 1;
     a->last_app_start = info.app_start_ns;
+    a->lease_lapses = info.lease_lapses;
     a->registered = 0; /* (re-)register: pid, app start and schema may be new */
     a->prev_host_ns = clock_ns(CLOCK_REALTIME);
     a->prev_dev_ns = dev_ns(a);
@@ -757,6 +790,20 @@ static void tick(struct agent *a, uint64_t now)
     int err = mks_ctl_lease(a->ctl, a->o.lease_ms * 1000000ull);
     if (err)
         agt_log_warn("lease renewal failed: %s", strerror(-err));
+    struct mks_ctl_info info;
+    if (mks_ctl_info(a->ctl, &info) == 0 && info.lease_lapses != a->lease_lapses) {
+        /* We were too slow once and the application detached everything;
+         * the programs are still loaded, put them back. */
+        agt_log_warn("lease lapsed (%u times); re-attaching %u programs", info.lease_lapses,
+                     a->progs.n);
+        a->lease_lapses = info.lease_lapses;
+        for (uint32_t i = 0; i < a->progs.n; i++) {
+            struct agt_prog *p = &a->progs.progs[i];
+            err = mks_ctl_attach(a->ctl, p->prog_id, (enum mks_hook_event)p->hook, -1, &p->gen);
+            if (err && err != -EEXIST && err != -EALREADY)
+                agt_log_err("%s: re-attach failed: %s", p->name, strerror(-err));
+        }
+    }
     snapshot(a, 0);
 }
 
@@ -848,7 +895,7 @@ static void write_stats(struct agent *a)
             ",\"attaches\":%" PRIu64 ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64
             "],\"class_counts\":{",
             a->o.rank, a->incarnation, secs, a->n_epochs, a->n_summaries, a->acked, a->seq,
-            st.entries, st.lost + st.stale, a->n_held, a->budget.sent, a->n_sends, a->n_resends,
+            st.entries, st.lost + st.stale + a->refused, a->n_held, a->budget.sent, a->n_sends, a->n_resends,
             a->n_attaches, a->tiers[AGT_TIER_COUNTS], a->tiers[AGT_TIER_HIST],
             a->tiers[AGT_TIER_FULL]);
     int first = 1;

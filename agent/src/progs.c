@@ -49,6 +49,13 @@ int agt_progs_install(struct agt_progs *ps, struct mks_ctl *ctl, const struct mk
     uint32_t loaded = 0, attached = 0;
     int err = 0;
     int32_t share[MKS_MAX_PROG_MAPS];
+    const void *init[MKS_MAX_PROG_MAPS];
+    size_t init_len[MKS_MAX_PROG_MAPS];
+    for (uint32_t j = 0; j < nm; j++)
+        if (mks_obj_map_init(obj, j, &init[j], &init_len[j]) != 0) {
+            init[j] = NULL;
+            init_len[j] = 0;
+        }
 
     for (uint32_t i = 0; i < n && !err; i++) {
         const struct mks_obj_prog *p = mks_obj_prog(obj, i);
@@ -93,7 +100,9 @@ int agt_progs_install(struct agt_progs *ps, struct mks_ctl *ctl, const struct mk
                                      .n_maps = nm,
                                      .maps = maps,
                                      .share_maps = share,
-                                     .cost = vr.cost};
+                                     .cost = vr.cost,
+                                     .map_init = init,
+                                     .map_init_len = init_len};
         err = mks_ctl_prog_load(ctl, &spec, &ids[i]);
         if (err) {
             snprintf(res->log, sizeof(res->log), "%s: cannot load into the control block: %s",
