@@ -42,6 +42,12 @@ const struct mks_obj_prog *mks_obj_prog(const struct mks_obj *obj, uint32_t i);
 uint32_t mks_obj_map_count(const struct mks_obj *obj);
 const struct mks_map_spec *mks_obj_maps(const struct mks_obj *obj);
 
+/* Initial content of map i when it stands for a global-data section
+ * (.rodata, .data, .bss: an MKS_MAP_ARRAY of one entry named after the
+ * section, whose value is the section).  Whoever creates the maps copies it
+ * into entry 0.  -ENOENT for ordinary maps, which start zeroed. */
+int mks_obj_map_init(const struct mks_obj *obj, uint32_t i, const void **data_p, size_t *len_p);
+
 /* Hook from a section name: "mkscope/<event>" (OBSERVE) or
  * "mkscope.control/<event>" (CONTROL). */
 int mks_hook_from_section(const char *section, int32_t *hook_p, uint32_t *prog_type_p);

@@ -1,0 +1,683 @@
+/*
+ * Loader: BPF ELF object -> relocated programs and map specs, with libbpf and
+ * no bpf() system call.
+ *
+ * How it works: the object is read into memory and first checked by a small
+ * ELF walker of our own (header, section table, string and symbol tables,
+ * relocation entries all inside the buffer), because libbpf trusts the ELF it
+ * is given and a corrupted object must get an error line, not a crash.  Then
+ * libbpf opens it, every program gets a Linux program type (libbpf needs one;
+ * the mkscope type comes from the section name), and bpf_object__gen_loader()
+ * makes bpf_object__load() record what it would ask the kernel instead of
+ * asking it.  What load leaves behind is exactly what we want: map references
+ * are ld_imm64 with src_reg 5 (map index) or 6 (map index + offset, for
+ * .rodata/.data/.bss), subprograms are appended and called by relative
+ * offset.  Everything is copied out and the libbpf object is closed, so an
+ * mks_obj is plain memory.
+ *
+ * .rodata, .data and .bss become MKS_MAP_ARRAY maps of one entry whose value
+ * is the section; their initial content is kept (mks_obj_map_init) for
+ * whoever creates the maps.
+ *
+ * libbpf reports problems through a process-wide print callback; while one of
+ * our calls runs it is redirected to capture the first warning, which becomes
+ * the error line, and restored afterwards.  So open/close are not safe to
+ * call from two threads at once (the agent calls them from its event loop).
+ */
+#include <elf.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+
+#include "mkscope/bpf_isa.h"
+#include "mkscope/hook_abi.h"
+#include "mkscope/loader.h"
+
+#ifndef EM_BPF
+#define EM_BPF 247
+#endif
+
+/* Objects larger than this are not monitors; refuse before parsing. */
+#define MKS_OBJ_MAX_BYTES (64u << 20)
+/* Map limits: a map lives in the control block's arena (16 MiB by default). */
+#define MKS_MAP_MAX_VALUE   (1u << 20)
+#define MKS_MAP_MAX_ENTRIES (1u << 24)
+#define MKS_MAP_MAX_KEY     512u
+
+struct mks_obj {
+    char *name;
+    struct mks_obj_prog *progs;
+    uint32_t n_progs;
+    struct mks_map_spec *maps;
+    void **map_init; /* per map: initial value of an internal map, else NULL */
+    size_t *map_init_len;
+    uint32_t n_maps;
+};
+
+/* ---- libbpf messages --------------------------------------------------- */
+
+static char ld_msg[256];
+
+static int ld_print(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+    if (level == LIBBPF_WARN && ld_msg[0] == '\0') {
+        vsnprintf(ld_msg, sizeof(ld_msg), fmt, ap);
+        size_t n = strlen(ld_msg);
+        while (n > 0 && (ld_msg[n - 1] == '\n' || ld_msg[n - 1] == ' '))
+            ld_msg[--n] = '\0';
+    }
+    return 0;
+}
+
+__attribute__((format(printf, 4, 5))) static int ld_err(char *err, size_t len, int code,
+                                                        const char *fmt, ...)
+{
+    if (err && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, len, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* ---- ELF pre-check ----------------------------------------------------- */
+
+struct elf_view {
+    const uint8_t *buf;
+    size_t len;
+    Elf64_Ehdr eh;
+    const char *shstr;
+    size_t shstr_len;
+};
+
+static int elf_shdr(const struct elf_view *ev, size_t i, Elf64_Shdr *sh)
+{
+    memcpy(sh, ev->buf + ev->eh.e_shoff + i * sizeof(*sh), sizeof(*sh));
+    return 0;
+}
+
+static const char *elf_secname(const struct elf_view *ev, const Elf64_Shdr *sh)
+{
+    if (!ev->shstr || sh->sh_name >= ev->shstr_len)
+        return "?";
+    return ev->shstr + sh->sh_name;
+}
+
+/* True when [off, off+size) lies inside the buffer (no overflow). */
+static int elf_in(const struct elf_view *ev, uint64_t off, uint64_t size)
+{
+    return off <= ev->len && size <= ev->len - off;
+}
+
+/* Checks that every table libbpf will walk lies inside the buffer. */
+static int elf_check(const char *name, const uint8_t *buf, size_t len, char *err, size_t elen)
+{
+    struct elf_view ev = {.buf = buf, .len = len};
+    Elf64_Shdr sh;
+
+    if (len < EI_NIDENT || memcmp(buf, ELFMAG, SELFMAG) != 0)
+        return ld_err(err, elen, -ENOEXEC, "%s: not an ELF file (bad magic); expected a BPF object from clang -target bpf", name);
+    if (len < sizeof(Elf64_Ehdr))
+        return ld_err(err, elen, -ENOEXEC, "%s: truncated: %zu bytes, shorter than an ELF header", name, len);
+    memcpy(&ev.eh, buf, sizeof(ev.eh));
+    if (buf[EI_CLASS] != ELFCLASS64 || buf[EI_DATA] != ELFDATA2LSB)
+        return ld_err(err, elen, -ENOEXEC, "%s: not a 64-bit little-endian ELF; expected clang -target bpf output", name);
+    if (ev.eh.e_machine != EM_BPF)
+        return ld_err(err, elen, -ENOEXEC, "%s: ELF machine %u is not BPF (%u); compile with clang -target bpf", name,
+                      ev.eh.e_machine, EM_BPF);
+    if (ev.eh.e_type != ET_REL)
+        return ld_err(err, elen, -ENOEXEC, "%s: ELF type %u is not a relocatable object; expected clang -c output", name,
+                      ev.eh.e_type);
+    if (ev.eh.e_shentsize != sizeof(Elf64_Shdr) || ev.eh.e_shnum == 0 ||
+        !elf_in(&ev, ev.eh.e_shoff, (uint64_t)ev.eh.e_shnum * sizeof(Elf64_Shdr)))
+        return ld_err(err, elen, -ENOEXEC, "%s: truncated or corrupt: section header table (offset %llu, %u entries) outside the %zu-byte file",
+                      name, (unsigned long long)ev.eh.e_shoff, ev.eh.e_shnum, len);
+    if (ev.eh.e_shstrndx == SHN_UNDEF || ev.eh.e_shstrndx >= ev.eh.e_shnum)
+        return ld_err(err, elen, -ENOEXEC, "%s: corrupt: section name table index %u out of range", name, ev.eh.e_shstrndx);
+    elf_shdr(&ev, ev.eh.e_shstrndx, &sh);
+    if (sh.sh_type != SHT_STRTAB || !elf_in(&ev, sh.sh_offset, sh.sh_size) || sh.sh_size == 0 ||
+        buf[sh.sh_offset + sh.sh_size - 1] != '\0')
+        return ld_err(err, elen, -ENOEXEC, "%s: truncated or corrupt: section name table", name);
+    ev.shstr = (const char *)buf + sh.sh_offset;
+    ev.shstr_len = sh.sh_size;
+
+    size_t n_symtab = 0, n_syms = 0, symtab_idx = 0;
+    for (size_t i = 0; i < ev.eh.e_shnum; i++) {
+        elf_shdr(&ev, i, &sh);
+        if (sh.sh_name >= ev.shstr_len)
+            return ld_err(err, elen, -ENOEXEC, "%s: corrupt: section %zu name offset %u outside the name table", name, i,
+                          sh.sh_name);
+        if (sh.sh_type != SHT_NOBITS && sh.sh_type != SHT_NULL && !elf_in(&ev, sh.sh_offset, sh.sh_size))
+            return ld_err(err, elen, -ENOEXEC, "%s: truncated: section '%s' (%llu bytes at %llu) ends beyond the %zu-byte file",
+                          name, elf_secname(&ev, &sh), (unsigned long long)sh.sh_size,
+                          (unsigned long long)sh.sh_offset, len);
+        if (sh.sh_type == SHT_SYMTAB) {
+            n_symtab++;
+            symtab_idx = i;
+        }
+    }
+    if (n_symtab != 1)
+        return ld_err(err, elen, -ENOEXEC, "%s: %zu symbol tables; expected exactly one (clang -c output)", name, n_symtab);
+
+    /* Symbol table and its strings. */
+    Elf64_Shdr symsh, strsh;
+    elf_shdr(&ev, symtab_idx, &symsh);
+    if (symsh.sh_entsize != sizeof(Elf64_Sym) || symsh.sh_size % sizeof(Elf64_Sym) != 0 ||
+        symsh.sh_link == 0 || symsh.sh_link >= ev.eh.e_shnum)
+        return ld_err(err, elen, -ENOEXEC, "%s: corrupt: symbol table layout", name);
+    elf_shdr(&ev, symsh.sh_link, &strsh);
+    if (strsh.sh_type != SHT_STRTAB || strsh.sh_size == 0 ||
+        buf[strsh.sh_offset + strsh.sh_size - 1] != '\0')
+        return ld_err(err, elen, -ENOEXEC, "%s: corrupt: symbol string table", name);
+    n_syms = symsh.sh_size / sizeof(Elf64_Sym);
+    for (size_t s = 0; s < n_syms; s++) {
+        Elf64_Sym sym;
+        memcpy(&sym, buf + symsh.sh_offset + s * sizeof(sym), sizeof(sym));
+        if (sym.st_name >= strsh.sh_size)
+            return ld_err(err, elen, -ENOEXEC, "%s: corrupt: symbol %zu name outside the string table", name, s);
+        if (sym.st_shndx != SHN_UNDEF && sym.st_shndx < SHN_LORESERVE && sym.st_shndx >= ev.eh.e_shnum)
+            return ld_err(err, elen, -ENOEXEC, "%s: corrupt: symbol %zu in section %u of %u", name, s, sym.st_shndx,
+                          ev.eh.e_shnum);
+        if (sym.st_shndx != SHN_UNDEF && sym.st_shndx < ev.eh.e_shnum) {
+            Elf64_Shdr tsh;
+            elf_shdr(&ev, sym.st_shndx, &tsh);
+            if (sym.st_value > tsh.sh_size || sym.st_size > tsh.sh_size - sym.st_value)
+                return ld_err(err, elen, -ENOEXEC, "%s: corrupt: symbol %zu (%llu bytes at %llu) outside its section '%s'",
+                              name, s, (unsigned long long)sym.st_size, (unsigned long long)sym.st_value,
+                              elf_secname(&ev, &tsh));
+        }
+    }
+
+    /* Relocations: entries, targets and symbols in range. */
+    for (size_t i = 0; i < ev.eh.e_shnum; i++) {
+        elf_shdr(&ev, i, &sh);
+        if (sh.sh_type == SHT_RELA)
+            return ld_err(err, elen, -ENOEXEC, "%s: section '%s' has RELA relocations; BPF objects use REL", name,
+                          elf_secname(&ev, &sh));
+        if (sh.sh_type != SHT_REL)
+            continue;
+        Elf64_Shdr tsh;
+        if (sh.sh_entsize != sizeof(Elf64_Rel) || sh.sh_size % sizeof(Elf64_Rel) != 0 ||
+            sh.sh_link != symtab_idx || sh.sh_info == 0 || sh.sh_info >= ev.eh.e_shnum)
+            return ld_err(err, elen, -ENOEXEC, "%s: corrupt: relocation section '%s' layout", name, elf_secname(&ev, &sh));
+        elf_shdr(&ev, sh.sh_info, &tsh);
+        for (size_t r = 0; r < sh.sh_size / sizeof(Elf64_Rel); r++) {
+            Elf64_Rel rel;
+            memcpy(&rel, buf + sh.sh_offset + r * sizeof(rel), sizeof(rel));
+            if (ELF64_R_SYM(rel.r_info) >= n_syms || rel.r_offset >= tsh.sh_size ||
+                tsh.sh_size - rel.r_offset < 4)
+                return ld_err(err, elen, -ENOEXEC, "%s: corrupt: relocation %zu of '%s' out of range", name, r,
+                              elf_secname(&ev, &sh));
+        }
+    }
+    return 0;
+}
+
+/* CO-RE relocations need a kernel's BTF to resolve; a monitor has none.
+ * .BTF.ext header: magic u16, version u8, flags u8, hdr_len u32, then
+ * func/line info off+len, then (hdr_len >= 32) core_relo off+len. */
+static int elf_has_core_relos(const uint8_t *buf, size_t len)
+{
+    Elf64_Ehdr eh;
+    Elf64_Shdr sh, strsh;
+
+    memcpy(&eh, buf, sizeof(eh));
+    memcpy(&strsh, buf + eh.e_shoff + (size_t)eh.e_shstrndx * sizeof(sh), sizeof(sh));
+    for (size_t i = 0; i < eh.e_shnum; i++) {
+        memcpy(&sh, buf + eh.e_shoff + i * sizeof(sh), sizeof(sh));
+        if (strcmp((const char *)buf + strsh.sh_offset + sh.sh_name, ".BTF.ext") != 0)
+            continue;
+        uint32_t hdr[8];
+        if (sh.sh_size < sizeof(hdr) || sh.sh_offset > len)
+            return 0;
+        memcpy(hdr, buf + sh.sh_offset, sizeof(hdr));
+        uint32_t hdr_len = hdr[1];
+        if (hdr_len < sizeof(hdr))
+            return 0;
+        /* core_relo_len covers a u32 record size and per-section tables. */
+        return hdr[7] > sizeof(uint32_t);
+    }
+    return 0;
+}
+
+/* ---- sections and hooks ------------------------------------------------ */
+
+static const char *const ev_names[MKS_EV_COUNT] = {
+    [MKS_EV_TASK_READY] = "task_ready",
+    [MKS_EV_TASK_ASSIGN] = "task_assign",
+    [MKS_EV_TASK_START] = "task_start",
+    [MKS_EV_TASK_END] = "task_end",
+    [MKS_EV_DEP_WAIT_BEGIN] = "dep_wait_begin",
+    [MKS_EV_DEP_WAIT_END] = "dep_wait_end",
+    [MKS_EV_DEP_RELEASE] = "dep_release",
+    [MKS_EV_COMM_BEGIN] = "comm_begin",
+    [MKS_EV_COMM_END] = "comm_end",
+    [MKS_EV_GEN_ADVANCE] = "gen_advance",
+    [MKS_EV_QUEUE_PRESSURE] = "queue_pressure",
+};
+
+const char *mks_hook_event_name(uint32_t ev)
+{
+    return ev < MKS_EV_COUNT ? ev_names[ev] : NULL;
+}
+
+int mks_hook_from_section(const char *section, int32_t *hook_p, uint32_t *prog_type_p)
+{
+    static const char obs[] = "mkscope/", ctl[] = "mkscope.control/";
+    const char *ev;
+    uint32_t type;
+
+    if (!section)
+        return -EINVAL;
+    if (strncmp(section, obs, sizeof(obs) - 1) == 0) {
+        ev = section + sizeof(obs) - 1;
+        type = MKS_PROG_OBSERVE;
+    } else if (strncmp(section, ctl, sizeof(ctl) - 1) == 0) {
+        ev = section + sizeof(ctl) - 1;
+        type = MKS_PROG_CONTROL;
+    } else {
+        return -ENOENT;
+    }
+    for (uint32_t i = 0; i < MKS_EV_COUNT; i++) {
+        if (strcmp(ev, ev_names[i]) == 0) {
+            if (hook_p)
+                *hook_p = (int32_t)i;
+            if (prog_type_p)
+                *prog_type_p = type;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+/* ---- object ------------------------------------------------------------ */
+
+void mks_obj_close(struct mks_obj *obj)
+{
+    if (!obj)
+        return;
+    for (uint32_t i = 0; i < obj->n_progs; i++) {
+        free((void *)obj->progs[i].name);
+        free((void *)obj->progs[i].section);
+        free((void *)obj->progs[i].insns);
+    }
+    for (uint32_t i = 0; i < obj->n_maps; i++)
+        free(obj->map_init ? obj->map_init[i] : NULL);
+    free(obj->map_init);
+    free(obj->map_init_len);
+    free(obj->maps);
+    free(obj->progs);
+    free(obj->name);
+    free(obj);
+}
+
+static const char *map_type_hint(uint32_t t)
+{
+    switch (t) {
+    case 1: return " (Linux BPF_MAP_TYPE_HASH: use MKS_MAP_HASH)";
+    case 2: return " (Linux BPF_MAP_TYPE_ARRAY: use MKS_MAP_ARRAY)";
+    case 6: return " (Linux BPF_MAP_TYPE_PERCPU_ARRAY: use MKS_MAP_PERWORKER_ARRAY)";
+    case 27: return " (Linux BPF_MAP_TYPE_RINGBUF: use MKS_MAP_RINGBUF)";
+    default: return "";
+    }
+}
+
+/* Checks one user map's declaration against what its type can hold. */
+static int map_check(const char *oname, const struct mks_map_spec *m, char *err, size_t elen)
+{
+    const char *what = NULL;
+
+    switch (m->type) {
+    case MKS_MAP_ARRAY:
+    case MKS_MAP_PERWORKER_ARRAY:
+        if (m->key_size != 4)
+            what = "key must be __u32 (4 bytes)";
+        else if (m->value_size == 0 || m->value_size > MKS_MAP_MAX_VALUE)
+            what = "value size must be 1..1 MiB";
+        break;
+    case MKS_MAP_HIST:
+        if (m->key_size != 4)
+            what = "key must be __u32 (4 bytes)";
+        else if (m->value_size != sizeof(struct mks_hist))
+            what = "value must be struct mks_hist";
+        break;
+    case MKS_MAP_HASH:
+        if (m->key_size == 0 || m->key_size > MKS_MAP_MAX_KEY)
+            what = "key size must be 1..512 bytes";
+        else if (m->value_size == 0 || m->value_size > MKS_MAP_MAX_VALUE)
+            what = "value size must be 1..1 MiB";
+        break;
+    case MKS_MAP_RINGBUF:
+        if (m->key_size != 0 || m->value_size != 0)
+            what = "a ring buffer declares no key or value, only max_entries (bytes)";
+        else if (m->max_entries < 64 || (m->max_entries & (m->max_entries - 1)) != 0)
+            what = "max_entries (ring bytes per worker) must be a power of two >= 64";
+        break;
+    default:
+        return ld_err(err, elen, -EOPNOTSUPP,
+                      "%s: map '%s': unsupported map type %u%s; expected MKS_MAP_ARRAY, MKS_MAP_PERWORKER_ARRAY, MKS_MAP_HASH, MKS_MAP_HIST or MKS_MAP_RINGBUF",
+                      oname, m->name, m->type, map_type_hint(m->type));
+    }
+    if (!what && (m->max_entries == 0 || m->max_entries > MKS_MAP_MAX_ENTRIES))
+        what = "max_entries must be 1..16M";
+    if (what)
+        return ld_err(err, elen, -EINVAL, "%s: map '%s' (key %u, value %u, max_entries %u): %s", oname, m->name,
+                      m->key_size, m->value_size, m->max_entries, what);
+    return 0;
+}
+
+/* Reads the object's mkscope_abi global (MKS_ABI_VERSION) from the ELF:
+ * its symbol gives section and offset.  1 when the object has none. */
+static int obj_abi_version(const char *oname, const uint8_t *buf, uint32_t *ver_p, char *err, size_t elen)
+{
+    Elf64_Ehdr eh;
+    Elf64_Shdr sh, symsh, strsh;
+
+    memcpy(&eh, buf, sizeof(eh));
+    *ver_p = 1;
+    for (size_t i = 0; i < eh.e_shnum; i++) {
+        memcpy(&symsh, buf + eh.e_shoff + i * sizeof(sh), sizeof(sh));
+        if (symsh.sh_type != SHT_SYMTAB)
+            continue;
+        memcpy(&strsh, buf + eh.e_shoff + (size_t)symsh.sh_link * sizeof(sh), sizeof(sh));
+        for (size_t s = 0; s < symsh.sh_size / sizeof(Elf64_Sym); s++) {
+            Elf64_Sym sym;
+            memcpy(&sym, buf + symsh.sh_offset + s * sizeof(sym), sizeof(sym));
+            if (strcmp((const char *)buf + strsh.sh_offset + sym.st_name, "mkscope_abi") != 0)
+                continue;
+            if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= eh.e_shnum || sym.st_size != 4)
+                return ld_err(err, elen, -EINVAL, "%s: mkscope_abi must be a defined __u32; use MKS_ABI_VERSION(n)", oname);
+            memcpy(&sh, buf + eh.e_shoff + (size_t)sym.st_shndx * sizeof(sh), sizeof(sh));
+            if (sh.sh_type != SHT_PROGBITS)
+                return ld_err(err, elen, -EINVAL, "%s: mkscope_abi has no initial value; use MKS_ABI_VERSION(n)", oname);
+            uint32_t v;
+            memcpy(&v, buf + sh.sh_offset + sym.st_value, sizeof(v));
+            if (v == 0)
+                return ld_err(err, elen, -EINVAL, "%s: mkscope_abi is 0; expected the hook ABI version (1)", oname);
+            *ver_p = v;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* Name of an internal map: libbpf prefixes the object name
+ * ("count.rodata"); we keep the section name (".rodata"). */
+static void map_name(struct mks_map_spec *m, const struct bpf_map *bm)
+{
+    const char *n = bpf_map__name(bm);
+    if (bpf_map__is_internal(bm)) {
+        const char *dot = strchr(n, '.');
+        if (dot)
+            n = dot;
+    }
+    snprintf(m->name, sizeof(m->name), "%s", n);
+}
+
+static int obj_extract(struct mks_obj *obj, struct bpf_object *bo, uint32_t abi, char *err, size_t elen)
+{
+    struct bpf_program *p;
+    struct bpf_map *bm;
+    uint32_t n;
+
+    n = 0;
+    bpf_object__for_each_map(bm, bo) n++;
+    if (n > MKS_MAX_PROG_MAPS)
+        return ld_err(err, elen, -E2BIG, "%s: %u maps (with .rodata/.data/.bss); at most %u per object", obj->name, n,
+                      MKS_MAX_PROG_MAPS);
+    obj->maps = calloc(n ? n : 1, sizeof(*obj->maps));
+    obj->map_init = calloc(n ? n : 1, sizeof(*obj->map_init));
+    obj->map_init_len = calloc(n ? n : 1, sizeof(*obj->map_init_len));
+    if (!obj->maps || !obj->map_init || !obj->map_init_len)
+        return ld_err(err, elen, -ENOMEM, "%s: out of memory", obj->name);
+    bpf_object__for_each_map(bm, bo) {
+        struct mks_map_spec *m = &obj->maps[obj->n_maps];
+        uint32_t i = obj->n_maps++;
+        map_name(m, bm);
+        if (bpf_map__is_internal(bm)) {
+            size_t sz = 0;
+            const void *init = bpf_map__initial_value(bm, &sz);
+            if (strncmp(m->name, ".kconfig", 8) == 0)
+                return ld_err(err, elen, -EOPNOTSUPP, "%s: extern kernel config variables (.kconfig) are not supported: monitors run on no kernel", obj->name);
+            m->type = MKS_MAP_ARRAY;
+            m->key_size = 4;
+            m->value_size = bpf_map__value_size(bm);
+            m->max_entries = 1;
+            obj->map_init_len[i] = m->value_size;
+            obj->map_init[i] = calloc(1, m->value_size ? m->value_size : 1);
+            if (!obj->map_init[i])
+                return ld_err(err, elen, -ENOMEM, "%s: out of memory", obj->name);
+            if (init && sz <= m->value_size)
+                memcpy(obj->map_init[i], init, sz);
+            if (m->value_size == 0 || m->value_size > MKS_MAP_MAX_VALUE)
+                return ld_err(err, elen, -EINVAL, "%s: section %s is %u bytes; expected 1..1 MiB", obj->name, m->name,
+                              m->value_size);
+            continue;
+        }
+        m->type = bpf_map__type(bm);
+        m->key_size = bpf_map__key_size(bm);
+        m->value_size = bpf_map__value_size(bm);
+        m->max_entries = bpf_map__max_entries(bm);
+        int rc = map_check(obj->name, m, err, elen);
+        if (rc)
+            return rc;
+    }
+
+    n = 0;
+    bpf_object__for_each_program(p, bo) n++;
+    if (n == 0)
+        return ld_err(err, elen, -ENOENT, "%s: no programs; expected a function in SEC(\"mkscope/<event>\")", obj->name);
+    obj->progs = calloc(n, sizeof(*obj->progs));
+    if (!obj->progs)
+        return ld_err(err, elen, -ENOMEM, "%s: out of memory", obj->name);
+    bpf_object__for_each_program(p, bo) {
+        struct mks_obj_prog *op = &obj->progs[obj->n_progs++];
+        const struct bpf_insn *in = bpf_program__insns(p);
+        size_t cnt = bpf_program__insn_cnt(p);
+
+        op->name = strdup(bpf_program__name(p));
+        op->section = strdup(bpf_program__section_name(p));
+        if (!op->name || !op->section)
+            return ld_err(err, elen, -ENOMEM, "%s: out of memory", obj->name);
+        if (mks_hook_from_section(op->section, &op->hook, &op->prog_type) != 0)
+            return ld_err(err, elen, -ENOENT,
+                          "%s: program '%s' in unknown section '%s'; expected mkscope/<event> or mkscope.control/<event> (event: task_ready, task_end, ...)",
+                          obj->name, op->name, op->section);
+        op->abi_version = abi;
+        if (cnt > MKS_BPF_MAX_INSNS)
+            return ld_err(err, elen, -E2BIG, "%s: program '%s' has %zu instructions with its subprograms; at most %u",
+                          obj->name, op->name, cnt, MKS_BPF_MAX_INSNS);
+        if (!in || cnt == 0)
+            return ld_err(err, elen, -ENOEXEC, "%s: program '%s' has no instructions", obj->name, op->name);
+        struct mks_insn *copy = malloc(cnt * sizeof(*copy));
+        if (!copy)
+            return ld_err(err, elen, -ENOMEM, "%s: out of memory", obj->name);
+        _Static_assert(sizeof(struct mks_insn) == sizeof(struct bpf_insn), "insn size");
+        memcpy(copy, in, cnt * sizeof(*copy));
+        op->insns = copy;
+        op->n_insns = (uint32_t)cnt;
+    }
+    return 0;
+}
+
+int mks_obj_open_mem(const void *buf, size_t len, const char *name, struct mks_obj **obj_p, char *err,
+                     size_t err_len)
+{
+    struct bpf_object *bo = NULL;
+    struct mks_obj *obj = NULL;
+    libbpf_print_fn_t old_print;
+    uint32_t abi = 1;
+    int rc;
+
+    if (err && err_len)
+        err[0] = '\0';
+    if (!obj_p || (!buf && len))
+        return ld_err(err, err_len, -EINVAL, "mks_obj_open_mem: invalid arguments");
+    if (!name || !name[0])
+        name = "<memory>";
+    if (len > MKS_OBJ_MAX_BYTES)
+        return ld_err(err, err_len, -EFBIG, "%s: %zu bytes; BPF objects larger than %u bytes are refused", name, len,
+                      MKS_OBJ_MAX_BYTES);
+    rc = elf_check(name, buf, len, err, err_len);
+    if (rc)
+        return rc;
+    if (elf_has_core_relos(buf, len))
+        return ld_err(err, err_len, -EOPNOTSUPP,
+                      "%s: CO-RE relocations (preserve_access_index, bpf_core_read) need a kernel's BTF; mkscope programs read struct mks_hook_ctx directly",
+                      name);
+    rc = obj_abi_version(name, buf, &abi, err, err_len);
+    if (rc)
+        return rc;
+
+    obj = calloc(1, sizeof(*obj));
+    if (!obj || !(obj->name = strdup(name))) {
+        free(obj);
+        return ld_err(err, err_len, -ENOMEM, "%s: out of memory", name);
+    }
+
+    ld_msg[0] = '\0';
+    old_print = libbpf_set_print(ld_print);
+    /* libbpf's object name only prefixes its internal map names
+     * ("<name>.rodata"); without dots, the section name follows the first. */
+    char oname[64];
+    const char *base = strrchr(name, '/');
+    snprintf(oname, sizeof(oname), "%s", base ? base + 1 : name);
+    for (char *c = oname; *c; c++)
+        if (*c == '.')
+            *c = '_';
+    LIBBPF_OPTS(bpf_object_open_opts, oopts, .object_name = oname);
+    bo = bpf_object__open_mem(buf, len, &oopts);
+    if (!bo) {
+        rc = -errno;
+        if (rc == 0)
+            rc = -EINVAL;
+        ld_err(err, err_len, rc, "%s: libbpf cannot open the object: %s", name, ld_msg[0] ? ld_msg : strerror(-rc));
+        goto out;
+    }
+    struct bpf_program *p;
+    bpf_object__for_each_program(p, bo) {
+        int32_t hook;
+        uint32_t type;
+        if (mks_hook_from_section(bpf_program__section_name(p), &hook, &type) != 0) {
+            rc = ld_err(err, err_len, -ENOENT,
+                        "%s: program '%s' in unknown section '%s'; expected mkscope/<event> or mkscope.control/<event> (event: task_ready, task_end, ...)",
+                        name, bpf_program__name(p), bpf_program__section_name(p));
+            goto out;
+        }
+        /* libbpf needs a Linux type to relocate; any plain one will do. */
+        bpf_program__set_type(p, BPF_PROG_TYPE_SOCKET_FILTER);
+    }
+    LIBBPF_OPTS(gen_loader_opts, gopts);
+    rc = bpf_object__gen_loader(bo, &gopts);
+    if (rc) {
+        ld_err(err, err_len, rc, "%s: libbpf refused offline relocation: %s", name, ld_msg[0] ? ld_msg : strerror(-rc));
+        goto out;
+    }
+    rc = bpf_object__load(bo);
+    if (rc) {
+        ld_err(err, err_len, rc, "%s: relocation failed: %s", name, ld_msg[0] ? ld_msg : strerror(-rc));
+        goto out;
+    }
+    rc = obj_extract(obj, bo, abi, err, err_len);
+out:
+    bpf_object__close(bo);
+    libbpf_set_print(old_print);
+    if (rc) {
+        mks_obj_close(obj);
+        return rc;
+    }
+    *obj_p = obj;
+    return 0;
+}
+
+int mks_obj_open_file(const char *path, struct mks_obj **obj_p, char *err, size_t err_len)
+{
+    FILE *f;
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    int rc;
+
+    if (err && err_len)
+        err[0] = '\0';
+    if (!path || !obj_p)
+        return ld_err(err, err_len, -EINVAL, "mks_obj_open_file: invalid arguments");
+    f = fopen(path, "rb");
+    if (!f) {
+        rc = -errno;
+        return ld_err(err, err_len, rc, "%s: cannot open: %s", path, strerror(-rc));
+    }
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            if (ncap > (size_t)MKS_OBJ_MAX_BYTES + 1)
+                ncap = (size_t)MKS_OBJ_MAX_BYTES + 1;
+            if (ncap == cap) {
+                fclose(f);
+                free(buf);
+                return ld_err(err, err_len, -EFBIG, "%s: larger than %u bytes; not a monitor object", path,
+                              MKS_OBJ_MAX_BYTES);
+            }
+            uint8_t *nb = realloc(buf, ncap);
+            if (!nb) {
+                fclose(f);
+                free(buf);
+                return ld_err(err, err_len, -ENOMEM, "%s: out of memory", path);
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        rc = -EIO;
+        fclose(f);
+        free(buf);
+        return ld_err(err, err_len, rc, "%s: read error", path);
+    }
+    fclose(f);
+    rc = mks_obj_open_mem(buf, len, path, obj_p, err, err_len);
+    free(buf);
+    return rc;
+}
+
+uint32_t mks_obj_prog_count(const struct mks_obj *obj)
+{
+    return obj ? obj->n_progs : 0;
+}
+
+const struct mks_obj_prog *mks_obj_prog(const struct mks_obj *obj, uint32_t i)
+{
+    return obj && i < obj->n_progs ? &obj->progs[i] : NULL;
+}
+
+uint32_t mks_obj_map_count(const struct mks_obj *obj)
+{
+    return obj ? obj->n_maps : 0;
+}
+
+const struct mks_map_spec *mks_obj_maps(const struct mks_obj *obj)
+{
+    return obj ? obj->maps : NULL;
+}
+
+int mks_obj_map_init(const struct mks_obj *obj, uint32_t i, const void **data_p, size_t *len_p)
+{
+    if (!obj || i >= obj->n_maps)
+        return -EINVAL;
+    if (!obj->map_init[i])
+        return -ENOENT;
+    if (data_p)
+        *data_p = obj->map_init[i];
+    if (len_p)
+        *len_p = obj->map_init_len[i];
+    return 0;
+}
