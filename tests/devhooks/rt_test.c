@@ -1,0 +1,468 @@
+/*
+ * Control block and runtime on the CPU backend: open/validate, attach,
+ * detach and replace, exact coverage (eligible, ran, throttled, lost),
+ * CONTROL hints, ring draining, lease expiry, and a hot swap while four
+ * worker threads fire events continuously with no event lost or counted
+ * twice across the swap and across epoch flips.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "insn.h"
+#include "mkscope/ctl.h"
+#include "mkscope/runtime.h"
+
+#define N(a) ((uint32_t)(sizeof(a) / sizeof((a)[0])))
+
+static char job[64];
+
+struct fixture {
+    struct mks_rt *rt;
+    struct mks_ctl *ctl;
+};
+
+static int setup(void **state)
+{
+    static int seq;
+    struct fixture *f = calloc(1, sizeof(*f));
+    struct mks_rt_opts o;
+    if (!f)
+        return -1;
+    snprintf(job, sizeof(job), "rttest%d-%d", (int)getpid(), seq++);
+    memset(&o, 0, sizeof(o));
+    o.sz = sizeof(o);
+    o.job = job;
+    o.rank = 1;
+    o.n_ranks = 2;
+    o.n_workers = 4;
+    o.arena_bytes = 1 << 20;
+    if (mks_rt_create(&o, &f->rt) != 0 || mks_ctl_open(job, 1, &f->ctl) != 0)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    mks_ctl_close(f->ctl);
+    mks_rt_destroy(f->rt);
+    free(f);
+    return 0;
+}
+
+static const struct mks_map_spec count_map = {"count", MKS_MAP_ARRAY, 4, 8, 1};
+
+static uint32_t load(struct fixture *f, const struct mks_insn *insns, uint32_t n, uint32_t type,
+                     const struct mks_map_spec *maps, uint32_t n_maps, uint64_t cost)
+{
+    struct mks_prog_spec s;
+    uint32_t id = 0;
+    memset(&s, 0, sizeof(s));
+    s.sz = sizeof(s);
+    s.name = "t";
+    s.prog_type = type;
+    s.abi_version = 1;
+    s.insns = insns;
+    s.n_insns = n;
+    s.maps = maps;
+    s.n_maps = n_maps;
+    s.cost = cost;
+    assert_int_equal(mks_ctl_prog_load(f->ctl, &s, &id), 0);
+    return id;
+}
+
+static int32_t fire(struct fixture *f, uint32_t worker, enum mks_hook_event ev)
+{
+    struct mks_hook_ctx ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.event = (uint16_t)ev;
+    ctx.worker = worker;
+    return MKS_HOOK(f->rt, &ctx);
+}
+
+static int sum_u64(const void *key, const void *value, void *arg)
+{
+    (void)key;
+    *(uint64_t *)arg += *(const uint64_t *)value;
+    return 0;
+}
+
+static uint64_t snap_count(struct mks_epoch_snapshot *s, uint32_t map_id)
+{
+    uint64_t sum = 0;
+    assert_int_equal(mks_epoch_snapshot_map(s, map_id, sum_u64, &sum), 0);
+    return sum;
+}
+
+static void test_open_info_and_errors(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_ctl_info info;
+    struct mks_rt *dup = NULL;
+    struct mks_ctl *c = NULL;
+    struct mks_rt_opts o;
+    char err[256];
+    (void)state;
+    assert_int_equal(mks_rt_publish_schema(f->rt, "schema!", 7), 0);
+    assert_int_equal(mks_ctl_info(f->ctl, &info), 0);
+    assert_int_equal(info.rank, 1);
+    assert_int_equal(info.n_ranks, 2);
+    assert_int_equal(info.n_workers, 4);
+    assert_int_equal(info.app_pid, getpid());
+    assert_int_equal(info.schema_len, 7);
+    assert_memory_equal(info.schema, "schema!", 7);
+    assert_true(mks_ctl_alive(f->ctl));
+
+    memset(&o, 0, sizeof(o));
+    o.sz = sizeof(o);
+    o.job = job;
+    o.rank = 1;
+    o.n_ranks = 2;
+    o.n_workers = 1;
+    assert_int_equal(mks_rt_create(&o, &dup), -EEXIST);
+    o.job = "bad/name";
+    assert_int_equal(mks_rt_create(&o, &dup), -EINVAL);
+
+    assert_int_equal(mks_ctl_open_err(job, 7, &c, err, sizeof(err)), -ENOENT);
+    assert_non_null(strstr(err, "does not exist"));
+    assert_int_equal(mks_ctl_open_err("a b", 0, &c, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "invalid job name"));
+}
+
+/* Shared memory of the right name that is not a control block. */
+static void test_foreign_shm_rejected(void **state)
+{
+    char name[96], fjob[64], err[256];
+    struct mks_ctl *c = NULL;
+    static char junk[1 << 18];
+    int fd;
+    (void)state;
+    snprintf(fjob, sizeof(fjob), "foreign%d", (int)getpid());
+    assert_int_equal(mks_ctl_name(fjob, 0, name, sizeof(name)), 0);
+    fd = shm_open(name, O_CREAT | O_RDWR | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "tiny", 4), 4);
+    assert_int_equal(mks_ctl_open_err(fjob, 0, &c, err, sizeof(err)), -EPROTO);
+    assert_non_null(strstr(err, "smaller than a header"));
+    memset(junk, 0x5a, sizeof(junk));
+    assert_int_equal(pwrite(fd, junk, sizeof(junk), 0), (ssize_t)sizeof(junk));
+    assert_int_equal(mks_ctl_open_err(fjob, 0, &c, err, sizeof(err)), -EPROTO);
+    assert_non_null(strstr(err, "bad magic"));
+    assert_null(c);
+    close(fd);
+    shm_unlink(name);
+}
+
+static void test_attach_detach_coverage(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_insn p[] = PROG_COUNT_MAP0;
+    struct mks_epoch_snapshot *s = NULL;
+    struct mks_coverage cov;
+    uint32_t id, map;
+    uint64_t gen = 0, gen2 = 0;
+
+    id = load(f, p, N(p), MKS_PROG_OBSERVE, &count_map, 1, N(p));
+    assert_int_equal(mks_ctl_prog_map(f->ctl, id, 0, &map), 0);
+    for (int i = 0; i < 5; i++)
+        fire(f, 0, MKS_EV_TASK_END); /* detached: nothing counted */
+    assert_int_equal(mks_ctl_attach(f->ctl, id, MKS_EV_TASK_END, -1, &gen), 0);
+    assert_int_equal(mks_ctl_attach(f->ctl, id, MKS_EV_TASK_END, -1, NULL), -EEXIST);
+    for (int i = 0; i < 10; i++)
+        fire(f, (uint32_t)i % 4, MKS_EV_TASK_END);
+    fire(f, 0, MKS_EV_TASK_START); /* another hook */
+    assert_int_equal(mks_ctl_epoch_advance(f->ctl, &s), 0);
+    assert_int_equal(mks_epoch_snapshot_epoch(s), 0);
+    assert_int_equal(snap_count(s, map), 10);
+    assert_int_equal(mks_epoch_snapshot_coverage(s, MKS_EV_TASK_END, &cov), 0);
+    assert_int_equal(cov.eligible, 10);
+    assert_int_equal(cov.ran, 10);
+    assert_int_equal(cov.throttled, 0);
+    assert_int_equal(cov.lost, 0);
+    assert_int_equal(cov.prog_gen, gen);
+    assert_int_equal(mks_epoch_snapshot_coverage(s, MKS_EV_TASK_START, &cov), 0);
+    assert_int_equal(cov.eligible, 0);
+    mks_epoch_snapshot_free(s);
+
+    /* Epoch values are deltas: the new epoch starts from zero. */
+    fire(f, 1, MKS_EV_TASK_END);
+    assert_int_equal(mks_ctl_prog_unload(f->ctl, id), -EBUSY);
+    assert_int_equal(mks_ctl_detach(f->ctl, id, MKS_EV_TASK_END, &gen2), 0);
+    assert_true(gen2 > gen);
+    fire(f, 1, MKS_EV_TASK_END);
+    assert_int_equal(mks_ctl_epoch_advance(f->ctl, &s), 0);
+    assert_int_equal(snap_count(s, map), 1);
+    assert_int_equal(mks_epoch_snapshot_coverage(s, MKS_EV_TASK_END, &cov), 0);
+    assert_int_equal(cov.eligible, 1);
+    assert_int_equal(cov.prog_gen, gen2);
+    mks_epoch_snapshot_free(s);
+    assert_int_equal(mks_ctl_detach(f->ctl, id, MKS_EV_TASK_END, NULL), -ENOENT);
+    assert_int_equal(mks_ctl_prog_unload(f->ctl, id), 0);
+    assert_int_equal(mks_ctl_prog_map(f->ctl, id, 0, &map), -ENOENT);
+}
+
+static void test_sampling_budget_lost(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_insn p[] = PROG_COUNT_MAP0;
+    struct mks_insn oob[] = {LDX_DW(0, 1, 200), EXIT()}; /* past the context */
+    struct mks_epoch_snapshot *s = NULL;
+    struct mks_coverage cov;
+    uint32_t id, bad, map;
+
+    id = load(f, p, N(p), MKS_PROG_OBSERVE, &count_map, 1, N(p));
+    assert_int_equal(mks_ctl_prog_map(f->ctl, id, 0, &map), 0);
+    assert_int_equal(mks_ctl_attach(f->ctl, id, MKS_EV_TASK_READY, -1, NULL), 0);
+    assert_int_equal(mks_ctl_set_budget(f->ctl, MKS_EV_TASK_READY, 2, 0), 0);
+    for (int i = 0; i < 40; i++)
+        fire(f, 2, MKS_EV_TASK_READY);
+    assert_int_equal(mks_ctl_epoch_advance(f->ctl, &s), 0);
+    assert_int_equal(mks_epoch_snapshot_coverage(s, MKS_EV_TASK_READY, &cov), 0);
+    assert_int_equal(cov.eligible, 40);
+    assert_int_equal(cov.ran, 10);
+    assert_int_equal(cov.throttled, 30);
+    assert_int_equal(snap_count(s, map), 10);
+    mks_epoch_snapshot_free(s);
+
+    /* Budget of five declared costs: a run is admitted while the
+     * instructions used so far plus its declared cost fit, and the
+     * program executes 10 of its 11 slots (lddw takes two), so 5 runs. */
+    assert_int_equal(mks_ctl_set_budget(f->ctl, MKS_EV_TASK_READY, 0, 5 * N(p)), 0);
+    for (int i = 0; i < 20; i++)
+        fire(f, 3, MKS_EV_TASK_READY);
+    assert_int_equal(mks_ctl_epoch_advance(f->ctl, &s), 0);
+    assert_int_equal(mks_epoch_snapshot_coverage(s, MKS_EV_TASK_READY, &cov), 0);
+    assert_int_equal(cov.eligible, 20);
+    assert_int_equal(cov.ran + cov.throttled, 20);
+    assert_int_equal(cov.ran, 5);
+    assert_int_equal(snap_count(s, map), cov.ran);
+    mks_epoch_snapshot_free(s);
+
+    /* A guard abort counts as lost; the other program on the hook still runs. */
+    assert_int_equal(mks_ctl_set_budget(f->ctl, MKS_EV_TASK_READY, 0, 0), 0);
+    bad = load(f, oob, N(oob), MKS_PROG_OBSERVE, NULL, 0, 2);
+    assert_int_equal(mks_ctl_attach(f->ctl, bad, MKS_EV_TASK_READY, -1, NULL), 0);
+    for (int i = 0; i < 7; i++)
+        fire(f, 0, MKS_EV_TASK_READY);
+    assert_int_equal(mks_ctl_epoch_advance(f->ctl, &s), 0);
+    assert_int_equal(mks_epoch_snapshot_coverage(s, MKS_EV_TASK_READY, &cov), 0);
+    assert_int_equal(cov.eligible, 7);
+    assert_int_equal(cov.ran, 7);
+    assert_int_equal(cov.lost, 7);
+    assert_int_equal(snap_count(s, map), 7);
+    mks_epoch_snapshot_free(s);
+}
+
+static void test_control_hint_and_limits(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_insn big[] = {MOV64_IMM(0, 100), EXIT()};
+    struct mks_insn neg[] = {MOV64_IMM(0, -3), EXIT()};
+    struct mks_insn three[] = {MOV64_IMM(0, 3), EXIT()};
+    struct mks_insn nop[] = {MOV64_IMM(0, 0), EXIT()};
+    uint32_t b, n, t, obs[4];
+
+    b = load(f, big, N(big), MKS_PROG_CONTROL, NULL, 0, 2);
+    n = load(f, neg, N(neg), MKS_PROG_CONTROL, NULL, 0, 2);
+    t = load(f, three, N(three), MKS_PROG_CONTROL, NULL, 0, 2);
+    assert_int_equal(mks_ctl_attach(f->ctl, b, MKS_EV_TASK_END, -1, NULL), -EINVAL);
+    assert_int_equal(mks_ctl_attach(f->ctl, n, MKS_EV_TASK_ASSIGN, -1, NULL), 0);
+    assert_int_equal(fire(f, 0, MKS_EV_TASK_ASSIGN), 0);
+    assert_int_equal(mks_ctl_attach(f->ctl, t, MKS_EV_TASK_ASSIGN, -1, NULL), 0);
+    assert_int_equal(fire(f, 0, MKS_EV_TASK_ASSIGN), 3);
+    assert_int_equal(mks_ctl_attach(f->ctl, b, MKS_EV_TASK_ASSIGN, n, NULL), 0);
+    assert_int_equal(fire(f, 0, MKS_EV_TASK_ASSIGN), MKS_PRIO_HINT_MAX);
+
+    /* Four programs per hook, no more. */
+    for (int i = 0; i < 4; i++) {
+        obs[i] = load(f, nop, N(nop), MKS_PROG_OBSERVE, NULL, 0, 2);
+        assert_int_equal(mks_ctl_attach(f->ctl, obs[i], MKS_EV_COMM_END, -1, NULL), 0);
+    }
+    t = load(f, nop, N(nop), MKS_PROG_OBSERVE, NULL, 0, 2);
+    assert_int_equal(mks_ctl_attach(f->ctl, t, MKS_EV_COMM_END, -1, NULL), -ENOSPC);
+    assert_int_equal(mks_ctl_attach(f->ctl, t, MKS_EV_COMM_END, (int32_t)obs[2], NULL), 0);
+    assert_int_equal(mks_ctl_attach(f->ctl, t, MKS_EV_COMM_END, (int32_t)obs[2], NULL), -EEXIST);
+}
+
+struct rec_count {
+    uint64_t n, bytes;
+};
+static int on_rec(uint32_t worker, const void *rec, uint32_t len, void *arg)
+{
+    struct rec_count *c = arg;
+    const struct mks_hook_ctx *ctx = rec;
+    assert_int_equal(len, 16);
+    assert_int_equal(ctx->worker, worker);
+    c->n++;
+    c->bytes += len;
+    return 0;
+}
+
+static void test_ring_drain(void **state)
+{
+    struct fixture *f = *state;
+    /* ringbuf_output(map0, ctx, 16, 0): the first 16 bytes of the context */
+    struct mks_insn p[] = {MOV64_REG(2, 1), LD_MAP(1, 0), MOV64_IMM(3, 16), MOV64_IMM(4, 0),
+                           CALL(MKS_HELPER_RINGBUF_OUTPUT), MOV64_IMM(0, 0), EXIT()};
+    static const struct mks_map_spec ring = {"ring", MKS_MAP_RINGBUF, 0, 0, 128};
+    struct mks_epoch_snapshot *s = NULL;
+    struct mks_coverage cov;
+    struct rec_count c = {0, 0};
+    uint64_t dropped = 0;
+    uint32_t id, map;
+
+    id = load(f, p, N(p), MKS_PROG_OBSERVE, &ring, 1, N(p));
+    assert_int_equal(mks_ctl_prog_map(f->ctl, id, 0, &map), 0);
+    assert_int_equal(mks_ctl_attach(f->ctl, id, MKS_EV_DEP_RELEASE, -1, NULL), 0);
+    for (int i = 0; i < 10; i++) /* 128 / 24 = 5 fit per worker */
+        fire(f, 1, MKS_EV_DEP_RELEASE);
+    fire(f, 2, MKS_EV_DEP_RELEASE);
+    assert_int_equal(mks_ctl_ring_drain(f->ctl, map, on_rec, &c, &dropped), 0);
+    assert_int_equal(c.n, 6);
+    assert_int_equal(dropped, 5);
+    fire(f, 1, MKS_EV_DEP_RELEASE);
+    assert_int_equal(mks_ctl_ring_drain(f->ctl, map, on_rec, &c, &dropped), 0);
+    assert_int_equal(c.n, 7);
+    assert_int_equal(dropped, 0); /* since the last drain */
+    assert_int_equal(mks_ctl_epoch_advance(f->ctl, &s), 0);
+    assert_int_equal(mks_epoch_snapshot_coverage(s, MKS_EV_DEP_RELEASE, &cov), 0);
+    assert_int_equal(cov.ran, 12);
+    assert_int_equal(cov.lost, 5);
+    mks_epoch_snapshot_free(s);
+}
+
+static void test_lease_expiry_detaches(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_insn p[] = PROG_COUNT_MAP0;
+    struct mks_ctl_info info;
+    struct timespec ts = {0, 1000000};
+    uint32_t id;
+    id = load(f, p, N(p), MKS_PROG_OBSERVE, &count_map, 1, N(p));
+    assert_int_equal(mks_ctl_attach(f->ctl, id, MKS_EV_TASK_START, -1, NULL), 0);
+    assert_true(*((const struct mks_rt_hot *)(const void *)f->rt)->mask & (1u << MKS_EV_TASK_START));
+    assert_int_equal(mks_ctl_lease(f->ctl, 1000000), 0); /* 1 ms */
+    for (int i = 0; i < 1000; i++) {
+        if (!*((const struct mks_rt_hot *)(const void *)f->rt)->mask)
+            break;
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(*((const struct mks_rt_hot *)(const void *)f->rt)->mask, 0);
+    assert_int_equal(mks_ctl_info(f->ctl, &info), 0);
+    assert_int_equal(info.lease_lapses, 1);
+    /* Everything is detached, so the program can be unloaded. */
+    assert_int_equal(mks_ctl_detach(f->ctl, id, MKS_EV_TASK_START, NULL), -ENOENT);
+    assert_int_equal(mks_ctl_prog_unload(f->ctl, id), 0);
+}
+
+/* ---- hot swap under load ---- */
+
+#define SWAP_WORKERS 4
+
+struct swap_worker {
+    struct fixture *f;
+    uint32_t id;
+    uint64_t fired;
+    int *stop;
+};
+
+static void *swap_fire(void *p)
+{
+    struct swap_worker *w = p;
+    while (!__atomic_load_n(w->stop, __ATOMIC_ACQUIRE)) {
+        fire(w->f, w->id, MKS_EV_TASK_END);
+        w->fired++;
+    }
+    return NULL;
+}
+
+static void test_hot_swap_under_load(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_insn p[] = PROG_COUNT_MAP0;
+    struct swap_worker w[SWAP_WORKERS];
+    pthread_t th[SWAP_WORKERS];
+    struct timespec ts = {0, 2000000};
+    uint64_t fired = 0, counted_a = 0, counted_b = 0, eligible = 0, ran = 0;
+    uint32_t a, b, map_a, map_b;
+    int stop = 0;
+
+    a = load(f, p, N(p), MKS_PROG_OBSERVE, &count_map, 1, N(p));
+    b = load(f, p, N(p), MKS_PROG_OBSERVE, &count_map, 1, N(p));
+    assert_int_equal(mks_ctl_prog_map(f->ctl, a, 0, &map_a), 0);
+    assert_int_equal(mks_ctl_prog_map(f->ctl, b, 0, &map_b), 0);
+    assert_int_not_equal(map_a, map_b);
+    assert_int_equal(mks_ctl_attach(f->ctl, a, MKS_EV_TASK_END, -1, NULL), 0);
+    for (uint32_t i = 0; i < SWAP_WORKERS; i++) {
+        w[i] = (struct swap_worker){f, i, 0, &stop};
+        assert_int_equal(pthread_create(&th[i], NULL, swap_fire, &w[i]), 0);
+    }
+    /* Swap back and forth while epochs flip underneath. */
+    for (int round = 0; round < 20; round++) {
+        struct mks_epoch_snapshot *s = NULL;
+        struct mks_coverage cov;
+        nanosleep(&ts, NULL);
+        if (round % 2 == 0)
+            assert_int_equal(mks_ctl_attach(f->ctl, b, MKS_EV_TASK_END, (int32_t)a, NULL), 0);
+        else
+            assert_int_equal(mks_ctl_attach(f->ctl, a, MKS_EV_TASK_END, (int32_t)b, NULL), 0);
+        assert_int_equal(mks_ctl_epoch_advance(f->ctl, &s), 0);
+        counted_a += snap_count(s, map_a);
+        counted_b += snap_count(s, map_b);
+        assert_int_equal(mks_epoch_snapshot_coverage(s, MKS_EV_TASK_END, &cov), 0);
+        eligible += cov.eligible;
+        ran += cov.ran;
+        assert_int_equal(cov.lost, 0);
+        mks_epoch_snapshot_free(s);
+    }
+    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+    for (uint32_t i = 0; i < SWAP_WORKERS; i++) {
+        pthread_join(th[i], NULL);
+        fired += w[i].fired;
+    }
+    {
+        struct mks_epoch_snapshot *s = NULL;
+        struct mks_coverage cov;
+        assert_int_equal(mks_ctl_epoch_advance(f->ctl, &s), 0);
+        counted_a += snap_count(s, map_a);
+        counted_b += snap_count(s, map_b);
+        assert_int_equal(mks_epoch_snapshot_coverage(s, MKS_EV_TASK_END, &cov), 0);
+        eligible += cov.eligible;
+        ran += cov.ran;
+        mks_epoch_snapshot_free(s);
+    }
+    assert_true(fired > 1000);
+    assert_true(counted_a > 0 && counted_b > 0);
+    assert_int_equal(counted_a + counted_b, fired);
+    assert_int_equal(eligible, fired);
+    assert_int_equal(ran, fired);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_open_info_and_errors, setup, teardown),
+        cmocka_unit_test(test_foreign_shm_rejected),
+        cmocka_unit_test_setup_teardown(test_attach_detach_coverage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sampling_budget_lost, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_control_hint_and_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ring_drain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_expiry_detaches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hot_swap_under_load, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
