@@ -1,0 +1,12 @@
+/* The CUDA backend's entry point (bench/gpu/), or its absence in builds
+ * without nvcc. */
+#ifndef MKS_BENCH_CUDA_BACKEND_H
+#define MKS_BENCH_CUDA_BACKEND_H
+
+#include "mkscope/bench.h"
+
+int mks_bench_cuda_run(const struct mks_bench_config *cfg, const struct mks_fault *faults,
+                       uint32_t n_faults, struct mks_bench_result **res_p, char *err,
+                       size_t err_len);
+
+#endif

@@ -1,0 +1,689 @@
+/*
+ * Events, per-worker queues, the scheduler and the workers of one rank (see
+ * rt.h for the model).  All scheduling state lives under one lock per rank:
+ * queues are short and the lock is held only to move task pointers, never
+ * while a task body runs.
+ */
+#include "rt.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "../bench_int.h"
+#include "mkscope/runtime.h"
+
+#define BR_PROF_CAP (1u << 16) /* records per worker; beyond: counted as dropped */
+
+struct br_event {
+    _Atomic uint64_t count;
+    uint64_t target;
+};
+
+struct br_graph {
+    struct br_task *tasks;
+    uint32_t n;
+    uint32_t *dep_head; /* per event: first dependent, or UINT32_MAX */
+};
+
+struct br_queue {
+    struct br_task **ring;
+    uint32_t head, n;
+    uint32_t busy;
+    pthread_cond_t cv;
+};
+
+struct br_worker {
+    struct br_rt *rt;
+    uint32_t id;
+    pthread_t thr;
+    int started;
+    uint64_t *class_count;
+    struct br_prof_rec *prof;
+    uint32_t prof_n;
+    uint64_t prof_dropped;
+};
+
+struct br_rt {
+    struct br_opts o;
+    pthread_mutex_t mu;
+    pthread_cond_t finish_cv;
+    struct br_queue *q;
+    struct br_worker *w;
+    struct br_event *ev;
+    struct br_graph g[2];
+    uint32_t cur;   /* graph events resolve against */
+    uint32_t build; /* graph being built */
+    struct br_task **ready;
+    uint32_t n_ready;
+    uint32_t rr;
+    uint64_t passovers;
+    int stop, finished, finish_status;
+    struct br_order *order;
+    _Atomic uint32_t n_order;
+};
+
+static void graph_free(struct br_graph *g)
+{
+    free(g->tasks);
+    free(g->dep_head);
+}
+
+void br_stop(struct br_rt *rt)
+{
+    if (!rt->w || !rt->q)
+        return;
+    pthread_mutex_lock(&rt->mu);
+    rt->stop = 1;
+    for (uint32_t i = 0; i < rt->o.n_workers; i++)
+        pthread_cond_signal(&rt->q[i].cv);
+    pthread_mutex_unlock(&rt->mu);
+    for (uint32_t i = 0; i < rt->o.n_workers; i++) {
+        if (rt->w[i].started)
+            pthread_join(rt->w[i].thr, NULL);
+        rt->w[i].started = 0;
+    }
+}
+
+void br_destroy(struct br_rt *rt)
+{
+    if (!rt)
+        return;
+    br_stop(rt);
+    if (rt->w) {
+        for (uint32_t i = 0; i < rt->o.n_workers; i++) {
+            free(rt->w[i].class_count);
+            free(rt->w[i].prof);
+        }
+    }
+    if (rt->q) {
+        for (uint32_t i = 0; i < rt->o.n_workers; i++) {
+            free(rt->q[i].ring);
+            pthread_cond_destroy(&rt->q[i].cv);
+        }
+    }
+    graph_free(&rt->g[0]);
+    graph_free(&rt->g[1]);
+    pthread_cond_destroy(&rt->finish_cv);
+    pthread_mutex_destroy(&rt->mu);
+    free(rt->q);
+    free(rt->w);
+    free(rt->ev);
+    free(rt->ready);
+    free(rt->order);
+    free(rt);
+}
+
+int br_create(const struct br_opts *opts, struct br_rt **rt_p)
+{
+    if (!opts->n_workers || !opts->n_events || !opts->max_tasks || !opts->n_classes)
+        return -EINVAL;
+    struct br_rt *rt = calloc(1, sizeof(*rt));
+    if (!rt)
+        return -ENOMEM;
+    rt->o = *opts;
+    pthread_mutex_init(&rt->mu, NULL);
+    pthread_cond_init(&rt->finish_cv, NULL);
+    const uint32_t W = opts->n_workers, T = opts->max_tasks;
+    rt->q = calloc(W, sizeof(*rt->q));
+    rt->w = calloc(W, sizeof(*rt->w));
+    rt->ev = calloc(opts->n_events, sizeof(*rt->ev));
+    rt->ready = calloc(T, sizeof(*rt->ready));
+    if (opts->order_cap)
+        rt->order = calloc(opts->order_cap, sizeof(*rt->order));
+    int bad = !rt->q || !rt->w || !rt->ev || !rt->ready || (opts->order_cap && !rt->order);
+    for (uint32_t i = 0; i < W && !bad; i++) {
+        pthread_cond_init(&rt->q[i].cv, NULL);
+        rt->q[i].ring = calloc(T, sizeof(*rt->q[i].ring));
+        rt->w[i].rt = rt;
+        rt->w[i].id = i;
+        rt->w[i].class_count = calloc(opts->n_classes, sizeof(uint64_t));
+        bad = !rt->q[i].ring || !rt->w[i].class_count;
+#ifdef MKS_BENCH_PROFILER
+        rt->w[i].prof = malloc(BR_PROF_CAP * sizeof(*rt->w[i].prof));
+        bad = bad || !rt->w[i].prof;
+#endif
+    }
+    for (int k = 0; k < 2 && !bad; k++) {
+        rt->g[k].tasks = calloc(T, sizeof(struct br_task));
+        rt->g[k].dep_head = malloc(opts->n_events * sizeof(uint32_t));
+        bad = !rt->g[k].tasks || !rt->g[k].dep_head;
+        if (!bad)
+            memset(rt->g[k].dep_head, 0xff, opts->n_events * sizeof(uint32_t));
+    }
+    if (bad) {
+        br_destroy(rt);
+        return -ENOMEM;
+    }
+    rt->build = 1;
+    *rt_p = rt;
+    return 0;
+}
+
+void *br_user(const struct br_rt *rt)
+{
+    return rt->o.user;
+}
+uint32_t br_rank(const struct br_rt *rt)
+{
+    return rt->o.rank;
+}
+uint32_t br_workers(const struct br_rt *rt)
+{
+    return rt->o.n_workers;
+}
+
+/* ---- hooks ------------------------------------------------------------- */
+
+void br_ctx_init(const struct br_rt *rt, uint32_t worker, const struct br_task *t, uint16_t ev,
+                 struct mks_hook_ctx *ctx)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->abi_version = MKS_HOOK_ABI_VERSION;
+    ctx->size = sizeof(*ctx);
+    ctx->event = ev;
+    ctx->rank = rt->o.rank;
+    ctx->worker = worker;
+    ctx->sm = worker;
+    if (t) {
+        ctx->flags = t->flags;
+        ctx->task_class = t->cls;
+        ctx->task_gen = t->gen;
+        ctx->req_gen = t->req_gen;
+        ctx->step = t->step;
+        ctx->tile_x = t->tile_x;
+        ctx->tile_y = t->tile_y;
+        ctx->t_ready = t->t_ready;
+        ctx->t_start = t->t_start;
+    }
+}
+
+int32_t br_hook(struct br_rt *rt, struct mks_hook_ctx *ctx)
+{
+#ifdef MKS_HOOKS_DISABLED
+    (void)rt;
+    (void)ctx;
+    return 0;
+#else
+    struct mks_rt *h = rt->o.hooks;
+    if (!h)
+        return 0;
+    /* The detached path is the mask test alone; the clock is read only when a
+     * program will see it. */
+    if (!(*((const struct mks_rt_hot *)(const void *)h)->mask & (1u << ctx->event)))
+        return 0;
+    ctx->t_now = bb_now_ns();
+    int32_t hint = MKS_HOOK(h, ctx);
+    if (hint < 0)
+        hint = 0;
+    if (hint > MKS_PRIO_HINT_MAX)
+        hint = MKS_PRIO_HINT_MAX;
+    return hint;
+#endif
+}
+
+static inline void prof_rec(struct br_worker *w, uint8_t kind, const struct br_task *t)
+{
+#ifdef MKS_BENCH_PROFILER
+    if (w->prof_n >= BR_PROF_CAP) {
+        w->prof_dropped++;
+        return;
+    }
+    struct br_prof_rec *r = &w->prof[w->prof_n++];
+    r->t = bb_now_ns();
+    r->cls = t->cls;
+    r->kind = kind;
+    r->pad = 0;
+    r->tile = t->tile_x | (t->tile_y << 16);
+#else
+    (void)w;
+    (void)kind;
+    (void)t;
+#endif
+}
+
+/* ---- graphs and events -------------------------------------------------- */
+
+void br_graph_begin(struct br_rt *rt)
+{
+    struct br_graph *g = &rt->g[rt->build];
+    g->n = 0;
+    memset(g->dep_head, 0xff, rt->o.n_events * sizeof(uint32_t));
+}
+
+static struct br_task *graph_add(struct br_rt *rt, struct br_graph *g)
+{
+    if (g->n >= rt->o.max_tasks)
+        return NULL;
+    struct br_task *t = &g->tasks[g->n];
+    memset(t, 0, sizeof(*t));
+    t->wait_ev = BR_EV_NONE;
+    t->trig_ev = BR_EV_NONE;
+    t->force_worker = -1;
+    t->next_dep = UINT32_MAX;
+    g->n++;
+    return t;
+}
+
+/* Link a task into its wait event's dependents once its fields are final:
+ * done lazily by commit (static graph) or by add_live (dynamic task). */
+static void graph_link(struct br_rt *rt, struct br_graph *g, uint32_t i)
+{
+    struct br_task *t = &g->tasks[i];
+    if (t->wait_ev >= rt->o.n_events)
+        return;
+    /* append, so dependents become ready in creation order */
+    uint32_t *p = &g->dep_head[t->wait_ev];
+    while (*p != UINT32_MAX)
+        p = &g->tasks[*p].next_dep;
+    *p = i;
+}
+
+struct br_task *br_task_add(struct br_rt *rt)
+{
+    return graph_add(rt, &rt->g[rt->build]);
+}
+
+void br_graph_commit(struct br_rt *rt)
+{
+    struct br_graph *g = &rt->g[rt->build];
+    for (uint32_t i = 0; i < g->n; i++)
+        graph_link(rt, g, i);
+    pthread_mutex_lock(&rt->mu);
+    rt->cur = rt->build;
+    rt->build ^= 1u;
+    pthread_mutex_unlock(&rt->mu);
+}
+
+struct br_task *br_task_add_live(struct br_rt *rt, const struct br_task *proto)
+{
+    pthread_mutex_lock(&rt->mu);
+    struct br_graph *g = &rt->g[rt->cur];
+    struct br_task *t = graph_add(rt, g);
+    if (t) {
+        *t = *proto;
+        t->next_dep = UINT32_MAX;
+        t->flags |= MKS_CTX_F_DYNAMIC;
+        graph_link(rt, g, (uint32_t)(t - g->tasks));
+    }
+    pthread_mutex_unlock(&rt->mu);
+    return t;
+}
+
+void br_event_expect(struct br_rt *rt, uint32_t ev, uint64_t n)
+{
+    rt->ev[ev].target += n;
+}
+
+uint64_t br_event_count(const struct br_rt *rt, uint32_t ev)
+{
+    return atomic_load(&rt->ev[ev].count);
+}
+
+uint64_t br_event_target(const struct br_rt *rt, uint32_t ev)
+{
+    return rt->ev[ev].target;
+}
+
+/* ---- scheduler ---------------------------------------------------------- */
+
+static uint32_t pick_worker(struct br_rt *rt, const struct br_task *t)
+{
+    const uint32_t W = rt->o.n_workers;
+    if (t->force_worker >= 0 && (uint32_t)t->force_worker < W)
+        return (uint32_t)t->force_worker;
+    uint32_t best = rt->rr % W, best_load = UINT32_MAX;
+    for (uint32_t k = 0; k < W; k++) {
+        uint32_t i = (rt->rr + k) % W;
+        uint32_t load = rt->q[i].n + rt->q[i].busy;
+        if (load < best_load) {
+            best_load = load;
+            best = i;
+        }
+    }
+    rt->rr++;
+    return best;
+}
+
+static void assign(struct br_rt *rt, struct br_task *t)
+{
+    const uint32_t sched = rt->o.n_workers;
+    uint32_t wi = pick_worker(rt, t);
+    struct br_queue *q = &rt->q[wi];
+    struct mks_hook_ctx ctx;
+    br_ctx_init(rt, sched, t, MKS_EV_TASK_ASSIGN, &ctx);
+    ctx.value = wi;
+    ctx.queue_depth = q->n;
+    int32_t hint = br_hook(rt, &ctx);
+    t->worker = wi;
+    uint32_t cap = rt->o.max_tasks;
+    if (hint > t->prio) {
+        /* a hint above the task's ready priority jumps the queue */
+        q->head = (q->head + cap - 1) % cap;
+        q->ring[q->head] = t;
+    } else {
+        q->ring[(q->head + q->n) % cap] = t;
+    }
+    q->n++;
+    if (rt->o.queue_pressure && q->n == rt->o.queue_pressure) {
+        br_ctx_init(rt, sched, t, MKS_EV_QUEUE_PRESSURE, &ctx);
+        ctx.value = rt->o.queue_pressure;
+        ctx.queue_depth = q->n;
+        ctx.tile_x = wi; /* the queue that crossed: its worker */
+        br_hook(rt, &ctx);
+    }
+    pthread_cond_signal(&q->cv);
+}
+
+/* Assign every ready task that is not being passed over; returns the time the
+ * earliest passed-over task becomes eligible (0 when none waits). */
+static uint64_t dispatch(struct br_rt *rt)
+{
+    uint64_t now = 0, next = 0;
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < rt->n_ready; i++) {
+        struct br_task *t = rt->ready[i];
+        if (t->starve_ns) {
+            if (!now)
+                now = bb_now_ns();
+            uint64_t due = t->t_ready + t->starve_ns;
+            if (now < due) {
+                rt->passovers++;
+                rt->ready[keep++] = t;
+                if (!next || due < next)
+                    next = due;
+                continue;
+            }
+        }
+        assign(rt, t);
+    }
+    rt->n_ready = keep;
+    return next;
+}
+
+static void fire_locked(struct br_rt *rt, uint32_t ev)
+{
+    struct br_graph *g = &rt->g[rt->cur];
+    const uint32_t sched = rt->o.n_workers;
+    uint32_t first = rt->n_ready;
+    uint64_t now = bb_now_ns();
+    for (uint32_t i = g->dep_head[ev]; i != UINT32_MAX; i = g->tasks[i].next_dep) {
+        struct br_task *t = &g->tasks[i];
+        t->t_ready = now;
+        struct mks_hook_ctx ctx;
+        br_ctx_init(rt, sched, t, MKS_EV_TASK_READY, &ctx);
+        ctx.dep_event = ev;
+        ctx.dep_class = MKS_DEP_LOCAL;
+        t->prio = br_hook(rt, &ctx);
+        /* stable insertion by priority among the newly ready */
+        uint32_t j = rt->n_ready++;
+        while (j > first && rt->ready[j - 1]->prio < t->prio) {
+            rt->ready[j] = rt->ready[j - 1];
+            j--;
+        }
+        rt->ready[j] = t;
+    }
+    uint64_t next = dispatch(rt);
+    if (next) {
+        /* someone must come back for the passed-over task: wake a worker,
+         * it sleeps until then and re-runs the scheduler */
+        for (uint32_t i = 0; i < rt->o.n_workers; i++)
+            pthread_cond_signal(&rt->q[i].cv);
+    }
+}
+
+void br_event_fire(struct br_rt *rt, uint32_t ev)
+{
+    pthread_mutex_lock(&rt->mu);
+    fire_locked(rt, ev);
+    pthread_mutex_unlock(&rt->mu);
+}
+
+void br_event_trigger(struct br_rt *rt, uint32_t worker, const struct br_task *by, uint32_t ev)
+{
+    uint64_t c = atomic_fetch_add_explicit(&rt->ev[ev].count, 1, memory_order_acq_rel) + 1;
+    struct mks_hook_ctx ctx;
+    br_ctx_init(rt, worker, by, MKS_EV_DEP_RELEASE, &ctx);
+    ctx.dep_event = ev;
+    ctx.dep_class = MKS_DEP_LOCAL;
+    ctx.value = c;
+    br_hook(rt, &ctx);
+    if (c == rt->ev[ev].target)
+        br_event_fire(rt, ev);
+}
+
+/* ---- workers ------------------------------------------------------------ */
+
+static void run_task(struct br_rt *rt, struct br_worker *w, struct br_task *t, uint32_t depth)
+{
+    if (t->hold_ns)
+        bb_sleep_ns(t->hold_ns);
+    t->t_start = bb_now_ns();
+    struct mks_hook_ctx ctx;
+    br_ctx_init(rt, w->id, t, MKS_EV_TASK_START, &ctx);
+    ctx.queue_depth = depth;
+    br_hook(rt, &ctx);
+    if (rt->order) {
+        uint32_t k = atomic_fetch_add(&rt->n_order, 1);
+        if (k < rt->o.order_cap)
+            rt->order[k] = (struct br_order){t->cls, (uint16_t)w->id, t->tile_x, t->tile_y,
+                                             t->prio};
+    }
+    prof_rec(w, BR_PROF_BEGIN, t);
+    t->body(rt, w->id, t);
+    if (t->run_delay_ns)
+        bb_sleep_ns(t->run_delay_ns);
+    br_ctx_init(rt, w->id, t, MKS_EV_TASK_END, &ctx);
+    br_hook(rt, &ctx);
+    prof_rec(w, BR_PROF_END, t);
+    w->class_count[t->cls]++;
+    if (t->notify_delay_ns)
+        bb_sleep_ns(t->notify_delay_ns);
+    if (t->trig_ev != BR_EV_NONE)
+        br_event_trigger(rt, w->id, t, t->trig_ev);
+}
+
+static void *worker_main(void *arg)
+{
+    struct br_worker *w = arg;
+    struct br_rt *rt = w->rt;
+    struct br_queue *q = &rt->q[w->id];
+    pthread_mutex_lock(&rt->mu);
+    for (;;) {
+        if (q->n) {
+            struct br_task *t = q->ring[q->head];
+            q->head = (q->head + 1) % rt->o.max_tasks;
+            q->n--;
+            q->busy = 1;
+            uint32_t depth = q->n;
+            pthread_mutex_unlock(&rt->mu);
+            run_task(rt, w, t, depth);
+            pthread_mutex_lock(&rt->mu);
+            q->busy = 0;
+            continue;
+        }
+        if (rt->stop)
+            break;
+        uint64_t next = rt->n_ready ? dispatch(rt) : 0;
+        if (q->n)
+            continue;
+        if (next) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+            uint64_t wait = next > now ? next - now : 0;
+            /* condition variables wait on CLOCK_REALTIME by default */
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t abs = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + wait;
+            ts.tv_sec = (time_t)(abs / 1000000000ull);
+            ts.tv_nsec = (long)(abs % 1000000000ull);
+            pthread_cond_timedwait(&q->cv, &rt->mu, &ts);
+        } else {
+            pthread_cond_wait(&q->cv, &rt->mu);
+        }
+    }
+    pthread_mutex_unlock(&rt->mu);
+    return NULL;
+}
+
+int br_start(struct br_rt *rt)
+{
+    for (uint32_t i = 0; i < rt->o.n_workers; i++) {
+        int rc = pthread_create(&rt->w[i].thr, NULL, worker_main, &rt->w[i]);
+        if (rc)
+            return -rc;
+        rt->w[i].started = 1;
+    }
+    return 0;
+}
+
+void br_finish(struct br_rt *rt, int status)
+{
+    pthread_mutex_lock(&rt->mu);
+    rt->finished = 1;
+    rt->finish_status = status;
+    pthread_cond_broadcast(&rt->finish_cv);
+    pthread_mutex_unlock(&rt->mu);
+}
+
+int br_wait_finish(struct br_rt *rt, const _Atomic uint32_t *abort_p)
+{
+    pthread_mutex_lock(&rt->mu);
+    while (!rt->finished) {
+        if (abort_p && atomic_load(abort_p)) {
+            pthread_mutex_unlock(&rt->mu);
+            return -ECANCELED;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&rt->finish_cv, &rt->mu, &ts);
+    }
+    int st = rt->finish_status;
+    pthread_mutex_unlock(&rt->mu);
+    return st;
+}
+
+/* ---- remote waits --------------------------------------------------------- */
+
+static long futex_wait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    /* shared (not PRIVATE): the counter lives in memory of several processes */
+    return syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+int br_wait_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t,
+                   _Atomic uint32_t *counter, uint32_t target, uint64_t dep_event,
+                   uint32_t peer, uint64_t comm_gen, const _Atomic uint32_t *abort_p,
+                   uint64_t timeout_ns)
+{
+    struct mks_hook_ctx ctx;
+    br_ctx_init(rt, worker, t, MKS_EV_DEP_WAIT_BEGIN, &ctx);
+    ctx.dep_event = dep_event;
+    ctx.dep_class = MKS_DEP_REMOTE;
+    ctx.peer_rank = peer;
+    ctx.comm_gen = comm_gen;
+    ctx.value = target;
+    br_hook(rt, &ctx);
+    prof_rec(&rt->w[worker], BR_PROF_WAIT_BEGIN, t);
+    int rc = 0;
+    uint64_t t0 = 0;
+    for (uint32_t spin = 0;; spin++) {
+        uint32_t v = atomic_load_explicit(counter, memory_order_acquire);
+        if ((int32_t)(v - target) >= 0)
+            break;
+        if (spin < 64)
+            continue; /* the release is often already on its way */
+        if (abort_p && atomic_load(abort_p)) {
+            rc = -ECANCELED;
+            break;
+        }
+        uint64_t now = bb_now_ns();
+        if (!t0)
+            t0 = now;
+        else if (now - t0 > timeout_ns) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        futex_wait(counter, v, 10 * 1000 * 1000);
+    }
+    br_ctx_init(rt, worker, t, MKS_EV_DEP_WAIT_END, &ctx);
+    ctx.dep_event = dep_event;
+    ctx.dep_class = MKS_DEP_REMOTE;
+    ctx.peer_rank = peer;
+    ctx.comm_gen = comm_gen;
+    ctx.value = target;
+    br_hook(rt, &ctx);
+    prof_rec(&rt->w[worker], BR_PROF_WAIT_END, t);
+    return rc;
+}
+
+/* ---- counts and the profiler ---------------------------------------------- */
+
+uint64_t br_class_count(const struct br_rt *rt, uint32_t cls)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < rt->o.n_workers; i++)
+        n += rt->w[i].class_count[cls];
+    return n;
+}
+
+uint64_t br_passovers(const struct br_rt *rt)
+{
+    return rt->passovers;
+}
+
+uint32_t br_order_get(const struct br_rt *rt, const struct br_order **order_p)
+{
+    uint32_t n = atomic_load(&rt->n_order);
+    *order_p = rt->order;
+    return n < rt->o.order_cap ? n : rt->o.order_cap;
+}
+
+uint64_t br_prof_dropped(const struct br_rt *rt)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < rt->o.n_workers; i++)
+        n += rt->w[i].prof_dropped;
+    return n;
+}
+
+int br_prof_export(const struct br_rt *rt, const char *path,
+                   const char *(*cls_name)(void *user, uint32_t cls), void *user)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -errno;
+    static const char *const ph[] = {"B", "E", "B", "E"};
+    fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"rank\":%u,\"dropped\":%" PRIu64
+               "},\"traceEvents\":[\n",
+            rt->o.rank, br_prof_dropped(rt));
+    int first = 1;
+    for (uint32_t i = 0; i < rt->o.n_workers; i++) {
+        const struct br_worker *w = &rt->w[i];
+        for (uint32_t k = 0; k < w->prof_n; k++) {
+            const struct br_prof_rec *r = &w->prof[k];
+            const char *name = r->kind >= BR_PROF_WAIT_BEGIN ? "remote_wait" : cls_name(user, r->cls);
+            fprintf(f, "%s{\"name\":\"%s\",\"ph\":\"%s\",\"pid\":%u,\"tid\":%u,\"ts\":%.3f,"
+                       "\"args\":{\"tile_x\":%u,\"tile_y\":%u}}",
+                    first ? "" : ",\n", name, ph[r->kind & 3], rt->o.rank, i, (double)r->t / 1e3,
+                    r->tile & 0xffff, r->tile >> 16);
+            first = 0;
+        }
+    }
+    fprintf(f, "\n]}\n");
+    int rc = ferror(f) ? -EIO : 0;
+    if (fclose(f) && !rc)
+        rc = -errno;
+    return rc;
+}

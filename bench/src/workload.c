@@ -1,0 +1,754 @@
+/*
+ * The decode step as a task graph, per rank (tensor parallel over R ranks):
+ *
+ *   per layer l:  rmsnorm (one task per active request)
+ *                 -> qkv_proj (tiles over this rank's q/k/v columns)
+ *                 -> attention (active request x local head; writes the KV cache)
+ *                 -> o_proj (tiles over the hidden size: this rank's partial sum)
+ *                 -> allreduce_send (one communication task per peer: write the
+ *                    partial into the peer's inbox, release its remote event)
+ *                 -> allreduce_reduce (wait on every peer's remote event, sum
+ *                    the partials in rank order, add the residual)
+ *                 -> moe_router (rmsnorm + top-k from the real activations;
+ *                    creates expert.<e> tasks for this rank's chosen experts)
+ *                 -> expert.<e> (dynamic; tiles over the hidden size)
+ *                 -> moe_combine -> allreduce_send -> allreduce_reduce
+ *   then          lm_head (tiles over the vocabulary) -> sample (argmax; the
+ *                 batch advances: requests leave and join, the next step's
+ *                 graph is built from the new batch shape).
+ *
+ * Each arrow is one event; its target rises each step by the number of tasks
+ * that trigger it.  Partials are summed in rank order on every rank, so the
+ * residual stream is bit-identical across ranks and the replicated router
+ * makes the same choices everywhere.
+ */
+#include "workload.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_int.h"
+#include "mkscope/commid.h"
+#include "mkscope/runtime.h"
+#include "model.h"
+#include "runtime/rt.h"
+#include "runtime/shm.h"
+
+#define REMOTE_TIMEOUT_NS (60ull * 1000000000ull) /* a peer that died */
+#define RENDEZVOUS_NS     (60ull * 1000000000ull)
+
+enum { OP_NORM, OP_QKV, OP_ATTN, OP_OPROJ, OP_SEND1, OP_AR1, OP_ROUTER, OP_EXPERT, OP_COMB,
+       OP_SEND2, OP_AR2 };
+#define E_STEP 0u
+
+struct bw_rank {
+    struct bm_model m;
+    struct br_rt *rt;
+    struct mks_rt *hooks;
+    struct bs_shm *shm;
+    struct bs_result res;
+    uint32_t rank, R, L, W, QDr, T, n_own;
+    uint32_t step;
+    uint64_t step_t0;
+    struct bm_batch batch;
+    float *x, *xn, *q, *o, *partial, *logits, *kc, *vc, *P;
+    uint32_t *sel_e; /* [B][topk] */
+    float *sel_g;
+    int failed;
+};
+
+static inline uint32_t ev_of(const struct bw_rank *rk, uint32_t l, uint32_t op)
+{
+    (void)rk;
+    return 1 + l * BW_OPS + op;
+}
+static inline uint32_t ev_lm(const struct bw_rank *rk)
+{
+    return 1 + rk->L * BW_OPS;
+}
+
+uint64_t bw_comm_gen(uint32_t step, uint32_t k, uint32_t src, uint32_t dst)
+{
+    uint32_t l = k / 2, ch = (k & 1) ? BW_CH_AR_MOE : BW_CH_AR_ATTN;
+    uint32_t op = l * BW_OPS + ((k & 1) ? BW_OP_SEND2 : BW_OP_SEND1);
+    return mks_commid_for_transfer(ch, src, dst, step, op, 0);
+}
+
+/* Remote event id: the inbox (dst <- src) counter. */
+static uint64_t remote_ev(uint32_t dst, uint32_t src)
+{
+    return (1ull << 63) | ((uint64_t)dst << 16) | src;
+}
+
+static void fail(struct bw_rank *rk, int rc)
+{
+    if (!rk->failed) {
+        rk->failed = rc ? rc : -EIO;
+        atomic_store(bs_abort(rk->shm), 1);
+        br_finish(rk->rt, rk->failed);
+    }
+}
+
+/* ---- fault planning -------------------------------------------------------- */
+
+static uint32_t cls_occurrences(const struct bw_rank *rk, uint32_t cls)
+{
+    switch (cls) {
+    case BC_AR_SEND:
+    case BC_AR_REDUCE:
+        return 2 * rk->L;
+    case BC_LMHEAD:
+    case BC_SAMPLE:
+        return 1;
+    default:
+        return rk->L;
+    }
+}
+
+static uint64_t waves(uint32_t n_tasks, uint32_t W)
+{
+    return n_tasks ? (n_tasks + W - 1) / W : 1;
+}
+
+static int fault_on(const struct bw_rank *rk, const struct mks_fault *f, uint32_t step)
+{
+    return f->rank == (int32_t)rk->rank && step >= f->step_lo && step <= f->step_hi &&
+           (f->type == MKS_FAULT_COMM_DELAY || f->gen == MKS_FAULT_ANY ||
+            (uint64_t)f->gen == (uint64_t)step + 1);
+}
+
+/* Spread each fault's magnitude over the tasks it hits so that an affected
+ * step grows by about `magnitude` whatever the fault: n_op tasks of this
+ * operator, `k` the all-reduce index for communication tasks. */
+static void plan(const struct bw_rank *rk, struct br_task *t, uint32_t n_op, uint32_t k)
+{
+    for (uint32_t i = 0; i < rk->m.n_faults; i++) {
+        const struct mks_fault *f = &rk->m.faults[i];
+        if (!fault_on(rk, f, t->step) || (f->cls != MKS_FAULT_ANY && (uint32_t)f->cls != t->cls))
+            continue;
+        uint64_t mag = f->magnitude_us * 1000ull, occ = cls_occurrences(rk, t->cls);
+        switch (f->type) {
+        case MKS_FAULT_TASK_DELAY:
+        case MKS_FAULT_MOE_SKEW:
+            t->run_delay_ns += mag / (occ * waves(n_op, rk->W));
+            break;
+        case MKS_FAULT_NOTIFY_DELAY:
+            t->notify_delay_ns += mag / (occ * waves(n_op, rk->W));
+            break;
+        case MKS_FAULT_QUEUE_OVERSUB:
+            t->force_worker = f->worker;
+            t->hold_ns += mag / (occ * n_op);
+            break;
+        case MKS_FAULT_TILE_STARVE:
+            if ((int32_t)t->tile_x == f->tile)
+                t->starve_ns += mag / occ;
+            break;
+        case MKS_FAULT_COMM_DELAY:
+            if (f->gen == MKS_FAULT_ANY || (uint64_t)f->gen == k) {
+                uint64_t n_ar = f->gen == MKS_FAULT_ANY ? 2ull * rk->L : 1;
+                t->comm_delay_ns += mag / (n_ar * waves(n_op, rk->W));
+            }
+            break;
+        }
+    }
+}
+
+/* ---- task bodies ------------------------------------------------------------ */
+
+static struct bw_rank *RK(struct br_rt *rt)
+{
+    return br_user(rt);
+}
+
+static void body_norm(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    (void)w;
+    struct bw_rank *rk = RK(rt);
+    const uint32_t H = rk->m.H, s = t->tile_x;
+    float *x = rk->x + (size_t)s * H;
+    if (t->layer == 0)
+        memcpy(x, rk->m.embed + (size_t)rk->batch.slot[s].token * H, sizeof(float) * H);
+    bm_rmsnorm(x, rk->m.layer[t->layer].norm1, rk->xn + (size_t)s * H, H);
+}
+
+static void body_qkv(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    (void)w;
+    struct bw_rank *rk = RK(rt);
+    const struct bm_model *m = &rk->m;
+    const struct bm_layer *Ly = &m->layer[t->layer];
+    const uint32_t QD = m->QD, QDr = rk->QDr, off = rk->rank * QDr, ML = m->cfg.max_len;
+    uint32_t c0, c1;
+    bm_tile_range(3 * QDr, rk->T, t->tile_x, &c0, &c1);
+    for (uint32_t s = 0; s < m->B; s++) {
+        const struct bm_slot *sl = &rk->batch.slot[s];
+        if (!sl->active)
+            continue;
+        const float *xn = rk->xn + (size_t)s * m->H;
+        size_t kvo = (((size_t)t->layer * m->B + s) * ML + sl->pos) * QD;
+        /* the tile may span the q, k and v column blocks */
+        for (uint32_t which = 0; which < 3; which++) {
+            uint32_t b0 = which * QDr, b1 = b0 + QDr;
+            uint32_t lo = c0 > b0 ? c0 : b0, hi = c1 < b1 ? c1 : b1;
+            if (lo >= hi)
+                continue;
+            const float *W = which == 0 ? Ly->wq : which == 1 ? Ly->wk : Ly->wv;
+            float *dst = which == 0 ? rk->q + (size_t)s * QD : which == 1 ? rk->kc + kvo : rk->vc + kvo;
+            bm_matvec_cols(xn, W, m->H, QD, off + lo - b0, off + hi - b0, dst + off + lo - b0);
+        }
+    }
+}
+
+static void body_attn(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    (void)w;
+    struct bw_rank *rk = RK(rt);
+    const struct bm_model *m = &rk->m;
+    const uint32_t s = t->tile_y, gh = rk->rank * m->cfg.heads + t->tile_x;
+    const uint32_t ML = m->cfg.max_len;
+    size_t kvo = ((size_t)t->layer * m->B + s) * ML * m->QD;
+    bm_attention(m, rk->q + (size_t)s * m->QD, rk->kc + kvo, rk->vc + kvo,
+                 rk->batch.slot[s].pos, gh, rk->o + (size_t)s * m->QD + gh * m->HD);
+}
+
+static void body_oproj(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    (void)w;
+    struct bw_rank *rk = RK(rt);
+    const struct bm_model *m = &rk->m;
+    const uint32_t off = rk->rank * rk->QDr;
+    uint32_t c0, c1;
+    bm_tile_range(m->H, rk->T, t->tile_x, &c0, &c1);
+    for (uint32_t s = 0; s < m->B; s++) {
+        if (!rk->batch.slot[s].active)
+            continue;
+        bm_matvec_cols(rk->o + (size_t)s * m->QD + off, m->layer[t->layer].wo + (size_t)off * m->H,
+                       rk->QDr, m->H, c0, c1, rk->partial + (size_t)s * m->H + c0);
+    }
+}
+
+/* The all-reduce sequence number of all-reduce k of step s (inbox counter
+ * target is seq + 1; data slot seq & 1). */
+static uint32_t ar_seq(const struct bw_rank *rk, uint32_t step, uint32_t k)
+{
+    return step * 2 * rk->L + k;
+}
+
+static void body_send(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    struct bw_rank *rk = RK(rt);
+    const uint32_t peer = t->tile_x, k = t->tile_y, seq = ar_seq(rk, t->step, k);
+    const size_t bytes = sizeof(float) * rk->m.B * rk->m.H;
+    uint64_t cg = bw_comm_gen(t->step, k, rk->rank, peer);
+    struct mks_hook_ctx ctx;
+    br_ctx_init(rt, w, t, MKS_EV_COMM_BEGIN, &ctx);
+    ctx.peer_rank = peer;
+    ctx.comm_gen = cg;
+    ctx.dep_event = remote_ev(peer, rk->rank);
+    ctx.dep_class = MKS_DEP_REMOTE;
+    ctx.value = bytes;
+    br_hook(rt, &ctx);
+    memcpy(bs_inbox_data(rk->shm, peer, rk->rank, seq), rk->partial, bytes);
+    if (t->comm_delay_ns)
+        bb_sleep_ns(t->comm_delay_ns);
+    bs_inbox_release(rk->shm, peer, rk->rank);
+    br_ctx_init(rt, w, t, MKS_EV_DEP_RELEASE, &ctx);
+    ctx.peer_rank = peer;
+    ctx.comm_gen = cg;
+    ctx.dep_event = remote_ev(peer, rk->rank);
+    ctx.dep_class = MKS_DEP_REMOTE;
+    ctx.value = seq + 1;
+    br_hook(rt, &ctx);
+    br_ctx_init(rt, w, t, MKS_EV_COMM_END, &ctx);
+    ctx.peer_rank = peer;
+    ctx.comm_gen = cg;
+    ctx.dep_event = remote_ev(peer, rk->rank);
+    ctx.dep_class = MKS_DEP_REMOTE;
+    ctx.value = bytes;
+    br_hook(rt, &ctx);
+}
+
+static void body_reduce(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    struct bw_rank *rk = RK(rt);
+    const struct bm_model *m = &rk->m;
+    const uint32_t k = t->tile_y, seq = ar_seq(rk, t->step, k);
+    for (uint32_t p = 0; p < rk->R; p++) {
+        if (p == rk->rank)
+            continue;
+        int rc = br_wait_remote(rt, w, t, bs_inbox_count(rk->shm, rk->rank, p), seq + 1,
+                                remote_ev(rk->rank, p), p, bw_comm_gen(t->step, k, p, rk->rank),
+                                bs_abort(rk->shm), REMOTE_TIMEOUT_NS);
+        if (rc) {
+            if (rc == -ETIMEDOUT)
+                fprintf(stderr, "mkscope-bench: rank %u: no data from rank %u for 60 s\n",
+                        rk->rank, p);
+            fail(rk, rc);
+            return;
+        }
+    }
+    for (uint32_t s = 0; s < m->B; s++) {
+        if (!rk->batch.slot[s].active)
+            continue;
+        float *x = rk->x + (size_t)s * m->H;
+        for (uint32_t j = 0; j < m->H; j++) {
+            float sum = 0.0f;
+            for (uint32_t p = 0; p < rk->R; p++) {
+                const float *src = p == rk->rank ? rk->partial
+                                                 : bs_inbox_data(rk->shm, rk->rank, p, seq);
+                sum += src[(size_t)s * m->H + j];
+            }
+            x[j] += sum;
+        }
+    }
+}
+
+static void body_expert(struct br_rt *rt, uint32_t w, struct br_task *t);
+
+static void body_router(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    (void)w;
+    struct bw_rank *rk = RK(rt);
+    const struct bm_model *m = &rk->m;
+    const uint32_t K = m->cfg.topk, l = t->layer;
+    uint64_t chosen = 0;
+    for (uint32_t s = 0; s < m->B; s++) {
+        if (!rk->batch.slot[s].active)
+            continue;
+        float *xn = rk->xn + (size_t)s * m->H;
+        bm_rmsnorm(rk->x + (size_t)s * m->H, m->layer[l].norm2, xn, m->H);
+        bm_route(m, l, t->step, xn, rk->sel_e + s * K, rk->sel_g + s * K);
+        for (uint32_t k = 0; k < K; k++)
+            chosen |= 1ull << rk->sel_e[s * K + k];
+    }
+    /* the experts this rank owns that got tokens become tasks now */
+    uint32_t n_new = 0, Te = rk->T < m->H ? rk->T : m->H;
+    for (uint32_t e = rk->rank; e < m->E; e += rk->R)
+        if (chosen & (1ull << e))
+            n_new += Te;
+    br_event_expect(rt, ev_of(rk, l, OP_EXPERT), n_new);
+    for (uint32_t e = rk->rank; e < m->E; e += rk->R) {
+        if (!(chosen & (1ull << e)))
+            continue;
+        for (uint32_t tile = 0; tile < Te; tile++) {
+            struct br_task p = {0};
+            p.cls = (uint16_t)(BC_EXPERT0 + e);
+            p.step = t->step;
+            p.gen = t->gen;
+            p.layer = l;
+            p.tile_x = e;
+            p.tile_y = tile;
+            p.wait_ev = ev_of(rk, l, OP_ROUTER);
+            p.trig_ev = ev_of(rk, l, OP_EXPERT);
+            p.body = body_expert;
+            p.force_worker = -1;
+            plan(rk, &p, Te, 0);
+            if (!br_task_add_live(rt, &p)) {
+                fprintf(stderr, "mkscope-bench: rank %u: task graph full\n", rk->rank);
+                fail(rk, -ENOSPC);
+                return;
+            }
+        }
+    }
+    if (!n_new)
+        br_event_fire(rt, ev_of(rk, l, OP_EXPERT));
+}
+
+static void body_expert(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    (void)w;
+    struct bw_rank *rk = RK(rt);
+    const struct bm_model *m = &rk->m;
+    const uint32_t e = t->tile_x, K = m->cfg.topk, Te = rk->T < m->H ? rk->T : m->H;
+    const uint32_t el = e / rk->R; /* local expert index */
+    uint32_t c0, c1;
+    bm_tile_range(m->H, Te, t->tile_y, &c0, &c1);
+    for (uint32_t s = 0; s < m->B; s++) {
+        if (!rk->batch.slot[s].active)
+            continue;
+        for (uint32_t k = 0; k < K; k++) {
+            if (rk->sel_e[s * K + k] != e)
+                continue;
+            float *out = rk->P + ((size_t)el * m->B + s) * m->H;
+            for (uint32_t j = c0; j < c1; j++)
+                out[j] = 0.0f;
+            bm_expert_tile(m, t->layer, e, rk->xn + (size_t)s * m->H, rk->sel_g[s * K + k], c0,
+                           c1, out);
+        }
+    }
+}
+
+static void body_combine(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    (void)w;
+    (void)t;
+    struct bw_rank *rk = RK(rt);
+    const struct bm_model *m = &rk->m;
+    const uint32_t K = m->cfg.topk;
+    for (uint32_t s = 0; s < m->B; s++) {
+        float *dst = rk->partial + (size_t)s * m->H;
+        memset(dst, 0, sizeof(float) * m->H);
+        if (!rk->batch.slot[s].active)
+            continue;
+        for (uint32_t e = rk->rank; e < m->E; e += rk->R) {
+            int sel = 0;
+            for (uint32_t k = 0; k < K; k++)
+                sel |= rk->sel_e[s * K + k] == e;
+            if (!sel)
+                continue;
+            const float *src = rk->P + ((size_t)(e / rk->R) * m->B + s) * m->H;
+            for (uint32_t j = 0; j < m->H; j++)
+                dst[j] += src[j];
+        }
+    }
+}
+
+static void body_lm(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    (void)w;
+    struct bw_rank *rk = RK(rt);
+    const struct bm_model *m = &rk->m;
+    uint32_t c0, c1;
+    bm_tile_range(m->V, rk->T, t->tile_x, &c0, &c1);
+    float xf[MKS_BENCH_MAX_HIDDEN];
+    for (uint32_t s = 0; s < m->B; s++) {
+        if (!rk->batch.slot[s].active)
+            continue;
+        bm_rmsnorm(rk->x + (size_t)s * m->H, m->normf, xf, m->H);
+        bm_matvec_cols(xf, m->lmhead, m->H, m->V, c0, c1, rk->logits + (size_t)s * m->V + c0);
+    }
+}
+
+static int build_step(struct bw_rank *rk, uint32_t s);
+
+static void gen_advance(struct bw_rank *rk, uint32_t w, uint32_t step, int32_t slot)
+{
+    struct mks_hook_ctx ctx;
+    br_ctx_init(rk->rt, w, NULL, MKS_EV_GEN_ADVANCE, &ctx);
+    ctx.step = step;
+    if (slot < 0) {
+        ctx.value = step; /* the decode step advanced */
+    } else {
+        ctx.tile_y = (uint32_t)slot; /* a request joined this slot */
+        ctx.req_gen = rk->batch.slot[slot].req_gen;
+        ctx.value = ctx.req_gen;
+    }
+    br_hook(rk->rt, &ctx);
+}
+
+static void body_sample(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    struct bw_rank *rk = RK(rt);
+    const struct bm_model *m = &rk->m;
+    const uint32_t s = t->step, B = m->B;
+    int32_t sampled[MKS_BENCH_MAX_BATCH];
+    double lsum = 0.0;
+    for (uint32_t i = 0; i < B; i++) {
+        sampled[i] = -1;
+        rk->res.req_gen[(size_t)s * B + i] = rk->batch.slot[i].active ? rk->batch.slot[i].req_gen : 0;
+        if (!rk->batch.slot[i].active)
+            continue;
+        const float *lg = rk->logits + (size_t)i * m->V;
+        sampled[i] = (int32_t)bm_argmax(lg, m->V);
+        for (uint32_t v = 0; v < m->V; v++)
+            lsum += lg[v];
+    }
+    memcpy(rk->res.tokens + (size_t)s * B, sampled, sizeof(int32_t) * B);
+    rk->res.logit_sum[s] = lsum;
+    bm_batch_end(m, &rk->batch, s, sampled);
+    uint64_t now = bb_now_ns();
+    rk->res.step_ns[s] = now - rk->step_t0;
+    if (s + 1 >= m->cfg.steps) {
+        br_finish(rt, 0);
+        return;
+    }
+    uint32_t joined = bm_batch_begin(m, &rk->batch, s + 1);
+    gen_advance(rk, w, s + 1, -1);
+    for (uint32_t i = 0; i < B; i++)
+        if (joined & (1u << i))
+            gen_advance(rk, w, s + 1, (int32_t)i);
+    int rc = build_step(rk, s + 1);
+    if (rc) {
+        fail(rk, rc);
+        return;
+    }
+    rk->step_t0 = bb_now_ns();
+}
+
+/* ---- graph ---------------------------------------------------------------- */
+
+static struct br_task *add(struct bw_rank *rk, uint32_t s, uint16_t cls, uint32_t l,
+                           uint32_t tx, uint32_t ty, uint32_t wait, uint32_t trig, br_body_fn body)
+{
+    struct br_task *t = br_task_add(rk->rt);
+    if (!t)
+        return NULL;
+    t->cls = cls;
+    t->step = s;
+    t->gen = (uint64_t)s + 1; /* every logical task runs once per decode iteration */
+    t->layer = l;
+    t->tile_x = tx;
+    t->tile_y = ty;
+    t->wait_ev = wait;
+    t->trig_ev = trig;
+    t->body = body;
+    if (trig != BR_EV_NONE)
+        br_event_expect(rk->rt, trig, 1);
+    return t;
+}
+
+#define ADD_OR_FAIL(...)                                                                           \
+    do {                                                                                           \
+        t = add(__VA_ARGS__);                                                                      \
+        if (!t)                                                                                    \
+            return -ENOSPC;                                                                        \
+    } while (0)
+
+static int add_allreduce(struct bw_rank *rk, uint32_t s, uint32_t l, uint32_t k, uint32_t wait,
+                         uint32_t ev_send, uint32_t ev_done)
+{
+    struct br_task *t;
+    uint32_t reduce_wait = wait;
+    if (rk->R > 1) {
+        for (uint32_t p = 0; p < rk->R; p++) {
+            if (p == rk->rank)
+                continue;
+            ADD_OR_FAIL(rk, s, BC_AR_SEND, l, p, k, wait, ev_send, body_send);
+            t->flags |= MKS_CTX_F_COMM;
+            plan(rk, t, rk->R - 1, k);
+        }
+        reduce_wait = ev_send;
+    }
+    ADD_OR_FAIL(rk, s, BC_AR_REDUCE, l, 0, k, reduce_wait, ev_done, body_reduce);
+    t->flags |= MKS_CTX_F_COMM;
+    plan(rk, t, 1, k);
+    return 0;
+}
+
+static int build_step(struct bw_rank *rk, uint32_t s)
+{
+    const struct bm_model *m = &rk->m;
+    struct br_task *t;
+    uint32_t n_act = 0;
+    for (uint32_t i = 0; i < m->B; i++)
+        n_act += rk->batch.slot[i].active;
+    br_graph_begin(rk->rt);
+    if (s > 0)
+        br_event_expect(rk->rt, E_STEP, 1); /* released by the previous sample */
+    for (uint32_t l = 0; l < rk->L; l++) {
+        uint32_t in = l == 0 ? E_STEP : ev_of(rk, l - 1, OP_AR2);
+        for (uint32_t i = 0; i < m->B; i++) {
+            if (!rk->batch.slot[i].active)
+                continue;
+            ADD_OR_FAIL(rk, s, BC_NORM, l, i, 0, in, ev_of(rk, l, OP_NORM), body_norm);
+            t->req_gen = rk->batch.slot[i].req_gen;
+            plan(rk, t, n_act, 0);
+        }
+        for (uint32_t x = 0; x < rk->T; x++) {
+            ADD_OR_FAIL(rk, s, BC_QKV, l, x, 0, ev_of(rk, l, OP_NORM), ev_of(rk, l, OP_QKV),
+                        body_qkv);
+            plan(rk, t, rk->T, 0);
+        }
+        for (uint32_t i = 0; i < m->B; i++) {
+            if (!rk->batch.slot[i].active)
+                continue;
+            for (uint32_t h = 0; h < m->cfg.heads; h++) {
+                ADD_OR_FAIL(rk, s, BC_ATTN, l, h, i, ev_of(rk, l, OP_QKV), ev_of(rk, l, OP_ATTN),
+                            body_attn);
+                t->req_gen = rk->batch.slot[i].req_gen;
+                plan(rk, t, n_act * m->cfg.heads, 0);
+            }
+        }
+        for (uint32_t x = 0; x < rk->T; x++) {
+            ADD_OR_FAIL(rk, s, BC_OPROJ, l, x, 0, ev_of(rk, l, OP_ATTN), ev_of(rk, l, OP_OPROJ),
+                        body_oproj);
+            plan(rk, t, rk->T, 0);
+        }
+        int rc = add_allreduce(rk, s, l, 2 * l, ev_of(rk, l, OP_OPROJ), ev_of(rk, l, OP_SEND1),
+                               ev_of(rk, l, OP_AR1));
+        if (rc)
+            return rc;
+        ADD_OR_FAIL(rk, s, BC_ROUTER, l, 0, 0, ev_of(rk, l, OP_AR1), ev_of(rk, l, OP_ROUTER),
+                    body_router);
+        plan(rk, t, 1, 0);
+        /* expert tasks are added by the router; combine waits on their event */
+        ADD_OR_FAIL(rk, s, BC_COMBINE, l, 0, 0, ev_of(rk, l, OP_EXPERT), ev_of(rk, l, OP_COMB),
+                    body_combine);
+        plan(rk, t, 1, 0);
+        rc = add_allreduce(rk, s, l, 2 * l + 1, ev_of(rk, l, OP_COMB), ev_of(rk, l, OP_SEND2),
+                           ev_of(rk, l, OP_AR2));
+        if (rc)
+            return rc;
+    }
+    for (uint32_t x = 0; x < rk->T; x++) {
+        ADD_OR_FAIL(rk, s, BC_LMHEAD, 0, x, 0, ev_of(rk, rk->L - 1, OP_AR2), ev_lm(rk), body_lm);
+        plan(rk, t, rk->T, 0);
+    }
+    uint32_t trig = s + 1 < m->cfg.steps ? E_STEP : BR_EV_NONE;
+    /* add() raises E_STEP's target only through build_step's own expect */
+    t = br_task_add(rk->rt);
+    if (!t)
+        return -ENOSPC;
+    t->cls = BC_SAMPLE;
+    t->step = s;
+    t->gen = (uint64_t)s + 1;
+    t->wait_ev = ev_lm(rk);
+    t->trig_ev = trig;
+    t->body = body_sample;
+    plan(rk, t, 1, 0);
+    br_graph_commit(rk->rt);
+    return 0;
+}
+
+static uint32_t max_tasks(const struct bw_rank *rk)
+{
+    const struct bm_model *m = &rk->m;
+    uint32_t Te = rk->T < m->H ? rk->T : m->H;
+    uint32_t per_layer = m->B + 2 * rk->T + m->B * m->cfg.heads + 2 * (rk->R - 1) + 2 + 2 +
+                         rk->n_own * Te;
+    return rk->L * per_layer + rk->T + 1;
+}
+
+/* ---- the rank's life --------------------------------------------------------- */
+
+static const char *cls_name_cb(void *user, uint32_t cls)
+{
+    static _Thread_local char buf[32];
+    return mks_bench_class_name(&((struct bw_rank *)user)->m.cfg, cls, buf, sizeof(buf));
+}
+
+static void rank_free(struct bw_rank *rk)
+{
+    br_destroy(rk->rt);
+#ifndef MKS_HOOKS_DISABLED
+    mks_rt_destroy(rk->hooks);
+#endif
+    free(rk->x), free(rk->xn), free(rk->q), free(rk->o), free(rk->partial), free(rk->logits);
+    free(rk->kc), free(rk->vc), free(rk->P), free(rk->sel_e), free(rk->sel_g);
+    bm_model_fini(&rk->m);
+}
+
+int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
+                 const struct mks_fault *faults, uint32_t n_faults, uint32_t rank, char *err,
+                 size_t err_len)
+{
+    struct bw_rank rk;
+    memset(&rk, 0, sizeof(rk));
+    rk.shm = shm;
+    rk.rank = rank;
+    rk.R = cfg->ranks;
+    rk.L = cfg->layers;
+    rk.W = cfg->workers;
+    rk.T = cfg->tiles;
+    bs_result(shm, rank, &rk.res);
+    int rc = bm_model_init(&rk.m, cfg, faults, n_faults);
+    if (rc)
+        return bb_err(err, err_len, rc, "rank %u: out of memory for the model", rank);
+    const struct bm_model *m = &rk.m;
+    rk.QDr = cfg->heads * cfg->head_dim;
+    rk.n_own = (m->E + rk.R - 1 - rank) / rk.R;
+    size_t BH = (size_t)m->B * m->H, BQ = (size_t)m->B * m->QD;
+    size_t kv = (size_t)rk.L * m->B * cfg->max_len * m->QD;
+    rk.x = calloc(BH, sizeof(float));
+    rk.xn = calloc(BH, sizeof(float));
+    rk.partial = calloc(BH, sizeof(float));
+    rk.q = calloc(BQ, sizeof(float));
+    rk.o = calloc(BQ, sizeof(float));
+    rk.logits = calloc((size_t)m->B * m->V, sizeof(float));
+    rk.kc = calloc(kv, sizeof(float));
+    rk.vc = calloc(kv, sizeof(float));
+    rk.P = calloc((size_t)(rk.n_own ? rk.n_own : 1) * BH, sizeof(float));
+    rk.sel_e = calloc((size_t)m->B * cfg->topk, sizeof(uint32_t));
+    rk.sel_g = calloc((size_t)m->B * cfg->topk, sizeof(float));
+    if (!rk.x || !rk.xn || !rk.partial || !rk.q || !rk.o || !rk.logits || !rk.kc || !rk.vc ||
+        !rk.P || !rk.sel_e || !rk.sel_g) {
+        rank_free(&rk);
+        return bb_err(err, err_len, -ENOMEM, "rank %u: out of memory for activations", rank);
+    }
+#ifndef MKS_HOOKS_DISABLED
+    struct mks_rt_opts ho = {.sz = sizeof(ho),
+                             .job = cfg->job,
+                             .rank = rank,
+                             .n_ranks = rk.R,
+                             /* the scheduler is hook worker n_workers */
+                             .n_workers = rk.W + 1};
+    rc = mks_rt_create(&ho, &rk.hooks);
+    if (rc) {
+        rank_free(&rk);
+        return bb_err(err, err_len, rc, "rank %u: devhooks control block for job '%s': %s", rank,
+                      cfg->job, strerror(-rc));
+    }
+    uint8_t *schema = NULL;
+    size_t schema_len = 0;
+    rc = bw_schema_encode(cfg, rank, &schema, &schema_len);
+    if (!rc)
+        rc = mks_rt_publish_schema(rk.hooks, schema, schema_len);
+    free(schema);
+    if (rc) {
+        rank_free(&rk);
+        return bb_err(err, err_len, rc, "rank %u: publishing the task schema: %s", rank,
+                      strerror(-rc));
+    }
+#endif
+    struct br_opts ro = {.rank = rank,
+                         .n_ranks = rk.R,
+                         .n_workers = rk.W,
+                         .n_events = ev_lm(&rk) + 1,
+                         .n_classes = mks_bench_class_count(cfg),
+                         .max_tasks = max_tasks(&rk),
+                         .queue_pressure = cfg->queue_pressure,
+                         .hooks = rk.hooks,
+                         .user = &rk};
+    rc = br_create(&ro, &rk.rt);
+    if (rc) {
+        rank_free(&rk);
+        return bb_err(err, err_len, rc, "rank %u: runtime: %s", rank, strerror(-rc));
+    }
+    bm_batch_init(m, &rk.batch);
+    bm_batch_begin(m, &rk.batch, 0);
+    rc = build_step(&rk, 0);
+    if (!rc)
+        rc = br_start(rk.rt);
+    if (rc) {
+        rank_free(&rk);
+        return bb_err(err, err_len, rc, "rank %u: starting the runtime: %s", rank, strerror(-rc));
+    }
+    /* every rank is up before the first step: step times start together */
+    rc = bs_barrier(shm, RENDEZVOUS_NS);
+    if (rc) {
+        atomic_store(bs_abort(shm), 1);
+        rank_free(&rk);
+        return bb_err(err, err_len, rc, "rank %u: rendezvous with the other ranks failed: %s",
+                      rank, strerror(-rc));
+    }
+    rk.step_t0 = bb_now_ns();
+    br_event_fire(rk.rt, E_STEP);
+    rc = br_wait_finish(rk.rt, bs_abort(shm));
+    br_stop(rk.rt);
+    if (rc) {
+        rank_free(&rk);
+        return bb_err(err, err_len, rc, "rank %u: run aborted (%s)", rank,
+                      rc == -ECANCELED ? "another rank failed" : strerror(-rc));
+    }
+    for (uint32_t c = 0; c < ro.n_classes; c++)
+        rk.res.class_counts[c] = br_class_count(rk.rt, c);
+    *rk.res.prof_dropped = br_prof_dropped(rk.rt);
+#ifdef MKS_BENCH_PROFILER
+    if (cfg->trace) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s.rank%u.json", cfg->trace, rank);
+        rc = br_prof_export(rk.rt, path, cls_name_cb, &rk);
+        if (rc) {
+            rank_free(&rk);
+            return bb_err(err, err_len, rc, "rank %u: writing trace %s: %s", rank, path,
+                          strerror(-rc));
+        }
+    }
+#else
+    (void)cls_name_cb;
+#endif
+    rank_free(&rk);
+    return 0;
+}
