@@ -5,7 +5,8 @@
  * memory ring of nccl_ring.h.
  *
  * NCCL calls init once per communicator; the plugin asks for collective
- * events only (ncclProfileColl), whose descriptor carries the per-function
+ * events only (ncclProfileColl; NCCL also starts their group events), whose
+ * descriptor carries the per-function
  * sequence number that, together with the communicator hash, names the
  * collective identically on every rank.  startEvent takes the start time,
  * stopEvent the stop time and writes the record.  One ring per process,
@@ -39,6 +40,11 @@ struct comm_ctx {
 struct coll_event {
     struct mks_nccl_record rec;
 };
+
+/* Handle for group events: NCCL 2.27 starts a collective's event only inside
+ * a started group event, so groups need a handle, but nothing is recorded
+ * for them. */
+static char g_group_handle;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mks_nccl_ring *g_ring;
@@ -165,6 +171,8 @@ static ncclResult_t coll_start(void *context, void **handle, uint64_t type, int 
     int func;
 
     *handle = NULL;
+    if (ctx && type == (uint64_t)ncclProfileGroup)
+        *handle = &g_group_handle;
     if (!ctx || type != (uint64_t)ncclProfileColl || !coll)
         return ncclSuccess;
     func = mks_commid_nccl_func_from_name(coll->func);
@@ -191,7 +199,7 @@ static ncclResult_t mks_stop_event(void *handle)
 {
     struct coll_event *ev = handle;
 
-    if (!ev)
+    if (!ev || handle == &g_group_handle)
         return ncclSuccess;
     ev->rec.t_stop = now_ns();
     pthread_mutex_lock(&g_lock);

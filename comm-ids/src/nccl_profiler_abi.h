@@ -3,7 +3,7 @@
  * from NCCL's documented interface (ext-profiler in the NCCL sources).  NCCL
  * dlopens the library named by NCCL_PROFILER_PLUGIN and looks up the symbol
  * ncclProfiler_v5, then ncclProfiler_v4, ... (newest first).  NCCL 2.28 (CUDA
- * 13) loads v5; v4 serves NCCL 2.23 to 2.25.
+ * 13) loads v5; v4 serves NCCL 2.27.
  *
  * Only the event-descriptor members up to the `coll` arm of the union matter
  * here, but the union is declared whole so its size and alignment are NCCL's.

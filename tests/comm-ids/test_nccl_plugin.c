@@ -109,6 +109,12 @@ static void test_v5_two_ranks(void **state)
         d.type = ncclProfileP2p;
         assert_int_equal(p->startEvent(ctx[0], &h, &d), ncclSuccess);
         assert_null(h);
+        /* group events get a handle (NCCL 2.27 starts collectives only inside
+         * one) but no record */
+        d.type = ncclProfileGroup;
+        assert_int_equal(p->startEvent(ctx[0], &h, &d), ncclSuccess);
+        assert_non_null(h);
+        assert_int_equal(p->stopEvent(h), ncclSuccess);
         d.type = ncclProfileColl;
         d.coll.func = "AllReduceFancy";
         h = (void *)1;
