@@ -26,6 +26,7 @@
 
 #include <stdint.h>
 
+#include "dev.h"
 #include "mkscope/bpf_isa.h"
 #include "mkscope/ctl.h"
 #include "mkscope/hook_abi.h"
@@ -67,7 +68,13 @@ struct mks_cb_worker {
     uint32_t sample_ctr[MKS_EV_COUNT]; /* written by the worker only */
     uint8_t pad[64 - 8 - 4 * MKS_EV_COUNT];
 };
-_Static_assert(sizeof(struct mks_cb_worker) == 64, "one cache line per worker");
+MKS_STATIC_ASSERT(sizeof(struct mks_cb_worker) == 64, "one cache line per worker");
+
+#ifdef __cplusplus
+#define MKS_ALIGN64 alignas(64)
+#else
+#define MKS_ALIGN64 _Alignas(64)
+#endif
 
 struct mks_cb_cov {
     uint64_t eligible, ran, throttled, lost;
@@ -91,30 +98,33 @@ struct mks_cb {
     uint64_t schema_len;
     uint64_t arena_brk; /* bump allocator of the arena (agent only) */
 
-    _Alignas(64) uint32_t attach_mask; /* the hot word: its own cache line */
-    _Alignas(64) uint64_t epoch;
+    MKS_ALIGN64 uint32_t attach_mask; /* the hot word: its own cache line */
+    MKS_ALIGN64 uint64_t epoch;
     uint64_t lease_deadline_ns; /* CLOCK_MONOTONIC; 0 = no lease taken yet */
+    uint32_t on_device;         /* programs run on the GPU: the pump copies banks */
+    uint32_t pad0;
+    uint64_t pump_epoch;        /* GPU: last epoch whose old bank the pump copied back */
 
-    _Alignas(64) struct mks_cb_hook hooks[MKS_EV_COUNT];
+    MKS_ALIGN64 struct mks_cb_hook hooks[MKS_EV_COUNT];
     struct mks_cb_prog progs[MKS_CB_MAX_PROGS];
     struct mks_map_desc maps[MKS_MAX_MAPS];
 };
 
-static inline struct mks_cb_worker *mks_cb_workers(struct mks_cb *cb)
+MKS_HD struct mks_cb_worker *mks_cb_workers(struct mks_cb *cb)
 {
     return (struct mks_cb_worker *)((uint8_t *)cb + cb->workers_off);
 }
-static inline struct mks_cb_cov *mks_cb_cov(struct mks_cb *cb, uint32_t bank, uint32_t worker,
+MKS_HD struct mks_cb_cov *mks_cb_cov(struct mks_cb *cb, uint32_t bank, uint32_t worker,
                                             uint32_t ev)
 {
     struct mks_cb_cov *c = (struct mks_cb_cov *)((uint8_t *)cb + cb->cov_off);
     return &c[((uint64_t)bank * cb->n_workers + worker) * MKS_EV_COUNT + ev];
 }
-static inline struct mks_insn *mks_cb_insns(struct mks_cb *cb, uint32_t slot)
+MKS_HD struct mks_insn *mks_cb_insns(struct mks_cb *cb, uint32_t slot)
 {
     return (struct mks_insn *)((uint8_t *)cb + cb->insns_off) + (uint64_t)slot * MKS_BPF_MAX_INSNS;
 }
-static inline uint8_t *mks_cb_arena(struct mks_cb *cb)
+MKS_HD uint8_t *mks_cb_arena(struct mks_cb *cb)
 {
     return (uint8_t *)cb + cb->arena_off;
 }
@@ -140,9 +150,12 @@ static inline uint64_t mks_cb_layout(struct mks_cb *cb, uint32_t n_workers, uint
 }
 
 /* Hook program word helpers. */
-static inline uint32_t mks_cb_word_slot(uint64_t word, uint32_t i)
+MKS_HD uint32_t mks_cb_word_slot(uint64_t word, uint32_t i)
 {
     return (uint32_t)(word >> (16 * i)) & 0xffffu; /* slot + 1, 0 = empty */
 }
+
+/* One hook run against a block (hook.c; host and device). */
+MKS_DEVFN int32_t mksi_hook_run(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx);
 
 #endif /* MKS_DEVHOOKS_CB_H */

@@ -11,6 +11,10 @@
 #ifdef __CUDACC__
 #define MKS_DEVFN __device__
 #define MKS_INLINE __device__ __forceinline__
+#define MKS_HD __host__ __device__ __forceinline__
+#define MKS_FENCE() __threadfence_system()
+#define MKS_A_LOAD64(p) (*(volatile uint64_t *)(p))
+#define MKS_A_STORE64(p, v) (*(volatile uint64_t *)(p) = (v))
 
 MKS_INLINE uint64_t mks_dev_time_ns(void)
 {
@@ -66,6 +70,10 @@ MKS_INLINE uint64_t mks_dev_load_acq64(const uint64_t *p)
 
 #define MKS_DEVFN
 #define MKS_INLINE static inline
+#define MKS_HD static inline
+#define MKS_FENCE() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#define MKS_A_LOAD64(p) __atomic_load_n((const uint64_t *)(p), __ATOMIC_RELAXED)
+#define MKS_A_STORE64(p, v) __atomic_store_n((uint64_t *)(p), (uint64_t)(v), __ATOMIC_RELAXED)
 
 MKS_INLINE uint64_t mks_dev_time_ns(void)
 {

@@ -4,17 +4,7 @@
  * hook with coverage, sampling and budget, and keep a pump thread that
  * detaches everything when the agent's lease lapses.
  *
- * A hook run (mks_rt_hook_run) on worker w:
- *   1. enter the epoch: announce (epoch << 1 | 1) in w's sequence word and
- *      re-read the epoch until both agree (cb.h), so the agent's grace
- *      period sees every worker that might still use the old bank;
- *   2. read the hook's program word once (acquire): the list to run;
- *   3. count eligible, apply sampling and the per-epoch instruction budget
- *      (throttled), run each program in the VM against the bank's maps;
- *      a run-time guard failure or a dropped ring record counts as lost;
- *   4. leave the epoch (release).
- * Coverage counters are per worker and bank, so a worker updates them with
- * plain stores; the agent reads them only after the grace period.
+ * The hook run itself is hook.c, shared with the device.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -237,105 +227,5 @@ int mks_rt_publish_schema(struct mks_rt *rt, const void *schema, size_t len)
 
 int32_t mks_rt_hook_run(struct mks_rt *rt, struct mks_hook_ctx *ctx)
 {
-    struct mks_cb *cb = rt->cb;
-    struct mks_cb_worker *wk;
-    struct mks_cb_hook *h;
-    struct mks_cb_cov *cov;
-    struct mks_maps maps;
-    uint64_t epoch, word, used_total = 0;
-    uint32_t ev = ctx->event, w = ctx->worker, bank, shift;
-    int32_t hint = 0;
-    int lost = 0;
-
-    ctx->abi_version = MKS_HOOK_ABI_VERSION;
-    ctx->size = (uint16_t)sizeof(*ctx);
-    if (ev >= MKS_EV_COUNT || w >= rt->n_workers)
-        return 0;
-    wk = &mks_cb_workers(cb)[w];
-    for (;;) {
-        epoch = __atomic_load_n(&cb->epoch, __ATOMIC_SEQ_CST);
-        __atomic_store_n(&wk->seq, (epoch << 1) | 1u, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&cb->epoch, __ATOMIC_SEQ_CST) == epoch)
-            break;
-    }
-    bank = (uint32_t)(epoch & 1u);
-    h = &cb->hooks[ev];
-    word = __atomic_load_n(&h->progs, __ATOMIC_ACQUIRE);
-    if (!word)
-        goto leave;
-    cov = mks_cb_cov(cb, bank, w, ev);
-    cov->eligible++;
-    shift = __atomic_load_n(&h->sample_shift, __ATOMIC_RELAXED);
-    if (shift && (wk->sample_ctr[ev]++ & ((1u << shift) - 1u)) != 0) {
-        cov->throttled++;
-        goto leave;
-    }
-    {
-        uint64_t budget = __atomic_load_n(&h->insn_budget, __ATOMIC_RELAXED);
-        if (budget) {
-            uint64_t cost = 0;
-            for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
-                uint32_t s = mks_cb_word_slot(word, i);
-                if (s)
-                    cost += cb->progs[s - 1].cost ? cb->progs[s - 1].cost : 1;
-            }
-            if (__atomic_load_n(&h->budget_used[bank], __ATOMIC_RELAXED) + cost > budget) {
-                cov->throttled++;
-                goto leave;
-            }
-        }
-    }
-    maps.descs = cb->maps;
-    maps.n_descs = MKS_MAX_MAPS;
-    maps.bank = bank;
-    maps.arena = mks_cb_arena(cb);
-    maps.arena_len = cb->arena_len;
-    maps.worker = w;
-    maps.sm = ctx->sm;
-    maps.rank = rt->rank;
-    maps.lost = 0;
-    for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
-        uint32_t s = mks_cb_word_slot(word, i);
-        const struct mks_cb_prog *p;
-        struct mks_vm_env env;
-        uint64_t r0 = 0, used = 0;
-        int rc;
-        if (!s)
-            continue;
-        p = &cb->progs[s - 1];
-        env.insns = mks_cb_insns(cb, s - 1);
-        env.n_insns = p->n_insns;
-        env.flags = 0;
-        /* Twice the verifier's bound: a program that runs far longer than
-         * it was proven to is broken and is stopped, not waited for. */
-        env.insn_limit = p->cost ? 2 * p->cost + 64 : MKS_BPF_MAX_INSNS * 64ull;
-        env.ctx = ctx;
-        env.ctx_len = mks_hook_ctx_size(p->abi_version);
-        env.n_maps = p->n_maps;
-        env.map_ids = p->map_ids;
-        env.maps = &maps;
-        env.extra.base = 0;
-        env.extra.len = 0;
-        env.extra.writable = 0;
-        rc = mks_vm_run(&env, (uint64_t)(uintptr_t)ctx, 0, &r0, &used);
-        used_total += used;
-        if (rc != 0) {
-            lost = 1;
-            continue;
-        }
-        if (p->type == MKS_PROG_CONTROL) {
-            int64_t v = (int64_t)r0;
-            int32_t c = v < 0 ? 0 : v > MKS_PRIO_HINT_MAX ? MKS_PRIO_HINT_MAX : (int32_t)v;
-            if (c > hint)
-                hint = c;
-        }
-    }
-    if (used_total)
-        __atomic_fetch_add(&h->budget_used[bank], used_total, __ATOMIC_RELAXED);
-    cov->ran++;
-    if (lost || maps.lost)
-        cov->lost += lost + maps.lost;
-leave:
-    __atomic_store_n(&wk->seq, epoch << 1, __ATOMIC_RELEASE);
-    return hint;
+    return mksi_hook_run(rt->cb, rt->rank, ctx);
 }

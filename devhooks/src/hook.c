@@ -1,0 +1,128 @@
+/*
+ * One hook run, shared by the CPU backend (runtime.c) and the device
+ * (vm.cu): the same code against the control block's layout, which on the
+ * GPU is a byte-for-byte device mirror of the shared-memory block.
+ *
+ *   1. enter the epoch: announce (epoch << 1 | 1) in the worker's sequence
+ *      word, fence, re-read the epoch until both agree, so the grace period
+ *      after an epoch flip sees every worker that might still use the old
+ *      bank (cb.h);
+ *   2. read the hook's program word once (acquire): the list to run;
+ *   3. count eligible, apply sampling and the per-epoch instruction budget
+ *      (throttled), run each program in the VM against the bank's maps; a
+ *      run-time guard failure or a dropped ring record counts as lost;
+ *   4. leave the epoch (release).
+ * Coverage counters are per worker and bank, so a worker updates them with
+ * plain stores; they are read only after the grace period.
+ */
+#include "cb.h"
+#include "dev.h"
+#include "mkscope/vm.h"
+
+#ifdef __CUDACC__
+/* vm.cu compiles vm.c into the same translation unit. */
+#define MKSI_VM_RUN mksi_vm_exec
+#else
+#define MKSI_VM_RUN mks_vm_run
+#endif
+
+MKS_DEVFN int32_t mksi_hook_run(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx)
+{
+    struct mks_cb_worker *wk;
+    struct mks_cb_hook *h;
+    struct mks_cb_cov *cov;
+    struct mks_maps maps;
+    uint64_t epoch, word, used_total = 0;
+    uint32_t ev = ctx->event, w = ctx->worker, bank, shift;
+    int32_t hint = 0;
+    uint32_t lost = 0;
+
+    ctx->abi_version = MKS_HOOK_ABI_VERSION;
+    ctx->size = (uint16_t)sizeof(*ctx);
+    if (ev >= MKS_EV_COUNT || w >= cb->n_workers)
+        return 0;
+    wk = &mks_cb_workers(cb)[w];
+    for (;;) {
+        epoch = MKS_A_LOAD64(&cb->epoch);
+        MKS_A_STORE64(&wk->seq, (epoch << 1) | 1u);
+        MKS_FENCE();
+        if (MKS_A_LOAD64(&cb->epoch) == epoch)
+            break;
+    }
+    bank = (uint32_t)(epoch & 1u);
+    h = &cb->hooks[ev];
+    word = MKS_A_LOAD_ACQ64(&h->progs);
+    if (!word)
+        goto leave;
+    cov = mks_cb_cov(cb, bank, w, ev);
+    cov->eligible++;
+    shift = h->sample_shift;
+    if (shift && (wk->sample_ctr[ev]++ & ((1u << shift) - 1u)) != 0) {
+        cov->throttled++;
+        goto leave;
+    }
+    if (h->insn_budget) {
+        uint64_t cost = 0;
+        for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
+            uint32_t s = mks_cb_word_slot(word, i);
+            if (s)
+                cost += cb->progs[s - 1].cost ? cb->progs[s - 1].cost : 1;
+        }
+        if (MKS_A_LOAD64(&h->budget_used[bank]) + cost > h->insn_budget) {
+            cov->throttled++;
+            goto leave;
+        }
+    }
+    maps.descs = cb->maps;
+    maps.n_descs = MKS_MAX_MAPS;
+    maps.bank = bank;
+    maps.arena = mks_cb_arena(cb);
+    maps.arena_len = cb->arena_len;
+    maps.worker = w;
+    maps.sm = ctx->sm;
+    maps.rank = rank;
+    maps.lost = 0;
+    for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
+        uint32_t s = mks_cb_word_slot(word, i);
+        const struct mks_cb_prog *p;
+        struct mks_vm_env env;
+        uint64_t r0 = 0, used = 0;
+        if (!s)
+            continue;
+        p = &cb->progs[s - 1];
+        env.insns = mks_cb_insns(cb, s - 1);
+        env.n_insns = p->n_insns;
+        env.flags = 0;
+        /* Twice the verifier's bound: a program that runs far longer than
+         * it was proven to is broken and is stopped, not waited for. */
+        env.insn_limit = p->cost ? 2 * p->cost + 64 : MKS_BPF_MAX_INSNS * 64ull;
+        env.ctx = ctx;
+        env.ctx_len = p->abi_version == 1u ? MKS_HOOK_CTX_V1_SIZE : 0u;
+        env.n_maps = p->n_maps;
+        env.map_ids = p->map_ids;
+        env.maps = &maps;
+        env.extra.base = 0;
+        env.extra.len = 0;
+        env.extra.writable = 0;
+        if (env.n_maps > MKS_MAX_PROG_MAPS ||
+            MKSI_VM_RUN(&env, (uint64_t)(uintptr_t)ctx, 0, &r0, &used) != 0) {
+            lost = 1;
+            used_total += used;
+            continue;
+        }
+        used_total += used;
+        if (p->type == MKS_PROG_CONTROL) {
+            int64_t v = (int64_t)r0;
+            int32_t c = v < 0 ? 0 : v > MKS_PRIO_HINT_MAX ? MKS_PRIO_HINT_MAX : (int32_t)v;
+            if (c > hint)
+                hint = c;
+        }
+    }
+    if (used_total && h->insn_budget)
+        MKS_A_ADD64(&h->budget_used[bank], used_total);
+    cov->ran++;
+    cov->lost += lost + maps.lost;
+leave:
+    MKS_A_STORE_REL64(&wk->seq, epoch << 1);
+    return hint;
+}
