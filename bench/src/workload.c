@@ -252,7 +252,7 @@ static void body_send(struct br_rt *rt, uint32_t w, struct br_task *t)
     br_hook(rt, &ctx);
     memcpy(bs_inbox_data(rk->shm, peer, rk->rank, seq), rk->partial, bytes);
     if (t->comm_delay_ns)
-        bb_sleep_ns(t->comm_delay_ns);
+        br_fault_sleep(rt, w, t->comm_delay_ns);
     bs_inbox_release(rk->shm, peer, rk->rank);
     br_ctx_init(rt, w, t, MKS_EV_DEP_RELEASE, &ctx);
     ctx.peer_rank = peer;

@@ -124,6 +124,10 @@ int br_wait_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t,
                    uint32_t peer, uint64_t comm_gen, const _Atomic uint32_t *abort_p,
                    uint64_t timeout_ns);
 
+/* An injected delay of ns on worker (fault plans; task bodies for delays
+ * inside a transfer). */
+void br_fault_sleep(struct br_rt *rt, uint32_t worker, uint64_t ns);
+
 /* Counts the runtime keeps itself, independent of hooks. */
 uint64_t br_class_count(const struct br_rt *rt, uint32_t cls);
 uint64_t br_passovers(const struct br_rt *rt);
