@@ -94,6 +94,7 @@ struct agent {
     Mkscope__V1__TaskSchema *schema;
     int open_err_logged; /* last open error reported */
     uint32_t lease_lapses;
+    int schema_err_logged;
     struct agt_progs progs;
     struct agt_summary *pending;
     uint64_t prev_host_ns, prev_dev_ns;
@@ -616,6 +617,7 @@ static int try_open(struct agent *a, uint64_t now)
                          a->o.rank, why);
     }
     a->open_err_logged = 0;
+    a->schema_err_logged = 0;
     mks_wire_schema_free(a->schema);
     a->schema = schema;
     int restarted = a->have_info && info.app_start_ns != a->last_app_start;
@@ -654,7 +656,8 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
                                    .rank = a->o.rank,
                                    .incarnation = a->incarnation,
                                    .seq = a->seq + 1,
-                                   .lost_summaries = st.lost + st.stale - a->lost_reported,
+                                   .lost_summaries = st.lost + st.lost_tags + st.stale +
+                                                     a->refused - a->lost_reported,
                                    .sample_shift = a->sample_shift,
                                    .prog_names = (const char *const *)a->progs.names_by_id,
                                    .n_prog_names = sizeof(a->progs.names_by_id) /
@@ -680,10 +683,12 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
         a->pending = s;
         s = NULL;
     } else if (!err) {
-        err = agt_spool_push(a->spool, meta.seq, bufs[tier], sizes[tier]);
+        /* The tag is what this summary reports lost: if it is lost in
+         * turn, its report is made again by the next one. */
+        err = agt_spool_push(a->spool, meta.seq, bufs[tier], sizes[tier], meta.lost_summaries);
         if (!err) {
             a->seq = meta.seq;
-            a->lost_reported = st.lost + st.stale;
+            a->lost_reported = st.lost + st.lost_tags + st.stale + a->refused;
             agt_budget_charge(&a->budget, sizes[tier]);
             a->tiers[tier]++;
             a->n_summaries++;
@@ -791,6 +796,15 @@ static void tick(struct agent *a, uint64_t now)
     if (err)
         agt_log_warn("lease renewal failed: %s", strerror(-err));
     struct mks_ctl_info info;
+    if (!a->schema && mks_ctl_info(a->ctl, &info) == 0 && info.schema && info.schema_len) {
+        /* The runtime published its task schema after we attached:
+         * register again so that the collector learns the class names. */
+        char why[256];
+        if (mks_wire_schema_decode(info.schema, info.schema_len, &a->schema, why, sizeof(why)) == 0)
+            a->registered = 0;
+        else if (!a->schema_err_logged++)
+            agt_log_warn("task schema of rank %u is not valid: %s", a->o.rank, why);
+    }
     if (mks_ctl_info(a->ctl, &info) == 0 && info.lease_lapses != a->lease_lapses) {
         /* We were too slow once and the application detached everything;
          * the programs are still loaded, put them back. */

@@ -34,8 +34,9 @@ static const char *default_monitors_dir(void)
         if (slash) {
             *slash = '\0';
             struct stat st;
-            snprintf(dir, sizeof(dir), "%s/../lib/mkscope/monitors", exe);
-            if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+            int len = snprintf(dir, sizeof(dir), "%.*s/../lib/mkscope/monitors",
+                               (int)(sizeof(dir) - 32), exe);
+            if (len > 0 && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
                 return dir;
         }
     }

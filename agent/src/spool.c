@@ -24,7 +24,7 @@
 #define SPOOL_SUFFIX       ".sum"
 
 struct entry {
-    uint64_t seq;
+    uint64_t seq, tag;
     size_t len;
     void *mem; /* NULL while the payload is on disk */
 };
@@ -35,9 +35,10 @@ struct agt_spool {
     size_t n_disk; /* entries [head, head + n_disk) are on disk */
     size_t mem_limit, disk_limit;
     char *dir;
-    uint64_t mem_used, disk_used, lost, stale, last_seq;
+    uint64_t mem_used, disk_used, lost, lost_tags, stale, last_seq;
     int have_seq;
-    void *scratch; /* head payload read back from disk */
+    uint64_t last_tag; /* tag of the entry drop_head() removed last */
+    void *scratch;     /* head payload read back from disk */
     size_t scratch_cap;
 };
 
@@ -109,6 +110,7 @@ int agt_spool_create(const struct agt_spool_opts *opts, struct agt_spool **sp_p)
 static void drop_head(struct agt_spool *sp)
 {
     struct entry *e = at(sp, 0);
+    sp->last_tag = e->tag;
     if (e->mem) {
         sp->mem_used -= e->len;
         free(e->mem);
@@ -183,6 +185,7 @@ static int spill_one(struct agt_spool *sp)
     while (sp->disk_used + e->len > sp->disk_limit && sp->n_disk > 0) {
         drop_head(sp);
         sp->lost++;
+        sp->lost_tags += sp->last_tag;
         e = at(sp, sp->n_disk);
     }
     if (sp->disk_used + e->len > sp->disk_limit)
@@ -203,7 +206,7 @@ static int spill_one(struct agt_spool *sp)
     return 0;
 }
 
-int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t len)
+int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t len, uint64_t tag)
 {
     if (!sp || (!buf && len))
         return -EINVAL;
@@ -219,7 +222,7 @@ int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t l
         return -ENOMEM;
     if (len)
         memcpy(copy, buf, len);
-    *at(sp, sp->n) = (struct entry){.seq = seq, .len = len, .mem = copy};
+    *at(sp, sp->n) = (struct entry){.seq = seq, .tag = tag, .len = len, .mem = copy};
     sp->n++;
     sp->mem_used += len;
     sp->last_seq = seq;
@@ -230,6 +233,7 @@ int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t l
         /* No room on disk either: the oldest entry is lost (counted). */
         drop_head(sp);
         sp->lost++;
+        sp->lost_tags += sp->last_tag;
     }
     return 0;
 }
@@ -286,6 +290,7 @@ int agt_spool_head(struct agt_spool *sp, uint64_t *seq_p, const void **buf_p, si
         agt_log_warn("spool: cannot read %s: %s; counting it as lost", path, strerror(-err));
         drop_head(sp);
         sp->lost++;
+        sp->lost_tags += sp->last_tag;
     }
     return -ENOENT;
 }
@@ -306,5 +311,6 @@ void agt_spool_stats(const struct agt_spool *sp, struct agt_spool_stats *st)
                                    .mem_bytes = sp->mem_used,
                                    .disk_bytes = sp->disk_used,
                                    .lost = sp->lost,
+                                   .lost_tags = sp->lost_tags,
                                    .stale = sp->stale};
 }

@@ -28,6 +28,7 @@ struct agt_spool_stats {
     uint64_t mem_bytes;   /* payload bytes in memory */
     uint64_t disk_bytes;  /* payload bytes on disk */
     uint64_t lost;        /* entries dropped on overflow since creation */
+    uint64_t lost_tags;   /* sum of the tags of those entries */
     uint64_t stale;       /* files of an earlier incarnation removed at creation */
 };
 
@@ -37,8 +38,11 @@ int agt_spool_create(const struct agt_spool_opts *opts, struct agt_spool **sp_p)
 void agt_spool_destroy(struct agt_spool *sp); /* accepts NULL; removes its files */
 
 /* Append a copy of an encoded summary.  seq must be larger than every seq
- * pushed before (-EINVAL otherwise).  Overflow drops the oldest entries. */
-int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t len);
+ * pushed before (-EINVAL otherwise).  Overflow drops the oldest entries.
+ * tag is the caller's number for the entry (the agent: how many losses the
+ * summary reports); the tags of dropped entries add up in lost_tags, so a
+ * loss report that is itself lost can be made again. */
+int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t len, uint64_t tag);
 
 /* The oldest unacknowledged entry: -ENOENT when empty.  *buf_p stays valid
  * until the next call on the spool. */

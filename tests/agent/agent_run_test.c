@@ -1,0 +1,643 @@
+/*
+ * mkscope-agent as a process, against a real control block (this test is the
+ * application: it creates the block with mks_rt_create() and fires hooks) and
+ * a small stand-in for the collector's ingest socket (an NN_REP socket that
+ * answers the way docs/wire.md says and records what arrives).
+ *
+ * Checked here: per-class counts in the summaries equal the hooks fired and
+ * coverage is complete; summaries are replayed in order without loss after
+ * the collector was away; a budget keeps the bytes under it and the
+ * summaries say they were coarsened; collector commands are verified and
+ * answered; an application restart is followed; a killed agent's hooks fall
+ * back to detached.
+ *
+ * argv[1] is the agent binary, argv[2] the directory of built-in monitors.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+
+#include "mkscope/runtime.h"
+#include "mkscope/wire.h"
+
+#define N_CLASSES 3
+
+static const char *agent_bin, *monitors_dir;
+static char tmpdir[64];
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the stand-in collector ------------------------------------------------ */
+
+#define MAX_SEQS 4096
+
+struct fake_collector {
+    char url[128];
+    int sock, fd;
+    uint64_t bytes;           /* request bytes received */
+    uint64_t first_ns, last_ns;
+    uint64_t counts[N_CLASSES];
+    uint64_t other_counts;
+    uint64_t eligible_end, ran_end, throttled_end;
+    uint64_t seqs[MAX_SEQS];  /* first arrivals, in arrival order */
+    int n_seqs;
+    int duplicates;
+    int registers;
+    uint64_t last_app_start;
+    uint32_t schema_classes;
+    int tiers[4];
+    int min_tier;
+    uint64_t lost_reported;
+    /* commands to hand out with the next ack of a summary */
+    Mkscope__V1__Command *cmds[4];
+    int n_cmds;
+    Mkscope__V1__CommandReply replies[8];
+    char reply_err[8][256];
+    int n_replies;
+};
+
+static void fc_bind(struct fake_collector *fc)
+{
+    fc->sock = nn_socket(AF_SP, NN_REP);
+    assert_true(fc->sock >= 0);
+    assert_true(nn_bind(fc->sock, fc->url) >= 0);
+    size_t sz = sizeof(fc->fd);
+    assert_int_equal(nn_getsockopt(fc->sock, NN_SOL_SOCKET, NN_RCVFD, &fc->fd, &sz), 0);
+}
+
+static void fc_init(struct fake_collector *fc, const char *name)
+{
+    memset(fc, 0, sizeof(*fc));
+    snprintf(fc->url, sizeof(fc->url), "ipc://%s/%s", tmpdir, name);
+    fc->min_tier = 99;
+    fc_bind(fc);
+}
+
+static int seen(const struct fake_collector *fc, uint64_t seq)
+{
+    for (int i = 0; i < fc->n_seqs; i++)
+        if (fc->seqs[i] == seq)
+            return 1;
+    return 0;
+}
+
+static void fc_reply(struct fake_collector *fc, mks_envelope *out)
+{
+    uint8_t *buf;
+    size_t len;
+    char err[256];
+    assert_int_equal(mks_wire_encode(out, NULL, &buf, &len, err, sizeof(err)), 0);
+    assert_true(nn_send(fc->sock, buf, len, 0) == (int)len);
+    free(buf);
+}
+
+static void fc_handle(struct fake_collector *fc, const void *buf, size_t len)
+{
+    mks_envelope *env;
+    char err[256];
+    int rc = mks_wire_decode(buf, len, NULL, &env, err, sizeof(err));
+    if (rc)
+        fail_msg("agent sent an invalid message: %s", err);
+    fc->bytes += len;
+    if (!fc->first_ns)
+        fc->first_ns = now_ns();
+    fc->last_ns = now_ns();
+    mks_envelope out;
+    mks_wire_init(&out, env->job, env->rank, env->seq);
+    Mkscope__V1__RegisterAck rack = MKSCOPE__V1__REGISTER_ACK__INIT;
+    Mkscope__V1__Ack ack = MKSCOPE__V1__ACK__INIT;
+    uint64_t max_seq = 0;
+    for (int i = 0; i < fc->n_seqs; i++)
+        if (fc->seqs[i] > max_seq)
+            max_seq = fc->seqs[i];
+    switch (env->body_case) {
+    case MKSCOPE__V1__ENVELOPE__BODY_REGISTER:
+        fc->registers++;
+        fc->last_app_start = env->register_->app_start_ns;
+        fc->schema_classes = env->register_->schema ? (uint32_t)env->register_->schema->n_classes
+                                                    : 0;
+        rack.accepted = 1;
+        rack.stored_seq = max_seq;
+        out.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK;
+        out.register_ack = &rack;
+        break;
+    case MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY: {
+        const Mkscope__V1__EpochSummary *s = env->epoch_summary;
+        if (seen(fc, env->seq)) {
+            fc->duplicates++;
+        } else {
+            assert_true(fc->n_seqs < MAX_SEQS);
+            fc->seqs[fc->n_seqs++] = env->seq;
+            for (size_t i = 0; i < s->n_task_stats; i++) {
+                uint32_t c = s->task_stats[i]->task_class;
+                if (c < N_CLASSES)
+                    fc->counts[c] += s->task_stats[i]->count;
+                else
+                    fc->other_counts += s->task_stats[i]->count;
+            }
+            for (size_t i = 0; i < s->n_coverage; i++) {
+                if (s->coverage[i]->hook != MKS_EV_TASK_END)
+                    continue;
+                fc->eligible_end += s->coverage[i]->eligible;
+                fc->ran_end += s->coverage[i]->ran;
+                fc->throttled_end += s->coverage[i]->throttled;
+            }
+            if (s->detail_tier < 4)
+                fc->tiers[s->detail_tier]++;
+            if ((int)s->detail_tier < fc->min_tier)
+                fc->min_tier = (int)s->detail_tier;
+            fc->lost_reported += s->lost_summaries;
+            if (env->seq > max_seq)
+                max_seq = env->seq;
+        }
+        ack.up_to_seq = max_seq;
+        ack.commands = fc->cmds;
+        ack.n_commands = (size_t)fc->n_cmds;
+        out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
+        out.ack = &ack;
+        break;
+    }
+    case MKSCOPE__V1__ENVELOPE__BODY_COMMAND_REPLY:
+        if (fc->n_replies < 8) {
+            Mkscope__V1__CommandReply *r = &fc->replies[fc->n_replies];
+            *r = *env->command_reply;
+            snprintf(fc->reply_err[fc->n_replies], 256, "%s", r->error ? r->error : "");
+            r->error = r->verifier_log = NULL;
+            fc->n_replies++;
+        }
+        /* fallthrough */
+    default:
+        ack.up_to_seq = max_seq;
+        out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
+        out.ack = &ack;
+        break;
+    }
+    fc_reply(fc, &out);
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY)
+        fc->n_cmds = 0; /* handed out once */
+    mks_wire_free(env);
+}
+
+/* Serve requests for ms milliseconds. */
+static void fc_serve(struct fake_collector *fc, int ms)
+{
+    uint64_t end = now_ns() + (uint64_t)ms * 1000000ull;
+    for (;;) {
+        uint64_t now = now_ns();
+        if (now >= end)
+            return;
+        struct pollfd pf = {fc->fd, POLLIN, 0};
+        int wait = (int)((end - now) / 1000000ull) + 1;
+        if (poll(&pf, 1, wait) <= 0)
+            continue;
+        void *msg = NULL;
+        int n = nn_recv(fc->sock, &msg, NN_MSG, NN_DONTWAIT);
+        if (n < 0)
+            continue;
+        fc_handle(fc, msg, (size_t)n);
+        nn_freemsg(msg);
+    }
+}
+
+static void fc_close(struct fake_collector *fc)
+{
+    if (fc->sock >= 0)
+        nn_close(fc->sock);
+    fc->sock = -1;
+}
+
+/* ---- the application ----------------------------------------------------------- */
+
+static int attached(struct mks_rt *rt, enum mks_hook_event ev)
+{
+    return (*((const struct mks_rt_hot *)(const void *)rt)->mask & (1u << ev)) != 0;
+}
+
+static struct mks_rt *app_create(const char *job)
+{
+    struct mks_rt_opts o = {.sz = sizeof(o), .job = job, .rank = 0, .n_ranks = 1, .n_workers = 2};
+    struct mks_rt *rt = NULL;
+    assert_int_equal(mks_rt_create(&o, &rt), 0);
+    /* a schema of three classes, as a runtime publishes it */
+    Mkscope__V1__TaskClass cls[N_CLASSES], *clsp[N_CLASSES];
+    static const char *names[N_CLASSES] = {"rmsnorm", "qkv", "attn"};
+    for (int i = 0; i < N_CLASSES; i++) {
+        mkscope__v1__task_class__init(&cls[i]);
+        cls[i].id = (uint32_t)i;
+        cls[i].name = (char *)names[i];
+        clsp[i] = &cls[i];
+    }
+    Mkscope__V1__TaskSchema schema = MKSCOPE__V1__TASK_SCHEMA__INIT;
+    schema.classes = clsp;
+    schema.n_classes = N_CLASSES;
+    size_t len = mkscope__v1__task_schema__get_packed_size(&schema);
+    uint8_t *buf = malloc(len);
+    mkscope__v1__task_schema__pack(&schema, buf);
+    assert_int_equal(mks_rt_publish_schema(rt, buf, len), 0);
+    free(buf);
+    return rt;
+}
+
+/* Run n tasks of class cls through start/end hooks. */
+static void fire(struct mks_rt *rt, uint32_t cls, uint32_t n, uint32_t step)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t t = now_ns();
+        struct mks_hook_ctx ctx = {.event = MKS_EV_TASK_START,
+                                   .worker = i % 2,
+                                   .task_class = cls,
+                                   .step = step,
+                                   .t_now = t,
+                                   .t_ready = t - 500,
+                                   .t_start = t};
+        MKS_HOOK(rt, &ctx);
+        ctx.event = MKS_EV_TASK_END;
+        ctx.t_now = t + 1000;
+        MKS_HOOK(rt, &ctx);
+    }
+}
+
+/* ---- the agent --------------------------------------------------------------- */
+
+static pid_t agent_start(const char *job, const char *url, const char *extra[])
+{
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = agent_bin;
+    argv[n++] = "--job";
+    argv[n++] = job;
+    argv[n++] = "--rank";
+    argv[n++] = "0";
+    argv[n++] = "--collector";
+    argv[n++] = url;
+    argv[n++] = "--monitors";
+    argv[n++] = monitors_dir;
+    argv[n++] = "--epoch-ms";
+    argv[n++] = "20";
+    argv[n++] = "--timeout-ms";
+    argv[n++] = "200";
+    argv[n++] = "--heartbeat-ms";
+    argv[n++] = "200";
+    for (int i = 0; extra && extra[i]; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execv(agent_bin, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Serve until the agent exits (or the timeout); returns its wait status. */
+static int serve_until_exit(struct fake_collector *fc, pid_t pid, int timeout_ms)
+{
+    int st = 0;
+    for (int t = 0; t < timeout_ms; t += 20) {
+        if (fc->sock >= 0)
+            fc_serve(fc, 20);
+        else
+            usleep(20000);
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return st;
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    fail_msg("agent did not exit within %d ms", timeout_ms);
+    return st;
+}
+
+/* Default monitors attached: the last one (genprog) is at gen_advance. */
+#define ALL_MONITORS ((1u << MKS_EV_TASK_END) | (1u << MKS_EV_TASK_START) | (1u << MKS_EV_GEN_ADVANCE))
+
+static void serve_until_mask(struct fake_collector *fc, struct mks_rt *rt, pid_t pid,
+                             uint32_t mask)
+{
+    for (int t = 0; t < 5000; t += 10) {
+        fc_serve(fc, 10);
+        if ((*((const struct mks_rt_hot *)(const void *)rt)->mask & mask) == mask)
+            return;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            fail_msg("agent exited early (status %d)", st);
+    }
+    kill(pid, SIGKILL);
+    fail_msg("agent did not attach within 5 s");
+}
+
+static void serve_until_attached(struct fake_collector *fc, struct mks_rt *rt, pid_t pid)
+{
+    serve_until_mask(fc, rt, pid, ALL_MONITORS);
+}
+
+static char job[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    static int n;
+    snprintf(job, sizeof(job), "agtest%d-%d", (int)getpid(), n++);
+    return 0;
+}
+
+static void check_in_order(const struct fake_collector *fc)
+{
+    for (int i = 0; i < fc->n_seqs; i++)
+        assert_int_equal(fc->seqs[i], (uint64_t)i + 1); /* 1, 2, 3 ... in order, no gap */
+}
+
+static void test_counts_equal_hooks_fired(void **state)
+{
+    (void)state;
+    struct fake_collector fc;
+    fc_init(&fc, "ingest-counts");
+    struct mks_rt *rt = app_create(job);
+    char stats[128];
+    snprintf(stats, sizeof(stats), "%s/stats-counts.json", tmpdir);
+    const char *extra[] = {"--exit-with-app", "--stats", stats, NULL};
+    pid_t pid = agent_start(job, fc.url, extra);
+    serve_until_attached(&fc, rt, pid);
+    const uint32_t want[N_CLASSES] = {100, 250, 7};
+    for (int round = 0; round < 5; round++) {
+        for (uint32_t c = 0; c < N_CLASSES; c++)
+            fire(rt, c, want[c] / 5 + (round == 0 ? want[c] % 5 : 0), (uint32_t)round);
+        fc_serve(&fc, 30);
+    }
+    mks_rt_destroy(rt);
+    int st = serve_until_exit(&fc, pid, 10000);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    for (uint32_t c = 0; c < N_CLASSES; c++)
+        assert_int_equal(fc.counts[c], want[c]);
+    assert_int_equal(fc.other_counts, 0);
+    /* coverage: every task_end while attached ran the programs */
+    assert_int_equal(fc.eligible_end, 357);
+    assert_int_equal(fc.ran_end, 357);
+    assert_int_equal(fc.throttled_end, 0);
+    assert_true(fc.registers >= 1);
+    assert_int_equal(fc.schema_classes, N_CLASSES);
+    assert_true(fc.n_seqs >= 2);
+    check_in_order(&fc);
+    assert_int_equal(fc.min_tier, 2); /* no budget: full detail */
+    fc_close(&fc);
+}
+
+static void test_outage_replays_in_order(void **state)
+{
+    (void)state;
+    struct fake_collector fc;
+    fc_init(&fc, "ingest-outage");
+    struct mks_rt *rt = app_create(job);
+    const char *extra[] = {"--exit-with-app", NULL};
+    pid_t pid = agent_start(job, fc.url, extra);
+    serve_until_attached(&fc, rt, pid);
+    fire(rt, 0, 50, 0);
+    fc_serve(&fc, 100);
+    int before = fc.n_seqs;
+    /* the collector goes away for 1.5 s while the rank keeps working */
+    fc_close(&fc);
+    for (int i = 0; i < 15; i++) {
+        fire(rt, 1, 10, 1);
+        usleep(100000);
+    }
+    fc_bind(&fc);
+    fire(rt, 2, 5, 2);
+    fc_serve(&fc, 200);
+    mks_rt_destroy(rt);
+    int st = serve_until_exit(&fc, pid, 10000);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_true(fc.n_seqs > before + 20); /* about 75 epochs went by unseen */
+    check_in_order(&fc);
+    assert_int_equal(fc.counts[0], 50);
+    assert_int_equal(fc.counts[1], 150);
+    assert_int_equal(fc.counts[2], 5);
+    assert_int_equal(fc.lost_reported, 0);
+    assert_true(fc.registers >= 2); /* registered again after the outage */
+    fc_close(&fc);
+}
+
+static void test_overflow_is_reported_as_lost(void **state)
+{
+    (void)state;
+    struct fake_collector fc;
+    fc_init(&fc, "ingest-overflow");
+    struct mks_rt *rt = app_create(job);
+    /* room for a handful of summaries only */
+    const char *extra[] = {"--exit-with-app", "--buffer-bytes", "4096", NULL};
+    pid_t pid = agent_start(job, fc.url, extra);
+    serve_until_attached(&fc, rt, pid);
+    fc_close(&fc);
+    for (int i = 0; i < 10; i++) {
+        fire(rt, 0, 10, 0);
+        usleep(50000);
+    }
+    fc_bind(&fc);
+    fc_serve(&fc, 500); /* replay what is left before the final summary */
+    mks_rt_destroy(rt);
+    int st = serve_until_exit(&fc, pid, 10000);
+    assert_true(WIFEXITED(st));
+    /* seqs have a gap at the front, and the agent said how many it lost */
+    uint64_t max = 0;
+    for (int i = 0; i < fc.n_seqs; i++)
+        if (fc.seqs[i] > max)
+            max = fc.seqs[i];
+    assert_true(max > (uint64_t)fc.n_seqs);
+    assert_int_equal(fc.lost_reported, max - (uint64_t)fc.n_seqs);
+    for (int i = 1; i < fc.n_seqs; i++)
+        assert_true(fc.seqs[i] > fc.seqs[i - 1]);
+    fc_close(&fc);
+}
+
+static void test_budget_bounds_bytes_and_says_so(void **state)
+{
+    (void)state;
+    struct fake_collector fc;
+    fc_init(&fc, "ingest-budget");
+    struct mks_rt *rt = app_create(job);
+    const uint64_t budget = 2000;
+    const char *extra[] = {"--exit-with-app", "--budget", "2000", "--drain-ms", "6000", NULL};
+    pid_t pid = agent_start(job, fc.url, extra);
+    serve_until_attached(&fc, rt, pid);
+    uint64_t t0 = now_ns();
+    fc.bytes = 0;
+    for (int round = 0; round < 40; round++) {
+        for (uint32_t c = 0; c < N_CLASSES; c++)
+            fire(rt, c, 20, (uint32_t)round);
+        fc_serve(&fc, 50);
+    }
+    double secs = (double)(now_ns() - t0) / 1e9;
+    uint64_t bytes = fc.bytes;
+    /* the natural rate (50 full summaries a second) is far above the budget */
+    assert_true((double)bytes <= (double)budget * secs + 2 * (double)budget * 0.02 + 1500);
+    assert_true(fc.min_tier < 2); /* coarsened, and the summaries say so */
+    mks_rt_destroy(rt);
+    int st = serve_until_exit(&fc, pid, 15000);
+    assert_true(WIFEXITED(st));
+    for (uint32_t c = 0; c < N_CLASSES; c++)
+        assert_int_equal(fc.counts[c], 800); /* counts stay exact when detail goes */
+    check_in_order(&fc);
+    fc_close(&fc);
+}
+
+static Mkscope__V1__Command *cmd_attach_builtin(uint64_t id, const char *name, const char *builtin)
+{
+    Mkscope__V1__Command *c = calloc(1, sizeof(*c));
+    Mkscope__V1__AttachProgram *a = calloc(1, sizeof(*a));
+    mkscope__v1__command__init(c);
+    mkscope__v1__attach_program__init(a);
+    a->name = (char *)name;
+    a->hook = -1;
+    a->builtin = (char *)builtin;
+    c->id = id;
+    c->kind_case = MKSCOPE__V1__COMMAND__KIND_ATTACH;
+    c->attach = a;
+    return c;
+}
+
+static void test_commands_are_verified_and_answered(void **state)
+{
+    (void)state;
+    struct fake_collector fc;
+    fc_init(&fc, "ingest-cmd");
+    struct mks_rt *rt = app_create(job);
+    const char *extra[] = {"--exit-with-app", "--attach", "count", NULL};
+    pid_t pid = agent_start(job, fc.url, extra);
+    serve_until_mask(&fc, rt, pid, 1u << MKS_EV_TASK_END);
+
+    /* 1: attach a second copy of a built-in; 2: garbage object; 3: budget */
+    Mkscope__V1__Command *c1 = cmd_attach_builtin(1, "extra", "latency");
+    Mkscope__V1__Command *c2 = cmd_attach_builtin(2, "junk", "");
+    static uint8_t junk[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
+    c2->attach->bpf_object.data = junk;
+    c2->attach->bpf_object.len = sizeof(junk);
+    Mkscope__V1__Command c3 = MKSCOPE__V1__COMMAND__INIT;
+    Mkscope__V1__SetBudget sb = MKSCOPE__V1__SET_BUDGET__INIT;
+    sb.hook = MKS_EV_TASK_END;
+    sb.sample_shift = 1;
+    c3.id = 3;
+    c3.kind_case = MKSCOPE__V1__COMMAND__KIND_BUDGET;
+    c3.budget = &sb;
+    fc.cmds[0] = c1;
+    fc.cmds[1] = c2;
+    fc.cmds[2] = &c3;
+    fc.n_cmds = 3;
+    for (int t = 0; t < 3000 && fc.n_replies < 3; t += 10)
+        fc_serve(&fc, 10);
+    assert_int_equal(fc.n_replies, 3);
+    for (int i = 0; i < 3; i++) {
+        const Mkscope__V1__CommandReply *r = &fc.replies[i];
+        if (r->id == 1) {
+            assert_true(r->ok);
+            assert_true(r->cost > 0);
+            assert_true(r->n_insns > 0);
+            assert_true(r->prog_gen > 0);
+        } else if (r->id == 2) {
+            assert_false(r->ok);
+            assert_true(strlen(fc.reply_err[i]) > 0);
+        } else {
+            assert_int_equal(r->id, 3);
+            assert_true(r->ok);
+        }
+    }
+    assert_true(attached(rt, MKS_EV_TASK_START)); /* the latency monitor's ready->start */
+    /* sampling one in two at task_end is reported as throttled */
+    uint64_t thr0 = fc.throttled_end;
+    fire(rt, 0, 100, 0);
+    fc_serve(&fc, 200);
+    mks_rt_destroy(rt);
+    int st = serve_until_exit(&fc, pid, 10000);
+    assert_true(WIFEXITED(st));
+    assert_true(fc.throttled_end - thr0 >= 40);
+    assert_int_equal(fc.eligible_end, fc.ran_end + fc.throttled_end);
+    free(c1->attach);
+    free(c1);
+    free(c2->attach);
+    free(c2);
+    fc_close(&fc);
+}
+
+static void test_restart_and_agent_death(void **state)
+{
+    (void)state;
+    struct fake_collector fc;
+    fc_init(&fc, "ingest-restart");
+    struct mks_rt *rt = app_create(job);
+    pid_t pid = agent_start(job, fc.url, NULL);
+    serve_until_attached(&fc, rt, pid);
+    fire(rt, 0, 10, 0);
+    fc_serve(&fc, 100);
+    uint64_t start1 = fc.last_app_start;
+    mks_rt_destroy(rt);
+    fc_serve(&fc, 100);
+    /* the application comes back: the agent finds it and attaches again */
+    rt = app_create(job);
+    serve_until_attached(&fc, rt, pid);
+    fire(rt, 1, 20, 0);
+    fc_serve(&fc, 300);
+    assert_true(fc.registers >= 2);
+    assert_true(fc.last_app_start != start1);
+    assert_int_equal(fc.counts[0], 10);
+    assert_int_equal(fc.counts[1], 20);
+    /* the agent dies: within a few epochs the hooks are detached and the
+     * application runs on */
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    uint64_t t0 = now_ns();
+    while (attached(rt, MKS_EV_TASK_END) && now_ns() - t0 < 2000000000ull)
+        usleep(5000);
+    assert_false(attached(rt, MKS_EV_TASK_END));
+    assert_true(now_ns() - t0 < 500000000ull); /* lease of 2 epochs, plus scheduling */
+    fire(rt, 1, 20, 1);
+    mks_rt_destroy(rt);
+    fc_close(&fc);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s AGENT MONITORS_DIR\n", argv[0]);
+        return 2;
+    }
+    agent_bin = argv[1];
+    monitors_dir = argv[2];
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/mks-agent-test-XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_counts_equal_hooks_fired, setup),
+        cmocka_unit_test_setup(test_outage_replays_in_order, setup),
+        cmocka_unit_test_setup(test_overflow_is_reported_as_lost, setup),
+        cmocka_unit_test_setup(test_budget_bounds_bytes_and_says_so, setup),
+        cmocka_unit_test_setup(test_commands_are_verified_and_answered, setup),
+        cmocka_unit_test_setup(test_restart_and_agent_death, setup),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    return rc;
+}
