@@ -104,6 +104,7 @@ struct mks_cb {
     uint32_t on_device;         /* programs run on the GPU: the pump copies banks */
     uint32_t pad0;
     uint64_t pump_epoch;        /* GPU: last epoch whose old bank the pump copied back */
+    uint64_t ctl_seq;           /* bumped by every change the device must see */
 
     MKS_ALIGN64 struct mks_cb_hook hooks[MKS_EV_COUNT];
     struct mks_cb_prog progs[MKS_CB_MAX_PROGS];

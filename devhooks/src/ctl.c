@@ -368,6 +368,7 @@ static int map_create(struct mks_ctl *ctl, const struct mks_map_spec *spec, cons
         mks_map_bank_reset(mks_cb_arena(cb), &d, 1);
     }
     d.refs = 1;
+    d.gen = cb->maps[id].gen + 1;
     d.state = MKS_MAPSTATE_FREE;
     cb->maps[id] = d;
     __atomic_store_n(&cb->maps[id].state, MKS_MAPSTATE_LIVE, __ATOMIC_RELEASE);
@@ -482,6 +483,7 @@ int mks_ctl_prog_load(struct mks_ctl *ctl, const struct mks_prog_spec *spec, uin
     if (spec->name)
         snprintf(p->name, sizeof(p->name), "%s", spec->name);
     __atomic_store_n(&p->state, MKS_PROG_LOADED, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&cb->ctl_seq, 1, __ATOMIC_RELEASE);
     *prog_id_p = slot;
     return 0;
 }
@@ -524,6 +526,7 @@ static uint64_t hook_publish(struct mks_cb *cb, uint32_t ev, uint64_t word)
         __atomic_fetch_or(&cb->attach_mask, 1u << ev, __ATOMIC_RELEASE);
     else
         __atomic_fetch_and(&cb->attach_mask, ~(1u << ev), __ATOMIC_RELEASE);
+    __atomic_add_fetch(&cb->ctl_seq, 1, __ATOMIC_RELEASE);
     return gen;
 }
 
@@ -602,6 +605,7 @@ int mks_ctl_prog_unload(struct mks_ctl *ctl, uint32_t prog_id)
     for (uint32_t i = 0; i < p->n_maps; i++)
         map_release(ctl, p->map_ids[i]);
     __atomic_store_n(&p->state, MKS_PROG_FREE, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&cb->ctl_seq, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -612,6 +616,7 @@ int mks_ctl_set_budget(struct mks_ctl *ctl, enum mks_hook_event ev, uint32_t sam
         return -EINVAL;
     __atomic_store_n(&ctl->cb->hooks[ev].sample_shift, sample_shift, __ATOMIC_RELEASE);
     __atomic_store_n(&ctl->cb->hooks[ev].insn_budget, insn_budget, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&ctl->cb->ctl_seq, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -645,9 +650,19 @@ int mks_ctl_epoch_advance(struct mks_ctl *ctl, struct mks_epoch_snapshot **snap_
             sched_yield();
         }
     }
+    /* On the GPU the pump copies the device's old bank into ours first. */
+    while (!timed_out && __atomic_load_n(&cb->on_device, __ATOMIC_ACQUIRE) &&
+           __atomic_load_n(&cb->pump_epoch, __ATOMIC_ACQUIRE) < old + 1) {
+        if (now_mono() > deadline || !mks_ctl_alive(ctl)) {
+            timed_out = 1;
+            break;
+        }
+        sched_yield();
+    }
     if (timed_out)
-        fprintf(stderr, "mkscope: %s: a worker stayed inside a hook for over 1 s; epoch %llu "
-                        "snapshot may be torn\n", ctl->name, (unsigned long long)old);
+        fprintf(stderr, "mkscope: %s: a worker stayed inside a hook (or the GPU pump did not "
+                        "answer) for over 1 s; epoch %llu snapshot may be torn\n", ctl->name,
+                (unsigned long long)old);
 
     s->epoch = old;
     for (uint32_t ev = 0; ev < MKS_EV_COUNT; ev++) {

@@ -19,23 +19,13 @@
 #include <unistd.h>
 
 #include "cb.h"
+#include "rt_internal.h"
 #include "mkscope/ctl.h"
 #include "mkscope/runtime.h"
 #include "mkscope/vm.h"
 
 /* The pump checks the lease this often; a lapsed lease detaches within it. */
 #define PUMP_PERIOD_NS (2ull * 1000000ull)
-
-struct mks_rt {
-    struct mks_rt_hot hot; /* first: MKS_HOOK reads it without a call */
-    struct mks_cb *cb;
-    size_t size;
-    char name[96];
-    uint32_t n_workers, rank;
-    pthread_t pump;
-    int pump_started;
-    int stop; /* atomic */
-};
 
 static uint64_t clock_ns(clockid_t id)
 {
@@ -52,6 +42,7 @@ static void detach_all(struct mks_cb *cb)
         if (__atomic_exchange_n(&cb->hooks[ev].progs, 0ull, __ATOMIC_ACQ_REL) != 0)
             __atomic_add_fetch(&cb->hooks[ev].gen, 1, __ATOMIC_RELEASE);
     }
+    __atomic_add_fetch(&cb->ctl_seq, 1, __ATOMIC_RELEASE);
 }
 
 static void *pump_main(void *arg)
@@ -68,6 +59,11 @@ static void *pump_main(void *arg)
                 detach_all(cb);
                 __atomic_add_fetch(&cb->lease_lapses, 1u, __ATOMIC_RELEASE);
             }
+        }
+        {
+            void (*ext)(struct mks_rt *) = __atomic_load_n(&rt->pump_ext, __ATOMIC_ACQUIRE);
+            if (ext)
+                ext(rt);
         }
         nanosleep(&period, NULL);
     }
@@ -201,6 +197,8 @@ void mks_rt_destroy(struct mks_rt *rt)
         __atomic_store_n(&rt->stop, 1, __ATOMIC_RELEASE);
         pthread_join(rt->pump, NULL);
     }
+    if (rt->pump_ext_free)
+        rt->pump_ext_free(rt);
     if (rt->cb) {
         __atomic_store_n(&rt->cb->closed, 1u, __ATOMIC_RELEASE);
         detach_all(rt->cb);

@@ -66,7 +66,7 @@ struct mks_map_desc {
     uint64_t alloc_off;   /* the whole allocation, reused after unload */
     uint64_t alloc_bytes;
     uint32_t refs;        /* programs using the map */
-    uint32_t pad;
+    uint32_t gen;         /* bumped each time the descriptor is (re)created */
     char name[32];
 };
 

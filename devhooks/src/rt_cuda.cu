@@ -1,0 +1,298 @@
+/*
+ * The GPU backend's pump: keeps a device mirror of the control block in step
+ * with the shared-memory block the agent drives.  Runs in the runtime's pump
+ * thread (pump_ext), on its own non-blocking stream, while the persistent
+ * kernel runs; nothing here touches the kernel's stream.
+ *
+ * Each period:
+ *   - programs: when the agent changed anything (ctl_seq), copy new program
+ *     text, the program and map tables, new maps' banks, then each hook's
+ *     program word and settings, then the attach mask: the device sees a hook
+ *     list only after the programs it names;
+ *   - epochs: when the agent flipped the epoch to N, load the new bank's
+ *     reset contents to the device, publish N on the device, wait until no
+ *     device worker is still inside epoch N-1, copy the old bank and its
+ *     coverage back into shared memory and tell the agent (pump_epoch);
+ *   - rings: copy records produced on the device since the last period into
+ *     the shared-memory ring, and the agent's consumer positions back.
+ */
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rt_internal.h"
+#include "mkscope/devhook.cuh"
+#include "mkscope/maps.h"
+
+/* A device worker stays in a hook for microseconds; a second means the
+ * kernel is gone or hung, and the agent must not wait forever. */
+#define GRACE_TIMEOUT_NS (1000ull * 1000000ull)
+
+struct cuda_pump {
+    uint8_t *dev;
+    cudaStream_t stream;
+    uint64_t ctl_seq;
+    uint64_t epoch;
+    uint32_t prog_seq[MKS_CB_MAX_PROGS]; /* load_seq pushed, 0 = none */
+    struct mks_map_desc maps[MKS_MAX_MAPS];
+    uint64_t tail_pushed[MKS_MAX_MAPS];  /* sum of tails last pushed (change detector) */
+    struct mks_cb_worker *seqs;          /* staging for the device workers' words */
+    struct mks_ring *hdrs;               /* staging for ring headers */
+    int failed;
+};
+
+static int cu_ok(struct cuda_pump *p, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 1;
+    if (!p || !p->failed)
+        fprintf(stderr, "mkscope: GPU pump: %s: %s; device monitors stop updating\n", what,
+                cudaGetErrorString(e));
+    if (p)
+        p->failed = 1;
+    return 0;
+}
+#define CU(p, call) cu_ok((p), (call), #call)
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int h2d(struct cuda_pump *p, uint64_t off, const void *src, size_t len)
+{
+    return CU(p, cudaMemcpyAsync(p->dev + off, src, len, cudaMemcpyHostToDevice, p->stream));
+}
+static int d2h(struct cuda_pump *p, void *dst, uint64_t off, size_t len)
+{
+    return CU(p, cudaMemcpyAsync(dst, p->dev + off, len, cudaMemcpyDeviceToHost, p->stream));
+}
+static int sync_stream(struct cuda_pump *p)
+{
+    return CU(p, cudaStreamSynchronize(p->stream));
+}
+
+static uint64_t map_bytes(const struct mks_map_desc *d)
+{
+    return d->bank_bytes * (d->type == MKS_MAP_RINGBUF ? 1u : d->init_off ? 3u : 2u);
+}
+
+static void push_programs(struct mks_rt *rt, struct cuda_pump *p)
+{
+    struct mks_cb *cb = rt->cb;
+    uint64_t seq = __atomic_load_n(&cb->ctl_seq, __ATOMIC_ACQUIRE);
+    uint32_t mask;
+    if (seq == p->ctl_seq)
+        return;
+    for (uint32_t i = 0; i < MKS_CB_MAX_PROGS; i++) {
+        const struct mks_cb_prog *pr = &cb->progs[i];
+        if (__atomic_load_n(&pr->state, __ATOMIC_ACQUIRE) != MKS_PROG_LOADED ||
+            pr->load_seq == p->prog_seq[i])
+            continue;
+        if (!h2d(p, cb->insns_off + (uint64_t)i * MKS_BPF_MAX_INSNS * sizeof(struct mks_insn),
+                 mks_cb_insns(cb, i), (size_t)pr->n_insns * sizeof(struct mks_insn)))
+            return;
+        p->prog_seq[i] = pr->load_seq;
+    }
+    for (uint32_t id = 0; id < MKS_MAX_MAPS; id++) {
+        const struct mks_map_desc *d = &cb->maps[id];
+        if (__atomic_load_n(&d->state, __ATOMIC_ACQUIRE) != MKS_MAPSTATE_LIVE)
+            continue;
+        if (p->maps[id].state == MKS_MAPSTATE_LIVE && p->maps[id].gen == d->gen)
+            continue; /* already on the device */
+        if (!h2d(p, cb->arena_off + d->alloc_off, mks_cb_arena(cb) + d->alloc_off, map_bytes(d)))
+            return;
+        p->tail_pushed[id] = 0;
+    }
+    if (!h2d(p, offsetof(struct mks_cb, progs), cb->progs, sizeof(cb->progs)) ||
+        !h2d(p, offsetof(struct mks_cb, maps), cb->maps, sizeof(cb->maps)))
+        return;
+    for (uint32_t ev = 0; ev < MKS_EV_COUNT; ev++)
+        if (!h2d(p, offsetof(struct mks_cb, hooks) + ev * sizeof(struct mks_cb_hook),
+                 &cb->hooks[ev], offsetof(struct mks_cb_hook, budget_used)))
+            return;
+    mask = __atomic_load_n(&cb->attach_mask, __ATOMIC_ACQUIRE);
+    if (!h2d(p, offsetof(struct mks_cb, attach_mask), &mask, sizeof(mask)) || !sync_stream(p))
+        return;
+    memcpy(p->maps, cb->maps, sizeof(p->maps));
+    p->ctl_seq = seq;
+}
+
+static void flip_epoch(struct mks_rt *rt, struct cuda_pump *p, uint64_t n)
+{
+    struct mks_cb *cb = rt->cb;
+    uint32_t b = (uint32_t)(n & 1u), o = b ^ 1u;
+    uint64_t cov_bank = (uint64_t)cb->n_workers * MKS_EV_COUNT * sizeof(struct mks_cb_cov);
+    uint64_t zero = 0, busy = ((n - 1) << 1) | 1u, deadline;
+    int inside;
+
+    /* The new bank: the agent reset it in shared memory after its last snapshot. */
+    for (uint32_t id = 0; id < MKS_MAX_MAPS; id++) {
+        const struct mks_map_desc *d = &p->maps[id];
+        if (d->state != MKS_MAPSTATE_LIVE || d->type == MKS_MAP_RINGBUF)
+            continue;
+        if (!h2d(p, cb->arena_off + d->bank_off[b], mks_cb_arena(cb) + d->bank_off[b],
+                 d->bank_bytes))
+            return;
+    }
+    if (!h2d(p, cb->cov_off + b * cov_bank, (uint8_t *)cb + cb->cov_off + b * cov_bank, cov_bank))
+        return;
+    for (uint32_t ev = 0; ev < MKS_EV_COUNT; ev++)
+        if (!h2d(p, offsetof(struct mks_cb, hooks) + ev * sizeof(struct mks_cb_hook) +
+                        offsetof(struct mks_cb_hook, budget_used) + b * sizeof(uint64_t),
+                 &zero, sizeof(zero)))
+            return;
+    if (!h2d(p, offsetof(struct mks_cb, epoch), &n, sizeof(n)) || !sync_stream(p))
+        return;
+    /* Grace period: no device worker still inside epoch n - 1. */
+    deadline = mono_ns() + GRACE_TIMEOUT_NS;
+    do {
+        if (!d2h(p, p->seqs, cb->workers_off, (size_t)cb->n_workers * sizeof(*p->seqs)) ||
+            !sync_stream(p))
+            return;
+        inside = 0;
+        for (uint32_t w = 0; w < cb->n_workers && !inside; w++)
+            inside = p->seqs[w].seq == busy;
+    } while (inside && mono_ns() < deadline);
+    for (uint32_t id = 0; id < MKS_MAX_MAPS; id++) {
+        const struct mks_map_desc *d = &p->maps[id];
+        if (d->state != MKS_MAPSTATE_LIVE || d->type == MKS_MAP_RINGBUF)
+            continue;
+        if (!d2h(p, mks_cb_arena(cb) + d->bank_off[o], cb->arena_off + d->bank_off[o],
+                 d->bank_bytes))
+            return;
+    }
+    if (!d2h(p, (uint8_t *)cb + cb->cov_off + o * cov_bank, cb->cov_off + o * cov_bank, cov_bank) ||
+        !sync_stream(p))
+        return;
+    p->epoch = n;
+    __atomic_store_n(&cb->pump_epoch, n, __ATOMIC_RELEASE);
+}
+
+static void pump_rings(struct mks_rt *rt, struct cuda_pump *p)
+{
+    struct mks_cb *cb = rt->cb;
+    for (uint32_t id = 0; id < MKS_MAX_MAPS && !p->failed; id++) {
+        const struct mks_map_desc *d = &p->maps[id];
+        uint64_t stride, base, tails = 0;
+        if (d->state != MKS_MAPSTATE_LIVE || d->type != MKS_MAP_RINGBUF)
+            continue;
+        stride = sizeof(struct mks_ring) + d->n_slots;
+        base = d->bank_off[0];
+        /* Headers first: the data up to a header's head is complete. */
+        if (!CU(p, cudaMemcpy2DAsync(p->hdrs, sizeof(struct mks_ring), p->dev + cb->arena_off + base,
+                                     stride, sizeof(struct mks_ring), d->n_workers,
+                                     cudaMemcpyDeviceToHost, p->stream)) ||
+            !sync_stream(p))
+            return;
+        for (uint32_t w = 0; w < d->n_workers; w++) {
+            struct mks_ring *r = (struct mks_ring *)(mks_cb_arena(cb) + base + w * stride);
+            uint64_t from = r->head, to = p->hdrs[w].head, mask = d->n_slots - 1u;
+            uint8_t *data = (uint8_t *)(r + 1);
+            uint64_t doff = cb->arena_off + base + w * stride + sizeof(struct mks_ring);
+            if (to > from && to - from <= d->n_slots) {
+                uint64_t a = from & mask, len = to - from;
+                uint64_t first = len < d->n_slots - a ? len : d->n_slots - a;
+                if (!d2h(p, data + a, doff + a, first) ||
+                    (len > first && !d2h(p, data, doff, len - first)))
+                    return;
+            }
+        }
+        if (!sync_stream(p))
+            return;
+        for (uint32_t w = 0; w < d->n_workers; w++) {
+            struct mks_ring *r = (struct mks_ring *)(mks_cb_arena(cb) + base + w * stride);
+            uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+            if (p->hdrs[w].head > r->head && p->hdrs[w].head - r->head <= d->n_slots)
+                __atomic_store_n(&r->head, p->hdrs[w].head, __ATOMIC_RELEASE);
+            __atomic_store_n(&r->dropped, p->hdrs[w].dropped, __ATOMIC_RELEASE);
+            tails += tail;
+            if (tail != p->hdrs[w].tail &&
+                !h2d(p, cb->arena_off + base + w * stride + offsetof(struct mks_ring, tail), &r->tail,
+                     sizeof(uint64_t)))
+                return;
+        }
+        if (tails != p->tail_pushed[id] && !sync_stream(p))
+            return;
+        p->tail_pushed[id] = tails;
+    }
+}
+
+static void cuda_pump_run(struct mks_rt *rt)
+{
+    struct cuda_pump *p = (struct cuda_pump *)rt->ext;
+    uint64_t e;
+    if (p->failed)
+        return;
+    push_programs(rt, p);
+    e = __atomic_load_n(&rt->cb->epoch, __ATOMIC_ACQUIRE);
+    while (p->epoch < e && !p->failed)
+        flip_epoch(rt, p, p->epoch + 1);
+    if (!p->failed)
+        pump_rings(rt, p);
+}
+
+static void cuda_pump_free(struct mks_rt *rt)
+{
+    struct cuda_pump *p = (struct cuda_pump *)rt->ext;
+    if (!p)
+        return;
+    if (p->stream)
+        cudaStreamDestroy(p->stream);
+    cudaFree(p->dev);
+    free(p->seqs);
+    free(p->hdrs);
+    free(p);
+    rt->ext = NULL;
+}
+
+extern "C" int mks_rt_cuda_enable(struct mks_rt *rt, struct mks_dev_rt *dev_p)
+{
+    struct cuda_pump *p;
+    struct mks_cb *cb;
+    if (!rt || !dev_p || rt->ext)
+        return -EINVAL;
+    cb = rt->cb;
+    p = (struct cuda_pump *)calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->seqs = (struct mks_cb_worker *)calloc(cb->n_workers, sizeof(*p->seqs));
+    p->hdrs = (struct mks_ring *)calloc(cb->n_workers, sizeof(*p->hdrs));
+    if (!p->seqs || !p->hdrs) {
+        rt->ext = p;
+        cuda_pump_free(rt);
+        return -ENOMEM;
+    }
+    rt->ext = p;
+    if (!CU(p, cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking)) ||
+        !CU(p, cudaMalloc((void **)&p->dev, rt->size))) {
+        cuda_pump_free(rt);
+        return -ENODEV;
+    }
+    p->ctl_seq = __atomic_load_n(&cb->ctl_seq, __ATOMIC_ACQUIRE);
+    p->epoch = __atomic_load_n(&cb->epoch, __ATOMIC_ACQUIRE);
+    memcpy(p->maps, cb->maps, sizeof(p->maps));
+    for (uint32_t i = 0; i < MKS_CB_MAX_PROGS; i++)
+        p->prog_seq[i] = cb->progs[i].state == MKS_PROG_LOADED ? cb->progs[i].load_seq : 0;
+    if (!CU(p, cudaMemcpy(p->dev, cb, rt->size, cudaMemcpyHostToDevice))) {
+        cuda_pump_free(rt);
+        return -ENODEV;
+    }
+    __atomic_store_n(&cb->pump_epoch, p->epoch, __ATOMIC_RELEASE);
+    __atomic_store_n(&cb->on_device, 1u, __ATOMIC_RELEASE);
+    dev_p->cb = p->dev;
+    dev_p->mask = (const uint32_t *)(p->dev + offsetof(struct mks_cb, attach_mask));
+    dev_p->rank = rt->rank;
+    rt->pump_ext_free = cuda_pump_free;
+    {
+        void (*run)(struct mks_rt *) = cuda_pump_run;
+        __atomic_store_n(&rt->pump_ext, run, __ATOMIC_RELEASE);
+    }
+    return 0;
+}
