@@ -1,0 +1,44 @@
+/*
+ * Shared state and subcommands of the mkscope CLI.
+ */
+#ifndef MKS_CLI_H
+#define MKS_CLI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "mkscope/wire.h"
+
+enum {
+    MKS_EXIT_OK = 0,
+    MKS_EXIT_ERROR = 1,
+    MKS_EXIT_USAGE = 2,
+    MKS_EXIT_UNREACHABLE = 3,
+    MKS_EXIT_NODATA = 4,
+};
+
+struct mks_cli {
+    const char *collector;
+    const char *job;
+    int timeout_ms;
+    bool json, dot;
+    bool have_key;
+    struct mks_wire_key key;
+    FILE *out;
+};
+
+/* One request; *answer gets the JSON (caller decrefs).  Returns the exit
+ * status, having printed the one-line error when it is not 0. */
+int mks_cli_call(struct mks_cli *cli, const char *verb, char **args, size_t n_args,
+                 const void *blob, size_t blob_len, json_t **answer);
+void mks_cli_table(FILE *f, json_t *cols, json_t *rows);
+void mks_cli_value(FILE *f, json_t *v, int width);
+
+int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n);
+int mks_cli_attach(struct mks_cli *cli, const char *cmd, char **args, size_t npos, size_t n);
+int mks_cli_trace(struct mks_cli *cli, char **args, size_t n);
+int mks_cli_top(struct mks_cli *cli, char **args, size_t n);
+int mks_cli_verify(struct mks_cli *cli, size_t argc, char **argv);
+
+#endif

@@ -1,0 +1,403 @@
+/*
+ * The mkscope subcommands that do more than print one answer: diagnose and
+ * waitchain (text, DOT, JSON lines), attach/detach (queue, then wait for
+ * every rank's reply), trace export, top and verify.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#ifdef MKS_HAVE_VERIFY
+#include "mkscope/verifier.h"
+#endif
+
+static const char *jstr(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "-";
+}
+
+static double jnum(json_t *o, const char *k)
+{
+    return json_number_value(json_object_get(o, k));
+}
+
+static void fmt_ns(char *buf, size_t len, double ns)
+{
+    if (ns >= 1e9)
+        snprintf(buf, len, "%.2f s", ns / 1e9);
+    else if (ns >= 1e6)
+        snprintf(buf, len, "%.2f ms", ns / 1e6);
+    else if (ns >= 1e3)
+        snprintf(buf, len, "%.1f us", ns / 1e3);
+    else
+        snprintf(buf, len, "%.0f ns", ns);
+}
+
+/* ---- diagnose / waitchain ---------------------------------------------------- */
+
+static void text_group(FILE *f, json_t *g, bool tree)
+{
+    char slow[32], med[32];
+    json_t *steps = json_object_get(g, "steps");
+    fmt_ns(slow, sizeof(slow), jnum(g, "step_ns"));
+    fmt_ns(med, sizeof(med), jnum(g, "median_step_ns"));
+    json_t *root = json_object_get(g, "root");
+    fprintf(f, "steps");
+    size_t i;
+    json_t *v;
+    json_array_foreach(steps, i, v)
+    {
+        if (i == 8) {
+            fprintf(f, " ... (%zu)", json_array_size(steps));
+            break;
+        }
+        fprintf(f, "%s%lld", i ? "," : " ", (long long)json_integer_value(v));
+    }
+    fprintf(f, ": %s (median %s) on rank %lld\n", slow, med,
+            (long long)json_integer_value(json_object_get(g, "rank")));
+    fprintf(f, "  cause: %s", jstr(g, "cause"));
+    if (json_is_object(root)) {
+        fprintf(f, " at rank %lld", (long long)json_integer_value(json_object_get(root, "rank")));
+        if (json_is_string(json_object_get(root, "task_class")))
+            fprintf(f, ", task class %s", jstr(root, "task_class"));
+        if (json_is_string(json_object_get(root, "comm")))
+            fprintf(f, ", %s", jstr(root, "comm"));
+    }
+    fputc('\n', f);
+    if (json_is_string(json_object_get(g, "reason")))
+        fprintf(f, "  why: %s\n", jstr(g, "reason"));
+    json_t *cov = json_object_get(g, "coverage");
+    if (json_is_object(cov) && json_is_number(json_object_get(cov, "ratio")))
+        fprintf(f, "  coverage: %.1f%% of events observed\n", 100.0 * jnum(cov, "ratio"));
+    json_t *chain = json_object_get(g, "chain");
+    json_array_foreach(chain, i, v)
+    {
+        char late[32];
+        fmt_ns(late, sizeof(late), jnum(v, "lateness_ns"));
+        if (tree)
+            fprintf(f, "  %*s%s rank %lld: %s, %s late%s%s\n", (int)(2 * i), "",
+                    i ? "└─" : "", (long long)json_integer_value(json_object_get(v, "rank")),
+                    jstr(v, "cause"), late,
+                    json_is_string(json_object_get(v, "task_class")) ? ", class " : "",
+                    json_is_string(json_object_get(v, "task_class")) ? jstr(v, "task_class")
+                                                                     : "");
+        else
+            fprintf(f, "  %s rank %lld (%s, %s)", i ? "->" : "chain:",
+                    (long long)json_integer_value(json_object_get(v, "rank")), jstr(v, "cause"),
+                    late);
+    }
+    if (!tree && json_array_size(chain))
+        fputc('\n', f);
+}
+
+static void dot_groups(FILE *f, json_t *groups)
+{
+    fprintf(f, "digraph waitchain {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n");
+    size_t gi, i;
+    json_t *g, *v;
+    json_array_foreach(groups, gi, g)
+    {
+        json_t *chain = json_object_get(g, "chain");
+        json_array_foreach(chain, i, v)
+        {
+            char late[32];
+            fmt_ns(late, sizeof(late), jnum(v, "lateness_ns"));
+            fprintf(f, "  g%zu_%zu [label=\"rank %lld\\n%s\\n%s late%s%s\"%s];\n", gi, i,
+                    (long long)json_integer_value(json_object_get(v, "rank")), jstr(v, "cause"),
+                    late, json_is_string(json_object_get(v, "task_class")) ? "\\n" : "",
+                    json_is_string(json_object_get(v, "task_class")) ? jstr(v, "task_class") : "",
+                    i + 1 == json_array_size(chain) ? ", style=bold, color=red" : "");
+            if (i)
+                fprintf(f, "  g%zu_%zu -> g%zu_%zu [label=\"waits on\"];\n", gi, i - 1, gi, i);
+        }
+    }
+    fprintf(f, "}\n");
+}
+
+int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n)
+{
+    json_t *a;
+    int rc = mks_cli_call(cli, cmd, args, n, NULL, 0, &a);
+    if (rc)
+        return rc;
+    json_t *groups = json_object_get(a, "groups");
+    size_t i;
+    json_t *g;
+    if (cli->json) {
+        /* One JSON object per slow step group, one per line. */
+        json_array_foreach(groups, i, g)
+        {
+            json_dumpf(g, cli->out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            fputc('\n', cli->out);
+        }
+        if (!json_array_size(groups)) {
+            json_t *none = json_pack("{s:s, s:O, s:O}", "cause", "none", "reason",
+                                     json_object_get(a, "reason") ? json_object_get(a, "reason")
+                                                                  : json_null(),
+                                     "coverage", json_object_get(a, "coverage")
+                                                     ? json_object_get(a, "coverage")
+                                                     : json_null());
+            json_dumpf(none, cli->out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            fputc('\n', cli->out);
+            json_decref(none);
+        }
+    } else if (cli->dot) {
+        dot_groups(cli->out, groups);
+    } else {
+        if (!json_array_size(groups))
+            fprintf(cli->out, "no slow steps: %s\n",
+                    json_is_string(json_object_get(a, "reason")) ? jstr(a, "reason")
+                                                                 : "nothing stands out");
+        json_array_foreach(groups, i, g)
+        {
+            text_group(cli->out, g, !strcmp(cmd, "waitchain"));
+        }
+    }
+    json_decref(a);
+    return 0;
+}
+
+/* ---- attach / detach -------------------------------------------------------------- */
+
+static int read_file(const char *path, void **buf_p, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    struct stat st;
+    if (fstat(fileno(f), &st) || st.st_size <= 0 || st.st_size > (8 << 20)) {
+        fclose(f);
+        return -EFBIG;
+    }
+    void *buf = malloc((size_t)st.st_size);
+    if (!buf || fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+        free(buf);
+        fclose(f);
+        return -EIO;
+    }
+    fclose(f);
+    *buf_p = buf;
+    *len_p = (size_t)st.st_size;
+    return 0;
+}
+
+static const char *named(char **args, size_t n, const char *name)
+{
+    size_t l = strlen(name);
+    for (size_t i = 0; i < n; i++)
+        if (!strncmp(args[i], "--", 2) && !strncmp(args[i] + 2, name, l) && args[i][2 + l] == '=')
+            return args[i] + 3 + l;
+    return NULL;
+}
+
+int mks_cli_attach(struct mks_cli *cli, const char *cmd, char **args, size_t npos, size_t n)
+{
+    bool attach = !strcmp(cmd, "attach");
+    const char *builtin = named(args, n, "builtin");
+    const char *wait_s = named(args, n, "wait");
+    long wait_ms = wait_s ? strtol(wait_s, NULL, 10) : 10000;
+    void *blob = NULL;
+    size_t blob_len = 0;
+    char name[128];
+    char *req[66];
+    size_t nr = 0;
+    if (!npos && !(attach && builtin)) {
+        fprintf(stderr, "mkscope %s: give %s; see mkscope --help\n", cmd,
+                attach ? "a BPF object file or --builtin NAME" : "the program's name");
+        return MKS_EXIT_USAGE;
+    }
+    if (attach && npos) {
+        int rc = read_file(args[0], &blob, &blob_len);
+        if (rc) {
+            fprintf(stderr, "mkscope attach: cannot read %s: %s (give a clang -target bpf object"
+                            " of at most 8 MiB)\n",
+                    args[0], strerror(-rc));
+            return MKS_EXIT_USAGE;
+        }
+        const char *base = strrchr(args[0], '/');
+        snprintf(name, sizeof(name), "%s", base ? base + 1 : args[0]);
+        char *dot = strstr(name, ".bpf.o");
+        if (!dot)
+            dot = strrchr(name, '.');
+        if (dot && dot != name)
+            *dot = 0;
+    } else {
+        snprintf(name, sizeof(name), "%s", npos ? args[0] : builtin);
+    }
+    if (named(args, n, "name"))
+        snprintf(name, sizeof(name), "%s", named(args, n, "name"));
+    req[nr++] = name;
+    for (size_t i = npos; i < n && nr < 64; i++)
+        req[nr++] = args[i];
+    json_t *a;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = mks_cli_call(cli, cmd, req, nr, blob, blob_len, &a);
+    free(blob);
+    if (rc)
+        return rc;
+    /* Wait until every rank's agent replied (it picks commands up with its
+     * next summary or heartbeat). */
+    char ids[4096] = "";
+    size_t off = 0, i;
+    json_t *c;
+    json_array_foreach(json_object_get(a, "commands"), i, c)
+    {
+        off += (size_t)snprintf(ids + off, sizeof(ids) - off, "%s%lld", i ? "," : "",
+                                (long long)json_integer_value(json_object_get(c, "id")));
+        if (off >= sizeof(ids))
+            break;
+    }
+    size_t want = json_array_size(json_object_get(a, "commands"));
+    json_decref(a);
+    char idarg[4200];
+    snprintf(idarg, sizeof(idarg), "--ids=%s", ids);
+    char *qa[1] = {idarg};
+    json_t *res = NULL;
+    size_t replied = 0;
+    for (;;) {
+        json_decref(res);
+        res = NULL;
+        if ((rc = mks_cli_call(cli, "commands", qa, 1, NULL, 0, &res)))
+            return rc;
+        replied = 0;
+        json_array_foreach(json_object_get(res, "commands"), i, c)
+        {
+            if (!json_is_null(json_object_get(c, "replied_ns")))
+                replied++;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+        if (replied == want || ms >= (double)wait_ms)
+            break;
+        usleep(50000);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    int status = 0;
+    json_array_foreach(json_object_get(res, "commands"), i, c)
+    {
+        if (json_is_null(json_object_get(c, "replied_ns")) || !json_is_true(json_object_get(c, "ok"))) {
+            if (!json_is_integer(json_object_get(c, "ok")) ||
+                !json_integer_value(json_object_get(c, "ok")))
+                status = MKS_EXIT_ERROR;
+        }
+    }
+    if (cli->json) {
+        json_t *o = json_pack("{s:s, s:I, s:I, s:f, s:O}", "program", name, "ranks",
+                              (json_int_t)want, "replied", (json_int_t)replied, "elapsed_ms", ms,
+                              "commands", json_object_get(res, "commands"));
+        json_dumpf(o, cli->out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        fputc('\n', cli->out);
+        json_decref(o);
+    } else {
+        json_t *cols = json_array();
+        const char *names[] = {"rank", "ok", "cost", "n_insns", "prog_gen", "error"};
+        for (size_t k = 0; k < 6; k++)
+            json_array_append_new(cols, json_string(names[k]));
+        mks_cli_table(cli->out, cols, json_object_get(res, "commands"));
+        json_decref(cols);
+        fprintf(cli->out, "%s %s: %zu of %zu ranks replied in %.0f ms\n", cmd, name, replied,
+                want, ms);
+    }
+    if (replied < want)
+        fprintf(stderr, "mkscope %s: %zu ranks did not answer within %ld ms: are their agents"
+                        " running? see mkscope status\n",
+                cmd, want - replied, wait_ms);
+    json_decref(res);
+    return status;
+}
+
+/* ---- trace export ------------------------------------------------------------------- */
+
+int mks_cli_trace(struct mks_cli *cli, char **args, size_t n)
+{
+    json_t *a;
+    int rc = mks_cli_call(cli, "trace", args, n, NULL, 0, &a);
+    if (rc)
+        return rc;
+    json_dumpf(a, cli->out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    fputc('\n', cli->out);
+    if (cli->out != stdout)
+        fprintf(stderr, "mkscope trace: %zu events written\n",
+                json_array_size(json_object_get(a, "traceEvents")));
+    json_decref(a);
+    return 0;
+}
+
+/* ---- top ------------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t top_stop;
+static void on_sigint(int sig)
+{
+    (void)sig;
+    top_stop = 1;
+}
+
+int mks_cli_top(struct mks_cli *cli, char **args, size_t n)
+{
+    const char *iv = named(args, n, "interval"), *it = named(args, n, "iterations");
+    double interval = iv ? strtod(iv, NULL) : 1.0;
+    long iterations = it ? strtol(it, NULL, 10) : 0;
+    if (interval <= 0.05)
+        interval = 0.05;
+    signal(SIGINT, on_sigint);
+    bool tty = isatty(fileno(cli->out)) && isatty(STDIN_FILENO);
+    for (long k = 0; !top_stop && (!iterations || k < iterations); k++) {
+        json_t *a;
+        int rc = mks_cli_call(cli, "status", NULL, 0, NULL, 0, &a);
+        if (rc)
+            return rc;
+        json_t *q = NULL;
+        char *qa[1] = {"p99(run), mean(queue), count(task) by rank where time > -5s"};
+        mks_cli_call(cli, "query", qa, 1, NULL, 0, &q);
+        if (tty)
+            fputs("\033[H\033[2J", cli->out);
+        time_t now = time(NULL);
+        fprintf(cli->out, "mkscope top — %s", ctime(&now));
+        json_t *cols = json_array();
+        const char *names[] = {"rank", "agent", "epochs", "last_epoch", "tasks", "lost_summaries"};
+        for (size_t i = 0; i < 6; i++)
+            json_array_append_new(cols, json_string(names[i]));
+        mks_cli_table(cli->out, cols, json_object_get(a, "ranks"));
+        json_decref(cols);
+        if (q) {
+            fprintf(cli->out, "\nlast 5 s:\n");
+            mks_cli_table(cli->out, json_object_get(q, "columns"), json_object_get(q, "rows"));
+            json_decref(q);
+        }
+        fflush(cli->out);
+        json_decref(a);
+        if (iterations && k + 1 >= iterations)
+            break;
+        struct pollfd pf = {.fd = tty ? STDIN_FILENO : -1, .events = POLLIN};
+        if (poll(&pf, 1, (int)(interval * 1000)) > 0) {
+            char ch;
+            if (read(STDIN_FILENO, &ch, 1) == 1 && (ch == 'q' || ch == 'Q'))
+                break;
+        }
+    }
+    return 0;
+}
+
+/* ---- verify ------------------------------------------------------------------------------ */
+
+int mks_cli_verify(struct mks_cli *cli, size_t argc, char **argv)
+{
+#ifdef MKS_HAVE_VERIFY
+    return mks_cmd_verify((int)argc, argv, cli->out, stderr);
+#else
+    (void)cli, (void)argc, (void)argv;
+    fprintf(stderr, "mkscope verify: this build has no verifier (configure with devhooks)\n");
+    return MKS_EXIT_ERROR;
+#endif
+}

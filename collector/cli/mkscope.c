@@ -1,0 +1,501 @@
+/*
+ * mkscope: the operator's command line.  Every subcommand except `verify`
+ * is one CliRequest to the collector (nanomsg NN_REQ) whose JSON answer is
+ * printed as is (-f json) or rendered as text.  `verify` runs the verifier
+ * locally, exactly as an agent would.
+ *
+ * Exit status: 0 ok, 1 error, 2 usage, 3 collector unreachable, 4 no data.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define DEFAULT_COLLECTOR "tcp://127.0.0.1:7402"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mkscope [OPTIONS] COMMAND [ARGS]\n"
+            "\n"
+            "Observe persistent GPU megakernels: ask the mkscope collector what the\n"
+            "agents of a job reported, diagnose slow steps, attach monitors.\n"
+            "\n"
+            "COMMANDS\n"
+            "  status                      ranks, agents, epochs, coverage\n"
+            "  ranks                       per-rank details (host, pid, versions, seq)\n"
+            "  query QUERY                 aggregates over the summaries (docs/query.md)\n"
+            "  sql SELECT...               read-only SQL on the store (docs/collector.md)\n"
+            "  diagnose [--step N]         root cause of slow steps, with the wait chain\n"
+            "  waitchain [--step N]        the wait chain as a text tree (-f dot: a graph)\n"
+            "  programs                    programs attached per rank\n"
+            "  attach OBJ|--builtin NAME   attach a BPF object or built-in monitor\n"
+            "         [--name N] [--ranks all|0,2] [--wait MS]\n"
+            "  detach NAME [--ranks ...]   detach a program\n"
+            "  trigger add 'SLO'           e.g. 'p99(step) > 2ms'; list; rm ID\n"
+            "  trace export [-o FILE]      Chrome JSON trace of the last escalation\n"
+            "  top [--interval S]          live per-rank view (q or Ctrl-C quits)\n"
+            "  survey [WHAT]               ask every agent live (status, coverage, programs)\n"
+            "  metrics                     the Prometheus metrics as text\n"
+            "  verify OBJ...               verifier verdict and worst-case cost, locally\n"
+            "\n"
+            "OPTIONS\n"
+            "  --collector URL   collector CLI socket [$MKSCOPE_COLLECTOR or " DEFAULT_COLLECTOR
+            "]\n"
+            "  -f, --format F    text (default) or json\n"
+            "  --job NAME        job to ask about [the one heard from last]\n"
+            "  --timeout MS      how long to wait for the collector [5000]\n"
+            "  --key FILE        shared MAC key, as given to the collector\n"
+            "  -o FILE           write output to FILE\n"
+            "  -h, --help        this text\n"
+            "\n"
+            "EXIT STATUS\n"
+            "  0 ok, 1 error, 2 usage, 3 collector unreachable, 4 no data yet\n"
+            "\n"
+            "EXAMPLES\n"
+            "  mkscope status\n"
+            "  mkscope query 'count(task) by class where rank = 1'\n"
+            "  mkscope query 'p99(run), mean(queue) by class where step >= 30' -f json\n"
+            "  mkscope diagnose -f json\n"
+            "  mkscope waitchain --step 37 -f dot | dot -Tsvg > chain.svg\n"
+            "  mkscope attach monitor.bpf.o --ranks all\n"
+            "  mkscope trigger add 'p99(step) > 2ms'\n"
+            "  mkscope sql 'SELECT rank, COUNT(*) FROM epochs GROUP BY rank'\n");
+}
+
+/* ---- talking to the collector ------------------------------------------------ */
+
+int mks_cli_call(struct mks_cli *cli, const char *verb, char **args, size_t n_args,
+                 const void *blob, size_t blob_len, json_t **answer)
+{
+    *answer = NULL;
+    int s = nn_socket(AF_SP, NN_REQ);
+    if (s < 0) {
+        fprintf(stderr, "mkscope: nanomsg socket: %s\n", nn_strerror(nn_errno()));
+        return MKS_EXIT_ERROR;
+    }
+    int to = cli->timeout_ms, zero = 0, maxsz = -1;
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_SNDTIMEO, &to, sizeof(to));
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVTIMEO, &to, sizeof(to));
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_LINGER, &zero, sizeof(zero));
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz));
+    if (nn_connect(s, cli->collector) < 0) {
+        fprintf(stderr, "mkscope: bad collector URL '%s': %s (use tcp://HOST:PORT or ipc://PATH)\n",
+                cli->collector, nn_strerror(nn_errno()));
+        nn_close(s);
+        return MKS_EXIT_USAGE;
+    }
+    /* Named options travel as "--name=value" after the positional ones. */
+    char *all[64];
+    size_t n = 0;
+    char jobarg[128];
+    for (size_t i = 0; i < n_args && n < 62; i++)
+        all[n++] = args[i];
+    if (cli->job) {
+        snprintf(jobarg, sizeof(jobarg), "--job=%s", cli->job);
+        all[n++] = jobarg;
+    }
+    mks_envelope env;
+    Mkscope__V1__CliRequest req = MKSCOPE__V1__CLI_REQUEST__INIT;
+    mks_wire_init(&env, "", 0, (uint64_t)getpid());
+    req.id = (uint64_t)time(NULL);
+    req.verb = (char *)verb;
+    req.args = all;
+    req.n_args = n;
+    req.blob.data = (uint8_t *)blob;
+    req.blob.len = blob_len;
+    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_CLI_REQUEST;
+    env.cli_request = &req;
+    uint8_t *buf;
+    size_t len;
+    char err[1024];
+    if (mks_wire_encode(&env, cli->have_key ? &cli->key : NULL, &buf, &len, err, sizeof(err))) {
+        fprintf(stderr, "mkscope: %s\n", err);
+        nn_close(s);
+        return MKS_EXIT_USAGE;
+    }
+    int rc = nn_send(s, buf, len, 0);
+    free(buf);
+    void *msg = NULL;
+    int got = rc < 0 ? -1 : nn_recv(s, &msg, NN_MSG, 0);
+    if (got < 0) {
+        fprintf(stderr,
+                "mkscope: no collector answered at %s within %d ms: start mkscope-collector or"
+                " pass --collector URL\n",
+                cli->collector, cli->timeout_ms);
+        nn_close(s);
+        return MKS_EXIT_UNREACHABLE;
+    }
+    mks_envelope *rep = NULL;
+    rc = mks_wire_decode(msg, (size_t)got, cli->have_key ? &cli->key : NULL, &rep, err,
+                         sizeof(err));
+    nn_freemsg(msg);
+    nn_close(s);
+    if (rc) {
+        fprintf(stderr, "mkscope: bad answer from the collector: %s\n", err);
+        return MKS_EXIT_ERROR;
+    }
+    if (rep->body_case != MKSCOPE__V1__ENVELOPE__BODY_CLI_REPLY) {
+        fprintf(stderr, "mkscope: the collector answered with %s, not cli_reply\n",
+                mks_wire_body_name(rep->body_case));
+        mks_wire_free(rep);
+        return MKS_EXIT_ERROR;
+    }
+    int status = rep->cli_reply->status;
+    if (status) {
+        fprintf(stderr, "mkscope %s: %s\n", verb,
+                *rep->cli_reply->error ? rep->cli_reply->error : "failed");
+    } else if (*rep->cli_reply->json) {
+        json_error_t je;
+        *answer = json_loads(rep->cli_reply->json, 0, &je);
+        if (!*answer) {
+            fprintf(stderr, "mkscope: the collector's answer is not JSON: %s\n", je.text);
+            status = MKS_EXIT_ERROR;
+        }
+    }
+    mks_wire_free(rep);
+    return status < 0 || status > 255 ? MKS_EXIT_ERROR : status;
+}
+
+/* ---- text rendering --------------------------------------------------------------- */
+
+void mks_cli_value(FILE *f, json_t *v, int width)
+{
+    char buf[64];
+    const char *s = buf;
+    if (json_is_integer(v))
+        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (fabs(d) >= 1e6 || (fabs(d) < 1e-3 && d != 0))
+            snprintf(buf, sizeof(buf), "%.4g", d);
+        else
+            snprintf(buf, sizeof(buf), "%.3f", d);
+    } else if (json_is_string(v))
+        s = json_string_value(v);
+    else if (json_is_true(v))
+        s = "yes";
+    else if (json_is_false(v))
+        s = "no";
+    else
+        s = "-";
+    fprintf(f, "%-*s", width, s);
+}
+
+/* A table of rows (objects) with the given columns; widths fit the data. */
+void mks_cli_table(FILE *f, json_t *cols, json_t *rows)
+{
+    size_t nc = json_array_size(cols), i, k;
+    int *w = calloc(nc ? nc : 1, sizeof(int));
+    json_t *row, *col;
+    json_array_foreach(cols, k, col) w[k] = (int)strlen(json_string_value(col));
+    json_array_foreach(rows, i, row)
+    {
+        json_array_foreach(cols, k, col)
+        {
+            char *tmp = NULL;
+            size_t tl = 0;
+            FILE *m = open_memstream(&tmp, &tl);
+            mks_cli_value(m, json_object_get(row, json_string_value(col)), 0);
+            fclose(m);
+            if ((int)tl > w[k])
+                w[k] = (int)tl;
+            free(tmp);
+        }
+    }
+    json_array_foreach(cols, k, col)
+    {
+        char up[128];
+        snprintf(up, sizeof(up), "%s", json_string_value(col));
+        for (char *p = up; *p; p++)
+            if (*p >= 'a' && *p <= 'z')
+                *p = (char)(*p - 32);
+        fprintf(f, "%-*s%s", w[k], up, k + 1 < nc ? "  " : "\n");
+    }
+    json_array_foreach(rows, i, row)
+    {
+        json_array_foreach(cols, k, col)
+        {
+            mks_cli_value(f, json_object_get(row, json_string_value(col)), k + 1 < nc ? w[k] : 0);
+            fputs(k + 1 < nc ? "  " : "\n", f);
+        }
+    }
+    free(w);
+}
+
+static json_t *colnames(const char *first, ...)
+{
+    json_t *a = json_array();
+    va_list ap;
+    va_start(ap, first);
+    for (const char *c = first; c; c = va_arg(ap, const char *))
+        json_array_append_new(a, json_string(c));
+    va_end(ap);
+    return a;
+}
+
+static void render_status(struct mks_cli *cli, json_t *a, bool detail)
+{
+    FILE *f = cli->out;
+    json_t *cov = json_object_get(a, "coverage");
+    fprintf(f, "job %s: %lld ranks, %lld epochs stored\n",
+            json_string_value(json_object_get(a, "job")),
+            (long long)json_integer_value(json_object_get(a, "n_ranks")),
+            (long long)json_integer_value(json_object_get(a, "epochs")));
+    json_t *rows = json_array(), *r;
+    size_t i;
+    json_array_foreach(json_object_get(a, "ranks"), i, r)
+    {
+        json_t *row = json_deep_copy(r);
+        json_t *c = json_object_get(r, "coverage");
+        json_t *ratio = json_object_get(c, "ratio");
+        char buf[32] = "-";
+        if (json_is_real(ratio))
+            snprintf(buf, sizeof(buf), "%.1f%%", 100.0 * json_real_value(ratio));
+        json_object_set_new(row, "coverage", json_string(buf));
+        json_object_set_new(row, "lost", json_deep_copy(json_object_get(c, "lost")));
+        json_array_append_new(rows, row);
+    }
+    json_t *cols = detail ? colnames("rank", "host", "pid", "agent", "app_alive", "epochs",
+                                     "last_epoch", "last_seq", "acked_seq", "unacked",
+                                     "duplicates", "lost_summaries", "n_workers", "agent_version",
+                                     NULL)
+                          : colnames("rank", "host", "agent", "epochs", "last_epoch", "tasks",
+                                     "coverage", "lost", "lost_summaries", "last_seen_s", NULL);
+    mks_cli_table(f, cols, rows);
+    json_decref(cols);
+    json_decref(rows);
+    if (json_is_real(cov))
+        fprintf(f, "coverage over all ranks: %.1f%%\n", 100.0 * json_real_value(cov));
+}
+
+static void render_query(struct mks_cli *cli, json_t *a)
+{
+    mks_cli_table(cli->out, json_object_get(a, "columns"), json_object_get(a, "rows"));
+    json_t *c = json_object_get(a, "coverage");
+    json_t *ratio = json_object_get(c, "ratio");
+    fprintf(cli->out, "(%zu rows; %lld epochs; coverage %s", json_array_size(json_object_get(a, "rows")),
+            (long long)json_integer_value(json_object_get(c, "epochs")),
+            json_is_real(ratio) ? "" : "n/a");
+    if (json_is_real(ratio))
+        fprintf(cli->out, "%.1f%%, %lld throttled, %lld lost", 100.0 * json_real_value(ratio),
+                (long long)json_integer_value(json_object_get(c, "throttled")),
+                (long long)json_integer_value(json_object_get(c, "lost")));
+    fprintf(cli->out, ")\n");
+}
+
+static void render_rows(struct mks_cli *cli, json_t *rows)
+{
+    json_t *cols = json_array();
+    json_t *first = json_array_get(rows, 0);
+    const char *key;
+    json_t *v;
+    /* jansson keeps insertion order: the statement's column order. */
+    json_object_foreach(first, key, v) json_array_append_new(cols, json_string(key));
+    mks_cli_table(cli->out, cols, rows);
+    json_decref(cols);
+}
+
+/* ---- subcommands ----------------------------------------------------------------------- */
+
+static int print_json(struct mks_cli *cli, json_t *a)
+{
+    if (a)
+        json_dumpf(a, cli->out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    fputc('\n', cli->out);
+    return 0;
+}
+
+static int cmd_simple(struct mks_cli *cli, const char *verb, char **args, size_t n)
+{
+    json_t *a;
+    int rc = mks_cli_call(cli, verb, args, n, NULL, 0, &a);
+    if (rc)
+        return rc;
+    if (cli->json)
+        print_json(cli, a);
+    else if (!strcmp(verb, "status"))
+        render_status(cli, a, false);
+    else if (!strcmp(verb, "ranks"))
+        render_status(cli, a, true);
+    else if (!strcmp(verb, "query"))
+        render_query(cli, a);
+    else if (!strcmp(verb, "sql"))
+        render_rows(cli, json_object_get(a, "rows"));
+    else if (!strcmp(verb, "programs"))
+        render_rows(cli, json_object_get(a, "programs"));
+    else if (!strcmp(verb, "trigger-list"))
+        render_rows(cli, json_object_get(a, "triggers"));
+    else if (!strcmp(verb, "metrics"))
+        fputs(json_string_value(json_object_get(a, "text")), cli->out);
+    else
+        print_json(cli, a);
+    json_decref(a);
+    return 0;
+}
+
+static int need_arg(const char *cmd, size_t n, size_t want, const char *what)
+{
+    if (n < want) {
+        fprintf(stderr, "mkscope %s: missing %s; see mkscope --help\n", cmd, what);
+        return MKS_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct mks_cli cli = {.timeout_ms = 5000, .out = stdout};
+    cli.collector = getenv("MKSCOPE_COLLECTOR");
+    if (!cli.collector || !*cli.collector)
+        cli.collector = DEFAULT_COLLECTOR;
+    /* Global options may appear anywhere; the rest are the command and its
+     * arguments, options of the command kept as "--name=value". */
+    char *pos[64], *named[64];
+    size_t np = 0, nn = 0;
+    const char *outfile = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+#define TAKE(opt)                                                                                  \
+    (!strcmp(a, opt) ? (i + 1 < argc ? (val = argv[++i], 1) : -1)                                  \
+                     : (!strncmp(a, opt "=", strlen(opt) + 1) ? (val = a + strlen(opt) + 1, 1) : 0))
+        int t;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if ((t = TAKE("--collector")) || (t = TAKE("-f")) || (t = TAKE("--format")) ||
+            (t = TAKE("--job")) || (t = TAKE("--timeout")) || (t = TAKE("--key")) ||
+            (t = TAKE("-o"))) {
+            if (t < 0) {
+                fprintf(stderr, "mkscope: %s needs a value; see mkscope --help\n", a);
+                return MKS_EXIT_USAGE;
+            }
+            if (!strncmp(a, "--collector", 11))
+                cli.collector = val;
+            else if (!strncmp(a, "-f", 2) || !strncmp(a, "--format", 8)) {
+                if (strcmp(val, "json") && strcmp(val, "text") && strcmp(val, "dot")) {
+                    fprintf(stderr, "mkscope: -f takes text, json (or dot for waitchain)\n");
+                    return MKS_EXIT_USAGE;
+                }
+                cli.json = !strcmp(val, "json");
+                cli.dot = !strcmp(val, "dot");
+            } else if (!strncmp(a, "--job", 5))
+                cli.job = val;
+            else if (!strncmp(a, "--timeout", 9)) {
+                char *end;
+                long v = strtol(val, &end, 10);
+                if (*end || v <= 0 || v > 3600000) {
+                    fprintf(stderr, "mkscope: --timeout wants milliseconds, got '%s'\n", val);
+                    return MKS_EXIT_USAGE;
+                }
+                cli.timeout_ms = (int)v;
+            } else if (!strncmp(a, "--key", 5)) {
+                char err[256];
+                if (mks_wire_key_load(val, &cli.key, err, sizeof(err))) {
+                    fprintf(stderr, "mkscope: %s\n", err);
+                    return MKS_EXIT_USAGE;
+                }
+                cli.have_key = true;
+            } else
+                outfile = val;
+            continue;
+        }
+#undef TAKE
+        if (!strncmp(a, "--", 2) && strlen(a) > 2 && np > 0 && strcmp(pos[0], "verify")) {
+            /* A command option: --name=value or --name value. */
+            char *buf = malloc(strlen(a) + (i + 1 < argc ? strlen(argv[i + 1]) : 0) + 2);
+            if (!buf)
+                return MKS_EXIT_ERROR;
+            if (strchr(a, '=') || i + 1 >= argc || !strncmp(argv[i + 1], "-", 1))
+                strcpy(buf, a);
+            else
+                sprintf(buf, "%s=%s", a, argv[++i]);
+            if (nn < 64)
+                named[nn++] = buf;
+            continue;
+        }
+        if (np < 64)
+            pos[np++] = argv[i];
+    }
+    if (np == 0) {
+        usage(stderr);
+        return MKS_EXIT_USAGE;
+    }
+    if (outfile) {
+        cli.out = fopen(outfile, "w");
+        if (!cli.out) {
+            fprintf(stderr, "mkscope: cannot write %s: %s\n", outfile, strerror(errno));
+            return MKS_EXIT_ERROR;
+        }
+    }
+    const char *cmd = pos[0];
+    char *args[130];
+    size_t na = 0;
+    for (size_t i = 1; i < np; i++)
+        args[na++] = pos[i];
+    for (size_t i = 0; i < nn; i++)
+        args[na++] = named[i];
+    size_t npos = np - 1;
+    int rc;
+    if (!strcmp(cmd, "status") || !strcmp(cmd, "ranks") || !strcmp(cmd, "programs") ||
+        !strcmp(cmd, "metrics")) {
+        rc = cmd_simple(&cli, cmd, args, na);
+    } else if (!strcmp(cmd, "query") || !strcmp(cmd, "sql")) {
+        rc = need_arg(cmd, npos, 1, !strcmp(cmd, "sql") ? "a SELECT statement" : "a query");
+        if (!rc)
+            rc = cmd_simple(&cli, cmd, args, na);
+    } else if (!strcmp(cmd, "diagnose") || !strcmp(cmd, "waitchain")) {
+        rc = mks_cli_diagnose(&cli, cmd, args, na);
+    } else if (!strcmp(cmd, "attach") || !strcmp(cmd, "detach")) {
+        rc = mks_cli_attach(&cli, cmd, args, npos, na);
+    } else if (!strcmp(cmd, "trigger")) {
+        const char *sub = npos ? args[0] : NULL;
+        if (!sub || (strcmp(sub, "add") && strcmp(sub, "list") && strcmp(sub, "rm"))) {
+            fprintf(stderr, "mkscope trigger: add 'SLO', list or rm ID; see mkscope --help\n");
+            rc = MKS_EXIT_USAGE;
+        } else {
+            char verb[32];
+            snprintf(verb, sizeof(verb), "trigger-%s", sub);
+            rc = strcmp(sub, "list") ? need_arg("trigger", npos, 2,
+                                                strcmp(sub, "add") ? "a trigger id" : "an SLO")
+                                     : 0;
+            if (!rc)
+                rc = cmd_simple(&cli, verb, args + 1, na - 1);
+        }
+    } else if (!strcmp(cmd, "trace")) {
+        if (!npos || strcmp(args[0], "export")) {
+            fprintf(stderr, "mkscope trace: only 'trace export [-o FILE]'\n");
+            rc = MKS_EXIT_USAGE;
+        } else {
+            rc = mks_cli_trace(&cli, args + 1, na - 1);
+        }
+    } else if (!strcmp(cmd, "top")) {
+        rc = mks_cli_top(&cli, args, na);
+    } else if (!strcmp(cmd, "survey")) {
+        rc = cmd_simple(&cli, "survey", args, na);
+    } else if (!strcmp(cmd, "verify")) {
+        rc = mks_cli_verify(&cli, np, pos);
+    } else {
+        fprintf(stderr, "mkscope: unknown command '%s'; see mkscope --help\n", cmd);
+        rc = MKS_EXIT_USAGE;
+    }
+    for (size_t i = 0; i < nn; i++)
+        free(named[i]);
+    if (cli.out != stdout && fclose(cli.out) && !rc) {
+        fprintf(stderr, "mkscope: writing %s failed\n", outfile);
+        rc = MKS_EXIT_ERROR;
+    }
+    return rc;
+}

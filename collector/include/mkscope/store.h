@@ -1,0 +1,67 @@
+/*
+ * The collector's store: an embedded SQLite database (WAL) holding what the
+ * agents reported, in the schema documented in docs/collector.md.  The
+ * collector daemon writes it; queries, the diagnosis and tests read it
+ * through mks_store_db().
+ *
+ * Ingest is idempotent: a summary is stored once per (job, rank,
+ * incarnation, seq), so agents may replay after a reconnect.  Retention
+ * limits bound the database: the oldest epochs of a rank (and everything
+ * hanging off them) are deleted when a rank holds more than max_epochs, or
+ * when they are older than max_age_ns.
+ */
+#ifndef MKSCOPE_STORE_H
+#define MKSCOPE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sqlite3.h>
+
+#include "mkscope/wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mks_store;
+
+struct mks_store_opts {
+    size_t sz;                /* sizeof(struct mks_store_opts) */
+    const char *path;         /* database file; ":memory:" for tests */
+    uint64_t max_epochs;      /* per rank; 0 = default (100000) */
+    uint64_t max_age_ns;      /* 0 = no age limit */
+    uint64_t max_raw_events;  /* per job; 0 = default (1000000) */
+};
+
+int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, char *err,
+                   size_t errlen);
+void mks_store_close(struct mks_store *st); /* accepts NULL */
+
+/* The underlying connection (read queries; the store keeps ownership). */
+sqlite3 *mks_store_db(struct mks_store *st);
+
+/* Ingest one decoded, validated envelope from an agent.  now_ns is the
+ * collector's CLOCK_REALTIME.  For Register, *seq_p gets the highest seq
+ * already stored for this (rank, incarnation); for EpochSummary, the
+ * cumulative ack (highest seq stored).  Returns 0, or a negative errno with
+ * one line in err. */
+int mks_store_ingest(struct mks_store *st, const mks_envelope *env, uint64_t now_ns,
+                     uint64_t *seq_p, char *err, size_t errlen);
+
+/* Apply the retention limits now (ingest also does so periodically). */
+int mks_store_retain(struct mks_store *st, uint64_t now_ns);
+
+/* Task class name of (job, rank, class), written into buf ("class<N>" when
+ * the schema does not name it). */
+void mks_store_class_name(struct mks_store *st, const char *job, uint32_t rank, uint32_t cls,
+                          char *buf, size_t len);
+
+/* The job most recently heard from ("" if none). */
+int mks_store_latest_job(struct mks_store *st, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MKSCOPE_STORE_H */

@@ -1,0 +1,42 @@
+/*
+ * Internals of the collector shared by the daemon's files: CLI request
+ * serving, Prometheus metrics and the wait-chain diagnosis.
+ */
+#ifndef MKS_COLLECTOR_INT_H
+#define MKS_COLLECTOR_INT_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "mkscope/store.h"
+#include "mkscope/wire.h"
+
+/* CLI exit codes, also carried in CliReply.status. */
+enum mks_exit {
+    MKS_EXIT_OK = 0,
+    MKS_EXIT_ERROR = 1,       /* the request failed */
+    MKS_EXIT_USAGE = 2,       /* bad command line or query syntax */
+    MKS_EXIT_UNREACHABLE = 3, /* no collector answered */
+    MKS_EXIT_NODATA = 4,      /* nothing stored that answers the question */
+};
+
+/* Counters of the ingest path, for metrics. */
+struct mks_ingest_stats {
+    uint64_t messages, decode_errors, store_errors, cli_requests;
+};
+
+struct mks_serve_env {
+    struct mks_store *st;
+    const struct mks_ingest_stats *stats;
+    uint64_t now_ns;
+};
+
+/* Serve one CLI request: returns the exit status; *out gets the JSON answer
+ * (or NULL), err a one-line error when status != 0. */
+int mks_serve_cli(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                  json_t **out, char *err, size_t errlen);
+
+/* Prometheus text exposition of the store's per-rank state; malloc()ed. */
+char *mks_metrics_render(const struct mks_serve_env *env);
+
+#endif

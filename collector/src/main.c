@@ -1,0 +1,628 @@
+/*
+ * mkscope-collector: receives agents' registrations, heartbeats and epoch
+ * summaries over nanomsg, stores them in SQLite, answers the mkscope CLI,
+ * fans live queries out to agents (survey) and serves Prometheus metrics.
+ *
+ * One thread, one poll() loop over: the ingest socket (NN_REP), the CLI
+ * socket (NN_REP), the survey socket (NN_SURVEYOR), libmicrohttpd's epoll
+ * fd and a signalfd for SIGINT/SIGTERM.  Every request is answered before
+ * the next one on the same socket is read, except a live survey, during
+ * which the CLI socket is left unread until the survey's deadline.
+ */
+#include <errno.h>
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <nanomsg/survey.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "collector.h"
+
+#define DEFAULT_INGEST  "tcp://127.0.0.1:7400"
+#define DEFAULT_SURVEY  "tcp://127.0.0.1:7401"
+#define DEFAULT_CLI     "tcp://127.0.0.1:7402"
+#define DEFAULT_METRICS "127.0.0.1:7403"
+#define DEFAULT_DB      "mkscope.db"
+/* Commands handed to one agent per Ack: bounds the reply size. */
+#define MAX_CMDS_PER_ACK 16
+
+struct collector {
+    int ingest, cli, survey;
+    int sigfd;
+    struct MHD_Daemon *mhd;
+    struct mks_store *st;
+    struct mks_wire_key key;
+    bool have_key;
+    bool verbose;
+    struct mks_ingest_stats stats;
+    /* A live survey in flight: the CLI request waits for it. */
+    struct {
+        bool active;
+        uint64_t id, cli_seq, deadline_ns;
+        uint32_t n_ranks;
+        json_t *answers;
+        char job[MKS_WIRE_MAX_JOB + 1];
+    } sv;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mkscope-collector [OPTIONS]\n"
+            "\n"
+            "Receives epoch summaries from mkscope agents, stores them and answers the\n"
+            "mkscope CLI.\n"
+            "\n"
+            "OPTIONS\n"
+            "  --ingest URL     agents connect here (NN_REP)       [" DEFAULT_INGEST "]\n"
+            "  --survey URL     live queries to agents (NN_SURVEYOR) [" DEFAULT_SURVEY "]\n"
+            "  --cli URL        the mkscope CLI connects here       [" DEFAULT_CLI "]\n"
+            "  --metrics ADDR   Prometheus /metrics, HOST:PORT or off [" DEFAULT_METRICS "]\n"
+            "  --db PATH        SQLite database (WAL)               [" DEFAULT_DB "]\n"
+            "  --max-epochs N   epochs kept per rank                [100000]\n"
+            "  --max-age SEC    drop epochs older than this         [keep]\n"
+            "  --key FILE       shared MAC key (32 bytes or 64 hex digits, mode 600)\n"
+            "  -v, --verbose    log every message\n"
+            "  -h, --help\n"
+            "\n"
+            "EXAMPLES\n"
+            "  mkscope-collector --db /var/lib/mkscope/job.db\n"
+            "  mkscope-collector --ingest ipc:///tmp/mks/ingest --cli ipc:///tmp/mks/cli \\\n"
+            "                    --survey ipc:///tmp/mks/survey --metrics off --db :memory:\n");
+}
+
+static int nn_open(int proto, const char *url, const char *what)
+{
+    int s = nn_socket(AF_SP, proto);
+    if (s < 0) {
+        fprintf(stderr, "mkscope-collector: %s socket: %s\n", what, nn_strerror(nn_errno()));
+        return -1;
+    }
+    int zero = 0;
+    /* Agents send summaries of a large epoch; nanomsg's default 1 MiB limit
+     * would drop them silently. */
+    int maxsz = (int)MKS_WIRE_MAX_MSG + 1024;
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz));
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_LINGER, &zero, sizeof(zero));
+    if (nn_bind(s, url) < 0) {
+        fprintf(stderr, "mkscope-collector: cannot bind %s socket to %s: %s (is another collector"
+                        " running? pick another URL with --%s)\n",
+                what, url, nn_strerror(nn_errno()), what);
+        nn_close(s);
+        return -1;
+    }
+    return s;
+}
+
+static int nn_fd(int s, int opt)
+{
+    int fd;
+    size_t sz = sizeof(fd);
+    if (nn_getsockopt(s, NN_SOL_SOCKET, opt, &fd, &sz) < 0)
+        return -1;
+    return fd;
+}
+
+/* Encode and send an envelope; errors are logged, the caller carries on. */
+static void send_env(struct collector *c, int sock, const mks_envelope *env)
+{
+    uint8_t *buf;
+    size_t len;
+    char err[256];
+    if (mks_wire_encode(env, c->have_key ? &c->key : NULL, &buf, &len, err, sizeof(err))) {
+        fprintf(stderr, "mkscope-collector: cannot encode %s: %s\n",
+                mks_wire_body_name(env->body_case), err);
+        return;
+    }
+    if (nn_send(sock, buf, len, NN_DONTWAIT) < 0)
+        fprintf(stderr, "mkscope-collector: send %s: %s\n", mks_wire_body_name(env->body_case),
+                nn_strerror(nn_errno()));
+    free(buf);
+}
+
+static void reply_reject(struct collector *c, const char *reason)
+{
+    mks_envelope env;
+    Mkscope__V1__RegisterAck ack = MKSCOPE__V1__REGISTER_ACK__INIT;
+    mks_wire_init(&env, "", 0, 0);
+    ack.accepted = 0;
+    ack.reason = (char *)reason;
+    ack.collector_time_ns = now_ns();
+    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK;
+    env.register_ack = &ack;
+    send_env(c, c->ingest, &env);
+}
+
+/* Pending commands for (job, rank), marked sent.  Returns the count. */
+static size_t take_commands(struct collector *c, const char *job, uint32_t rank,
+                            Mkscope__V1__Command **cmds, size_t max)
+{
+    sqlite3 *db = mks_store_db(c->st);
+    sqlite3_stmt *s;
+    size_t n = 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT id, payload FROM commands WHERE job=? AND rank=? AND sent_ns"
+                           " IS NULL ORDER BY id LIMIT ?",
+                           -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, rank);
+    sqlite3_bind_int64(s, 3, (int64_t)max);
+    while (n < max && sqlite3_step(s) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(s, 0);
+        const void *p = sqlite3_column_blob(s, 1);
+        int len = sqlite3_column_bytes(s, 1);
+        Mkscope__V1__Command *cmd = mkscope__v1__command__unpack(NULL, (size_t)len, p);
+        if (!cmd)
+            continue;
+        cmd->id = (uint64_t)id;
+        cmds[n++] = cmd;
+    }
+    sqlite3_finalize(s);
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *u;
+        if (sqlite3_prepare_v2(db, "UPDATE commands SET sent_ns=? WHERE id=?", -1, &u, NULL) ==
+            SQLITE_OK) {
+            sqlite3_bind_int64(u, 1, (int64_t)now_ns());
+            sqlite3_bind_int64(u, 2, (int64_t)cmds[i]->id);
+            sqlite3_step(u);
+            sqlite3_finalize(u);
+        }
+    }
+    return n;
+}
+
+static void handle_ingest(struct collector *c, const void *buf, size_t len)
+{
+    char err[256];
+    mks_envelope *env = NULL;
+    c->stats.messages++;
+    int rc = mks_wire_decode(buf, len, c->have_key ? &c->key : NULL, &env, err, sizeof(err));
+    if (rc) {
+        c->stats.decode_errors++;
+        fprintf(stderr, "mkscope-collector: rejected message from an agent: %s\n", err);
+        reply_reject(c, err);
+        return;
+    }
+    if (c->verbose)
+        fprintf(stderr, "mkscope-collector: %s from %s rank %u seq %" PRIu64 "\n",
+                mks_wire_body_name(env->body_case), env->job, env->rank, env->seq);
+    uint64_t seq = 0;
+    rc = mks_store_ingest(c->st, env, now_ns(), &seq, err, sizeof(err));
+    if (rc) {
+        c->stats.store_errors++;
+        fprintf(stderr, "mkscope-collector: %s\n", err);
+        reply_reject(c, err);
+        mks_wire_free(env);
+        return;
+    }
+    mks_envelope out;
+    mks_wire_init(&out, env->job, env->rank, env->seq);
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_REGISTER) {
+        Mkscope__V1__RegisterAck ack = MKSCOPE__V1__REGISTER_ACK__INIT;
+        ack.accepted = 1;
+        ack.reason = "";
+        ack.collector_time_ns = now_ns();
+        ack.stored_seq = seq;
+        out.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK;
+        out.register_ack = &ack;
+        send_env(c, c->ingest, &out);
+    } else {
+        Mkscope__V1__Ack ack = MKSCOPE__V1__ACK__INIT;
+        Mkscope__V1__Command *cmds[MAX_CMDS_PER_ACK];
+        if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY) {
+            sqlite3_stmt *s;
+            if (sqlite3_prepare_v2(mks_store_db(c->st),
+                                   "SELECT acked_seq FROM ranks WHERE job=? AND rank=?", -1, &s,
+                                   NULL) == SQLITE_OK) {
+                sqlite3_bind_text(s, 1, env->job, -1, SQLITE_TRANSIENT);
+                sqlite3_bind_int64(s, 2, env->rank);
+                if (sqlite3_step(s) == SQLITE_ROW)
+                    seq = (uint64_t)sqlite3_column_int64(s, 0);
+                sqlite3_finalize(s);
+            }
+        }
+        ack.up_to_seq = seq;
+        size_t n = take_commands(c, env->job, env->rank, cmds, MAX_CMDS_PER_ACK);
+        ack.commands = cmds;
+        ack.n_commands = n;
+        out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
+        out.ack = &ack;
+        send_env(c, c->ingest, &out);
+        for (size_t i = 0; i < n; i++)
+            mkscope__v1__command__free_unpacked(cmds[i], NULL);
+    }
+    mks_wire_free(env);
+}
+
+static void send_cli_reply(struct collector *c, uint64_t seq, uint64_t id, int status,
+                           const char *error, json_t *answer)
+{
+    mks_envelope out;
+    Mkscope__V1__CliReply rep = MKSCOPE__V1__CLI_REPLY__INIT;
+    char *text = answer ? json_dumps(answer, JSON_COMPACT) : NULL;
+    mks_wire_init(&out, "", 0, seq);
+    rep.id = id;
+    rep.status = status;
+    rep.error = (char *)(error ? error : "");
+    rep.json = text ? text : "";
+    out.body_case = MKSCOPE__V1__ENVELOPE__BODY_CLI_REPLY;
+    out.cli_reply = &rep;
+    send_env(c, c->cli, &out);
+    free(text);
+}
+
+static void start_survey(struct collector *c, const mks_envelope *env);
+
+static void handle_cli(struct collector *c, const void *buf, size_t len)
+{
+    char err[512] = "";
+    mks_envelope *env = NULL;
+    c->stats.cli_requests++;
+    if (mks_wire_decode(buf, len, c->have_key ? &c->key : NULL, &env, err, sizeof(err))) {
+        send_cli_reply(c, 0, 0, MKS_EXIT_ERROR, err, NULL);
+        return;
+    }
+    if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_CLI_REQUEST) {
+        send_cli_reply(c, env->seq, 0, MKS_EXIT_ERROR, "the CLI socket takes cli_request only",
+                       NULL);
+        mks_wire_free(env);
+        return;
+    }
+    if (!strcmp(env->cli_request->verb, "survey")) {
+        start_survey(c, env);
+        mks_wire_free(env);
+        return;
+    }
+    struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = now_ns()};
+    json_t *answer = NULL;
+    int status = mks_serve_cli(&se, env->cli_request, &answer, err, sizeof(err));
+    send_cli_reply(c, env->seq, env->cli_request->id, status, status ? err : NULL, answer);
+    json_decref(answer);
+    mks_wire_free(env);
+}
+
+/* ---- live survey ------------------------------------------------------------ */
+
+static void start_survey(struct collector *c, const mks_envelope *req)
+{
+    const Mkscope__V1__CliRequest *r = req->cli_request;
+    const char *what = r->n_args > 0 ? r->args[0] : "status";
+    uint32_t deadline_ms = r->n_args > 1 ? (uint32_t)strtoul(r->args[1], NULL, 10) : 1000;
+    if (deadline_ms == 0 || deadline_ms > 60000)
+        deadline_ms = 1000;
+    mks_envelope env;
+    Mkscope__V1__SurveyRequest sr = MKSCOPE__V1__SURVEY_REQUEST__INIT;
+    static uint64_t next_id = 1;
+    mks_wire_init(&env, "", 0, next_id);
+    sr.id = next_id++;
+    sr.deadline_ms = deadline_ms;
+    sr.what = (char *)what;
+    sr.filter = "";
+    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REQUEST;
+    env.survey_request = &sr;
+    int dl = (int)deadline_ms;
+    nn_setsockopt(c->survey, NN_SURVEYOR, NN_SURVEYOR_DEADLINE, &dl, sizeof(dl));
+    c->sv.active = true;
+    c->sv.id = sr.id;
+    c->sv.cli_seq = req->seq;
+    c->sv.deadline_ns = mono_ns() + (uint64_t)deadline_ms * 1000000ull;
+    c->sv.answers = json_array();
+    mks_store_latest_job(c->st, c->sv.job, sizeof(c->sv.job));
+    send_env(c, c->survey, &env);
+}
+
+static void survey_reply(struct collector *c, const void *buf, size_t len)
+{
+    char err[256];
+    mks_envelope *env = NULL;
+    if (mks_wire_decode(buf, len, c->have_key ? &c->key : NULL, &env, err, sizeof(err))) {
+        fprintf(stderr, "mkscope-collector: bad survey reply: %s\n", err);
+        return;
+    }
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY &&
+        env->survey_reply->id == c->sv.id) {
+        const Mkscope__V1__SurveyReply *r = env->survey_reply;
+        json_t *cov = json_array();
+        for (size_t i = 0; i < r->n_coverage; i++)
+            json_array_append_new(
+                cov, json_pack("{s:i, s:I, s:I, s:I, s:I}", "hook", (int)r->coverage[i]->hook,
+                               "eligible", (json_int_t)r->coverage[i]->eligible, "ran",
+                               (json_int_t)r->coverage[i]->ran, "throttled",
+                               (json_int_t)r->coverage[i]->throttled, "lost",
+                               (json_int_t)r->coverage[i]->lost));
+        json_t *progs = json_array();
+        for (size_t i = 0; i < r->n_programs; i++)
+            json_array_append_new(progs, json_pack("{s:s, s:i, s:I}", "name",
+                                                   r->programs[i]->name, "hook",
+                                                   (int)r->programs[i]->hook, "prog_gen",
+                                                   (json_int_t)r->programs[i]->prog_gen));
+        json_array_append_new(c->sv.answers,
+                              json_pack("{s:i, s:s, s:b, s:s, s:I, s:I, s:o, s:o}", "rank",
+                                        (int)env->rank, "job", env->job, "ok", r->ok, "error",
+                                        r->error, "epoch", (json_int_t)r->epoch, "last_seq",
+                                        (json_int_t)r->last_seq, "coverage", cov, "programs",
+                                        progs));
+    }
+    mks_wire_free(env);
+}
+
+static void finish_survey(struct collector *c)
+{
+    /* Which registered ranks of the job did not answer in time. */
+    json_t *missing = json_array();
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(mks_store_db(c->st), "SELECT rank FROM ranks WHERE job=? ORDER BY rank",
+                           -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, c->sv.job, -1, SQLITE_TRANSIENT);
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            int rank = sqlite3_column_int(s, 0);
+            bool seen = false;
+            size_t i;
+            json_t *a;
+            json_array_foreach(c->sv.answers, i, a)
+            {
+                if (json_integer_value(json_object_get(a, "rank")) == rank)
+                    seen = true;
+            }
+            if (!seen)
+                json_array_append_new(missing, json_integer(rank));
+        }
+        sqlite3_finalize(s);
+    }
+    json_t *answer = json_pack("{s:s, s:o, s:o}", "job", c->sv.job, "answers", c->sv.answers,
+                               "missing", missing);
+    send_cli_reply(c, c->sv.cli_seq, 0, MKS_EXIT_OK, NULL, answer);
+    json_decref(answer);
+    c->sv.active = false;
+    c->sv.answers = NULL;
+}
+
+/* ---- metrics ------------------------------------------------------------------ */
+
+static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                      const char *method, const char *version,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      void **con_cls)
+{
+    struct collector *c = cls;
+    (void)version, (void)upload_data, (void)upload_data_size, (void)con_cls;
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    if (strcmp(method, "GET") || strcmp(url, "/metrics")) {
+        static const char nf[] = "not found: try /metrics\n";
+        resp = MHD_create_response_from_buffer(sizeof(nf) - 1, (void *)nf, MHD_RESPMEM_PERSISTENT);
+        ret = MHD_queue_response(conn, MHD_HTTP_NOT_FOUND, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = now_ns()};
+    char *text = mks_metrics_render(&se);
+    if (!text)
+        return MHD_NO;
+    resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
+    ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static int start_metrics(struct collector *c, const char *spec)
+{
+    if (!strcmp(spec, "off"))
+        return 0;
+    char host[64];
+    const char *colon = strrchr(spec, ':');
+    if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) {
+        fprintf(stderr, "mkscope-collector: --metrics wants HOST:PORT or off, got '%s'\n", spec);
+        return -1;
+    }
+    memcpy(host, spec, (size_t)(colon - spec));
+    host[colon - spec] = 0;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port < 0 || port > 65535) {
+        fprintf(stderr, "mkscope-collector: --metrics port '%s' is not a port number\n", colon + 1);
+        return -1;
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        fprintf(stderr, "mkscope-collector: --metrics host '%s' is not an IPv4 address\n", host);
+        return -1;
+    }
+    /* No internal thread: the daemon's epoll fd joins our poll loop. */
+    c->mhd = MHD_start_daemon(MHD_USE_EPOLL, (uint16_t)port, NULL, NULL, metrics_handler, c,
+                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_END);
+    if (!c->mhd) {
+        fprintf(stderr, "mkscope-collector: cannot serve metrics on %s (port in use? use"
+                        " --metrics HOST:PORT or off)\n",
+                spec);
+        return -1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(c->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "mkscope-collector: metrics on http://%s:%u/metrics\n", host,
+            info ? info->port : (unsigned)port);
+    return 0;
+}
+
+/* ---- main loop ------------------------------------------------------------------ */
+
+static void drain(struct collector *c, int sock, void (*fn)(struct collector *, const void *,
+                                                            size_t))
+{
+    for (;;) {
+        void *msg = NULL;
+        int n = nn_recv(sock, &msg, NN_MSG, NN_DONTWAIT);
+        if (n < 0) {
+            int e = nn_errno();
+            if (e != EAGAIN && e != EFSM && e != ETIMEDOUT)
+                fprintf(stderr, "mkscope-collector: receive: %s\n", nn_strerror(e));
+            return;
+        }
+        fn(c, msg, (size_t)n);
+        nn_freemsg(msg);
+        /* One CLI request at a time while a survey holds its reply. */
+        if (sock == c->cli && c->sv.active)
+            return;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *ingest_url = DEFAULT_INGEST, *survey_url = DEFAULT_SURVEY, *cli_url = DEFAULT_CLI;
+    const char *metrics = DEFAULT_METRICS, *db = DEFAULT_DB, *key_file = NULL;
+    struct mks_store_opts so = {.sz = sizeof(so)};
+    static const struct option longopts[] = {
+        {"ingest", required_argument, NULL, 'i'},  {"survey", required_argument, NULL, 's'},
+        {"cli", required_argument, NULL, 'c'},     {"metrics", required_argument, NULL, 'm'},
+        {"db", required_argument, NULL, 'd'},      {"max-epochs", required_argument, NULL, 'E'},
+        {"max-age", required_argument, NULL, 'A'}, {"key", required_argument, NULL, 'k'},
+        {"verbose", no_argument, NULL, 'v'},       {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    struct collector c = {.ingest = -1, .cli = -1, .survey = -1, .sigfd = -1};
+    int opt;
+    while ((opt = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
+        char *end;
+        switch (opt) {
+        case 'i': ingest_url = optarg; break;
+        case 's': survey_url = optarg; break;
+        case 'c': cli_url = optarg; break;
+        case 'm': metrics = optarg; break;
+        case 'd': db = optarg; break;
+        case 'k': key_file = optarg; break;
+        case 'v': c.verbose = true; break;
+        case 'E':
+        case 'A': {
+            unsigned long long v = strtoull(optarg, &end, 10);
+            if (*end || !*optarg || v == 0) {
+                fprintf(stderr, "mkscope-collector: --%s wants a positive number, got '%s'\n",
+                        opt == 'E' ? "max-epochs" : "max-age", optarg);
+                return MKS_EXIT_USAGE;
+            }
+            if (opt == 'E')
+                so.max_epochs = v;
+            else
+                so.max_age_ns = v * 1000000000ull;
+            break;
+        }
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return MKS_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "mkscope-collector: unexpected argument '%s'; see --help\n", argv[optind]);
+        return MKS_EXIT_USAGE;
+    }
+    char err[512];
+    if (key_file) {
+        if (mks_wire_key_load(key_file, &c.key, err, sizeof(err))) {
+            fprintf(stderr, "mkscope-collector: %s\n", err);
+            return MKS_EXIT_USAGE;
+        }
+        c.have_key = true;
+    }
+    so.path = db;
+    if (mks_store_open(&so, &c.st, err, sizeof(err))) {
+        fprintf(stderr, "mkscope-collector: %s\n", err);
+        return MKS_EXIT_ERROR;
+    }
+    int rc = MKS_EXIT_ERROR;
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    c.sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
+    if ((c.ingest = nn_open(NN_REP, ingest_url, "ingest")) < 0 ||
+        (c.cli = nn_open(NN_REP, cli_url, "cli")) < 0 ||
+        (c.survey = nn_open(NN_SURVEYOR, survey_url, "survey")) < 0 || start_metrics(&c, metrics))
+        goto out;
+    int ingest_fd = nn_fd(c.ingest, NN_RCVFD), cli_fd = nn_fd(c.cli, NN_RCVFD);
+    int survey_fd = nn_fd(c.survey, NN_RCVFD);
+    int mhd_fd = -1;
+    if (c.mhd) {
+        const union MHD_DaemonInfo *info = MHD_get_daemon_info(c.mhd, MHD_DAEMON_INFO_EPOLL_FD);
+        mhd_fd = info ? info->epoll_fd : -1;
+    }
+    fprintf(stderr, "mkscope-collector: ingest %s, cli %s, survey %s, db %s\n", ingest_url,
+            cli_url, survey_url, db);
+    for (;;) {
+        struct pollfd pf[5] = {
+            {.fd = ingest_fd, .events = POLLIN},
+            {.fd = c.sv.active ? -1 : cli_fd, .events = POLLIN},
+            {.fd = survey_fd, .events = POLLIN},
+            {.fd = mhd_fd, .events = POLLIN},
+            {.fd = c.sigfd, .events = POLLIN},
+        };
+        int timeout = 1000;
+        if (c.sv.active) {
+            uint64_t now = mono_ns();
+            timeout = now >= c.sv.deadline_ns ? 0 : (int)((c.sv.deadline_ns - now) / 1000000) + 1;
+        }
+        if (c.mhd) {
+            MHD_UNSIGNED_LONG_LONG to;
+            if (MHD_get_timeout(c.mhd, &to) == MHD_YES && (int)to < timeout)
+                timeout = (int)to;
+        }
+        int n = poll(pf, 5, timeout);
+        if (n < 0 && errno != EINTR) {
+            perror("mkscope-collector: poll");
+            goto out;
+        }
+        if (pf[4].revents & POLLIN) {
+            fprintf(stderr, "mkscope-collector: stopping\n");
+            rc = 0;
+            goto out;
+        }
+        if (pf[0].revents & POLLIN)
+            drain(&c, c.ingest, handle_ingest);
+        if (pf[1].revents & POLLIN)
+            drain(&c, c.cli, handle_cli);
+        if (pf[2].revents & POLLIN && c.sv.active)
+            drain(&c, c.survey, survey_reply);
+        if (c.sv.active && mono_ns() >= c.sv.deadline_ns)
+            finish_survey(&c);
+        if (c.mhd)
+            MHD_run(c.mhd);
+    }
+out:
+    if (c.sv.answers)
+        json_decref(c.sv.answers);
+    if (c.mhd)
+        MHD_stop_daemon(c.mhd);
+    if (c.survey >= 0)
+        nn_close(c.survey);
+    if (c.cli >= 0)
+        nn_close(c.cli);
+    if (c.ingest >= 0)
+        nn_close(c.ingest);
+    if (c.sigfd >= 0)
+        close(c.sigfd);
+    mks_store_close(c.st);
+    return rc;
+}

@@ -1,0 +1,323 @@
+/*
+ * Answers to the mkscope CLI's requests, as JSON documents built from the
+ * store.  Each verb is one function; the CLI renders the JSON as text or
+ * prints it as is (-f json), so the collector decides what an answer holds
+ * and the CLI only how it looks.
+ *
+ * Request arguments: positional ones first (a query text, a trigger
+ * expression), then named ones as "--name=value" (job, step, ranks).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collector.h"
+#include "serve.h"
+
+int mks_serve_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+const char *mks_serve_arg(const Mkscope__V1__CliRequest *req, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < req->n_args; i++) {
+        const char *a = req->args[i];
+        if (!strncmp(a, "--", 2) && !strncmp(a + 2, name, n) && a[2 + n] == '=')
+            return a + 3 + n;
+    }
+    return NULL;
+}
+
+const char *mks_serve_pos(const Mkscope__V1__CliRequest *req, size_t idx)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < req->n_args; i++) {
+        if (!strncmp(req->args[i], "--", 2))
+            continue;
+        if (k++ == idx)
+            return req->args[i];
+    }
+    return NULL;
+}
+
+/* The job a request is about: --job=, else the one heard from last. */
+int mks_serve_job(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req, char *job,
+                  size_t len, char *err, size_t errlen)
+{
+    const char *j = mks_serve_arg(req, "job");
+    if (j) {
+        snprintf(job, len, "%s", j);
+        return 0;
+    }
+    mks_store_latest_job(env->st, job, len);
+    if (!*job)
+        return mks_serve_fail(err, errlen, MKS_EXIT_NODATA,
+                              "no agent has registered yet: start mkscope-agent next to each rank");
+    return 0;
+}
+
+json_t *mks_serve_column(sqlite3_stmt *s, int i)
+{
+    switch (sqlite3_column_type(s, i)) {
+    case SQLITE_INTEGER: return json_integer(sqlite3_column_int64(s, i));
+    case SQLITE_FLOAT: return json_real(sqlite3_column_double(s, i));
+    case SQLITE_TEXT: return json_string((const char *)sqlite3_column_text(s, i));
+    case SQLITE_BLOB: {
+        /* Blobs as hex: histograms and map keys are small. */
+        int n = sqlite3_column_bytes(s, i);
+        const uint8_t *p = sqlite3_column_blob(s, i);
+        char *hex = malloc((size_t)n * 2 + 1);
+        if (!hex)
+            return json_null();
+        for (int k = 0; k < n; k++)
+            snprintf(hex + 2 * k, 3, "%02x", p[k]);
+        hex[2 * n] = 0;
+        json_t *v = json_string(hex);
+        free(hex);
+        return v;
+    }
+    default: return json_null();
+    }
+}
+
+/* Rows of a prepared statement as an array of objects; finalizes s. */
+int mks_serve_rows(sqlite3_stmt *s, size_t max_rows, json_t **rows_p, bool *truncated_p,
+                   char *err, size_t errlen)
+{
+    json_t *rows = json_array();
+    int rc;
+    size_t n = 0;
+    bool trunc = false;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (n++ >= max_rows) {
+            trunc = true;
+            break;
+        }
+        json_t *row = json_object();
+        for (int i = 0; i < sqlite3_column_count(s); i++)
+            json_object_set_new(row, sqlite3_column_name(s, i), mks_serve_column(s, i));
+        json_array_append_new(rows, row);
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "query failed: %s",
+                       sqlite3_errmsg(sqlite3_db_handle(s)));
+        sqlite3_finalize(s);
+        json_decref(rows);
+        return MKS_EXIT_ERROR;
+    }
+    sqlite3_finalize(s);
+    *rows_p = rows;
+    if (truncated_p)
+        *truncated_p = trunc;
+    return 0;
+}
+
+static int prepare(const struct mks_serve_env *env, const char *sql, sqlite3_stmt **s, char *err,
+                   size_t errlen)
+{
+    if (sqlite3_prepare_v2(mks_store_db(env->st), sql, -1, s, NULL) != SQLITE_OK)
+        return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s",
+                              sqlite3_errmsg(mks_store_db(env->st)));
+    return 0;
+}
+
+/* ---- status / ranks ------------------------------------------------------------ */
+
+static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                       bool detail, json_t **out, char *err, size_t errlen)
+{
+    char job[MKS_WIRE_MAX_JOB + 1];
+    int rc = mks_serve_job(env, req, job, sizeof(job), err, errlen);
+    if (rc)
+        return rc;
+    sqlite3_stmt *s;
+    /* Coverage over every stored epoch of the rank; tasks from task_end
+     * counts in the summaries. */
+    rc = prepare(env,
+                 "SELECT r.rank, r.n_ranks, r.host, r.pid, r.gpu_uuid, r.agent_version,"
+                 " r.n_workers, r.epoch_ns, r.incarnation, r.registered_ns, r.last_seen_ns,"
+                 " r.last_heartbeat_ns, r.app_alive, r.summaries, r.duplicates,"
+                 " r.lost_summaries, r.last_epoch, r.last_seq, r.acked_seq, r.unacked,"
+                 " (SELECT COALESCE(SUM(c.eligible),0) FROM coverage c JOIN epochs e ON"
+                 "  e.id=c.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS eligible,"
+                 " (SELECT COALESCE(SUM(c.ran),0) FROM coverage c JOIN epochs e ON"
+                 "  e.id=c.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS ran,"
+                 " (SELECT COALESCE(SUM(c.throttled),0) FROM coverage c JOIN epochs e ON"
+                 "  e.id=c.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS throttled,"
+                 " (SELECT COALESCE(SUM(c.lost),0) FROM coverage c JOIN epochs e ON"
+                 "  e.id=c.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS lost,"
+                 " (SELECT COALESCE(SUM(t.count),0) FROM task_stats t JOIN epochs e ON"
+                 "  e.id=t.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS tasks"
+                 " FROM ranks r WHERE r.job=? ORDER BY r.rank",
+                 &s, err, errlen);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+    json_t *ranks = json_array();
+    uint64_t total_epochs = 0, elig = 0, ran = 0, n_ranks = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        json_t *r = json_object();
+        uint64_t hb = (uint64_t)sqlite3_column_int64(s, 11);
+        uint64_t epoch_ns = (uint64_t)sqlite3_column_int64(s, 7);
+        uint64_t seen = (uint64_t)sqlite3_column_int64(s, 10);
+        uint64_t e = (uint64_t)sqlite3_column_int64(s, 20), rn = (uint64_t)sqlite3_column_int64(s, 21);
+        double age = seen && env->now_ns > seen ? (double)(env->now_ns - seen) / 1e9 : 0;
+        /* An agent is "up" while it was heard from within three epochs (or
+         * 5 s when it did not say its epoch length). */
+        double up_window = epoch_ns ? 3.0 * (double)epoch_ns / 1e9 : 5.0;
+        if (up_window < 2.0)
+            up_window = 2.0;
+        json_object_set_new(r, "rank", json_integer(sqlite3_column_int64(s, 0)));
+        json_object_set_new(r, "host", mks_serve_column(s, 2));
+        json_object_set_new(r, "pid", mks_serve_column(s, 3));
+        json_object_set_new(r, "agent", json_string(seen && age <= up_window ? "up" : "down"));
+        json_object_set_new(r, "last_seen_s", json_real(age));
+        json_object_set_new(r, "last_heartbeat_s",
+                            hb ? json_real((double)(env->now_ns - hb) / 1e9) : json_null());
+        json_object_set_new(r, "app_alive", json_boolean(sqlite3_column_int(s, 12)));
+        json_object_set_new(r, "epochs", json_integer(sqlite3_column_int64(s, 13)));
+        json_object_set_new(r, "last_epoch", mks_serve_column(s, 16));
+        json_object_set_new(r, "lost_summaries", json_integer(sqlite3_column_int64(s, 15)));
+        json_object_set_new(r, "tasks", json_integer(sqlite3_column_int64(s, 24)));
+        json_object_set_new(r, "coverage",
+                            json_pack("{s:I, s:I, s:I, s:I, s:o}", "eligible", (json_int_t)e,
+                                      "ran", (json_int_t)rn, "throttled",
+                                      (json_int_t)sqlite3_column_int64(s, 22), "lost",
+                                      (json_int_t)sqlite3_column_int64(s, 23), "ratio",
+                                      e ? json_real((double)rn / (double)e) : json_null()));
+        if (detail) {
+            json_object_set_new(r, "gpu_uuid", mks_serve_column(s, 4));
+            json_object_set_new(r, "agent_version", mks_serve_column(s, 5));
+            json_object_set_new(r, "n_workers", mks_serve_column(s, 6));
+            json_object_set_new(r, "epoch_ns", mks_serve_column(s, 7));
+            json_object_set_new(r, "incarnation", mks_serve_column(s, 8));
+            json_object_set_new(r, "duplicates", mks_serve_column(s, 14));
+            json_object_set_new(r, "last_seq", mks_serve_column(s, 17));
+            json_object_set_new(r, "acked_seq", mks_serve_column(s, 18));
+            json_object_set_new(r, "unacked", mks_serve_column(s, 19));
+        }
+        json_array_append_new(ranks, r);
+        total_epochs += (uint64_t)sqlite3_column_int64(s, 13);
+        elig += e, ran += rn;
+        if ((uint64_t)sqlite3_column_int64(s, 1) > n_ranks)
+            n_ranks = (uint64_t)sqlite3_column_int64(s, 1);
+    }
+    sqlite3_finalize(s);
+    *out = json_pack("{s:s, s:I, s:I, s:o, s:o}", "job", job, "n_ranks", (json_int_t)n_ranks,
+                     "epochs", (json_int_t)total_epochs, "coverage",
+                     elig ? json_real((double)ran / (double)elig) : json_null(), "ranks", ranks);
+    return 0;
+}
+
+/* ---- raw SQL --------------------------------------------------------------------- */
+
+#define MAX_ROWS 100000
+
+static int serve_sql(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                     json_t **out, char *err, size_t errlen)
+{
+    const char *sql = mks_serve_pos(req, 0);
+    if (!sql || !*sql)
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "sql: give a SELECT statement");
+    sqlite3_stmt *s = NULL;
+    const char *tail = NULL;
+    sqlite3 *db = mks_store_db(env->st);
+    if (sqlite3_prepare_v2(db, sql, -1, &s, &tail) != SQLITE_OK)
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "sql: %s", sqlite3_errmsg(db));
+    if (!s)
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "sql: empty statement");
+    while (tail && (*tail == ' ' || *tail == '\n' || *tail == '\t' || *tail == ';'))
+        tail++;
+    if (tail && *tail) {
+        sqlite3_finalize(s);
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "sql: one statement at a time");
+    }
+    /* Experts may read anything, but the store is not theirs to change. */
+    if (!sqlite3_stmt_readonly(s)) {
+        sqlite3_finalize(s);
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                              "sql: only read-only statements are allowed (SELECT, WITH)");
+    }
+    json_t *rows;
+    bool trunc;
+    int rc = mks_serve_rows(s, MAX_ROWS, &rows, &trunc, err, errlen);
+    if (rc)
+        return rc;
+    *out = json_pack("{s:o, s:b}", "rows", rows, "truncated", trunc);
+    return 0;
+}
+
+/* ---- programs / commands ------------------------------------------------------------ */
+
+static int serve_programs(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                          json_t **out, char *err, size_t errlen)
+{
+    char job[MKS_WIRE_MAX_JOB + 1];
+    int rc = mks_serve_job(env, req, job, sizeof(job), err, errlen);
+    if (rc)
+        return rc;
+    sqlite3_stmt *s;
+    if ((rc = prepare(env,
+                      "SELECT rank, name, hook, prog_gen, cost, prog_type FROM programs WHERE"
+                      " job=? ORDER BY name, rank, hook",
+                      &s, err, errlen)))
+        return rc;
+    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+    json_t *rows;
+    if ((rc = mks_serve_rows(s, MAX_ROWS, &rows, NULL, err, errlen)))
+        return rc;
+    *out = json_pack("{s:s, s:o}", "job", job, "programs", rows);
+    return 0;
+}
+
+static int serve_metrics_text(const struct mks_serve_env *env, json_t **out, char *err,
+                              size_t errlen)
+{
+    char *text = mks_metrics_render(env);
+    if (!text)
+        return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "metrics: out of memory");
+    *out = json_pack("{s:s}", "text", text);
+    free(text);
+    return 0;
+}
+
+/* ---- dispatch -------------------------------------------------------------------------- */
+
+int mks_serve_cli(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                  json_t **out, char *err, size_t errlen)
+{
+    const char *v = req->verb;
+    *out = NULL;
+    if (!strcmp(v, "status"))
+        return serve_ranks(env, req, false, out, err, errlen);
+    if (!strcmp(v, "ranks"))
+        return serve_ranks(env, req, true, out, err, errlen);
+    if (!strcmp(v, "sql"))
+        return serve_sql(env, req, out, err, errlen);
+    if (!strcmp(v, "query"))
+        return mks_serve_query(env, req, out, err, errlen);
+    if (!strcmp(v, "programs"))
+        return serve_programs(env, req, out, err, errlen);
+    if (!strcmp(v, "metrics"))
+        return serve_metrics_text(env, out, err, errlen);
+    if (!strcmp(v, "diagnose") || !strcmp(v, "waitchain"))
+        return mks_serve_diagnose(env, req, out, err, errlen);
+    if (!strcmp(v, "attach") || !strcmp(v, "detach") || !strcmp(v, "commands"))
+        return mks_serve_command(env, req, out, err, errlen);
+    if (!strncmp(v, "trigger", 7))
+        return mks_serve_trigger(env, req, out, err, errlen);
+    return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                          "unknown request '%s': this collector is older than the CLI?", v);
+}

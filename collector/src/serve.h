@@ -1,0 +1,34 @@
+/*
+ * Helpers and verbs of the collector's CLI server, shared by serve*.c.
+ */
+#ifndef MKS_COLLECTOR_SERVE_H
+#define MKS_COLLECTOR_SERVE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "collector.h"
+
+int mks_serve_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Named argument "--name=value" of a request, or NULL. */
+const char *mks_serve_arg(const Mkscope__V1__CliRequest *req, const char *name);
+/* idx-th positional argument, or NULL. */
+const char *mks_serve_pos(const Mkscope__V1__CliRequest *req, size_t idx);
+int mks_serve_job(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req, char *job,
+                  size_t len, char *err, size_t errlen);
+json_t *mks_serve_column(sqlite3_stmt *s, int i);
+int mks_serve_rows(sqlite3_stmt *s, size_t max_rows, json_t **rows_p, bool *truncated_p,
+                   char *err, size_t errlen);
+
+int mks_serve_query(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                    json_t **out, char *err, size_t errlen);
+int mks_serve_diagnose(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                       json_t **out, char *err, size_t errlen);
+int mks_serve_command(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                      json_t **out, char *err, size_t errlen);
+int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                      json_t **out, char *err, size_t errlen);
+
+#endif

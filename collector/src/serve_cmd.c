@@ -1,0 +1,250 @@
+/*
+ * Commands to agents from the CLI (attach, detach) and their replies, and
+ * the trigger table (add, list, rm).
+ *
+ * A command is stored once per target rank in `commands` with its encoded
+ * mkscope.v1.Command as payload; the ingest path hands it to the rank's agent
+ * on the next Ack and stores the CommandReply.  The CLI polls "commands"
+ * with the ids it got until every rank answered or its timeout passes, so
+ * no request holds the collector's event loop.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mkscope/query.h"
+#include "serve.h"
+#include "trigger.h"
+
+/* Ranks named by --ranks=all|N,M,..: registered ranks of the job only. */
+static int target_ranks(const struct mks_serve_env *env, const char *job, const char *spec,
+                        int64_t *ranks, size_t max, size_t *n_p, char *err, size_t errlen)
+{
+    sqlite3 *db = mks_store_db(env->st);
+    sqlite3_stmt *s;
+    size_t n = 0;
+    if (sqlite3_prepare_v2(db, "SELECT rank FROM ranks WHERE job=? ORDER BY rank", -1, &s, NULL) !=
+        SQLITE_OK)
+        return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+    int64_t known[4096];
+    size_t n_known = 0;
+    while (sqlite3_step(s) == SQLITE_ROW && n_known < 4096)
+        known[n_known++] = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    if (!spec || !strcmp(spec, "all")) {
+        for (size_t i = 0; i < n_known && n < max; i++)
+            ranks[n++] = known[i];
+    } else {
+        const char *p = spec;
+        while (*p) {
+            char *end;
+            long long r = strtoll(p, &end, 10);
+            if (end == p || (*end && *end != ','))
+                return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                      "--ranks wants 'all' or a list such as 0,2,3; got '%s'",
+                                      spec);
+            size_t i;
+            for (i = 0; i < n_known; i++)
+                if (known[i] == r)
+                    break;
+            if (i == n_known)
+                return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                      "rank %lld has no registered agent in job %s", r, job);
+            if (n < max)
+                ranks[n++] = r;
+            p = *end ? end + 1 : end;
+        }
+    }
+    if (!n)
+        return mks_serve_fail(err, errlen, MKS_EXIT_NODATA, "job %s has no registered ranks", job);
+    *n_p = n;
+    return 0;
+}
+
+static int queue_command(const struct mks_serve_env *env, const char *job, int64_t rank,
+                         const char *kind, const char *name, int hook,
+                         const Mkscope__V1__Command *cmd, int64_t *id_p)
+{
+    sqlite3 *db = mks_store_db(env->st);
+    size_t len = mkscope__v1__command__get_packed_size(cmd);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return -ENOMEM;
+    mkscope__v1__command__pack(cmd, buf);
+    sqlite3_stmt *s;
+    int rc = -EIO;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT INTO commands(job, rank, kind, name, hook, created_ns, payload)"
+                           " VALUES(?,?,?,?,?,?,?)",
+                           -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(s, 2, rank);
+        sqlite3_bind_text(s, 3, kind, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 4, name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(s, 5, hook);
+        sqlite3_bind_int64(s, 6, (int64_t)env->now_ns);
+        sqlite3_bind_blob(s, 7, buf, (int)len, SQLITE_TRANSIENT);
+        if (sqlite3_step(s) == SQLITE_DONE) {
+            *id_p = sqlite3_last_insert_rowid(db);
+            rc = 0;
+        }
+        sqlite3_finalize(s);
+    }
+    free(buf);
+    return rc;
+}
+
+static int serve_attach_detach(const struct mks_serve_env *env,
+                               const Mkscope__V1__CliRequest *req, bool attach, json_t **out,
+                               char *err, size_t errlen)
+{
+    char job[MKS_WIRE_MAX_JOB + 1];
+    int rc = mks_serve_job(env, req, job, sizeof(job), err, errlen);
+    if (rc)
+        return rc;
+    const char *name = mks_serve_pos(req, 0);
+    if (!name || !*name)
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "%s: name the program",
+                              attach ? "attach" : "detach");
+    const char *hook_s = mks_serve_arg(req, "hook");
+    int hook = hook_s ? atoi(hook_s) : -1;
+    if (hook < -1 || hook >= (int)MKS_WIRE_HOOK_LIMIT)
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "hook %d out of range", hook);
+    const char *builtin = mks_serve_arg(req, "builtin");
+    if (attach && !builtin && !req->blob.len)
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                              "attach: give a BPF object file or --builtin NAME");
+    int64_t ranks[4096];
+    size_t n = 0;
+    if ((rc = target_ranks(env, job, mks_serve_arg(req, "ranks"), ranks, 4096, &n, err, errlen)))
+        return rc;
+    Mkscope__V1__Command cmd = MKSCOPE__V1__COMMAND__INIT;
+    Mkscope__V1__AttachProgram ap = MKSCOPE__V1__ATTACH_PROGRAM__INIT;
+    Mkscope__V1__DetachProgram dp = MKSCOPE__V1__DETACH_PROGRAM__INIT;
+    if (attach) {
+        ap.name = (char *)name;
+        ap.hook = hook;
+        ap.builtin = (char *)(builtin && !req->blob.len ? builtin : "");
+        ap.bpf_object = req->blob;
+        cmd.kind_case = MKSCOPE__V1__COMMAND__KIND_ATTACH;
+        cmd.attach = &ap;
+    } else {
+        dp.name = (char *)name;
+        dp.hook = hook;
+        cmd.kind_case = MKSCOPE__V1__COMMAND__KIND_DETACH;
+        cmd.detach = &dp;
+    }
+    json_t *ids = json_array();
+    for (size_t i = 0; i < n; i++) {
+        int64_t id;
+        if (queue_command(env, job, ranks[i], attach ? "attach" : "detach", name, hook, &cmd,
+                          &id)) {
+            json_decref(ids);
+            return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: cannot queue command: %s",
+                                  sqlite3_errmsg(mks_store_db(env->st)));
+        }
+        json_array_append_new(ids, json_pack("{s:I, s:I}", "id", (json_int_t)id, "rank",
+                                             (json_int_t)ranks[i]));
+    }
+    *out = json_pack("{s:s, s:s, s:o}", "job", job, "program", name, "commands", ids);
+    return 0;
+}
+
+static int serve_commands(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                          json_t **out, char *err, size_t errlen)
+{
+    const char *ids = mks_serve_arg(req, "ids");
+    sqlite3 *db = mks_store_db(env->st);
+    sqlite3_stmt *s;
+    /* The id list is matched with instr() on a bound string: no SQL built
+     * from the request. */
+    if (sqlite3_prepare_v2(db,
+                           "SELECT id, rank, kind, name, created_ns, sent_ns, replied_ns, ok,"
+                           " error, verifier_log, cost, n_insns, prog_gen FROM commands WHERE"
+                           " ?1 IS NULL OR instr(',' || ?1 || ',', ',' || id || ',') > 0"
+                           " ORDER BY id DESC LIMIT 1000",
+                           -1, &s, NULL) != SQLITE_OK)
+        return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
+    if (ids)
+        sqlite3_bind_text(s, 1, ids, -1, SQLITE_TRANSIENT);
+    json_t *rows;
+    int rc = mks_serve_rows(s, 1000, &rows, NULL, err, errlen);
+    if (rc)
+        return rc;
+    *out = json_pack("{s:o}", "commands", rows);
+    return 0;
+}
+
+int mks_serve_command(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                      json_t **out, char *err, size_t errlen)
+{
+    if (!strcmp(req->verb, "attach"))
+        return serve_attach_detach(env, req, true, out, err, errlen);
+    if (!strcmp(req->verb, "detach"))
+        return serve_attach_detach(env, req, false, out, err, errlen);
+    return serve_commands(env, req, out, err, errlen);
+}
+
+/* ---- triggers ------------------------------------------------------------------ */
+
+int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                      json_t **out, char *err, size_t errlen)
+{
+    sqlite3 *db = mks_store_db(env->st);
+    sqlite3_stmt *s;
+    int rc;
+    if (!strcmp(req->verb, "trigger-add")) {
+        const char *expr = mks_serve_pos(req, 0);
+        if (!expr || !*expr)
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "trigger add: give an SLO, e.g. 'p99(step) > 2ms'");
+        char perr[1024];
+        if (mks_trigger_check(expr, perr, sizeof(perr)))
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "%s", perr);
+        if (sqlite3_prepare_v2(db, "INSERT INTO triggers(expr, created_ns) VALUES(?, ?)", -1, &s,
+                               NULL) != SQLITE_OK)
+            return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
+        sqlite3_bind_text(s, 1, expr, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(s, 2, (int64_t)env->now_ns);
+        rc = sqlite3_step(s);
+        sqlite3_finalize(s);
+        if (rc != SQLITE_DONE)
+            return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
+        *out = json_pack("{s:I, s:s}", "id", (json_int_t)sqlite3_last_insert_rowid(db), "expr",
+                         expr);
+        return 0;
+    }
+    if (!strcmp(req->verb, "trigger-rm")) {
+        const char *id = mks_serve_pos(req, 0);
+        char *end;
+        long long v = id ? strtoll(id, &end, 10) : 0;
+        if (!id || *end || v <= 0)
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "trigger rm: give a trigger id");
+        if (sqlite3_prepare_v2(db, "DELETE FROM triggers WHERE id = ?", -1, &s, NULL) != SQLITE_OK)
+            return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
+        sqlite3_bind_int64(s, 1, v);
+        sqlite3_step(s);
+        sqlite3_finalize(s);
+        if (sqlite3_changes(db) == 0)
+            return mks_serve_fail(err, errlen, MKS_EXIT_NODATA,
+                                  "no trigger %lld: see mkscope trigger list", v);
+        *out = json_pack("{s:I}", "removed", (json_int_t)v);
+        return 0;
+    }
+    if (!strcmp(req->verb, "trigger-list")) {
+        if (sqlite3_prepare_v2(db,
+                               "SELECT id, expr, enabled, fired, last_fired_ns, last_value FROM"
+                               " triggers ORDER BY id",
+                               -1, &s, NULL) != SQLITE_OK)
+            return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
+        json_t *rows;
+        if ((rc = mks_serve_rows(s, 10000, &rows, NULL, err, errlen)))
+            return rc;
+        *out = json_pack("{s:o}", "triggers", rows);
+        return 0;
+    }
+    return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "trigger: add, list or rm");
+}

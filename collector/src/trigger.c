@@ -1,0 +1,328 @@
+/*
+ * SLO triggers: "p99(step) > 2ms", "mean(queue) > 50us where class = attn",
+ * "remote_wait(rank = 3) > 20us" (shorthand for max(remote_wait) where
+ * rank = 3).  A trigger is rewritten into a query grouped by rank over the
+ * epochs received since its last evaluation; every rank whose value crosses
+ * the threshold fires it.  Firing records the value and escalates: an
+ * Escalate command with the trigger's predicate compiled to an eBPF filter
+ * is queued for the ranks concerned (see serve_cmd.c for how commands reach
+ * agents).
+ */
+#include <ctype.h>
+#include <stdbool.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mkscope/query.h"
+#include "serve.h"
+#include "trigger.h"
+
+/* Escalation window and budget asked of agents when a trigger fires. */
+#define ESCALATE_MS     200u
+#define ESCALATE_BYTES  (4u << 20)
+
+struct trig {
+    char query[1024];   /* the rewritten query */
+    char pred[512];     /* the predicate alone ("" if none) */
+    int op;             /* 0 >, 1 >=, 2 <, 3 <=, 4 =, 5 != */
+    double threshold;
+};
+
+static int parse_value(const char *s, double *v)
+{
+    char *end;
+    while (isspace((unsigned char)*s))
+        s++;
+    double x = strtod(s, &end);
+    if (end == s)
+        return -EINVAL;
+    static const struct {
+        const char *u;
+        double m;
+    } units[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"", 1}};
+    const char *u = end;
+    while (isspace((unsigned char)*u))
+        u++;
+    size_t ul = 0;
+    while (isalpha((unsigned char)u[ul]))
+        ul++;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strlen(units[i].u) == ul && !strncmp(u, units[i].u, ul)) {
+            const char *rest = u + ul;
+            while (isspace((unsigned char)*rest))
+                rest++;
+            if (*rest)
+                return -EINVAL;
+            *v = x * units[i].m;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+static int trig_parse(const char *expr, struct trig *t, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof(*t));
+    /* The comparison is the first operator outside parentheses. */
+    int depth = 0;
+    const char *op = NULL;
+    for (const char *p = expr; *p; p++) {
+        if (*p == '(')
+            depth++;
+        else if (*p == ')')
+            depth--;
+        else if (depth == 0 && strchr("<>=!", *p)) {
+            op = p;
+            break;
+        }
+    }
+    if (!op)
+        return mks_serve_fail(err, errlen, -EINVAL,
+                              "trigger '%s': expected SLO OP VALUE, e.g. 'p99(step) > 2ms'", expr);
+    size_t oplen = (op[1] == '=') ? 2 : 1;
+    if (op[0] == '>')
+        t->op = oplen == 2 ? 1 : 0;
+    else if (op[0] == '<')
+        t->op = oplen == 2 ? 3 : 2;
+    else if (op[0] == '=')
+        t->op = 4;
+    else if (op[0] == '!' && oplen == 2)
+        t->op = 5;
+    else
+        return mks_serve_fail(err, errlen, -EINVAL, "trigger: bad operator at '%s'", op);
+    char lhs[512], rhs[512];
+    size_t ll = (size_t)(op - expr);
+    if (ll >= sizeof(lhs) || strlen(op + oplen) >= sizeof(rhs))
+        return mks_serve_fail(err, errlen, -EINVAL, "trigger too long");
+    memcpy(lhs, expr, ll);
+    lhs[ll] = 0;
+    snprintf(rhs, sizeof(rhs), "%s", op + oplen);
+    /* rhs: VALUE [where PRED] */
+    char *w = strstr(rhs, " where ");
+    if (w) {
+        snprintf(t->pred, sizeof(t->pred), "%s", w + 7);
+        *w = 0;
+    }
+    if (parse_value(rhs, &t->threshold))
+        return mks_serve_fail(err, errlen, -EINVAL,
+                              "trigger: '%s' is not a value (a number with ns, us, ms or s)", rhs);
+    /* lhs: AGG(METRIC) or METRIC(PRED) */
+    char *lp = strchr(lhs, '('), *rp = strrchr(lhs, ')');
+    if (!lp || !rp || rp < lp)
+        return mks_serve_fail(err, errlen, -EINVAL, "trigger: '%s' is not AGG(METRIC)", lhs);
+    char head[64], inner[512];
+    size_t hl = (size_t)(lp - lhs), il = (size_t)(rp - lp - 1);
+    if (hl >= sizeof(head) || il >= sizeof(inner))
+        return mks_serve_fail(err, errlen, -EINVAL, "trigger: '%s' too long", lhs);
+    memcpy(head, lhs, hl);
+    head[hl] = 0;
+    memcpy(inner, lp + 1, il);
+    inner[il] = 0;
+    char *h = head;
+    while (isspace((unsigned char)*h))
+        h++;
+    for (char *e = h + strlen(h); e > h && isspace((unsigned char)e[-1]); *--e = 0)
+        ;
+    static const char *const aggs[] = {"count", "sum", "mean", "avg", "min", "max", "p50", "p90",
+                                       "p99"};
+    bool is_agg = false;
+    for (size_t i = 0; i < sizeof(aggs) / sizeof(aggs[0]); i++)
+        if (!strcmp(h, aggs[i]))
+            is_agg = true;
+    if (is_agg) {
+        snprintf(t->query, sizeof(t->query), "%s(%s) by rank", h, inner);
+    } else {
+        if (*t->pred)
+            return mks_serve_fail(err, errlen, -EINVAL,
+                                  "trigger: give the filter once, inside %s(...)", h);
+        snprintf(t->pred, sizeof(t->pred), "%s", inner);
+        snprintf(t->query, sizeof(t->query), "max(%s) by rank", h);
+    }
+    /* Check the query and the predicate now, with the language's errors. */
+    char qtext[2048];
+    snprintf(qtext, sizeof(qtext), "%s%s%s", t->query, *t->pred ? " where " : "", t->pred);
+    struct mks_query *q = NULL;
+    struct mks_query_error qe;
+    if (mks_query_parse(qtext, &q, &qe)) {
+        mks_query_error_format(qtext, &qe, err, errlen);
+        return -EINVAL;
+    }
+    struct mks_sql_plan *plan = NULL;
+    int rc = mks_query_plan(q, "job", 0, &plan, &qe);
+    mks_query_free(q);
+    mks_sql_plan_free(plan);
+    if (rc) {
+        mks_query_error_format(qtext, &qe, err, errlen);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int mks_trigger_check(const char *expr, char *err, size_t errlen)
+{
+    struct trig t;
+    return trig_parse(expr, &t, err, errlen);
+}
+
+static bool crosses(double v, int op, double th)
+{
+    switch (op) {
+    case 0: return v > th;
+    case 1: return v >= th;
+    case 2: return v < th;
+    case 3: return v <= th;
+    case 4: return v == th;
+    default: return v != th;
+    }
+}
+
+struct resolve_ctx {
+    sqlite3 *db;
+    const char *job;
+};
+
+static int64_t resolve_class(const char *name, void *arg)
+{
+    struct resolve_ctx *r = arg;
+    sqlite3_stmt *s;
+    int64_t id = -1;
+    if (sqlite3_prepare_v2(r->db, "SELECT id FROM task_classes WHERE job=? AND name=? LIMIT 1", -1,
+                           &s, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(s, 1, r->job, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 2, name, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(s) == SQLITE_ROW)
+        id = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return id;
+}
+
+/* Queue an Escalate command for one rank with the predicate compiled. */
+static void escalate(const struct mks_serve_env *env, const char *job, int64_t rank,
+                     int64_t trigger_id, const char *pred)
+{
+    sqlite3 *db = mks_store_db(env->st);
+    struct mks_insn *insns = NULL;
+    uint32_t n = 0;
+    char ptext[600];
+    /* No filter given: record the rank that crossed the SLO. */
+    if (*pred)
+        snprintf(ptext, sizeof(ptext), "%s", pred);
+    else
+        snprintf(ptext, sizeof(ptext), "rank = %lld", (long long)rank);
+    struct mks_pred *p = NULL;
+    struct mks_query_error qe;
+    struct resolve_ctx rc = {db, job};
+    if (mks_pred_parse(ptext, &p, &qe) == 0 &&
+        mks_pred_compile_bpf(p, resolve_class, &rc, &insns, &n, &qe) != 0) {
+        /* Fields the device does not have (time, epoch): no device filter,
+         * the agent records every event of the window. */
+        insns = NULL, n = 0;
+    }
+    mks_pred_free(p);
+    uint64_t *words = calloc(n ? n : 1, sizeof(uint64_t));
+    for (uint32_t i = 0; i < n && words; i++)
+        memcpy(&words[i], &insns[i], sizeof(uint64_t));
+    free(insns);
+    Mkscope__V1__Escalate esc = MKSCOPE__V1__ESCALATE__INIT;
+    Mkscope__V1__Command cmd = MKSCOPE__V1__COMMAND__INIT;
+    esc.escalation_id = (uint64_t)trigger_id << 32 | (env->now_ns / 1000000000ull & 0xffffffffu);
+    esc.predicate = ptext;
+    esc.filter_insns = words;
+    esc.n_filter_insns = words ? n : 0;
+    esc.duration_ms = ESCALATE_MS;
+    esc.budget_bytes = ESCALATE_BYTES;
+    esc.ucx_endpoint = "";
+    cmd.kind_case = MKSCOPE__V1__COMMAND__KIND_ESCALATE;
+    cmd.escalate = &esc;
+    size_t len = mkscope__v1__command__get_packed_size(&cmd);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf) {
+        mkscope__v1__command__pack(&cmd, buf);
+        sqlite3_stmt *s;
+        if (sqlite3_prepare_v2(db,
+                               "INSERT INTO commands(job, rank, kind, name, hook, created_ns,"
+                               " payload) VALUES(?, ?, 'escalate', ?, -1, ?, ?)",
+                               -1, &s, NULL) == SQLITE_OK) {
+            char name[32];
+            snprintf(name, sizeof(name), "trigger-%lld", (long long)trigger_id);
+            sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(s, 2, rank);
+            sqlite3_bind_text(s, 3, name, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(s, 4, (int64_t)env->now_ns);
+            sqlite3_bind_blob(s, 5, buf, (int)len, SQLITE_TRANSIENT);
+            sqlite3_step(s);
+            sqlite3_finalize(s);
+        }
+    }
+    free(buf);
+    free(words);
+}
+
+int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t since_ns,
+                     json_t *fired)
+{
+    sqlite3 *db = mks_store_db(env->st);
+    mks_query_register_sql(db);
+    sqlite3_stmt *ts;
+    if (sqlite3_prepare_v2(db, "SELECT id, expr FROM triggers WHERE enabled ORDER BY id", -1, &ts,
+                           NULL) != SQLITE_OK)
+        return -EIO;
+    int n_fired = 0;
+    while (sqlite3_step(ts) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(ts, 0);
+        const char *expr = (const char *)sqlite3_column_text(ts, 1);
+        struct trig t;
+        char err[512];
+        if (!expr || trig_parse(expr, &t, err, sizeof(err)))
+            continue;
+        char qtext[2048];
+        snprintf(qtext, sizeof(qtext), "%s where time >= %llu%s%s%s", t.query,
+                 (unsigned long long)since_ns, *t.pred ? " and (" : "", t.pred,
+                 *t.pred ? ")" : "");
+        struct mks_query *q = NULL;
+        struct mks_sql_plan *plan = NULL;
+        struct mks_query_error qe;
+        if (mks_query_parse(qtext, &q, &qe) || mks_query_plan(q, job, env->now_ns, &plan, &qe)) {
+            mks_query_free(q);
+            continue;
+        }
+        mks_query_free(q);
+        sqlite3_stmt *s;
+        if (sqlite3_prepare_v2(db, plan->sql, -1, &s, NULL) == SQLITE_OK) {
+            mks_sql_plan_bind(plan, s);
+            while (sqlite3_step(s) == SQLITE_ROW) {
+                if (sqlite3_column_type(s, 1) == SQLITE_NULL)
+                    continue;
+                int64_t rank = sqlite3_column_int64(s, 0);
+                double v = sqlite3_column_double(s, 1);
+                if (!crosses(v, t.op, t.threshold))
+                    continue;
+                n_fired++;
+                sqlite3_stmt *u;
+                if (sqlite3_prepare_v2(db,
+                                       "UPDATE triggers SET fired = fired + 1, last_fired_ns = ?,"
+                                       " last_value = ? WHERE id = ?",
+                                       -1, &u, NULL) == SQLITE_OK) {
+                    sqlite3_bind_int64(u, 1, (int64_t)env->now_ns);
+                    sqlite3_bind_double(u, 2, v);
+                    sqlite3_bind_int64(u, 3, id);
+                    sqlite3_step(u);
+                    sqlite3_finalize(u);
+                }
+                escalate(env, job, rank, id, t.pred);
+                if (fired)
+                    json_array_append_new(fired, json_pack("{s:I, s:s, s:I, s:f}", "trigger",
+                                                           (json_int_t)id, "expr", expr, "rank",
+                                                           (json_int_t)rank, "value", v));
+            }
+            sqlite3_finalize(s);
+        }
+        mks_sql_plan_free(plan);
+    }
+    sqlite3_finalize(ts);
+    return n_fired;
+}

@@ -1,0 +1,611 @@
+/*
+ * Lexer and recursive-descent parser of the query language.
+ *
+ * Every token remembers its byte position and length so that an error can
+ * point at it.  Numbers take an optional duration unit (ns, us, ms, s, m, h)
+ * and are kept in nanoseconds; a leading '-' is allowed (relative times).
+ * Strings are double-quoted; a bare word on the right of a comparison is a
+ * name too (class = attn, event = task_end).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lang.h"
+
+const struct q_field_info mks_q_fields[F_COUNT] = {
+    [F_RANK] = {"rank", 8, 4, true},
+    [F_CLASS] = {"class", 20, 4, true},
+    [F_STEP] = {"step", 40, 4, true},
+    [F_REQ_GEN] = {"req_gen", 32, 8, true},
+    [F_EPOCH] = {"epoch", -1, 0, true},
+    [F_TIME] = {"time", -1, 0, true},
+    [F_WORKER] = {"worker", 12, 4, true},
+    [F_PEER] = {"peer", 72, 4, true},
+    [F_COMM_GEN] = {"comm_gen", 64, 8, true},
+    [F_SM] = {"sm", 16, 4, false},
+    [F_TASK_GEN] = {"task_gen", 24, 8, false},
+    [F_DEP_CLASS] = {"dep_class", 44, 4, false},
+    [F_TILE_X] = {"tile_x", 48, 4, false},
+    [F_TILE_Y] = {"tile_y", 52, 4, false},
+    [F_DEP_EVENT] = {"dep_event", 56, 8, false},
+    [F_QUEUE_DEPTH] = {"queue_depth", 76, 4, false},
+    [F_T_NOW] = {"t_now", 80, 8, false},
+    [F_T_READY] = {"t_ready", 88, 8, false},
+    [F_T_START] = {"t_start", 96, 8, false},
+    [F_VALUE] = {"value", 104, 8, false},
+    [F_EVENT] = {"event", 4, 2, false},
+    [F_FLAGS] = {"flags", 6, 2, false},
+    [F_RUN] = {"run", -1, 0, false},   /* t_now - t_start */
+    [F_QUEUE] = {"queue", -1, 0, false}, /* t_start - t_ready */
+};
+
+int mks_q_err(struct mks_query_error *e, int pos, int len, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+        va_end(ap);
+        e->pos = pos;
+        e->len = len > 0 ? len : 1;
+    }
+    return -EINVAL;
+}
+
+int mks_query_error_format(const char *text, const struct mks_query_error *e, char *buf,
+                           size_t len)
+{
+    if (!text || !e || !buf || !len)
+        return -EINVAL;
+    int tlen = (int)strlen(text);
+    int pos = e->pos < 0 ? 0 : e->pos > tlen ? tlen : e->pos;
+    int n = snprintf(buf, len, "query:1:%d: %s\n  %s\n  %*s", pos + 1, e->msg, text, pos, "");
+    for (int i = 0; i < e->len && n >= 0 && (size_t)n + 1 < len; i++)
+        buf[n++] = '^';
+    if (n >= 0 && (size_t)n < len)
+        buf[n] = 0;
+    return 0;
+}
+
+/* ---- lexer ------------------------------------------------------------------ */
+
+enum tok_kind { T_END, T_IDENT, T_NUM, T_STR, T_LP, T_RP, T_COMMA, T_OP, T_AND, T_OR, T_NOT };
+
+struct tok {
+    enum tok_kind kind;
+    int pos, len;
+    int64_t num;
+    enum q_op op;
+    char text[128]; /* identifier or string contents */
+};
+
+struct lexer {
+    const char *s;
+    int pos;
+    struct tok cur;
+    struct mks_query_error *e;
+};
+
+static int lex_number(struct lexer *lx, struct tok *t)
+{
+    const char *s = lx->s;
+    int p = lx->pos;
+    int neg = 0;
+    if (s[p] == '-')
+        neg = 1, p++;
+    long double v = 0;
+    int start = p;
+    if (s[p] == '0' && (s[p + 1] == 'x' || s[p + 1] == 'X')) {
+        p += 2;
+        unsigned long long h = 0;
+        int digits = 0;
+        while (isxdigit((unsigned char)s[p])) {
+            if (h >> 60)
+                return mks_q_err(lx->e, t->pos, p - t->pos + 1, "number too large");
+            h = h * 16 + (unsigned)(isdigit((unsigned char)s[p]) ? s[p] - '0'
+                                                                  : tolower(s[p]) - 'a' + 10);
+            p++, digits++;
+        }
+        if (!digits)
+            return mks_q_err(lx->e, t->pos, p - t->pos, "hex number without digits");
+        /* Ids such as comm_gen use all 64 bits: keep the bit pattern. */
+        t->num = (int64_t)h;
+        if (neg)
+            t->num = -t->num;
+        t->len = p - t->pos;
+        lx->pos = p;
+        return 0;
+    }
+    while (isdigit((unsigned char)s[p]))
+        v = v * 10 + (s[p++] - '0');
+    if (s[p] == '.') {
+        long double scale = 0.1L;
+        p++;
+        while (isdigit((unsigned char)s[p])) {
+            v += (s[p++] - '0') * scale;
+            scale /= 10;
+        }
+    }
+    if (p == start)
+        return mks_q_err(lx->e, t->pos, 1, "expected a number after '-'");
+    static const struct {
+        const char *unit;
+        long double mult;
+    } units[] = {{"ns", 1}, {"us", 1e3L}, {"ms", 1e6L}, {"s", 1e9L}, {"m", 60e9L}, {"h", 3600e9L}};
+    int ulen = 0;
+    while (isalpha((unsigned char)s[p + ulen]))
+        ulen++;
+    if (ulen) {
+        size_t i;
+        for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+            if ((int)strlen(units[i].unit) == ulen && !strncmp(s + p, units[i].unit, (size_t)ulen))
+                break;
+        if (i == sizeof(units) / sizeof(units[0]))
+            return mks_q_err(lx->e, p, ulen, "unknown unit '%.*s' (use ns, us, ms, s, m, h)", ulen,
+                             s + p);
+        v *= units[i].mult;
+        p += ulen;
+    }
+    if (v > (long double)INT64_MAX)
+        return mks_q_err(lx->e, t->pos, p - t->pos, "number too large");
+    t->num = neg ? -(int64_t)v : (int64_t)v;
+    t->len = p - t->pos;
+    lx->pos = p;
+    return 0;
+}
+
+static int lex_next(struct lexer *lx)
+{
+    const char *s = lx->s;
+    while (isspace((unsigned char)s[lx->pos]))
+        lx->pos++;
+    struct tok *t = &lx->cur;
+    memset(t, 0, sizeof(*t));
+    t->pos = lx->pos;
+    char c = s[lx->pos];
+    if (!c) {
+        t->kind = T_END;
+        return 0;
+    }
+    if (isalpha((unsigned char)c) || c == '_') {
+        int p = lx->pos;
+        while (isalnum((unsigned char)s[p]) || s[p] == '_' || s[p] == '.' || s[p] == '-')
+            p++;
+        t->len = p - lx->pos;
+        if (t->len >= (int)sizeof(t->text))
+            return mks_q_err(lx->e, t->pos, t->len, "name longer than %zu characters",
+                             sizeof(t->text) - 1);
+        memcpy(t->text, s + lx->pos, (size_t)t->len);
+        lx->pos = p;
+        if (!strcmp(t->text, "and"))
+            t->kind = T_AND;
+        else if (!strcmp(t->text, "or"))
+            t->kind = T_OR;
+        else if (!strcmp(t->text, "not"))
+            t->kind = T_NOT;
+        else
+            t->kind = T_IDENT;
+        return 0;
+    }
+    if (isdigit((unsigned char)c) || (c == '-' && (isdigit((unsigned char)s[lx->pos + 1]) ||
+                                                   s[lx->pos + 1] == '.'))) {
+        t->kind = T_NUM;
+        return lex_number(lx, t);
+    }
+    if (c == '"') {
+        int p = lx->pos + 1, n = 0;
+        while (s[p] && s[p] != '"') {
+            if (n + 1 >= (int)sizeof(t->text))
+                return mks_q_err(lx->e, t->pos, p - t->pos, "string longer than %zu characters",
+                                 sizeof(t->text) - 1);
+            t->text[n++] = s[p++];
+        }
+        if (s[p] != '"')
+            return mks_q_err(lx->e, t->pos, p - t->pos, "string not closed: add '\"'");
+        t->kind = T_STR;
+        t->len = p + 1 - lx->pos;
+        lx->pos = p + 1;
+        return 0;
+    }
+    t->len = 1;
+    lx->pos++;
+    switch (c) {
+    case '(': t->kind = T_LP; return 0;
+    case ')': t->kind = T_RP; return 0;
+    case ',': t->kind = T_COMMA; return 0;
+    case '=':
+        t->kind = T_OP, t->op = OP_EQ;
+        if (s[lx->pos] == '=')
+            lx->pos++, t->len = 2;
+        return 0;
+    case '!':
+        if (s[lx->pos] == '=') {
+            lx->pos++, t->len = 2, t->kind = T_OP, t->op = OP_NE;
+            return 0;
+        }
+        t->kind = T_NOT;
+        return 0;
+    case '<':
+    case '>':
+        t->kind = T_OP;
+        if (s[lx->pos] == '=') {
+            lx->pos++, t->len = 2;
+            t->op = c == '<' ? OP_LE : OP_GE;
+        } else {
+            t->op = c == '<' ? OP_LT : OP_GT;
+        }
+        return 0;
+    case '&':
+    case '|':
+        if (s[lx->pos] == c) {
+            lx->pos++, t->len = 2;
+            t->kind = c == '&' ? T_AND : T_OR;
+            return 0;
+        }
+        break;
+    }
+    return mks_q_err(lx->e, t->pos, 1, "unexpected character '%c'", c);
+}
+
+/* ---- predicates ------------------------------------------------------------------ */
+
+static int field_lookup(const char *name)
+{
+    for (int i = 0; i < F_COUNT; i++)
+        if (!strcmp(mks_q_fields[i].name, name))
+            return i;
+    return -1;
+}
+
+static const char *field_list(void)
+{
+    return "rank, class, step, req_gen, epoch, time, worker, peer, comm_gen, event, sm, "
+           "task_gen, dep_class, tile_x, tile_y, dep_event, queue_depth, t_now, t_ready, "
+           "t_start, value, flags, run, queue";
+}
+
+void mks_pred_free(struct mks_pred *p)
+{
+    if (!p)
+        return;
+    mks_pred_free(p->a);
+    mks_pred_free(p->b);
+    free(p->str);
+    free(p);
+}
+
+static int parse_or(struct lexer *lx, struct mks_pred **out);
+
+static int parse_cmp(struct lexer *lx, struct mks_pred **out)
+{
+    struct tok ft = lx->cur;
+    if (ft.kind != T_IDENT)
+        return mks_q_err(lx->e, ft.pos, ft.len,
+                         ft.kind == T_END ? "expected a condition, found the end"
+                                          : "expected a field name");
+    int f = field_lookup(ft.text);
+    if (f < 0)
+        return mks_q_err(lx->e, ft.pos, ft.len, "unknown field '%s' (fields: %s)", ft.text,
+                         field_list());
+    int rc = lex_next(lx);
+    if (rc)
+        return rc;
+    if (lx->cur.kind != T_OP)
+        return mks_q_err(lx->e, lx->cur.pos, lx->cur.len,
+                         "expected a comparison (= != < <= > >=) after '%s'", ft.text);
+    enum q_op op = lx->cur.op;
+    if ((rc = lex_next(lx)))
+        return rc;
+    struct tok vt = lx->cur;
+    struct mks_pred *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->kind = N_CMP;
+    p->field = (enum q_field)f;
+    p->op = op;
+    p->fpos = ft.pos, p->flen = ft.len, p->vpos = vt.pos, p->vlen = vt.len;
+    if (vt.kind == T_NUM) {
+        p->num = vt.num;
+        if (vt.num < 0 && f != F_TIME) {
+            mks_pred_free(p);
+            return mks_q_err(lx->e, vt.pos, vt.len,
+                             "negative value: '%s' is unsigned (only time takes -DURATION)",
+                             ft.text);
+        }
+    } else if (vt.kind == T_STR || vt.kind == T_IDENT) {
+        if (f != F_CLASS && f != F_EVENT) {
+            mks_pred_free(p);
+            return mks_q_err(lx->e, vt.pos, vt.len, "'%s' compares with numbers, not names",
+                             ft.text);
+        }
+        if (op != OP_EQ && op != OP_NE) {
+            mks_pred_free(p);
+            return mks_q_err(lx->e, vt.pos, vt.len, "names compare only with = or !=");
+        }
+        p->is_str = true;
+        p->str = strdup(vt.text);
+        if (!p->str) {
+            mks_pred_free(p);
+            return -ENOMEM;
+        }
+        if (f == F_EVENT) {
+            static const char *const ev[] = {
+                "task_ready", "task_assign",  "task_start", "task_end",
+                "dep_wait_begin", "dep_wait_end", "dep_release", "comm_begin",
+                "comm_end",   "gen_advance",  "queue_pressure"};
+            int k;
+            for (k = 0; k < (int)(sizeof(ev) / sizeof(ev[0])); k++)
+                if (!strcmp(ev[k], vt.text))
+                    break;
+            if (k == (int)(sizeof(ev) / sizeof(ev[0]))) {
+                mks_pred_free(p);
+                return mks_q_err(lx->e, vt.pos, vt.len, "unknown event '%s' (task_ready ..."
+                                 " queue_pressure)", vt.text);
+            }
+            p->is_str = false;
+            p->num = k;
+        }
+    } else {
+        mks_pred_free(p);
+        return mks_q_err(lx->e, vt.pos, vt.len, "expected a value after the comparison");
+    }
+    if ((rc = lex_next(lx))) {
+        mks_pred_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+static int parse_unary(struct lexer *lx, struct mks_pred **out)
+{
+    int rc;
+    if (lx->cur.kind == T_NOT) {
+        if ((rc = lex_next(lx)))
+            return rc;
+        struct mks_pred *a;
+        if ((rc = parse_unary(lx, &a)))
+            return rc;
+        struct mks_pred *p = calloc(1, sizeof(*p));
+        if (!p) {
+            mks_pred_free(a);
+            return -ENOMEM;
+        }
+        p->kind = N_NOT, p->a = a;
+        *out = p;
+        return 0;
+    }
+    if (lx->cur.kind == T_LP) {
+        struct tok open = lx->cur;
+        if ((rc = lex_next(lx)) || (rc = parse_or(lx, out)))
+            return rc;
+        if (lx->cur.kind != T_RP) {
+            mks_pred_free(*out);
+            *out = NULL;
+            return mks_q_err(lx->e, open.pos, 1, "'(' is never closed");
+        }
+        return lex_next(lx);
+    }
+    return parse_cmp(lx, out);
+}
+
+static int parse_bin(struct lexer *lx, struct mks_pred **out, enum tok_kind tk, enum q_node nk,
+                     int (*sub)(struct lexer *, struct mks_pred **))
+{
+    struct mks_pred *a;
+    int rc = sub(lx, &a);
+    if (rc)
+        return rc;
+    while (lx->cur.kind == tk) {
+        struct mks_pred *b;
+        if ((rc = lex_next(lx)) || (rc = sub(lx, &b))) {
+            mks_pred_free(a);
+            return rc;
+        }
+        struct mks_pred *p = calloc(1, sizeof(*p));
+        if (!p) {
+            mks_pred_free(a);
+            mks_pred_free(b);
+            return -ENOMEM;
+        }
+        p->kind = nk, p->a = a, p->b = b;
+        a = p;
+    }
+    *out = a;
+    return 0;
+}
+
+static int parse_and(struct lexer *lx, struct mks_pred **out)
+{
+    return parse_bin(lx, out, T_AND, N_AND, parse_unary);
+}
+
+static int parse_or(struct lexer *lx, struct mks_pred **out)
+{
+    return parse_bin(lx, out, T_OR, N_OR, parse_and);
+}
+
+static int lexer_init(struct lexer *lx, const char *text, struct mks_query_error *e)
+{
+    memset(lx, 0, sizeof(*lx));
+    lx->s = text;
+    lx->e = e;
+    if (e)
+        memset(e, 0, sizeof(*e));
+    if (strlen(text) > 4096)
+        return mks_q_err(e, 4096, 1, "text longer than 4096 characters");
+    return lex_next(lx);
+}
+
+int mks_pred_parse(const char *text, struct mks_pred **pred_p, struct mks_query_error *e)
+{
+    if (!text || !pred_p)
+        return mks_q_err(e, 0, 1, "no predicate");
+    struct lexer lx;
+    int rc = lexer_init(&lx, text, e);
+    if (rc)
+        return rc;
+    struct mks_pred *p;
+    if ((rc = parse_or(&lx, &p)))
+        return rc;
+    if (lx.cur.kind != T_END) {
+        mks_pred_free(p);
+        return mks_q_err(e, lx.cur.pos, lx.cur.len, "unexpected '%.*s': expected and, or or the end",
+                         lx.cur.len, text + lx.cur.pos);
+    }
+    *pred_p = p;
+    return 0;
+}
+
+/* ---- queries ------------------------------------------------------------------------ */
+
+static const char *const agg_names[] = {"count", "sum", "mean", "min", "max", "p50", "p90", "p99"};
+static const char *const metric_names[] = {"task",       "run",  "queue", "step", "remote_wait",
+                                           "local_wait", "idle", "busy",  "depth"};
+
+const char *mks_q_agg_name(int a) { return agg_names[a]; }
+const char *mks_q_metric_name(int m) { return metric_names[m]; }
+
+static int parse_agg(struct lexer *lx, struct q_agg_item *it)
+{
+    struct tok t = lx->cur;
+    int rc;
+    if (t.kind != T_IDENT)
+        return mks_q_err(lx->e, t.pos, t.len,
+                         "expected an aggregate such as count(task), p99(run), mean(queue)");
+    int a;
+    for (a = 0; a < (int)(sizeof(agg_names) / sizeof(agg_names[0])); a++)
+        if (!strcmp(agg_names[a], t.text))
+            break;
+    if (!strcmp(t.text, "avg"))
+        a = A_MEAN;
+    if (a == (int)(sizeof(agg_names) / sizeof(agg_names[0])))
+        return mks_q_err(lx->e, t.pos, t.len,
+                         "unknown aggregate '%s' (count, sum, mean, min, max, p50, p90, p99)",
+                         t.text);
+    if ((rc = lex_next(lx)))
+        return rc;
+    if (lx->cur.kind != T_LP)
+        return mks_q_err(lx->e, lx->cur.pos, lx->cur.len, "expected '(' after '%s'", t.text);
+    if ((rc = lex_next(lx)))
+        return rc;
+    struct tok m = lx->cur;
+    int k;
+    if (m.kind != T_IDENT)
+        return mks_q_err(lx->e, m.pos, m.len, "expected a metric (%s)",
+                         "task, run, queue, step, remote_wait, local_wait, idle, busy, depth");
+    for (k = 0; k < (int)(sizeof(metric_names) / sizeof(metric_names[0])); k++)
+        if (!strcmp(metric_names[k], m.text))
+            break;
+    if (!strcmp(m.text, "tasks"))
+        k = M_TASK;
+    if (k == (int)(sizeof(metric_names) / sizeof(metric_names[0])))
+        return mks_q_err(lx->e, m.pos, m.len,
+                         "unknown metric '%s' (task, run, queue, step, remote_wait, local_wait,"
+                         " idle, busy, depth)",
+                         m.text);
+    if ((rc = lex_next(lx)))
+        return rc;
+    if (lx->cur.kind != T_RP)
+        return mks_q_err(lx->e, lx->cur.pos, lx->cur.len, "expected ')'");
+    it->agg = (enum q_agg)a;
+    it->metric = (enum q_metric)k;
+    it->pos = t.pos;
+    it->len = lx->cur.pos + 1 - t.pos;
+    return lex_next(lx);
+}
+
+void mks_query_free(struct mks_query *q)
+{
+    if (!q)
+        return;
+    mks_pred_free(q->where);
+    free(q);
+}
+
+int mks_query_parse(const char *text, struct mks_query **q_p, struct mks_query_error *e)
+{
+    if (!text || !q_p)
+        return mks_q_err(e, 0, 1, "no query");
+    struct lexer lx;
+    int rc = lexer_init(&lx, text, e);
+    if (rc)
+        return rc;
+    struct mks_query *q = calloc(1, sizeof(*q));
+    if (!q)
+        return -ENOMEM;
+    q->limit = 10000;
+    for (;;) {
+        if (q->n_aggs == Q_MAX_AGGS) {
+            rc = mks_q_err(e, lx.cur.pos, lx.cur.len, "at most %d aggregates", Q_MAX_AGGS);
+            goto fail;
+        }
+        if ((rc = parse_agg(&lx, &q->aggs[q->n_aggs++])))
+            goto fail;
+        if (lx.cur.kind != T_COMMA)
+            break;
+        if ((rc = lex_next(&lx)))
+            goto fail;
+    }
+    bool seen_by = false, seen_where = false, seen_limit = false;
+    while (lx.cur.kind == T_IDENT) {
+        struct tok kw = lx.cur;
+        if (!strcmp(kw.text, "by") && !seen_by) {
+            seen_by = true;
+            do {
+                if ((rc = lex_next(&lx)))
+                    goto fail;
+                int f = lx.cur.kind == T_IDENT ? field_lookup(lx.cur.text) : -1;
+                if (f < 0 || !mks_q_fields[f].sql || f == F_TIME || f == F_COMM_GEN) {
+                    rc = mks_q_err(e, lx.cur.pos, lx.cur.len,
+                                   "cannot group by '%.*s' (rank, class, step, req_gen, epoch,"
+                                   " worker, peer)",
+                                   lx.cur.len, text + lx.cur.pos);
+                    goto fail;
+                }
+                if (q->n_groups == Q_MAX_GROUPS) {
+                    rc = mks_q_err(e, lx.cur.pos, lx.cur.len, "at most %d group fields",
+                                   Q_MAX_GROUPS);
+                    goto fail;
+                }
+                q->gpos[q->n_groups] = lx.cur.pos, q->glen[q->n_groups] = lx.cur.len;
+                q->groups[q->n_groups++] = (enum q_field)f;
+                if ((rc = lex_next(&lx)))
+                    goto fail;
+            } while (lx.cur.kind == T_COMMA);
+        } else if (!strcmp(kw.text, "where") && !seen_where) {
+            seen_where = true;
+            if ((rc = lex_next(&lx)) || (rc = parse_or(&lx, &q->where)))
+                goto fail;
+        } else if (!strcmp(kw.text, "limit") && !seen_limit) {
+            seen_limit = true;
+            if ((rc = lex_next(&lx)))
+                goto fail;
+            if (lx.cur.kind != T_NUM || lx.cur.num <= 0 || lx.cur.num > 1000000) {
+                rc = mks_q_err(e, lx.cur.pos, lx.cur.len, "limit wants a number 1..1000000");
+                goto fail;
+            }
+            q->limit = lx.cur.num;
+            if ((rc = lex_next(&lx)))
+                goto fail;
+        } else {
+            break;
+        }
+    }
+    if (lx.cur.kind != T_END) {
+        rc = mks_q_err(e, lx.cur.pos, lx.cur.len,
+                       "unexpected '%.*s': expected ',', by, where, limit or the end", lx.cur.len,
+                       text + lx.cur.pos);
+        goto fail;
+    }
+    *q_p = q;
+    return 0;
+fail:
+    mks_query_free(q);
+    return rc;
+}

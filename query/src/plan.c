@@ -1,0 +1,521 @@
+/*
+ * Planning a query to SQL over the collector's store (docs/collector.md),
+ * and the SQL functions the plans use.
+ *
+ * A query reads one source: all its aggregates must be over metrics of the
+ * same table (task statistics, steps, remote waits, local waits, workers).
+ * The source is a subquery that joins the per-epoch table to `epochs` for
+ * job, rank, epoch and time, so the predicate's fields mean the same thing
+ * whatever the source.  Every user value becomes a bound parameter.
+ */
+#include <errno.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lang.h"
+
+const char *mks_q_agg_name(int a);
+const char *mks_q_metric_name(int m);
+
+enum q_source { S_TASK, S_STEP, S_RWAIT, S_LWAIT, S_WORKER, S_COUNT };
+
+static const char *const source_sql[S_COUNT] = {
+    [S_TASK] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.t_end_host AS time, t.class,"
+               " t.step, t.req_gen, NULL AS worker, NULL AS peer, NULL AS comm_gen, t.count,"
+               " t.queue_count, t.queue_sum, t.queue_max, t.queue_hist, t.run_count, t.run_sum,"
+               " t.run_max, t.run_hist FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
+               " WHERE e.job = ?1",
+    [S_STEP] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.t_end_host AS time,"
+               " NULL AS class, s.step, NULL AS req_gen, NULL AS worker, NULL AS peer,"
+               " NULL AS comm_gen, s.t_end_dev - s.t_begin_dev AS v FROM steps s JOIN epochs e"
+               " ON e.id = s.epoch_id WHERE e.job = ?1 AND s.complete AND s.t_begin_dev > 0"
+               " AND s.t_end_dev >= s.t_begin_dev",
+    [S_RWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.t_end_host AS time,"
+                " w.waiter_class AS class, w.step, NULL AS req_gen, w.worker, w.peer_rank AS peer,"
+                " w.comm_gen, w.t_end_dev - w.t_begin_dev AS v FROM waits w JOIN epochs e"
+                " ON e.id = w.epoch_id WHERE e.job = ?1 AND w.t_begin_dev > 0"
+                " AND w.t_end_dev >= w.t_begin_dev",
+    [S_LWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.t_end_host AS time,"
+                " l.class, l.step, NULL AS req_gen, NULL AS worker, NULL AS peer,"
+                " NULL AS comm_gen, l.count, l.sum_ns, l.max_ns FROM local_waits l JOIN epochs e"
+                " ON e.id = l.epoch_id WHERE e.job = ?1",
+    [S_WORKER] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.t_end_host AS time,"
+                 " NULL AS class, w.step, NULL AS req_gen, w.worker, NULL AS peer,"
+                 " NULL AS comm_gen, w.busy_ns, w.idle_ns, w.max_queue_depth FROM workers w"
+                 " JOIN epochs e ON e.id = w.epoch_id WHERE e.job = ?1",
+};
+
+static const char *const source_name[S_COUNT] = {"task statistics", "steps", "remote waits",
+                                                 "local waits", "worker statistics"};
+
+/* Which source each group/filter field exists in. */
+static bool field_in_source(enum q_field f, enum q_source s)
+{
+    switch (f) {
+    case F_RANK:
+    case F_STEP:
+    case F_EPOCH:
+    case F_TIME: return true;
+    case F_CLASS: return s == S_TASK || s == S_RWAIT || s == S_LWAIT;
+    case F_REQ_GEN: return s == S_TASK;
+    case F_WORKER: return s == S_RWAIT || s == S_WORKER;
+    case F_PEER:
+    case F_COMM_GEN: return s == S_RWAIT;
+    default: return false;
+    }
+}
+
+static enum q_source metric_source(enum q_metric m)
+{
+    switch (m) {
+    case M_TASK:
+    case M_RUN:
+    case M_QUEUE: return S_TASK;
+    case M_STEP: return S_STEP;
+    case M_REMOTE_WAIT: return S_RWAIT;
+    case M_LOCAL_WAIT: return S_LWAIT;
+    default: return S_WORKER;
+    }
+}
+
+static double agg_q(enum q_agg a)
+{
+    return a == A_P50 ? 0.5 : a == A_P90 ? 0.9 : 0.99;
+}
+
+/* SQL of one aggregate; NULL with a reason when the metric does not keep
+ * what the aggregate needs. */
+static const char *agg_sql(const struct q_agg_item *it, char *buf, size_t len, const char **why)
+{
+    enum q_agg a = it->agg;
+    bool quant = a == A_P50 || a == A_P90 || a == A_P99;
+    const char *col = NULL;
+    switch (it->metric) {
+    case M_TASK:
+        if (a != A_COUNT) {
+            *why = "task counts only support count(task); use run or queue for latencies";
+            return NULL;
+        }
+        return "SUM(count)";
+    case M_RUN:
+    case M_QUEUE: {
+        const char *p = it->metric == M_RUN ? "run" : "queue";
+        if (a == A_COUNT)
+            snprintf(buf, len, "SUM(%s_count)", p);
+        else if (a == A_SUM)
+            snprintf(buf, len, "SUM(%s_sum)", p);
+        else if (a == A_MEAN)
+            snprintf(buf, len, "CAST(SUM(%s_sum) AS REAL) / NULLIF(SUM(%s_count), 0)", p, p);
+        else if (a == A_MAX)
+            snprintf(buf, len, "MAX(%s_max)", p);
+        else if (quant)
+            snprintf(buf, len, "mks_hist_quantile(%s_hist, %g)", p, agg_q(a));
+        else {
+            *why = "the minimum latency is not kept: use p50 or the histogram's quantiles";
+            return NULL;
+        }
+        return buf;
+    }
+    case M_LOCAL_WAIT:
+        if (a == A_COUNT)
+            return "SUM(count)";
+        if (a == A_SUM)
+            return "SUM(sum_ns)";
+        if (a == A_MEAN)
+            return "CAST(SUM(sum_ns) AS REAL) / NULLIF(SUM(count), 0)";
+        if (a == A_MAX)
+            return "MAX(max_ns)";
+        *why = "local waits are aggregated on the device: count, sum, mean, max";
+        return NULL;
+    case M_STEP:
+    case M_REMOTE_WAIT: col = "v"; break;
+    case M_IDLE: col = "idle_ns"; break;
+    case M_BUSY: col = "busy_ns"; break;
+    case M_DEPTH: col = "max_queue_depth"; break;
+    }
+    switch (a) {
+    case A_COUNT: snprintf(buf, len, "COUNT(%s)", col); break;
+    case A_SUM: snprintf(buf, len, "SUM(%s)", col); break;
+    case A_MEAN: snprintf(buf, len, "AVG(%s)", col); break;
+    case A_MIN: snprintf(buf, len, "MIN(%s)", col); break;
+    case A_MAX: snprintf(buf, len, "MAX(%s)", col); break;
+    default: snprintf(buf, len, "mks_quantile(%s, %g)", col, agg_q(a)); break;
+    }
+    return buf;
+}
+
+/* ---- SQL text building ------------------------------------------------------ */
+
+struct sb {
+    char *s;
+    size_t len, cap;
+    bool oom;
+};
+
+static void sb_add(struct sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_add(struct sb *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = (b->cap ? b->cap * 2 : 256) + (size_t)n;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = true;
+            return;
+        }
+        b->s = s, b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+struct planner {
+    struct mks_sql_plan *plan;
+    enum q_source src;
+    uint64_t now_ns;
+    struct mks_query_error *e;
+};
+
+static int add_param(struct planner *pl, bool text, int64_t i, const char *s)
+{
+    struct mks_sql_plan *p = pl->plan;
+    struct mks_sql_param *np = realloc(p->params, (p->n_params + 1) * sizeof(*np));
+    if (!np)
+        return -ENOMEM;
+    p->params = np;
+    np[p->n_params].is_text = text;
+    np[p->n_params].i = i;
+    np[p->n_params].s = NULL;
+    if (text && !(np[p->n_params].s = strdup(s)))
+        return -ENOMEM;
+    return (int)++p->n_params;
+}
+
+static const char *field_col(enum q_field f)
+{
+    switch (f) {
+    case F_RANK: return "rank";
+    case F_CLASS: return "class";
+    case F_STEP: return "step";
+    case F_REQ_GEN: return "req_gen";
+    case F_EPOCH: return "epoch";
+    case F_TIME: return "time";
+    case F_WORKER: return "worker";
+    case F_PEER: return "peer";
+    case F_COMM_GEN: return "comm_gen";
+    default: return NULL;
+    }
+}
+
+static const char *const op_sql[] = {"=", "!=", "<", "<=", ">", ">="};
+
+static int where_sql(struct planner *pl, const struct mks_pred *p, struct sb *b)
+{
+    int rc;
+    switch (p->kind) {
+    case N_AND:
+    case N_OR:
+        sb_add(b, "(");
+        if ((rc = where_sql(pl, p->a, b)))
+            return rc;
+        sb_add(b, p->kind == N_AND ? " AND " : " OR ");
+        if ((rc = where_sql(pl, p->b, b)))
+            return rc;
+        sb_add(b, ")");
+        return 0;
+    case N_NOT:
+        sb_add(b, "NOT (");
+        if ((rc = where_sql(pl, p->a, b)))
+            return rc;
+        sb_add(b, ")");
+        return 0;
+    case N_CMP:
+        break;
+    }
+    const char *fname = mks_q_fields[p->field].name;
+    if (!mks_q_fields[p->field].sql)
+        return mks_q_err(pl->e, p->fpos, p->flen,
+                         "'%s' exists only on the device (escalation filters), not in summaries",
+                         fname);
+    if (!field_in_source(p->field, pl->src))
+        return mks_q_err(pl->e, p->fpos, p->flen, "%s have no '%s'", source_name[pl->src], fname);
+    if (p->is_str) {
+        /* Class by name: any class id this job's schemas give that name. */
+        int idx = add_param(pl, true, 0, p->str);
+        if (idx < 0)
+            return idx;
+        sb_add(b, "class %s (SELECT id FROM task_classes WHERE job = ?1 AND name = ?%d)",
+               p->op == OP_EQ ? "IN" : "NOT IN", idx);
+        return 0;
+    }
+    int64_t v = p->num;
+    if (p->field == F_TIME && v < 0)
+        v = (int64_t)pl->now_ns + v; /* relative to now */
+    int idx = add_param(pl, false, v, NULL);
+    if (idx < 0)
+        return idx;
+    sb_add(b, "%s %s ?%d", field_col(p->field), op_sql[p->op], idx);
+    return 0;
+}
+
+void mks_sql_plan_free(struct mks_sql_plan *plan)
+{
+    if (!plan)
+        return;
+    for (uint32_t i = 0; i < plan->n_params; i++)
+        free((char *)plan->params[i].s);
+    free(plan->params);
+    free(plan->sql);
+    free(plan->coverage_sql);
+    free(plan);
+}
+
+int mks_query_plan(const struct mks_query *q, const char *job, uint64_t now_ns,
+                   struct mks_sql_plan **plan_p, struct mks_query_error *e)
+{
+    if (!q || !job || !plan_p)
+        return mks_q_err(e, 0, 1, "nothing to plan");
+    struct mks_sql_plan *plan = calloc(1, sizeof(*plan));
+    if (!plan)
+        return -ENOMEM;
+    struct planner pl = {.plan = plan, .now_ns = now_ns, .e = e};
+    struct sb sel = {0}, where = {0}, sql = {0}, cov = {0};
+    int rc;
+    pl.src = metric_source(q->aggs[0].metric);
+    for (int i = 1; i < q->n_aggs; i++) {
+        if (metric_source(q->aggs[i].metric) != pl.src) {
+            rc = mks_q_err(e, q->aggs[i].pos, q->aggs[i].len,
+                           "cannot mix %s and %s in one query: run two queries",
+                           source_name[pl.src], source_name[metric_source(q->aggs[i].metric)]);
+            goto out;
+        }
+    }
+    if ((rc = add_param(&pl, true, 0, job)) < 0)
+        goto out;
+    for (int i = 0; i < q->n_groups; i++) {
+        enum q_field f = q->groups[i];
+        if (!field_in_source(f, pl.src)) {
+            rc = mks_q_err(e, q->gpos[i], q->glen[i], "%s have no '%s' to group by",
+                           source_name[pl.src], mks_q_fields[f].name);
+            goto out;
+        }
+        if (f == F_CLASS)
+            sb_add(&sel, "%sCOALESCE((SELECT name FROM task_classes tc WHERE tc.job = ?1 AND"
+                         " tc.id = src.class LIMIT 1), 'class' || src.class) AS class",
+                   i ? ", " : "");
+        else
+            sb_add(&sel, "%s%s", i ? ", " : "", field_col(f));
+    }
+    for (int i = 0; i < q->n_aggs; i++) {
+        char buf[160];
+        const char *why = NULL;
+        const char *a = agg_sql(&q->aggs[i], buf, sizeof(buf), &why);
+        if (!a) {
+            rc = mks_q_err(e, q->aggs[i].pos, q->aggs[i].len, "%s", why);
+            goto out;
+        }
+        sb_add(&sel, "%s%s AS \"%s(%s)\"", (i || q->n_groups) ? ", " : "", a,
+               mks_q_agg_name(q->aggs[i].agg), mks_q_metric_name(q->aggs[i].metric));
+    }
+    if (q->where) {
+        sb_add(&where, " WHERE ");
+        if ((rc = where_sql(&pl, q->where, &where)))
+            goto out;
+    }
+    sb_add(&sql, "SELECT %s FROM (%s) AS src%s", sel.s, source_sql[pl.src],
+           where.s ? where.s : "");
+    if (q->n_groups) {
+        sb_add(&sql, " GROUP BY ");
+        for (int i = 0; i < q->n_groups; i++)
+            sb_add(&sql, "%s%d", i ? ", " : "", i + 1);
+        sb_add(&sql, " ORDER BY ");
+        for (int i = 0; i < q->n_groups; i++)
+            sb_add(&sql, "%s%d", i ? ", " : "", i + 1);
+    }
+    sb_add(&sql, " LIMIT %lld", (long long)q->limit);
+    /* Coverage of exactly the epochs the query read. */
+    sb_add(&cov,
+           "SELECT COALESCE(SUM(eligible), 0), COALESCE(SUM(ran), 0), COALESCE(SUM(throttled), 0),"
+           " COALESCE(SUM(lost), 0), COUNT(DISTINCT epoch_id) FROM coverage WHERE epoch_id IN"
+           " (SELECT epoch_id FROM (%s) AS src%s)",
+           source_sql[pl.src], where.s ? where.s : "");
+    if (sel.oom || where.oom || sql.oom || cov.oom) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    plan->sql = sql.s, sql.s = NULL;
+    plan->coverage_sql = cov.s, cov.s = NULL;
+    plan->n_group = (uint32_t)q->n_groups;
+    plan->n_columns = (uint32_t)(q->n_groups + q->n_aggs);
+    *plan_p = plan;
+    plan = NULL;
+    rc = 0;
+out:
+    free(sel.s);
+    free(where.s);
+    free(sql.s);
+    free(cov.s);
+    mks_sql_plan_free(plan);
+    return rc < 0 ? rc : 0;
+}
+
+int mks_sql_plan_bind(const struct mks_sql_plan *plan, sqlite3_stmt *stmt)
+{
+    for (uint32_t i = 0; i < plan->n_params; i++) {
+        int rc = plan->params[i].is_text
+                     ? sqlite3_bind_text(stmt, (int)i + 1, plan->params[i].s, -1, SQLITE_TRANSIENT)
+                     : sqlite3_bind_int64(stmt, (int)i + 1, plan->params[i].i);
+        if (rc != SQLITE_OK)
+            return -EINVAL;
+    }
+    return 0;
+}
+
+/* ---- SQL functions ------------------------------------------------------------- */
+
+double mks_hist_quantile_est(const uint64_t *buckets, uint32_t n, double q)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += buckets[i];
+    if (!total)
+        return NAN;
+    double rank = q * (double)total;
+    uint64_t cum = 0;
+    for (uint32_t b = 0; b < n; b++) {
+        if (!buckets[b])
+            continue;
+        if ((double)(cum + buckets[b]) >= rank) {
+            if (b == 0)
+                return 0;
+            /* Bucket b holds [2^(b-1), 2^b): interpolate linearly inside. */
+            double lo = ldexp(1.0, (int)b - 1), hi = ldexp(1.0, (int)b);
+            double frac = (rank - (double)cum) / (double)buckets[b];
+            if (frac < 0)
+                frac = 0;
+            return lo + (hi - lo) * frac;
+        }
+        cum += buckets[b];
+    }
+    return ldexp(1.0, (int)n - 1);
+}
+
+struct hist_acc {
+    uint64_t b[MKS_HIST_BUCKETS];
+    double q;
+    bool any;
+};
+
+static void hist_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    struct hist_acc *a = sqlite3_aggregate_context(ctx, sizeof(*a));
+    if (!a)
+        return;
+    a->q = sqlite3_value_double(argv[1]);
+    if (sqlite3_value_type(argv[0]) != SQLITE_BLOB)
+        return;
+    int n = sqlite3_value_bytes(argv[0]);
+    const uint8_t *p = sqlite3_value_blob(argv[0]);
+    for (int i = 0; i < n / 8 && i < MKS_HIST_BUCKETS; i++) {
+        uint64_t v = 0;
+        for (int k = 0; k < 8; k++)
+            v |= (uint64_t)p[i * 8 + k] << (8 * k);
+        a->b[i] += v;
+        a->any = true;
+    }
+}
+
+static void hist_final(sqlite3_context *ctx)
+{
+    struct hist_acc *a = sqlite3_aggregate_context(ctx, 0);
+    if (!a || !a->any) {
+        sqlite3_result_null(ctx);
+        return;
+    }
+    double v = mks_hist_quantile_est(a->b, MKS_HIST_BUCKETS, a->q);
+    if (isnan(v))
+        sqlite3_result_null(ctx);
+    else
+        sqlite3_result_double(ctx, v);
+}
+
+struct exact_acc {
+    double *v;
+    size_t n, cap;
+    double q;
+    bool oom;
+};
+
+static void exact_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    struct exact_acc *a = sqlite3_aggregate_context(ctx, sizeof(*a));
+    if (!a || a->oom)
+        return;
+    a->q = sqlite3_value_double(argv[1]);
+    if (sqlite3_value_type(argv[0]) == SQLITE_NULL)
+        return;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        double *v = sqlite3_realloc64(a->v, cap * sizeof(*v));
+        if (!v) {
+            a->oom = true;
+            return;
+        }
+        a->v = v, a->cap = cap;
+    }
+    a->v[a->n++] = sqlite3_value_double(argv[0]);
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static void exact_final(sqlite3_context *ctx)
+{
+    struct exact_acc *a = sqlite3_aggregate_context(ctx, 0);
+    if (!a || !a->n || a->oom) {
+        if (a && a->oom)
+            sqlite3_result_error_nomem(ctx);
+        else
+            sqlite3_result_null(ctx);
+        if (a)
+            sqlite3_free(a->v);
+        return;
+    }
+    qsort(a->v, a->n, sizeof(double), cmp_double);
+    /* Nearest rank: the smallest value with at least q of the data at or
+     * below it. */
+    size_t k = (size_t)ceil(a->q * (double)a->n);
+    if (k < 1)
+        k = 1;
+    if (k > a->n)
+        k = a->n;
+    sqlite3_result_double(ctx, a->v[k - 1]);
+    sqlite3_free(a->v);
+}
+
+int mks_query_register_sql(sqlite3 *db)
+{
+    if (sqlite3_create_function_v2(db, "mks_hist_quantile", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
+                                   NULL, NULL, hist_step, hist_final, NULL) != SQLITE_OK ||
+        sqlite3_create_function_v2(db, "mks_quantile", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+                                   NULL, exact_step, exact_final, NULL) != SQLITE_OK)
+        return -EIO;
+    return 0;
+}

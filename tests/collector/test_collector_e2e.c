@@ -1,0 +1,396 @@
+/*
+ * End to end: a real mkscope-collector process on ipc:// sockets in a temp
+ * directory, fake agents (C, in this test) registering and sending epoch
+ * summaries over nanomsg, and the real mkscope CLI asked for status, query,
+ * sql and metrics with -f json.  Every number the CLI shows is checked
+ * against totals this test computes from what it sent.
+ *
+ * usage: test_collector_e2e COLLECTOR_BIN MKSCOPE_BIN
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fake_agent.h"
+
+static const char *collector_bin, *cli_bin;
+static char dir[] = "/tmp/mks-e2e-XXXXXX";
+static char ingest_url[128], cli_url[128], survey_url[128], db_path[128], log_path[128];
+static pid_t collector_pid;
+
+#define N_RANKS   2
+#define N_EPOCHS  5
+#define N_CLASSES 3
+static const char *const class_names[N_CLASSES] = {"embed", "attn", "mlp"};
+
+/* What the test sent, for the expected answers. */
+static uint64_t sent_count[N_RANKS][N_CLASSES], sent_run_sum[N_RANKS][N_CLASSES];
+static uint64_t sent_run_b[N_CLASSES][MKS_WIRE_MAX_HIST_BUCKETS];
+static uint64_t cov_elig[N_RANKS], cov_ran[N_RANKS];
+static double step_ns[N_RANKS * N_EPOCHS];
+static int n_step_ns;
+
+static int start_collector(void)
+{
+    collector_pid = fork();
+    if (collector_pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 2);
+            close(fd);
+        }
+        execl(collector_bin, collector_bin, "--ingest", ingest_url, "--cli", cli_url, "--survey",
+              survey_url, "--metrics", "off", "--db", db_path, (char *)NULL);
+        _exit(127);
+    }
+    return collector_pid > 0 ? 0 : -1;
+}
+
+/* Run the CLI; returns its exit status and its stdout (malloc'ed). */
+static int run_cli(char **out, const char *fmt, ...)
+{
+    char args[2048], cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof(args), fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof(cmd), "%s --collector %s --timeout 5000 %s 2>%s/cli.err", cli_bin,
+             cli_url, args, dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    size_t n;
+    while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += n;
+        if (len + 1 >= cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    int st = pclose(p);
+    if (out)
+        *out = buf;
+    else
+        free(buf);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char *cli_err(void)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/cli.err", dir);
+    FILE *f = fopen(path, "r");
+    static char buf[4096];
+    buf[0] = 0;
+    if (f) {
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        buf[n] = 0;
+        fclose(f);
+    }
+    return buf;
+}
+
+static json_t *cli_json(const char *fmt, const char *arg)
+{
+    char *out;
+    int rc = run_cli(&out, fmt, arg);
+    if (rc)
+        fail_msg("mkscope %s exited %d: %s", arg, rc, cli_err());
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    if (!j)
+        fail_msg("not JSON (%s): %s", je.text, out);
+    free(out);
+    return j;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(ingest_url, sizeof(ingest_url), "ipc://%s/ingest", dir);
+    snprintf(cli_url, sizeof(cli_url), "ipc://%s/cli", dir);
+    snprintf(survey_url, sizeof(survey_url), "ipc://%s/survey", dir);
+    snprintf(db_path, sizeof(db_path), "%s/store.db", dir);
+    snprintf(log_path, sizeof(log_path), "%s/collector.log", dir);
+    return start_collector();
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (collector_pid > 0) {
+        kill(collector_pid, SIGTERM);
+        int st;
+        waitpid(collector_pid, &st, 0);
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        return -1;
+    return 0;
+}
+
+static void test_ingest_and_status(void **state)
+{
+    (void)state;
+    int s = nn_socket(AF_SP, NN_REQ);
+    assert_true(s >= 0);
+    int to = 5000;
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVTIMEO, &to, sizeof(to));
+    assert_true(nn_connect(s, ingest_url) >= 0);
+    srand(7);
+    for (uint32_t r = 0; r < N_RANKS; r++) {
+        mks_envelope *rep = NULL;
+        assert_int_equal(fa_send_register(s, "e2e", r, N_RANKS, 100 + r, class_names, N_CLASSES,
+                                          &rep),
+                         0);
+        assert_int_equal(rep->body_case, MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK);
+        assert_true(rep->register_ack->accepted);
+        assert_int_equal(rep->register_ack->stored_seq, 0);
+        mks_wire_free(rep);
+        for (uint64_t e = 1; e <= N_EPOCHS; e++) {
+            struct fa_summary *sum = calloc(1, sizeof(*sum));
+            sum->epoch = e;
+            for (uint32_t c = 0; c < N_CLASSES; c++) {
+                struct fa_taskstat *t = &sum->ts[sum->n_ts++];
+                t->cls = c;
+                t->step = (uint32_t)e;
+                for (int k = 0; k < 20; k++) {
+                    /* run time spread over a few power-of-two buckets */
+                    int b = 10 + (int)c * 2 + rand() % 4;
+                    uint64_t v = (1ull << (b - 1)) + (uint64_t)(rand() % (1 << (b - 1)));
+                    t->run_b[b]++;
+                    t->count++;
+                    t->sum_run += v;
+                    t->queue_b[5]++;
+                    if (v > t->run_max)
+                        t->run_max = v;
+                }
+                sent_count[r][c] += t->count;
+                sent_run_sum[r][c] += t->sum_run;
+                for (unsigned b = 0; b < MKS_WIRE_MAX_HIST_BUCKETS; b++)
+                    sent_run_b[c][b] += t->run_b[b];
+            }
+            uint64_t dur = 1000000 + (uint64_t)(rand() % 500000);
+            sum->steps[0].step = (uint32_t)e;
+            sum->steps[0].t_begin = e * 10000000;
+            sum->steps[0].t_end = e * 10000000 + dur;
+            sum->n_steps = 1;
+            step_ns[n_step_ns++] = (double)dur;
+            sum->cov_eligible = 100 + e;
+            sum->cov_ran = 90 + e;
+            cov_elig[r] += sum->cov_eligible;
+            cov_ran[r] += sum->cov_ran;
+            rep = NULL;
+            assert_int_equal(fa_send_summary(s, "e2e", r, 100 + r, e, sum, &rep), 0);
+            assert_int_equal(rep->body_case, MKSCOPE__V1__ENVELOPE__BODY_ACK);
+            assert_int_equal(rep->ack->up_to_seq, e);
+            mks_wire_free(rep);
+            free(sum);
+        }
+        /* A replay after a "reconnect": acked, not stored twice. */
+        struct fa_summary *dup = calloc(1, sizeof(*dup));
+        dup->epoch = 3;
+        dup->n_ts = 1;
+        dup->ts[0].count = 1000;
+        rep = NULL;
+        assert_int_equal(fa_send_summary(s, "e2e", r, 100 + r, 3, dup, &rep), 0);
+        assert_int_equal(rep->ack->up_to_seq, N_EPOCHS);
+        mks_wire_free(rep);
+        free(dup);
+        /* Re-registering reports what is stored so the agent can skip it. */
+        rep = NULL;
+        assert_int_equal(fa_send_register(s, "e2e", r, N_RANKS, 100 + r, class_names, N_CLASSES,
+                                          &rep),
+                         0);
+        assert_int_equal(rep->register_ack->stored_seq, N_EPOCHS);
+        mks_wire_free(rep);
+        rep = NULL;
+        assert_int_equal(fa_send_heartbeat(s, "e2e", r, 100 + r, N_EPOCHS, &rep), 0);
+        assert_int_equal(rep->body_case, MKSCOPE__V1__ENVELOPE__BODY_ACK);
+        mks_wire_free(rep);
+    }
+    /* Garbage on the ingest socket: rejected with a reason, collector lives on. */
+    assert_int_equal(nn_send(s, "\xff\xff\xff", 3, 0), 3);
+    void *msg;
+    int n = nn_recv(s, &msg, NN_MSG, 0);
+    assert_true(n > 0);
+    mks_envelope *rej = NULL;
+    char err[256];
+    assert_int_equal(mks_wire_decode(msg, (size_t)n, NULL, &rej, err, sizeof(err)), 0);
+    nn_freemsg(msg);
+    assert_int_equal(rej->body_case, MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK);
+    assert_false(rej->register_ack->accepted);
+    assert_true(strlen(rej->register_ack->reason) > 0);
+    mks_wire_free(rej);
+    nn_close(s);
+
+    json_t *st = cli_json("status -f %s", "json");
+    assert_string_equal(json_string_value(json_object_get(st, "job")), "e2e");
+    assert_int_equal(json_integer_value(json_object_get(st, "n_ranks")), N_RANKS);
+    assert_int_equal(json_integer_value(json_object_get(st, "epochs")), N_RANKS * N_EPOCHS);
+    json_t *ranks = json_object_get(st, "ranks");
+    assert_int_equal(json_array_size(ranks), N_RANKS);
+    for (uint32_t r = 0; r < N_RANKS; r++) {
+        json_t *jr = json_array_get(ranks, r);
+        uint64_t tasks = 0;
+        for (int c = 0; c < N_CLASSES; c++)
+            tasks += sent_count[r][c];
+        assert_int_equal(json_integer_value(json_object_get(jr, "rank")), r);
+        assert_int_equal(json_integer_value(json_object_get(jr, "epochs")), N_EPOCHS);
+        assert_int_equal(json_integer_value(json_object_get(jr, "tasks")), tasks);
+        assert_string_equal(json_string_value(json_object_get(jr, "agent")), "up");
+        json_t *cov = json_object_get(jr, "coverage");
+        assert_int_equal(json_integer_value(json_object_get(cov, "eligible")), cov_elig[r]);
+        assert_int_equal(json_integer_value(json_object_get(cov, "ran")), cov_ran[r]);
+        assert_true(fabs(json_real_value(json_object_get(cov, "ratio")) -
+                         (double)cov_ran[r] / (double)cov_elig[r]) < 1e-9);
+    }
+    json_decref(st);
+
+    /* Text output names the job and every rank. */
+    char *text;
+    assert_int_equal(run_cli(&text, "status"), 0);
+    assert_non_null(strstr(text, "job e2e"));
+    assert_non_null(strstr(text, "RANK"));
+    free(text);
+}
+
+static void test_query(void **state)
+{
+    (void)state;
+    json_t *q = cli_json("query 'count(task), sum(run), mean(run), p90(run) by class where rank = 1'"
+                         " -f %s",
+                         "json");
+    json_t *rows = json_object_get(q, "rows");
+    assert_int_equal(json_array_size(rows), N_CLASSES);
+    for (size_t i = 0; i < N_CLASSES; i++) {
+        json_t *row = json_array_get(rows, i);
+        const char *name = json_string_value(json_object_get(row, "class"));
+        int c = -1;
+        for (int k = 0; k < N_CLASSES; k++)
+            if (!strcmp(class_names[k], name))
+                c = k;
+        assert_true(c >= 0);
+        assert_int_equal(json_integer_value(json_object_get(row, "count(task)")), sent_count[1][c]);
+        assert_int_equal(json_integer_value(json_object_get(row, "sum(run)")), sent_run_sum[1][c]);
+        assert_true(fabs(json_real_value(json_object_get(row, "mean(run)")) -
+                         (double)sent_run_sum[1][c] / (double)sent_count[1][c]) < 1e-6);
+    }
+    json_t *cov = json_object_get(q, "coverage");
+    assert_int_equal(json_integer_value(json_object_get(cov, "epochs")), N_EPOCHS);
+    assert_int_equal(json_integer_value(json_object_get(cov, "eligible")), cov_elig[1]);
+    json_decref(q);
+
+    /* Exact quantile of step durations across both ranks (nearest rank). */
+    q = cli_json("query 'p50(step), count(step), max(step)' -f %s", "json");
+    json_t *row = json_array_get(json_object_get(q, "rows"), 0);
+    double sorted[N_RANKS * N_EPOCHS];
+    memcpy(sorted, step_ns, sizeof(sorted));
+    for (int i = 0; i < n_step_ns; i++)
+        for (int j = i + 1; j < n_step_ns; j++)
+            if (sorted[j] < sorted[i]) {
+                double t = sorted[i];
+                sorted[i] = sorted[j];
+                sorted[j] = t;
+            }
+    size_t k = (size_t)ceil(0.5 * n_step_ns);
+    assert_true(fabs(json_number_value(json_object_get(row, "p50(step)")) - sorted[k - 1]) < 1e-6);
+    assert_int_equal(json_integer_value(json_object_get(row, "count(step)")), n_step_ns);
+    assert_true(fabs(json_number_value(json_object_get(row, "max(step)")) -
+                     sorted[n_step_ns - 1]) < 1e-6);
+    json_decref(q);
+
+    /* Class by name in the filter. */
+    q = cli_json("query 'count(task) by rank where class = \"attn\"' -f %s", "json");
+    rows = json_object_get(q, "rows");
+    assert_int_equal(json_array_size(rows), N_RANKS);
+    for (size_t r = 0; r < N_RANKS; r++)
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(rows, r),
+                                                            "count(task)")),
+                         sent_count[r][1]);
+    json_decref(q);
+
+    /* Query errors: exit 2 and a caret under the offending token. */
+    assert_int_equal(run_cli(NULL, "query 'count(task) by clas'"), 2);
+    const char *e = cli_err();
+    assert_non_null(strstr(e, "cannot group by 'clas'"));
+    assert_non_null(strstr(e, "^^^^"));
+}
+
+static void test_sql_and_errors(void **state)
+{
+    (void)state;
+    json_t *j = cli_json("sql 'SELECT rank, COUNT(*) AS n FROM epochs GROUP BY rank' -f %s",
+                         "json");
+    json_t *rows = json_object_get(j, "rows");
+    assert_int_equal(json_array_size(rows), N_RANKS);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(rows, 0), "n")), N_EPOCHS);
+    json_decref(j);
+    /* The store is read-only to the CLI. */
+    assert_int_equal(run_cli(NULL, "sql 'DELETE FROM epochs'"), 2);
+    assert_non_null(strstr(cli_err(), "read-only"));
+    assert_int_equal(run_cli(NULL, "sql 'SELECT 1; DELETE FROM epochs'"), 2);
+    /* Nothing was deleted. */
+    j = cli_json("sql 'SELECT COUNT(*) AS n FROM epochs' -f %s", "json");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(json_object_get(j, "rows"),
+                                                                       0),
+                                                        "n")),
+                     N_RANKS * N_EPOCHS);
+    json_decref(j);
+    /* Usage errors and an unreachable collector. */
+    assert_int_equal(run_cli(NULL, "nonsense"), 2);
+    assert_int_equal(run_cli(NULL, "status -f yaml"), 2);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s --collector ipc://%s/nobody --timeout 300 status 2>/dev/null",
+             cli_bin, dir);
+    int st = system(cmd);
+    assert_int_equal(WEXITSTATUS(st), 3);
+    /* Programs from heartbeats, metrics text. */
+    j = cli_json("programs -f %s", "json");
+    assert_int_equal(json_array_size(json_object_get(j, "programs")), N_RANKS);
+    json_decref(j);
+    char *text;
+    assert_int_equal(run_cli(&text, "metrics"), 0);
+    char want[128];
+    snprintf(want, sizeof(want), "mkscope_summaries_received_total{job=\"e2e\",rank=\"1\"} %d",
+             N_EPOCHS);
+    assert_non_null(strstr(text, want));
+    assert_non_null(strstr(text, "mkscope_summaries_duplicate_total{job=\"e2e\",rank=\"0\"} 1"));
+    snprintf(want, sizeof(want), "mkscope_tasks_total{job=\"e2e\",rank=\"0\",class=\"mlp\"} %llu",
+             (unsigned long long)sent_count[0][2]);
+    assert_non_null(strstr(text, want));
+    free(text);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s COLLECTOR_BIN MKSCOPE_BIN\n", argv[0]);
+        return 2;
+    }
+    collector_bin = argv[1];
+    cli_bin = argv[2];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ingest_and_status),
+        cmocka_unit_test(test_query),
+        cmocka_unit_test(test_sql_and_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
