@@ -203,6 +203,8 @@ static int read_number(const char **pp, int base, uint64_t max, uint64_t *v_p)
         if (p[0] != '0' || (p[1] != 'x' && p[1] != 'X'))
             return -EINVAL;
         p += 2;
+        if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))
+            return -EINVAL; /* strtoull would skip a second prefix */
     }
     if (!((*p >= '0' && *p <= '9') || (base == 16 && ((*p >= 'a' && *p <= 'f') ||
                                                       (*p >= 'A' && *p <= 'F')))))

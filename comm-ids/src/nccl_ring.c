@@ -60,10 +60,32 @@ static int valid_shm_name(const char *name)
     return n >= 2 && n < MKS_NCCL_RING_NAME_MAX && name[0] == '/' && !strchr(name + 1, '/');
 }
 
+/* Map fd (closed here) as a ring of `capacity` records. */
+static int map_ring(int fd, uint32_t capacity, struct mks_nccl_ring **ring_p)
+{
+    struct mks_nccl_ring *ring;
+    void *map = mmap(NULL, ring_bytes(capacity), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = -errno;
+
+    close(fd);
+    if (map == MAP_FAILED)
+        return err;
+    ring = calloc(1, sizeof(*ring));
+    if (!ring) {
+        munmap(map, ring_bytes(capacity));
+        return -ENOMEM;
+    }
+    ring->hdr = map;
+    ring->recs = (struct mks_nccl_record *)((char *)map + sizeof(struct mks_nccl_ring_hdr));
+    ring->map_len = ring_bytes(capacity);
+    ring->capacity = capacity;
+    *ring_p = ring;
+    return 0;
+}
+
 int mks_nccl_ring_create(const char *name, uint32_t capacity, struct mks_nccl_ring **ring_p)
 {
     struct mks_nccl_ring *ring;
-    void *map;
     int fd, err;
 
     if (!valid_shm_name(name) || !ring_p)
@@ -80,20 +102,8 @@ int mks_nccl_ring_create(const char *name, uint32_t capacity, struct mks_nccl_ri
         close(fd);
         return err;
     }
-    map = mmap(NULL, ring_bytes(capacity), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    err = -errno;
-    close(fd);
-    if (map == MAP_FAILED)
+    if ((err = map_ring(fd, capacity, &ring)))
         return err;
-    ring = calloc(1, sizeof(*ring));
-    if (!ring) {
-        munmap(map, ring_bytes(capacity));
-        return -ENOMEM;
-    }
-    ring->hdr = map;
-    ring->recs = (struct mks_nccl_record *)((char *)map + sizeof(struct mks_nccl_ring_hdr));
-    ring->map_len = ring_bytes(capacity);
-    ring->capacity = capacity;
     ring->hdr->version = MKS_NCCL_RING_VERSION;
     ring->hdr->rec_size = sizeof(struct mks_nccl_record);
     ring->hdr->capacity = capacity;
@@ -124,9 +134,7 @@ int mks_nccl_ring_write(struct mks_nccl_ring *ring, const struct mks_nccl_record
 int mks_nccl_ring_open(const char *name, struct mks_nccl_ring **ring_p)
 {
     struct mks_nccl_ring_hdr hdr;
-    struct mks_nccl_ring *ring;
     struct stat st;
-    void *map;
     int fd, err;
 
     if (!valid_shm_name(name) || !ring_p)
@@ -150,22 +158,7 @@ int mks_nccl_ring_open(const char *name, struct mks_nccl_ring **ring_p)
         close(fd);
         return -EBADMSG;
     }
-    map = mmap(NULL, ring_bytes(hdr.capacity), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    err = -errno;
-    close(fd);
-    if (map == MAP_FAILED)
-        return err;
-    ring = calloc(1, sizeof(*ring));
-    if (!ring) {
-        munmap(map, ring_bytes(hdr.capacity));
-        return -ENOMEM;
-    }
-    ring->hdr = map;
-    ring->recs = (struct mks_nccl_record *)((char *)map + sizeof(struct mks_nccl_ring_hdr));
-    ring->map_len = ring_bytes(hdr.capacity);
-    ring->capacity = hdr.capacity;
-    *ring_p = ring;
-    return 0;
+    return map_ring(fd, hdr.capacity, ring_p);
 }
 
 int mks_nccl_ring_drain(struct mks_nccl_ring *ring, struct mks_nccl_record *out, size_t max)

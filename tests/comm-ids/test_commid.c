@@ -159,7 +159,7 @@ static void test_parse(void **state)
         "comm -3 step 37 op 4 seq 12 from rank 1 to rank 2",
         "comm 3 stepx 37 op 4 seq 12 from rank 1 to rank 2",
         "comm 3x step 37 op 4 seq 12 from rank 1 to rank 2",
-        "nccl AllReduce comm 12 seq 1", "nccl Bogus comm 0x1 seq 1", "nccl AllReduce comm 0x seq 1",
+        "nccl AllReduce comm 12 seq 1", "nccl AllReduce comm 0x0x12 seq 1", "nccl Bogus comm 0x1 seq 1", "nccl AllReduce comm 0x seq 1",
         "comm 3 step 37 op 4 seq 12 from rank 1 to rank 99999999999999999999999",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
