@@ -524,6 +524,9 @@ static void test_commands_are_verified_and_answered(void **state)
     struct mks_rt *rt = app_create(job);
     const char *extra[] = {"--exit-with-app", "--attach", "count", NULL};
     pid_t pid = agent_start(job, fc.url, extra);
+    /* the runtime-side wait of runtime.h: attach happens without a collector */
+    assert_int_equal(mks_rt_wait_attached(rt, 1u << MKS_EV_TASK_END, 5000000000ull), 0);
+    assert_int_equal(mks_rt_wait_attached(rt, 1u << MKS_EV_COMM_BEGIN, 20000000ull), -ETIMEDOUT);
     serve_until_mask(&fc, rt, pid, 1u << MKS_EV_TASK_END);
 
     /* 1: attach a second copy of a built-in; 2: garbage object; 3: budget */

@@ -19,8 +19,10 @@
 #ifndef MKSCOPE_RUNTIME_H
 #define MKSCOPE_RUNTIME_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "mkscope/hook_abi.h"
 
@@ -62,6 +64,30 @@ int32_t mks_rt_hook_run(struct mks_rt *rt, struct mks_hook_ctx *ctx);
 struct mks_rt_hot {
     const volatile uint32_t *mask;
 };
+
+/* Wait until an agent has attached programs at every event in `events` (a
+ * mask of 1u << enum mks_hook_event) or timeout_ns has passed: 0, or
+ * -ETIMEDOUT.  For runtimes that must be observed from their first task on
+ * (demos and tests that compare an agent's counts with their own); a
+ * production runtime never waits for its observer.  Call it after
+ * mks_rt_create() and before the first task. */
+static inline int mks_rt_wait_attached(const struct mks_rt *rt, uint32_t events,
+                                       uint64_t timeout_ns)
+{
+    const struct mks_rt_hot *hot = (const struct mks_rt_hot *)(const void *)rt;
+    struct timespec t0, t, nap = {0, 1000000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if ((*hot->mask & events) == events)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t.tv_nsec -
+                (uint64_t)t0.tv_nsec >=
+            timeout_ns)
+            return -ETIMEDOUT;
+        nanosleep(&nap, NULL);
+    }
+}
 
 #ifdef __cplusplus
 }
