@@ -115,6 +115,8 @@ static int elf_in(const struct elf_view *ev, uint64_t off, uint64_t size)
     return off <= ev->len && size <= ev->len - off;
 }
 
+static int btf_check(const char *name, const uint8_t *d, uint64_t len, char *err, size_t elen);
+
 /* Checks that every table libbpf will walk lies inside the buffer. */
 static int elf_check(const char *name, const uint8_t *buf, size_t len, char *err, size_t elen)
 {
@@ -160,6 +162,11 @@ static int elf_check(const char *name, const uint8_t *buf, size_t len, char *err
         if (sh.sh_type == SHT_SYMTAB) {
             n_symtab++;
             symtab_idx = i;
+        }
+        if (sh.sh_type == SHT_PROGBITS && strcmp(elf_secname(&ev, &sh), ".BTF") == 0) {
+            int rc = btf_check(name, buf + sh.sh_offset, sh.sh_size, err, elen);
+            if (rc)
+                return rc;
         }
     }
     if (n_symtab != 1)
@@ -215,6 +222,89 @@ static int elf_check(const char *name, const uint8_t *buf, size_t len, char *err
                 return ld_err(err, elen, -ENOEXEC, "%s: corrupt: relocation %zu of '%s' out of range", name, r,
                               elf_secname(&ev, &sh));
         }
+    }
+    return 0;
+}
+
+/*
+ * BTF check: libbpf 1.1 follows type ids from map definitions and variables
+ * without checking them, so every id a type refers to must name a type, and
+ * every record must lie inside the type section.  Layout (linux/btf.h):
+ * header {u16 magic 0xeb9f, u8 version, u8 flags, u32 hdr_len, u32 type_off,
+ * u32 type_len, u32 str_off, u32 str_len}, then types of 12 bytes {name_off,
+ * info (vlen bits 0-15, kind bits 24-28), size or type} plus kind data.
+ */
+static int btf_check(const char *name, const uint8_t *d, uint64_t len, char *err, size_t elen)
+{
+    uint32_t h[6];
+    uint16_t magic;
+
+    if (len < 24)
+        return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: section shorter than its header", name);
+    memcpy(&magic, d, 2);
+    memcpy(h, d + 4, sizeof(h) - 4);
+    uint32_t hdr_len = h[0], type_off = h[1], type_len = h[2], str_off = h[3], str_len = h[4];
+    if (magic != 0xeb9f || d[2] != 1 || hdr_len < 24 || hdr_len > len)
+        return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF header (magic %#x, version %u)", name, magic, d[2]);
+    uint64_t tb = (uint64_t)hdr_len + type_off, sb = (uint64_t)hdr_len + str_off;
+    if (tb + type_len > len || sb + str_len > len || str_len == 0 || d[sb + str_len - 1] != '\0' || type_len % 4)
+        return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type or string section outside the data", name);
+
+    /* First pass counts the types, second checks what they refer to. */
+    uint32_t n_types = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t off = 0;
+        uint32_t id = 0;
+        while (off < type_len) {
+            uint32_t t[3];
+            if (type_len - off < 12)
+                return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u truncated", name, id + 1);
+            memcpy(t, d + tb + off, 12);
+            off += 12;
+            id++;
+            uint32_t vlen = t[1] & 0xffff, kind = (t[1] >> 24) & 0x1f;
+            uint64_t extra = 0;
+            int ref = 0; /* t[2] is a type id */
+            switch (kind) {
+            case 1: extra = 4; break;                      /* INT */
+            case 2: case 8: case 9: case 10: case 11: case 12: case 18: ref = 1; break;
+            case 3: extra = 12; break;                     /* ARRAY */
+            case 4: case 5: extra = 12ull * vlen; break;   /* STRUCT, UNION */
+            case 6: extra = 8ull * vlen; break;            /* ENUM */
+            case 7: case 16: break;                        /* FWD, FLOAT */
+            case 13: extra = 8ull * vlen; ref = 1; break;  /* FUNC_PROTO */
+            case 14: extra = 4; ref = 1; break;            /* VAR */
+            case 15: extra = 12ull * vlen; break;          /* DATASEC */
+            case 17: extra = 4; ref = 1; break;            /* DECL_TAG */
+            case 19: extra = 12ull * vlen; break;          /* ENUM64 */
+            default:
+                return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u has unknown kind %u", name, id, kind);
+            }
+            if (extra > type_len - off)
+                return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u truncated", name, id);
+            if (t[0] >= str_len)
+                return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u name outside the strings", name, id);
+            if (pass == 1) {
+                const uint8_t *x = d + tb + off;
+                int bad = ref && t[2] > n_types;
+                for (uint32_t k = 0; !bad && k < vlen && (kind == 4 || kind == 5 || kind == 13 || kind == 15);
+                     k++) {
+                    uint32_t m[3];
+                    memcpy(m, x + k * (kind == 13 ? 8 : 12), kind == 13 ? 8 : 12);
+                    uint32_t tid = kind == 15 ? m[0] : m[1];
+                    bad = tid > n_types || (kind != 15 && m[0] >= str_len) || (kind == 15 && tid == 0);
+                }
+                if (kind == 3) {
+                    uint32_t a[3];
+                    memcpy(a, x, 12);
+                    bad = a[0] > n_types || a[1] > n_types;
+                }
+                if (bad)
+                    return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u refers to a type that does not exist", name, id);
+            }
+            off += extra;
+        }
+        n_types = id;
     }
     return 0;
 }

@@ -47,6 +47,7 @@
 
 #include "mkscope/bpf_isa.h"
 #include "mkscope/hook_abi.h"
+#include "mkscope/loader.h"
 #include "mkscope/verifier.h"
 
 /* Instructions processed before the program is called too complex: a
@@ -55,6 +56,10 @@
 /* States kept per join point for pruning; beyond it paths are explored
  * without storing (slower, still correct). */
 #define VF_MAX_KEPT_PER_INSN 32u
+/* Past this many kept states at one instruction, new states are widened
+ * (ranges joined) with a kept one: a chain of branches that each change a
+ * scalar would otherwise double the paths at every branch. */
+#define VF_WIDEN_AFTER 4u
 /* Pointer offsets stay within this, so offset arithmetic cannot overflow. */
 #define VF_MAX_PTR_OFF (1ll << 30)
 /* Context bytes before v1's reserved tail: the declared fields. */
@@ -140,6 +145,7 @@ struct vf {
     uint32_t states;
     bool helper_ok[256]; /* by helper id below 256; mkscope's ids fit */
     struct idmap idmap;  /* scratch of state_covers */
+    struct vf_state *scratch; /* scratch of state_merge, MKS_BPF_MAX_FRAMES frames */
 };
 
 static size_t st_size(uint32_t nframes)
@@ -1582,6 +1588,81 @@ static bool state_covers(struct idmap *mp, const struct vf_state *t, const struc
     return true;
 }
 
+/* Widen s to also cover t (ranges joined).  False when the two states
+ * differ in kind somewhere (a register initialised in one only, pointers to
+ * different objects): then they are kept apart. */
+static bool reg_merge(struct vf_reg *s, const struct vf_reg *t)
+{
+    if (s->type != t->type)
+        return false;
+    switch (s->type) {
+    case VT_NOT_INIT:
+        return true;
+    case VT_MAP_VALUE_OR_NULL:
+        if (s->id != t->id)
+            return false;
+        /* fallthrough */
+    case VT_CTX:
+    case VT_STACK:
+    case VT_MAP:
+    case VT_MAP_VALUE:
+        if (s->map != t->map || s->frame != t->frame)
+            return false;
+        break;
+    case VT_SCALAR:
+        if (t->umin < s->umin) s->umin = t->umin;
+        if (t->umax > s->umax) s->umax = t->umax;
+        if (s->id != t->id)
+            s->id = 0;
+        break;
+    default:
+        return false;
+    }
+    if (t->smin < s->smin) s->smin = t->smin;
+    if (t->smax > s->smax) s->smax = t->smax;
+    return true;
+}
+
+static bool state_merge(struct vf_state *s, const struct vf_state *t)
+{
+    if (t->nframes != s->nframes)
+        return false;
+    for (uint32_t f = 0; f < t->nframes; f++) {
+        const struct vf_frame *tf = &t->fr[f];
+        struct vf_frame *sf = &s->fr[f];
+        if (tf->callsite != sf->callsite)
+            return false;
+        for (uint32_t b = 0; b < MKS_BPF_STACK; b++) {
+            uint8_t ts = tf->slot[b], ss = sf->slot[b];
+            bool tsc = ts == SL_MISC || (ts == SL_SPILL && tf->spill[b / 8].type == VT_SCALAR);
+            bool ssc = ss == SL_MISC || (ss == SL_SPILL && sf->spill[b / 8].type == VT_SCALAR);
+            if (ts != ss && !(tsc && ssc))
+                return false;
+        }
+    }
+    for (uint32_t f = 0; f < t->nframes; f++) {
+        const struct vf_frame *tf = &t->fr[f];
+        struct vf_frame *sf = &s->fr[f];
+        for (uint32_t r = 0; r < MKS_BPF_NREGS; r++)
+            if (!reg_merge(&sf->regs[r], &tf->regs[r]))
+                return false;
+        for (uint32_t q = 0; q < MKS_BPF_STACK / 8; q++) {
+            uint8_t *ss = &sf->slot[q * 8];
+            const uint8_t *ts = &tf->slot[q * 8];
+            if (ss[0] == SL_SPILL && ts[0] == SL_SPILL) {
+                if (!reg_merge(&sf->spill[q], &tf->spill[q]))
+                    return false;
+            } else {
+                /* scalar data in one, spilled scalar in the other: data */
+                for (int k = 0; k < 8; k++)
+                    if (ss[k] != ts[k] || ss[k] == SL_SPILL)
+                        ss[k] = ss[k] == SL_INVALID ? SL_INVALID : SL_MISC;
+            }
+        }
+    }
+    return true;
+}
+
 /* ---- interpretation ----------------------------------------------------- */
 
 static int push_state(struct vf *v, const struct vf_state *st, uint32_t insn)
@@ -1620,6 +1701,20 @@ static int step(struct vf *v, struct vf_state *st)
         for (struct vf_kept *k = v->kept[i]; k; k = k->next)
             if (state_covers(&v->idmap, k->st, st))
                 return 1;
+        /* Many distinct states here: widen the new one over a kept one
+         * and explore the union instead, which covers both.  The kept one
+         * is replaced: the union is explored to the end before this
+         * instruction can be reached again (acyclic graph). */
+        if (v->n_kept[i] >= VF_WIDEN_AFTER) {
+            for (struct vf_kept *k = v->kept[i]; k; k = k->next) {
+                memcpy(v->scratch, st, st_size(st->nframes));
+                if (state_merge(v->scratch, k->st)) {
+                    memcpy(st, v->scratch, st_size(v->scratch->nframes));
+                    memcpy(k->st, st, st_size(st->nframes));
+                    goto kept;
+                }
+            }
+        }
         if (v->n_kept[i] < VF_MAX_KEPT_PER_INSN) {
             struct vf_kept *k = malloc(sizeof(*k));
             struct vf_state *c = st_dup(st);
@@ -1635,6 +1730,7 @@ static int step(struct vf *v, struct vf_state *st)
             v->states++;
         }
     }
+kept:
 
     switch (cls) {
     case MKS_BPF_ALU:
@@ -1833,15 +1929,15 @@ int mks_verify(const struct mks_insn *insns, uint32_t n_insns, const struct mks_
         return verr(&v, UINT32_MAX, MKS_VERR_ABI, "program type %u; expected OBSERVE (1) or CONTROL (2)", v.prog_type);
     v.ctx_size = mks_hook_ctx_size(v.abi);
     if (v.ctx_size == 0)
-        return verr(&v, UINT32_MAX, MKS_VERR_ABI, "program declares hook ABI v%u; expected v1..v%u (this runtime)", v.abi,
-                    MKS_HOOK_ABI_VERSION);
+        return verr(&v, UINT32_MAX, MKS_VERR_ABI, "program declares hook ABI v%u; expected a version this runtime knows (1..%u)",
+                    v.abi, MKS_HOOK_ABI_VERSION);
     v.ctx_fields_end = VF_CTX_V1_FIELDS_END;
     if (opts->hook < -1 || opts->hook >= (int32_t)MKS_EV_COUNT)
         return verr(&v, UINT32_MAX, MKS_VERR_HOOK, "hook %d; expected an event 0..%d or -1", opts->hook, MKS_EV_COUNT - 1);
     if (v.prog_type == MKS_PROG_CONTROL && opts->hook != -1 && opts->hook != MKS_EV_TASK_READY &&
         opts->hook != MKS_EV_TASK_ASSIGN)
-        return verr(&v, UINT32_MAX, MKS_VERR_HOOK, "CONTROL program at hook %d; expected task_ready or task_assign (the only places a priority hint means something)",
-                    opts->hook);
+        return verr(&v, UINT32_MAX, MKS_VERR_HOOK, "CONTROL program at hook %s; expected task_ready or task_assign (the only places a priority hint means something)",
+                    mks_hook_event_name((uint32_t)opts->hook));
     if (n_insns == 0)
         return verr(&v, UINT32_MAX, MKS_VERR_EMPTY, "program has no instructions; expected at least an exit");
     if (n_insns > MKS_BPF_MAX_INSNS)
@@ -1876,7 +1972,8 @@ int mks_verify(const struct mks_insn *insns, uint32_t n_insns, const struct mks_
     v.cost = calloc(n_insns + 2, sizeof(*v.cost));
     v.kept = calloc(n_insns, sizeof(*v.kept));
     v.n_kept = calloc(n_insns, sizeof(*v.n_kept));
-    if (!v.info || !v.func_of || !v.funcs || !v.cost || !v.kept || !v.n_kept) {
+    v.scratch = malloc(st_size(MKS_BPF_MAX_FRAMES));
+    if (!v.info || !v.func_of || !v.funcs || !v.cost || !v.kept || !v.n_kept || !v.scratch) {
         rc = verr(&v, UINT32_MAX, ENOMEM, "mks_verify: out of memory");
         goto out;
     }
@@ -1909,5 +2006,6 @@ out:
     free(v.cost);
     free(v.kept);
     free(v.n_kept);
+    free(v.scratch);
     return rc;
 }

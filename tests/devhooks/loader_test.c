@@ -1,0 +1,408 @@
+/*
+ * Loader tests over clang-compiled objects (progs/<name>.bpf.c and the standard
+ * monitors): what comes out of relocation, the error line for each kind of
+ * bad object, that damaged objects (truncated, bytes flipped) never crash,
+ * and that no bpf() system call is made (a seccomp filter kills the process
+ * that tries).  argv[1] is the directory of the compiled objects.
+ */
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "mkscope/loader.h"
+#include "mkscope/verifier.h"
+
+static const char *progdir = ".";
+
+static void *read_obj(const char *file, size_t *len)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", progdir, file);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc((size_t)n);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static int open_file(const char *file, struct mks_obj **obj, char *err, size_t len)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", progdir, file);
+    return mks_obj_open_file(path, obj, err, len);
+}
+
+static const struct mks_map_spec *find_map(const struct mks_obj *obj, const char *name, uint32_t *idx)
+{
+    for (uint32_t i = 0; i < mks_obj_map_count(obj); i++) {
+        if (strcmp(mks_obj_maps(obj)[i].name, name) == 0) {
+            if (idx)
+                *idx = i;
+            return &mks_obj_maps(obj)[i];
+        }
+    }
+    return NULL;
+}
+
+static void test_multi(void **state)
+{
+    (void)state;
+    struct mks_obj *obj = NULL;
+    char err[512];
+    int rc = open_file("multi.bpf.o", &obj, err, sizeof(err));
+    if (rc)
+        print_error("%s\n", err);
+    assert_int_equal(rc, 0);
+
+    /* programs: sections map to hooks and types */
+    assert_int_equal(mks_obj_prog_count(obj), 2);
+    const struct mks_obj_prog *end = mks_obj_prog(obj, 0), *prio = mks_obj_prog(obj, 1);
+    assert_string_equal(end->name, "on_end");
+    assert_string_equal(end->section, "mkscope/task_end");
+    assert_int_equal(end->hook, MKS_EV_TASK_END);
+    assert_int_equal(end->prog_type, MKS_PROG_OBSERVE);
+    assert_int_equal(end->abi_version, 1);
+    assert_string_equal(prio->section, "mkscope.control/task_ready");
+    assert_int_equal(prio->hook, MKS_EV_TASK_READY);
+    assert_int_equal(prio->prog_type, MKS_PROG_CONTROL);
+    assert_null(mks_obj_prog(obj, 2));
+
+    /* BTF-defined maps read back, global data as one-entry arrays */
+    static const struct mks_map_spec want[] = {
+        {"counts", MKS_MAP_ARRAY, 4, 8, 64},
+        {"per_worker", MKS_MAP_PERWORKER_ARRAY, 4, 8, 2},
+        {"by_gen", MKS_MAP_HASH, 8, 4, 128},
+        {"lat", MKS_MAP_HIST, 4, sizeof(struct mks_hist), 4},
+        {"events", MKS_MAP_RINGBUF, 0, 0, 4096},
+        {".rodata", MKS_MAP_ARRAY, 4, 16, 1}, /* scale (8) + mkscope_abi (4), padded */
+        {".data", MKS_MAP_ARRAY, 4, 8, 1},
+        {".bss", MKS_MAP_ARRAY, 4, 8, 1},
+    };
+    assert_int_equal(mks_obj_map_count(obj), sizeof(want) / sizeof(want[0]));
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        const struct mks_map_spec *m = find_map(obj, want[i].name, NULL);
+        if (!m)
+            print_error("map %s missing\n", want[i].name);
+        assert_non_null(m);
+        assert_int_equal(m->type, want[i].type);
+        assert_int_equal(m->key_size, want[i].key_size);
+        assert_int_equal(m->value_size, want[i].value_size);
+        assert_int_equal(m->max_entries, want[i].max_entries);
+    }
+
+    /* initial contents of global data; ordinary maps have none */
+    uint32_t ro, da, bs, cnt;
+    const void *data;
+    size_t len;
+    find_map(obj, ".rodata", &ro);
+    find_map(obj, ".data", &da);
+    find_map(obj, ".bss", &bs);
+    find_map(obj, "counts", &cnt);
+    assert_int_equal(mks_obj_map_init(obj, ro, &data, &len), 0);
+    assert_int_equal(len, 16);
+    /* the order of the two variables is clang's choice */
+    uint64_t w0, w1;
+    memcpy(&w0, data, 8);
+    memcpy(&w1, (const char *)data + 8, 8);
+    assert_true((w0 == 3 && (uint32_t)w1 == 1) || ((uint32_t)w0 == 1 && w1 == 3));
+    assert_int_equal(mks_obj_map_init(obj, da, &data, &len), 0);
+    uint64_t total;
+    memcpy(&total, data, 8);
+    assert_int_equal(total, 7);
+    assert_int_equal(mks_obj_map_init(obj, bs, &data, &len), 0);
+    assert_int_equal(((const uint8_t *)data)[0], 0);
+    assert_int_equal(mks_obj_map_init(obj, cnt, &data, &len), -ENOENT);
+    assert_int_equal(mks_obj_map_init(obj, 99, &data, &len), -EINVAL);
+
+    /* relocated code: map refs by index (src 5), global data by index and
+     * offset (src 6), the subprogram appended and called relatively */
+    int n_map = 0, n_val = 0, n_call = 0;
+    for (uint32_t i = 0; i < end->n_insns; i++) {
+        const struct mks_insn *in = &end->insns[i];
+        if (in->code == 0x18) {
+            uint8_t src = mks_insn_src(in);
+            assert_true(src == MKS_PSEUDO_MAP_IDX || src == MKS_PSEUDO_MAP_IDX_VALUE);
+            assert_true(in->imm >= 0 && (uint32_t)in->imm < mks_obj_map_count(obj));
+            if (src == MKS_PSEUDO_MAP_IDX) {
+                n_map++;
+            } else {
+                n_val++;
+                const struct mks_map_spec *m = &mks_obj_maps(obj)[in->imm];
+                assert_true(m->name[0] == '.');
+                assert_true((uint32_t)end->insns[i + 1].imm < m->value_size);
+            }
+            i++;
+        } else if (in->code == 0x85 && mks_insn_src(in) == MKS_PSEUDO_CALL) {
+            n_call++;
+            assert_true((int64_t)i + 1 + in->imm < end->n_insns);
+        }
+    }
+    assert_int_equal(n_map, 3); /* counts, lat, events */
+    assert_true(n_val >= 3);    /* total (load, store), seen, and scale in the subprogram */
+    assert_int_equal(n_call, 1);
+    mks_obj_close(obj);
+}
+
+/* From memory: same result as from the file; the buffer may go away. */
+static void test_open_mem(void **state)
+{
+    (void)state;
+    size_t len;
+    void *buf = read_obj("multi.bpf.o", &len);
+    struct mks_obj *a = NULL, *b = NULL;
+    char err[512];
+    assert_int_equal(mks_obj_open_mem(buf, len, "multi", &a, err, sizeof(err)), 0);
+    memset(buf, 0, len);
+    free(buf);
+    assert_int_equal(open_file("multi.bpf.o", &b, err, sizeof(err)), 0);
+    assert_int_equal(mks_obj_prog_count(a), mks_obj_prog_count(b));
+    for (uint32_t i = 0; i < mks_obj_prog_count(a); i++) {
+        const struct mks_obj_prog *pa = mks_obj_prog(a, i), *pb = mks_obj_prog(b, i);
+        assert_int_equal(pa->n_insns, pb->n_insns);
+        assert_memory_equal(pa->insns, pb->insns, pa->n_insns * sizeof(struct mks_insn));
+    }
+    mks_obj_close(a);
+    mks_obj_close(b);
+    mks_obj_close(NULL);
+}
+
+static void expect_error(const char *file, int code, const char *msg)
+{
+    struct mks_obj *obj = (struct mks_obj *)0x1;
+    char err[512];
+    int rc = open_file(file, &obj, err, sizeof(err));
+    if (rc != code || !strstr(err, msg))
+        print_error("%s: rc %d err '%s' (want %d '%s')\n", file, rc, err, code, msg);
+    assert_int_equal(rc, code);
+    assert_non_null(strstr(err, msg));
+    assert_null(strchr(err, '\n'));
+    assert_ptr_equal(obj, (struct mks_obj *)0x1); /* untouched on error */
+}
+
+static void test_bad_objects(void **state)
+{
+    (void)state;
+    expect_error("no-such-file.bpf.o", -ENOENT, "cannot open");
+    expect_error("bad_section.bpf.o", -ENOENT,
+                 "program 'p' in unknown section 'mkscope/task_finish'; expected mkscope/<event>");
+    expect_error("linux_map.bpf.o", -EOPNOTSUPP, "map 'arr': unsupported map type 2 (Linux BPF_MAP_TYPE_ARRAY");
+    expect_error("bad_hist.bpf.o", -EINVAL, "map 'h' (key 4, value 8, max_entries 4): value must be struct mks_hist");
+    expect_error("core.bpf.o", -EOPNOTSUPP, "CO-RE relocations");
+    expect_error("too_big.bpf.o", -E2BIG, "instructions with its subprograms; at most 4096");
+
+    /* a declared ABI the runtime lacks opens; the verifier refuses it */
+    struct mks_obj *obj = NULL;
+    char err[512];
+    assert_int_equal(open_file("abi_v2.bpf.o", &obj, err, sizeof(err)), 0);
+    assert_int_equal(mks_obj_prog(obj, 0)->abi_version, 2);
+    mks_obj_close(obj);
+}
+
+static void test_not_bpf(void **state)
+{
+    (void)state;
+    char err[512];
+    struct mks_obj *obj = NULL;
+    static const char text[] = "this is not an ELF object\n";
+    assert_int_equal(mks_obj_open_mem(text, sizeof(text), "text", &obj, err, sizeof(err)), -ENOEXEC);
+    assert_non_null(strstr(err, "text: not an ELF file"));
+    assert_int_equal(mks_obj_open_mem("", 0, "empty", &obj, err, sizeof(err)), -ENOEXEC);
+    assert_non_null(strstr(err, "empty: not an ELF file"));
+    /* this test program: an ELF, but for the host's machine */
+    assert_int_equal(mks_obj_open_file("/proc/self/exe", &obj, err, sizeof(err)), -ENOEXEC);
+    assert_non_null(strstr(err, "is not BPF (247); compile with clang -target bpf"));
+    assert_int_equal(mks_obj_open_mem(NULL, 5, "x", &obj, err, sizeof(err)), -EINVAL);
+}
+
+static void check_damaged(const void *buf, size_t len, int *n_ok, int *n_err)
+{
+    struct mks_obj *obj = NULL;
+    char err[512];
+    err[0] = '\0';
+    int rc = mks_obj_open_mem(buf, len, "damaged", &obj, err, sizeof(err));
+    if (rc == 0) {
+        /* what opens must also be safe to verify */
+        for (uint32_t i = 0; i < mks_obj_prog_count(obj); i++) {
+            const struct mks_obj_prog *p = mks_obj_prog(obj, i);
+            struct mks_verify_opts o = {.sz = sizeof(o), .prog_type = p->prog_type, .abi_version = p->abi_version,
+                                        .hook = p->hook, .maps = mks_obj_maps(obj), .n_maps = mks_obj_map_count(obj)};
+            char log[512];
+            (void)mks_verify(p->insns, p->n_insns, &o, NULL, log, sizeof(log));
+        }
+        mks_obj_close(obj);
+        (*n_ok)++;
+    } else {
+        assert_true(rc < 0);
+        assert_true(err[0] != '\0');
+        assert_null(strchr(err, '\n'));
+        (*n_err)++;
+    }
+}
+
+static void test_truncated(void **state)
+{
+    (void)state;
+    size_t len;
+    uint8_t *buf = read_obj("multi.bpf.o", &len);
+    int ok = 0, bad = 0, tries = 0;
+    size_t stepsz = len / 300 + 1;
+    for (size_t n = 0; n < len; n += stepsz, tries++) {
+        uint8_t *copy = malloc(n ? n : 1); /* exact size, so ASan sees overreads */
+        memcpy(copy, buf, n);
+        check_damaged(copy, n, &ok, &bad);
+        free(copy);
+    }
+    /* the section header table sits at the end: every strict prefix fails */
+    assert_int_equal(ok, 0);
+    assert_int_equal(bad, tries);
+    assert_true(tries >= 250);
+    free(buf);
+}
+
+static void test_flipped_bytes(void **state)
+{
+    (void)state;
+    const char *files[] = {"multi.bpf.o", "depwait.bpf.o"};
+    int ok = 0, bad = 0;
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (size_t f = 0; f < 2; f++) {
+        size_t len;
+        uint8_t *buf = read_obj(files[f], &len);
+        uint8_t *copy = malloc(len);
+        for (int iter = 0; iter < 400; iter++) {
+            memcpy(copy, buf, len);
+            int flips = 1 + iter % 4;
+            for (int k = 0; k < flips; k++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                size_t pos = (size_t)(seed >> 33) % len;
+                copy[pos] ^= (uint8_t)(1u << ((seed >> 20) & 7));
+            }
+            check_damaged(copy, len, &ok, &bad);
+        }
+        free(copy);
+        free(buf);
+    }
+    /* flips in debug info leave the object usable, flips in headers don't */
+    print_message("flipped bytes: %d objects opened, %d refused\n", ok, bad);
+    assert_true(ok > 0);
+    assert_true(bad > 0);
+}
+
+/* Runs fn in a child where the bpf() system call kills the process;
+ * returns the wait status. */
+static int run_without_bpf(int (*fn)(void))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct sock_filter filt[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_bpf, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog prog = {.len = sizeof(filt) / sizeof(filt[0]), .filter = filt};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+            syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0)
+            _exit(3);
+        _exit(fn());
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static int open_all(void)
+{
+    const char *files[] = {"multi.bpf.o", "count.bpf.o", "latency.bpf.o", "depwait.bpf.o", "queue.bpf.o",
+                           "genprog.bpf.o"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        struct mks_obj *obj = NULL;
+        char err[512];
+        if (open_file(files[i], &obj, err, sizeof(err)) != 0)
+            return 4;
+        mks_obj_close(obj);
+    }
+    return 0;
+}
+
+static int call_bpf(void)
+{
+    return syscall(__NR_bpf, 0, NULL, 0) == -1 ? 5 : 6;
+}
+
+/* Open and relocate with bpf() forbidden: a call would kill the child. */
+static void test_no_bpf_syscall(void **state)
+{
+    (void)state;
+    /* the trap works: a direct bpf() call dies of SIGSYS */
+    int status = run_without_bpf(call_bpf);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGSYS);
+
+    status = run_without_bpf(open_all);
+    if (!WIFEXITED(status))
+        print_error("child killed by signal %d (a bpf() call?)\n", WIFSIGNALED(status) ? WTERMSIG(status) : -1);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_sections(void **state)
+{
+    (void)state;
+    int32_t hook = -2;
+    uint32_t type = 0;
+    assert_int_equal(mks_hook_from_section("mkscope/task_end", &hook, &type), 0);
+    assert_int_equal(hook, MKS_EV_TASK_END);
+    assert_int_equal(type, MKS_PROG_OBSERVE);
+    assert_int_equal(mks_hook_from_section("mkscope.control/task_assign", &hook, &type), 0);
+    assert_int_equal(hook, MKS_EV_TASK_ASSIGN);
+    assert_int_equal(type, MKS_PROG_CONTROL);
+    assert_int_equal(mks_hook_from_section("mkscope/queue_pressure", &hook, NULL), 0);
+    assert_int_equal(hook, MKS_EV_QUEUE_PRESSURE);
+    assert_int_equal(mks_hook_from_section("mkscope/", &hook, &type), -ENOENT);
+    assert_int_equal(mks_hook_from_section("kprobe/task_end", &hook, &type), -ENOENT);
+    assert_int_equal(mks_hook_from_section("mkscope/task_end2", &hook, &type), -ENOENT);
+    assert_int_equal(mks_hook_from_section(NULL, &hook, &type), -EINVAL);
+    for (uint32_t e = 0; e < MKS_EV_COUNT; e++) {
+        char sec[64];
+        snprintf(sec, sizeof(sec), "mkscope/%s", mks_hook_event_name(e));
+        assert_int_equal(mks_hook_from_section(sec, &hook, NULL), 0);
+        assert_int_equal(hook, (int32_t)e);
+    }
+    assert_null(mks_hook_event_name(MKS_EV_COUNT));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        progdir = argv[1];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_multi),         cmocka_unit_test(test_open_mem),
+        cmocka_unit_test(test_bad_objects),   cmocka_unit_test(test_not_bpf),
+        cmocka_unit_test(test_truncated),     cmocka_unit_test(test_flipped_bytes),
+        cmocka_unit_test(test_no_bpf_syscall), cmocka_unit_test(test_sections),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

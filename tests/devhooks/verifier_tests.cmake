@@ -1,0 +1,28 @@
+# Verifier and loader tests (included from tests/devhooks/CMakeLists.txt).
+# Test programs in progs/ and the agent's standard monitors are compiled with
+# clang -target bpf; the tests find them through MKS_VERIFIER_PROGS.
+set(MKS_VERIFIER_PROG_SOURCES
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/multi.bpf.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/bad_section.bpf.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/linux_map.bpf.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/bad_hist.bpf.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/core.bpf.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/too_big.bpf.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/abi_v2.bpf.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/rejected.bpf.c
+  ${PROJECT_SOURCE_DIR}/agent/monitors/count.bpf.c
+  ${PROJECT_SOURCE_DIR}/agent/monitors/latency.bpf.c
+  ${PROJECT_SOURCE_DIR}/agent/monitors/depwait.bpf.c
+  ${PROJECT_SOURCE_DIR}/agent/monitors/queue.bpf.c
+  ${PROJECT_SOURCE_DIR}/agent/monitors/genprog.bpf.c
+)
+mks_bpf_object(mks_verifier_test_progs SOURCES ${MKS_VERIFIER_PROG_SOURCES}
+               INCLUDES ${PROJECT_SOURCE_DIR}/agent/monitors)
+set(progdir ${CMAKE_CURRENT_BINARY_DIR})
+
+mks_add_test(devhooks_verifier_reject SOURCES verifier_reject.c LIBS mks_devhooks)
+mks_add_test(devhooks_verifier_accept SOURCES verifier_accept.c LIBS mks_devhooks
+             ARGS ${progdir})
+add_dependencies(devhooks_verifier_accept mks_verifier_test_progs)
+mks_add_test(devhooks_loader SOURCES loader_test.c LIBS mks_devhooks ARGS ${progdir})
+add_dependencies(devhooks_loader mks_verifier_test_progs)
