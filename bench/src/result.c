@@ -118,8 +118,10 @@ struct mks_bench_result *bb_result_alloc(uint32_t ranks, uint32_t steps, uint32_
     if (with_times) {
         r->step_ns = calloc((size_t)ranks * steps, sizeof(*r->step_ns));
         r->class_counts = calloc((size_t)ranks * (n_classes ? n_classes : 1), sizeof(uint64_t));
+        r->faulted = calloc(ranks, sizeof(uint64_t));
     }
-    if (!r->tokens || !r->req_gen || !r->logit_sum || (with_times && (!r->step_ns || !r->class_counts))) {
+    if (!r->tokens || !r->req_gen || !r->logit_sum ||
+        (with_times && (!r->step_ns || !r->class_counts || !r->faulted))) {
         mks_bench_result_free(r);
         return NULL;
     }
@@ -132,6 +134,7 @@ void mks_bench_result_free(struct mks_bench_result *r)
         return;
     free(r->step_ns);
     free(r->class_counts);
+    free(r->faulted);
     free(r->tokens);
     free(r->req_gen);
     free(r->logit_sum);
@@ -192,6 +195,7 @@ int mks_bench_result_write_json(const struct mks_bench_result *res,
         json_object_set_new(o, "step_ns", st);
         json_object_set_new(o, "total_ns", json_integer((json_int_t)tot));
         json_object_set_new(o, "class_counts", cc);
+        json_object_set_new(o, "faulted_tasks", json_integer((json_int_t)res->faulted[r]));
         json_array_append_new(ranks, o);
     }
     json_object_set_new(root, "ranks", ranks);

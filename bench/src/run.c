@@ -45,6 +45,7 @@ static int collect(struct bs_shm *shm, const struct mks_bench_config *cfg, uint6
         memcpy(res->step_ns + (size_t)r * S, rr.step_ns, sizeof(uint64_t) * S);
         memcpy(res->class_counts + (size_t)r * C, rr.class_counts, sizeof(uint64_t) * C);
         res->prof_dropped += *rr.prof_dropped;
+        res->faulted[r] = *rr.faulted;
         if (memcmp(rr.tokens, r0.tokens, sizeof(int32_t) * S * B)) {
             mks_bench_result_free(res);
             return bb_err(err, err_len, -EPROTO, "rank %u sampled other tokens than rank 0", r);

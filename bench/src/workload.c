@@ -735,6 +735,7 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
     for (uint32_t c = 0; c < ro.n_classes; c++)
         rk.res.class_counts[c] = br_class_count(rk.rt, c);
     *rk.res.prof_dropped = br_prof_dropped(rk.rt);
+    *rk.res.faulted = br_faulted(rk.rt);
 #ifdef MKS_BENCH_PROFILER
     if (cfg->trace) {
         char path[4096];

@@ -111,6 +111,8 @@ struct mks_bench_result {
     int32_t *tokens;         /* [step * batch + slot]: sampled token, -1 idle */
     double *logit_sum;       /* [step]: sum of the logits of the active slots */
     uint64_t *req_gen;       /* [step * batch + slot]: request generation */
+    uint64_t *faulted;       /* [rank]: tasks a fault plan delayed, held or
+                                passed over (the injector's own count) */
     uint64_t wall_ns;        /* launch to last rank done */
     uint64_t prof_dropped;   /* native profiler records dropped (all ranks) */
 };

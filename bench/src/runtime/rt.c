@@ -49,6 +49,7 @@ struct br_worker {
     uint32_t prof_n;
     uint64_t prof_dropped;
     int64_t sleep_debt; /* ns injected sleeps overshot so far */
+    uint64_t faulted;   /* tasks a fault plan changed */
 };
 
 struct br_rt {
@@ -481,6 +482,8 @@ void br_fault_sleep(struct br_rt *rt, uint32_t worker, uint64_t ns)
 
 static void run_task(struct br_rt *rt, struct br_worker *w, struct br_task *t, uint32_t depth)
 {
+    if (t->hold_ns | t->run_delay_ns | t->notify_delay_ns | t->starve_ns | t->comm_delay_ns)
+        w->faulted++;
     if (t->hold_ns)
         br_fault_sleep(rt, w->id, t->hold_ns);
     t->t_start = bb_now_ns();
@@ -658,6 +661,14 @@ uint64_t br_class_count(const struct br_rt *rt, uint32_t cls)
     uint64_t n = 0;
     for (uint32_t i = 0; i < rt->o.n_workers; i++)
         n += rt->w[i].class_count[cls];
+    return n;
+}
+
+uint64_t br_faulted(const struct br_rt *rt)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < rt->o.n_workers; i++)
+        n += rt->w[i].faulted;
     return n;
 }
 

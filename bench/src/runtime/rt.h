@@ -131,6 +131,8 @@ void br_fault_sleep(struct br_rt *rt, uint32_t worker, uint64_t ns);
 /* Counts the runtime keeps itself, independent of hooks. */
 uint64_t br_class_count(const struct br_rt *rt, uint32_t cls);
 uint64_t br_passovers(const struct br_rt *rt);
+/* Tasks whose execution a fault plan changed (delayed, held, passed over). */
+uint64_t br_faulted(const struct br_rt *rt);
 uint32_t br_order_get(const struct br_rt *rt, const struct br_order **order_p);
 
 /* Native profiler (compiled in with MKS_BENCH_PROFILER): per-worker records. */

@@ -248,6 +248,7 @@ void bs_result(struct bs_shm *shm, uint32_t rank, struct bs_result *r)
     q += align_up(st * 8);
     r->tokens = (int32_t *)q;
     r->prof_dropped = (uint64_t *)p + 1;
+    r->faulted = (uint64_t *)p + 2;
 }
 
 void bs_result_set_done(struct bs_shm *shm, uint32_t rank, uint32_t v)

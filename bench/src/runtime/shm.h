@@ -41,6 +41,7 @@ struct bs_result {
     _Atomic uint32_t done; /* 1 ok, 2 failed */
     uint32_t pad;
     uint64_t *prof_dropped;
+    uint64_t *faulted;
     uint64_t *step_ns;      /* [steps] */
     uint64_t *class_counts; /* [n_classes] */
     int32_t *tokens;        /* [steps * batch] */

@@ -1,0 +1,195 @@
+/*
+ * Fault specs: every type parses with its documented defaults, every bad spec
+ * is refused with a one-line reason, and the ground truth file carries what
+ * the spec said (nothing measured).
+ */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "mkscope/bench.h"
+#include "mkscope/commid.h"
+
+static struct mks_bench_config cfg4(void)
+{
+    struct mks_bench_config c;
+    mks_bench_config_default(&c);
+    c.ranks = 4;
+    c.steps = 20;
+    return c;
+}
+
+static void test_types_and_defaults(void **state)
+{
+    (void)state;
+    struct mks_bench_config c = cfg4();
+    struct mks_fault f;
+    char err[256];
+    char nb[32];
+    assert_int_equal(mks_fault_parse("task-delay:rank=2,class=attention,magnitude=1500,steps=5-9",
+                                     &c, &f, err, sizeof(err)),
+                     0);
+    assert_int_equal(f.type, MKS_FAULT_TASK_DELAY);
+    assert_int_equal(f.rank, 2);
+    assert_string_equal(mks_bench_class_name(&c, (uint32_t)f.cls, nb, sizeof(nb)), "attention");
+    assert_int_equal(f.magnitude_us, 1500);
+    assert_int_equal(f.step_lo, 5);
+    assert_int_equal(f.step_hi, 9);
+    assert_int_equal(f.gen, MKS_FAULT_ANY);
+    assert_string_equal(mks_fault_cause(&f), "slow_task");
+
+    /* steps past the run are clipped to it; no steps means all */
+    assert_int_equal(mks_fault_parse("notify-delay:rank=1,steps=3-1000", &c, &f, err, sizeof(err)), 0);
+    assert_int_equal(f.step_hi, 19);
+    assert_string_equal(mks_fault_cause(&f), "notify_delay");
+    assert_int_equal(mks_fault_parse("queue-oversub", &c, &f, err, sizeof(err)), 0);
+    assert_int_equal(f.rank, 0);
+    assert_int_equal(f.step_lo, 0);
+    assert_int_equal(f.step_hi, 19);
+    assert_string_equal(mks_fault_cause(&f), "local_imbalance");
+
+    /* moe-skew: the hot expert lives on the faulty rank */
+    assert_int_equal(mks_fault_parse("moe-skew:rank=3", &c, &f, err, sizeof(err)), 0);
+    assert_int_equal(f.expert, 3);
+    assert_string_equal(mks_bench_class_name(&c, (uint32_t)f.cls, nb, sizeof(nb)), "expert.3");
+    assert_int_equal(mks_fault_parse("moe-skew:expert=6", &c, &f, err, sizeof(err)), 0);
+    assert_int_equal(f.rank, 2);
+    assert_int_equal(mks_fault_parse("comm-delay:rank=1,gen=3,magnitude=10", &c, &f, err, sizeof(err)), 0);
+    assert_int_equal(f.gen, 3);
+    assert_string_equal(mks_fault_cause(&f), "slow_transfer");
+    assert_int_equal(mks_fault_parse("tile-starve:rank=1,class=o_proj,tile=3", &c, &f, err, sizeof(err)), 0);
+    assert_int_equal(f.tile, 3);
+}
+
+static void expect_bad(const struct mks_bench_config *c, const char *spec, const char *needle)
+{
+    struct mks_fault f;
+    memset(&f, 0x5a, sizeof(f));
+    char err[256] = "";
+    assert_int_equal(mks_fault_parse(spec, c, &f, err, sizeof(err)), -22);
+    if (!strstr(err, needle))
+        fail_msg("spec '%s': error '%s' lacks '%s'", spec, err, needle);
+    assert_null(strchr(err, '\n'));
+    assert_int_equal(f.type, 0x5a5a5a5a); /* untouched on error */
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    struct mks_bench_config c = cfg4();
+    expect_bad(&c, "slow-everything:rank=1", "unknown type");
+    expect_bad(&c, "task-delay:rank=4", "rank '4' not in 0..3");
+    expect_bad(&c, "task-delay:rank=-1", "rank");
+    expect_bad(&c, "task-delay:rank=x", "rank");
+    expect_bad(&c, "task-delay:class=softmax", "unknown task class 'softmax'");
+    expect_bad(&c, "task-delay:class=expert.8", "unknown task class");
+    expect_bad(&c, "task-delay:magnitude=abc", "magnitude");
+    expect_bad(&c, "task-delay:magnitude=99999999999", "magnitude");
+    expect_bad(&c, "task-delay:steps=9-5", "steps");
+    expect_bad(&c, "task-delay:steps=20", "steps start at 20");
+    expect_bad(&c, "task-delay:rank", "not key=value");
+    expect_bad(&c, "task-delay:=3", "not key=value");
+    expect_bad(&c, "task-delay:colour=red", "unknown key 'colour'");
+    expect_bad(&c, "tile-starve:class=attention", "tiled class");
+    expect_bad(&c, "tile-starve:tile=4", "tile 4 not in 0..3");
+    expect_bad(&c, "comm-delay:gen=4", "all-reduce index");
+    expect_bad(&c, "comm-delay:class=qkv_proj", "allreduce_send");
+    expect_bad(&c, "moe-skew:rank=1,expert=2", "expert 2 lives on rank 2");
+    expect_bad(&c, "queue-oversub:worker=2", "worker '2' not in 0..1");
+    struct mks_bench_config one = c;
+    one.ranks = 1;
+    expect_bad(&one, "comm-delay", "at least 2 ranks");
+    char longspec[600];
+    memset(longspec, 'a', sizeof(longspec) - 1);
+    longspec[sizeof(longspec) - 1] = 0;
+    expect_bad(&c, longspec, "too long");
+}
+
+static void test_truth_file(void **state)
+{
+    (void)state;
+    struct mks_bench_config c = cfg4();
+    struct mks_fault f[2];
+    char err[256];
+    assert_int_equal(mks_fault_parse("comm-delay:rank=2,gen=1,magnitude=700,steps=4-5", &c, &f[0],
+                                     err, sizeof(err)),
+                     0);
+    assert_int_equal(mks_fault_parse("task-delay:rank=1,class=qkv_proj,gen=8,steps=5-9", &c, &f[1],
+                                     err, sizeof(err)),
+                     0);
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/mks-truth-%d.json", (int)getpid());
+    assert_int_equal(mks_bench_truth_write(&c, f, 2, path, err, sizeof(err)), 0);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    unlink(path);
+    assert_non_null(root);
+    json_t *faults = json_object_get(root, "faults");
+    assert_int_equal(json_array_size(faults), 2);
+    json_t *a = json_array_get(faults, 0), *b = json_array_get(faults, 1);
+    assert_string_equal(json_string_value(json_object_get(a, "type")), "comm-delay");
+    assert_string_equal(json_string_value(json_object_get(a, "cause")), "slow_transfer");
+    assert_int_equal(json_integer_value(json_object_get(a, "rank")), 2);
+    assert_string_equal(json_string_value(json_object_get(a, "class")), "allreduce_send");
+    /* 2 steps x 3 peers, each the id the producer stamps */
+    json_t *cg = json_object_get(a, "comm_gens");
+    assert_int_equal(json_array_size(cg), 6);
+    uint64_t id = (uint64_t)json_integer_value(json_array_get(cg, 0));
+    assert_int_equal(mks_commid_src_rank(id), 2);
+    assert_int_equal(mks_commid_dst_rank(id), 0);
+    assert_int_equal(mks_commid_step(id), 4);
+    assert_string_equal(json_string_value(json_object_get(b, "type")), "task-delay");
+    assert_string_equal(json_string_value(json_object_get(b, "class")), "qkv_proj");
+    json_t *tg = json_object_get(b, "task_gens");
+    assert_int_equal(json_array_size(tg), 1); /* gen 8 = step 7, inside 5-9 */
+    assert_int_equal(json_integer_value(json_array_get(tg, 0)), 8);
+    json_t *st = json_object_get(b, "steps");
+    assert_int_equal(json_integer_value(json_array_get(st, 0)), 5);
+    assert_int_equal(json_integer_value(json_array_get(st, 1)), 9);
+    json_decref(root);
+    assert_int_not_equal(mks_bench_truth_write(&c, f, 2, "/nonexistent/dir/t.json", err, sizeof(err)), 0);
+}
+
+static void test_config_check(void **state)
+{
+    (void)state;
+    struct mks_bench_config c = cfg4();
+    char err[256];
+    assert_int_equal(mks_bench_config_check(&c, err, sizeof(err)), 0);
+    c.ranks = 0;
+    assert_int_equal(mks_bench_config_check(&c, err, sizeof(err)), -22);
+    assert_non_null(strstr(err, "ranks 0"));
+    c = cfg4();
+    c.topk = 9;
+    assert_int_equal(mks_bench_config_check(&c, err, sizeof(err)), -22);
+    c = cfg4();
+    c.job = "bad/name";
+    assert_int_equal(mks_bench_config_check(&c, err, sizeof(err)), -22);
+    c = cfg4();
+    c.tiles = 64;
+    c.hidden = 32;
+    assert_int_equal(mks_bench_config_check(&c, err, sizeof(err)), -22);
+    assert_int_equal(mks_bench_class_find(&c, "moe_router"), 6);
+    assert_int_equal(mks_bench_class_find(&c, "expert.7"), 17);
+    assert_int_equal(mks_bench_class_find(&c, "expert.-1"), -1);
+    assert_int_equal(mks_bench_class_find(&c, "expert."), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_types_and_defaults),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_truth_file),
+        cmocka_unit_test(test_config_check),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
