@@ -37,6 +37,7 @@ struct poly {
 struct rank_state {
     int placed, anchored;
     int64_t c, h;
+    double box_u; /* |u| bound of the first estimate h, ns */
     struct poly p;
 };
 
@@ -247,7 +248,7 @@ int mks_clock_add_edges(struct mks_clock_model *m, const struct mks_clock_edge *
 
 static int set_box(struct mks_clock_model *m, struct rank_state *r, int point)
 {
-    double U = m->opts.max_offset_ns, W = m->opts.max_drift * NS_PER_S;
+    double U = r->box_u, W = m->opts.max_drift * NS_PER_S;
 
     if (poly_reserve(&r->p, 4))
         return -ENOMEM;
@@ -285,6 +286,7 @@ static int place_ranks(struct mks_clock_model *m)
             r->placed = r->anchored = 1;
             r->c = (int64_t)a->device_ns;
             r->h = (int64_t)(a->host_lo_ns + (a->host_hi_ns - a->host_lo_ns) / 2);
+            r->box_u = m->opts.max_offset_ns;
             if ((err = set_box(m, r, 0)))
                 goto out;
         }
@@ -313,14 +315,21 @@ static int place_ranks(struct mks_clock_model *m)
             struct rank_state *a = &m->r[e->src_rank], *b = &m->r[e->dst_rank];
             if (a->placed == b->placed)
                 continue;
+            /* the first estimate inherits the placed rank's uncertainty,
+             * what its drift can add between its reference and this edge,
+             * and the edge's unknown latency (bounded by max_offset_ns) */
             if (a->placed) {
                 b->c = (int64_t)e->dst_ns;
                 b->h = a->h + ((int64_t)e->src_ns - a->c) + (int64_t)e->min_latency_ns;
+                b->box_u = a->box_u + m->opts.max_offset_ns +
+                           2 * m->opts.max_drift * fabs((double)((int64_t)e->src_ns - a->c));
                 b->placed = 1;
                 err = set_box(m, b, 0);
             } else {
                 a->c = (int64_t)e->src_ns;
                 a->h = b->h + ((int64_t)e->dst_ns - b->c) - (int64_t)e->min_latency_ns;
+                a->box_u = b->box_u + m->opts.max_offset_ns +
+                           2 * m->opts.max_drift * fabs((double)((int64_t)e->dst_ns - b->c));
                 a->placed = 1;
                 err = set_box(m, a, 0);
             }
@@ -407,6 +416,7 @@ int mks_clock_solve(struct mks_clock_model *m)
     m->solved = 0;
     for (uint32_t i = 0; i < m->nranks; i++) {
         m->r[i].placed = m->r[i].anchored = 0;
+        m->r[i].box_u = 0;
         m->r[i].p.n = 0;
     }
     if ((err = place_ranks(m)) || (err = apply_anchors(m)))

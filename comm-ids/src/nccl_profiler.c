@@ -6,9 +6,8 @@
  *
  * NCCL calls init once per communicator; the plugin asks for collective
  * events only (ncclProfileColl; NCCL also starts their group events), whose
- * descriptor carries the per-function
- * sequence number that, together with the communicator hash, names the
- * collective identically on every rank.  startEvent takes the start time,
+ * descriptor carries the per-function sequence number that, together with
+ * the communicator hash, names the collective identically on every rank.  startEvent takes the start time,
  * stopEvent the stop time and writes the record.  One ring per process,
  * shared by all its communicators and guarded by a mutex, because NCCL may
  * call from the application's threads and from its own.

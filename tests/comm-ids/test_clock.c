@@ -77,11 +77,13 @@ static long double truth(const struct world *w, int rank, uint64_t d)
     return DEV_BASE + t * (1.0L + w->eps[0]) + w->phi[0];
 }
 
-/* Edges between the listed ordered pairs, `rate` per second each, over `dur_s`. */
-static void add_edges(struct mks_clock_model *m, const struct world *w, struct rng *r,
-                      int (*linked)(int a, int b, int n), double rate, double dur_s)
+/* Edges between the listed ordered pairs, `rate` per second each, released
+ * in [from_s, to_s). */
+static void add_edges_between(struct mks_clock_model *m, const struct world *w, struct rng *r,
+                              int (*linked)(int a, int b, int n), double rate, double from_s,
+                              double to_s)
 {
-    size_t per_pair = (size_t)(rate * dur_s), cap = 4096, k = 0;
+    size_t per_pair = (size_t)(rate * (to_s - from_s)), cap = 4096, k = 0;
     struct mks_clock_edge *e = malloc(cap * sizeof(*e));
     assert_non_null(e);
     for (int a = 0; a < w->nranks; a++)
@@ -89,7 +91,7 @@ static void add_edges(struct mks_clock_model *m, const struct world *w, struct r
             if (a == b || !linked(a, b, w->nranks))
                 continue;
             for (size_t i = 0; i < per_pair; i++) {
-                long double t = uniform(r, 0, dur_s * 1e9);
+                long double t = uniform(r, from_s * 1e9, to_s * 1e9);
                 long double lat = uniform(r, 1000, 20000);
                 e[k++] = (struct mks_clock_edge){.src_rank = (uint32_t)a, .dst_rank = (uint32_t)b,
                                                  .src_ns = dev_read(w, a, t),
@@ -103,6 +105,12 @@ static void add_edges(struct mks_clock_model *m, const struct world *w, struct r
         }
     assert_int_equal(mks_clock_add_edges(m, e, k), 0);
     free(e);
+}
+
+static void add_edges(struct mks_clock_model *m, const struct world *w, struct rng *r,
+                      int (*linked)(int a, int b, int n), double rate, double dur_s)
+{
+    add_edges_between(m, w, r, linked, rate, 0, dur_s);
 }
 
 static void add_anchors(struct mks_clock_model *m, const struct world *w, struct rng *r, int rank,
@@ -278,6 +286,46 @@ static void test_ring_topology(void **state)
     mks_clock_model_destroy(m);
 }
 
+/* A long run with a tight offset prior: rank 1 is first reached through an
+ * edge with rank 2 some 90 s after rank 2's reference, so its first estimate
+ * is off by what drift adds over 90 s (up to 18 ms, far beyond
+ * max_offset_ns = 1 ms); the bound must still hold. */
+static int pair_0_2(int a, int b, int n)
+{
+    (void)n;
+    return (a == 0 && b == 2) || (a == 2 && b == 0);
+}
+
+static int pair_1_2(int a, int b, int n)
+{
+    (void)n;
+    return (a == 1 && b == 2) || (a == 2 && b == 1);
+}
+
+static void test_long_run_tight_prior(void **state)
+{
+    (void)state;
+    struct rng r = {5};
+    struct world w;
+    struct check c;
+    struct mks_clock_model *m = NULL;
+    struct mks_clock_opts o = {.sz = sizeof(o), .max_offset_ns = 1e6};
+
+    assert_int_equal(mks_clock_model_create(3, &o, &m), 0);
+    make_world(&w, &r, 3, 0);
+    w.eps[2] = -100e-6; /* 200 ppm apart from rank 1 */
+    w.eps[1] = 100e-6;
+    add_edges_between(m, &w, &r, pair_0_2, 2, 0, 1);     /* places 2 near 0's reference */
+    add_edges_between(m, &w, &r, pair_1_2, 50, 90, 100); /* places 1 late */
+    add_edges_between(m, &w, &r, pair_0_2, 50, 0, 100);
+    assert_int_equal(mks_clock_solve(m), 0);
+    check_alignment(m, &w, 100.0, &c);
+    printf("  100 s, late placement: worst error %.1f ns, mean bound %.1f ns\n", c.max_err_ns,
+           c.mean_bound);
+    assert_int_equal(c.violations, 0);
+    mks_clock_model_destroy(m);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -336,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_many_seeds),
         cmocka_unit_test(test_anchors_refined_by_edges),
         cmocka_unit_test(test_ring_topology),
+        cmocka_unit_test(test_long_run_tight_prior),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,8 +34,9 @@
  *
  * Guarantee holds when: anchors' intervals contain the host time of the
  * device read; edges are real causal pairs and L is a true lower bound on
- * the latency measured on the time line; |drift| <= max_drift; offsets are
- * within max_offset_ns of the first estimate (an anchor's or an edge's).
+ * the latency measured on the time line; |drift| <= max_drift; anchors'
+ * midpoints are within max_offset_ns of the truth, and so is the latency of
+ * the edge that first connects a rank without anchors.
  */
 #ifndef MKSCOPE_CLOCK_H
 #define MKSCOPE_CLOCK_H
@@ -68,7 +69,7 @@ struct mks_clock_edge {
 struct mks_clock_opts {
     size_t sz;            /* sizeof(struct mks_clock_opts) */
     double max_drift;     /* bound on |drift|, dimensionless; 0: 500e-6 */
-    double max_offset_ns; /* bound on the first estimate's error; 0: 1 s */
+    double max_offset_ns; /* bound on first estimates' errors (see above); 0: 1 s */
     uint32_t tick_ns;     /* device clock granularity; 0: 1 ns (globaltimer: 32) */
     uint32_t max_rounds;  /* propagation rounds over all edges; 0: 16 */
 };
