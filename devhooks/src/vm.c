@@ -257,7 +257,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     const struct mks_insn *insns = env->insns;
     const uint32_t n = env->n_insns;
     const uint64_t limit = env->insn_limit ? env->insn_limit : ~0ull;
-    uint64_t count = 0;
+    uint64_t budget = limit; /* instructions left */
     uint32_t pc = 0, depth = 0;
     int err = MKS_VM_OK;
 
@@ -289,11 +289,11 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             err = MKS_VM_EJUMP;
             goto out;
         }
-        if (MKS_UNLIKELY(++count > limit)) {
-            count--;
+        if (MKS_UNLIKELY(budget == 0)) {
             err = MKS_VM_ELIMIT;
             goto out;
         }
+        budget--;
         ip = &insns[pc];
         dst = ip->regs & 0x0f;
         src = ip->regs >> 4;
@@ -341,12 +341,12 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 
         switch (ip->code) {
         /* ---- ALU64 ---- */
-        case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_K:
-        case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_X: r[dst] += SRC64; break;
-        case MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_K:
-        case MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_X: r[dst] -= SRC64; break;
-        case MKS_BPF_ALU64 | MKS_BPF_MUL | MKS_BPF_K:
-        case MKS_BPF_ALU64 | MKS_BPF_MUL | MKS_BPF_X: r[dst] *= SRC64; break;
+        case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_K: r[dst] += imm; break;
+        case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_X: r[dst] += r[src]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_K: r[dst] -= imm; break;
+        case MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_X: r[dst] -= r[src]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_MUL | MKS_BPF_K: r[dst] *= imm; break;
+        case MKS_BPF_ALU64 | MKS_BPF_MUL | MKS_BPF_X: r[dst] *= r[src]; break;
         case MKS_BPF_ALU64 | MKS_BPF_DIV | MKS_BPF_K:
         case MKS_BPF_ALU64 | MKS_BPF_DIV | MKS_BPF_X: {
             uint64_t s = SRC64;
@@ -373,16 +373,16 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             }
             break;
         }
-        case MKS_BPF_ALU64 | MKS_BPF_OR | MKS_BPF_K:
-        case MKS_BPF_ALU64 | MKS_BPF_OR | MKS_BPF_X: r[dst] |= SRC64; break;
-        case MKS_BPF_ALU64 | MKS_BPF_AND | MKS_BPF_K:
-        case MKS_BPF_ALU64 | MKS_BPF_AND | MKS_BPF_X: r[dst] &= SRC64; break;
-        case MKS_BPF_ALU64 | MKS_BPF_XOR | MKS_BPF_K:
-        case MKS_BPF_ALU64 | MKS_BPF_XOR | MKS_BPF_X: r[dst] ^= SRC64; break;
-        case MKS_BPF_ALU64 | MKS_BPF_LSH | MKS_BPF_K:
-        case MKS_BPF_ALU64 | MKS_BPF_LSH | MKS_BPF_X: r[dst] <<= (SRC64 & 63); break;
-        case MKS_BPF_ALU64 | MKS_BPF_RSH | MKS_BPF_K:
-        case MKS_BPF_ALU64 | MKS_BPF_RSH | MKS_BPF_X: r[dst] >>= (SRC64 & 63); break;
+        case MKS_BPF_ALU64 | MKS_BPF_OR | MKS_BPF_K: r[dst] |= imm; break;
+        case MKS_BPF_ALU64 | MKS_BPF_OR | MKS_BPF_X: r[dst] |= r[src]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_AND | MKS_BPF_K: r[dst] &= imm; break;
+        case MKS_BPF_ALU64 | MKS_BPF_AND | MKS_BPF_X: r[dst] &= r[src]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_XOR | MKS_BPF_K: r[dst] ^= imm; break;
+        case MKS_BPF_ALU64 | MKS_BPF_XOR | MKS_BPF_X: r[dst] ^= r[src]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_LSH | MKS_BPF_K: r[dst] <<= (imm & 63); break;
+        case MKS_BPF_ALU64 | MKS_BPF_LSH | MKS_BPF_X: r[dst] <<= (r[src] & 63); break;
+        case MKS_BPF_ALU64 | MKS_BPF_RSH | MKS_BPF_K: r[dst] >>= (imm & 63); break;
+        case MKS_BPF_ALU64 | MKS_BPF_RSH | MKS_BPF_X: r[dst] >>= (r[src] & 63); break;
         case MKS_BPF_ALU64 | MKS_BPF_ARSH | MKS_BPF_K:
         case MKS_BPF_ALU64 | MKS_BPF_ARSH | MKS_BPF_X:
             r[dst] = (uint64_t)((int64_t)r[dst] >> (SRC64 & 63));
@@ -413,12 +413,12 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             break;
 
         /* ---- ALU (32-bit, upper half of dst zeroed) ---- */
-        case MKS_BPF_ALU | MKS_BPF_ADD | MKS_BPF_K:
-        case MKS_BPF_ALU | MKS_BPF_ADD | MKS_BPF_X: ALU32(DST32 + SRC32); break;
-        case MKS_BPF_ALU | MKS_BPF_SUB | MKS_BPF_K:
-        case MKS_BPF_ALU | MKS_BPF_SUB | MKS_BPF_X: ALU32(DST32 - SRC32); break;
-        case MKS_BPF_ALU | MKS_BPF_MUL | MKS_BPF_K:
-        case MKS_BPF_ALU | MKS_BPF_MUL | MKS_BPF_X: ALU32(DST32 * SRC32); break;
+        case MKS_BPF_ALU | MKS_BPF_ADD | MKS_BPF_K: ALU32(DST32 + ((uint32_t)imm)); break;
+        case MKS_BPF_ALU | MKS_BPF_ADD | MKS_BPF_X: ALU32(DST32 + ((uint32_t)r[src])); break;
+        case MKS_BPF_ALU | MKS_BPF_SUB | MKS_BPF_K: ALU32(DST32 - ((uint32_t)imm)); break;
+        case MKS_BPF_ALU | MKS_BPF_SUB | MKS_BPF_X: ALU32(DST32 - ((uint32_t)r[src])); break;
+        case MKS_BPF_ALU | MKS_BPF_MUL | MKS_BPF_K: ALU32(DST32 * ((uint32_t)imm)); break;
+        case MKS_BPF_ALU | MKS_BPF_MUL | MKS_BPF_X: ALU32(DST32 * ((uint32_t)r[src])); break;
         case MKS_BPF_ALU | MKS_BPF_DIV | MKS_BPF_K:
         case MKS_BPF_ALU | MKS_BPF_DIV | MKS_BPF_X: {
             uint32_t s = SRC32;
@@ -445,16 +445,16 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             }
             break;
         }
-        case MKS_BPF_ALU | MKS_BPF_OR | MKS_BPF_K:
-        case MKS_BPF_ALU | MKS_BPF_OR | MKS_BPF_X: ALU32(DST32 | SRC32); break;
-        case MKS_BPF_ALU | MKS_BPF_AND | MKS_BPF_K:
-        case MKS_BPF_ALU | MKS_BPF_AND | MKS_BPF_X: ALU32(DST32 & SRC32); break;
-        case MKS_BPF_ALU | MKS_BPF_XOR | MKS_BPF_K:
-        case MKS_BPF_ALU | MKS_BPF_XOR | MKS_BPF_X: ALU32(DST32 ^ SRC32); break;
-        case MKS_BPF_ALU | MKS_BPF_LSH | MKS_BPF_K:
-        case MKS_BPF_ALU | MKS_BPF_LSH | MKS_BPF_X: ALU32(DST32 << (SRC32 & 31)); break;
-        case MKS_BPF_ALU | MKS_BPF_RSH | MKS_BPF_K:
-        case MKS_BPF_ALU | MKS_BPF_RSH | MKS_BPF_X: ALU32(DST32 >> (SRC32 & 31)); break;
+        case MKS_BPF_ALU | MKS_BPF_OR | MKS_BPF_K: ALU32(DST32 | ((uint32_t)imm)); break;
+        case MKS_BPF_ALU | MKS_BPF_OR | MKS_BPF_X: ALU32(DST32 | ((uint32_t)r[src])); break;
+        case MKS_BPF_ALU | MKS_BPF_AND | MKS_BPF_K: ALU32(DST32 & ((uint32_t)imm)); break;
+        case MKS_BPF_ALU | MKS_BPF_AND | MKS_BPF_X: ALU32(DST32 & ((uint32_t)r[src])); break;
+        case MKS_BPF_ALU | MKS_BPF_XOR | MKS_BPF_K: ALU32(DST32 ^ ((uint32_t)imm)); break;
+        case MKS_BPF_ALU | MKS_BPF_XOR | MKS_BPF_X: ALU32(DST32 ^ ((uint32_t)r[src])); break;
+        case MKS_BPF_ALU | MKS_BPF_LSH | MKS_BPF_K: ALU32(DST32 << (((uint32_t)imm) & 31)); break;
+        case MKS_BPF_ALU | MKS_BPF_LSH | MKS_BPF_X: ALU32(DST32 << (((uint32_t)r[src]) & 31)); break;
+        case MKS_BPF_ALU | MKS_BPF_RSH | MKS_BPF_K: ALU32(DST32 >> (((uint32_t)imm) & 31)); break;
+        case MKS_BPF_ALU | MKS_BPF_RSH | MKS_BPF_X: ALU32(DST32 >> (((uint32_t)r[src]) & 31)); break;
         case MKS_BPF_ALU | MKS_BPF_ARSH | MKS_BPF_K:
         case MKS_BPF_ALU | MKS_BPF_ARSH | MKS_BPF_X:
             ALU32((uint32_t)((int32_t)DST32 >> (SRC32 & 31)));
@@ -593,32 +593,33 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         /* ---- jumps ---- */
         case MKS_BPF_JMP | MKS_BPF_JA: pc = (uint32_t)((int32_t)pc + off); break;
         case MKS_BPF_JMP32 | MKS_BPF_JA: pc = (uint32_t)((int32_t)pc + ip->imm); break;
-#define JCASES(cls, A, B, SA, SB)                                                                  \
-    case cls | MKS_BPF_JEQ | MKS_BPF_K:                                                            \
-    case cls | MKS_BPF_JEQ | MKS_BPF_X: JUMP_IF(A == B); break;                                    \
-    case cls | MKS_BPF_JNE | MKS_BPF_K:                                                            \
-    case cls | MKS_BPF_JNE | MKS_BPF_X: JUMP_IF(A != B); break;                                    \
-    case cls | MKS_BPF_JGT | MKS_BPF_K:                                                            \
-    case cls | MKS_BPF_JGT | MKS_BPF_X: JUMP_IF(A > B); break;                                     \
-    case cls | MKS_BPF_JGE | MKS_BPF_K:                                                            \
-    case cls | MKS_BPF_JGE | MKS_BPF_X: JUMP_IF(A >= B); break;                                    \
-    case cls | MKS_BPF_JLT | MKS_BPF_K:                                                            \
-    case cls | MKS_BPF_JLT | MKS_BPF_X: JUMP_IF(A < B); break;                                     \
-    case cls | MKS_BPF_JLE | MKS_BPF_K:                                                            \
-    case cls | MKS_BPF_JLE | MKS_BPF_X: JUMP_IF(A <= B); break;                                    \
-    case cls | MKS_BPF_JSET | MKS_BPF_K:                                                           \
-    case cls | MKS_BPF_JSET | MKS_BPF_X: JUMP_IF((A & B) != 0); break;                             \
-    case cls | MKS_BPF_JSGT | MKS_BPF_K:                                                           \
-    case cls | MKS_BPF_JSGT | MKS_BPF_X: JUMP_IF(SA > SB); break;                                  \
-    case cls | MKS_BPF_JSGE | MKS_BPF_K:                                                           \
-    case cls | MKS_BPF_JSGE | MKS_BPF_X: JUMP_IF(SA >= SB); break;                                 \
-    case cls | MKS_BPF_JSLT | MKS_BPF_K:                                                           \
-    case cls | MKS_BPF_JSLT | MKS_BPF_X: JUMP_IF(SA < SB); break;                                  \
-    case cls | MKS_BPF_JSLE | MKS_BPF_K:                                                           \
-    case cls | MKS_BPF_JSLE | MKS_BPF_X: JUMP_IF(SA <= SB); break;
-            JCASES(MKS_BPF_JMP, r[dst], SRC64, (int64_t)r[dst], (int64_t)SRC64)
-            JCASES(MKS_BPF_JMP32, DST32, SRC32, (int32_t)DST32, (int32_t)SRC32)
+#define JPAIR(cls, op, expr)                                                                       \
+    case cls | op | MKS_BPF_K: {                                                                   \
+        const uint64_t B_ = imm;                                                                   \
+        JUMP_IF(expr);                                                                             \
+        break;                                                                                     \
+    }                                                                                              \
+    case cls | op | MKS_BPF_X: {                                                                   \
+        const uint64_t B_ = r[src];                                                                \
+        JUMP_IF(expr);                                                                             \
+        break;                                                                                     \
+    }
+#define JCASES(cls, T, ST)                                                                         \
+    JPAIR(cls, MKS_BPF_JEQ, (T)r[dst] == (T)B_)                                                    \
+    JPAIR(cls, MKS_BPF_JNE, (T)r[dst] != (T)B_)                                                    \
+    JPAIR(cls, MKS_BPF_JGT, (T)r[dst] > (T)B_)                                                     \
+    JPAIR(cls, MKS_BPF_JGE, (T)r[dst] >= (T)B_)                                                    \
+    JPAIR(cls, MKS_BPF_JLT, (T)r[dst] < (T)B_)                                                     \
+    JPAIR(cls, MKS_BPF_JLE, (T)r[dst] <= (T)B_)                                                    \
+    JPAIR(cls, MKS_BPF_JSET, ((T)r[dst] & (T)B_) != 0)                                             \
+    JPAIR(cls, MKS_BPF_JSGT, (ST)r[dst] > (ST)B_)                                                  \
+    JPAIR(cls, MKS_BPF_JSGE, (ST)r[dst] >= (ST)B_)                                                 \
+    JPAIR(cls, MKS_BPF_JSLT, (ST)r[dst] < (ST)B_)                                                  \
+    JPAIR(cls, MKS_BPF_JSLE, (ST)r[dst] <= (ST)B_)
+            JCASES(MKS_BPF_JMP, uint64_t, int64_t)
+            JCASES(MKS_BPF_JMP32, uint32_t, int32_t)
 #undef JCASES
+#undef JPAIR
 
         case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_K:
             if (src == MKS_PSEUDO_CALL) {
@@ -680,7 +681,7 @@ done:
     *r0_p = r[0];
 out:
     if (insns_p)
-        *insns_p = count;
+        *insns_p = limit - budget;
     return err;
 #undef ALU32
 #undef SRC64
