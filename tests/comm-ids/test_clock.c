@@ -366,6 +366,13 @@ static void test_errors(void **state)
      * the second, 95 us later, bounds it above by 1002000 plus what drift allows */
     assert_int_equal(mks_clock_align(m, 1, 2005000, &at), 0);
     assert_true(at.lo_ns >= 1000998 && at.hi_ns <= 1002050);
+    /* the wake 0 -> 1 took T_1(2005000) - T_0(1000000): 1-2 us and a bit */
+    struct mks_aligned_time d;
+    assert_int_equal(mks_clock_interval(m, 0, 1000000, 1, 2005000, &d), 0);
+    assert_int_equal(d.lo_ns, at.lo_ns - 1000000);
+    assert_int_equal(d.hi_ns, at.hi_ns - 1000000);
+    assert_true(d.lo_ns <= d.t_ns && d.t_ns <= d.hi_ns);
+    assert_int_equal(mks_clock_interval(m, 0, 1000000, 2, 5, &d), -ENODATA);
 
     /* contradiction: a wake before the release that caused it, both ways */
     struct mks_clock_edge c = {.src_rank = 0, .dst_rank = 1, .src_ns = 1500000, .dst_ns = 2400000,
