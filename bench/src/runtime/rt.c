@@ -55,6 +55,7 @@ struct br_worker {
 struct br_rt {
     struct br_opts o;
     pthread_mutex_t mu;
+    pthread_mutex_t *hook_mu; /* per hook worker slot, workers + scheduler */
     pthread_cond_t finish_cv;
     struct br_queue *q;
     struct br_worker *w;
@@ -114,6 +115,10 @@ void br_destroy(struct br_rt *rt)
     graph_free(&rt->g[1]);
     pthread_cond_destroy(&rt->finish_cv);
     pthread_mutex_destroy(&rt->mu);
+    if (rt->hook_mu)
+        for (uint32_t i = 0; i <= rt->o.n_workers; i++)
+            pthread_mutex_destroy(&rt->hook_mu[i]);
+    free(rt->hook_mu);
     free(rt->q);
     free(rt->w);
     free(rt->ev);
@@ -137,9 +142,14 @@ int br_create(const struct br_opts *opts, struct br_rt **rt_p)
     rt->w = calloc(W, sizeof(*rt->w));
     rt->ev = calloc(opts->n_events, sizeof(*rt->ev));
     rt->ready = calloc(T, sizeof(*rt->ready));
+    rt->hook_mu = calloc(W + 1, sizeof(*rt->hook_mu));
+    if (rt->hook_mu)
+        for (uint32_t i = 0; i <= W; i++)
+            pthread_mutex_init(&rt->hook_mu[i], NULL);
     if (opts->order_cap)
         rt->order = calloc(opts->order_cap, sizeof(*rt->order));
-    int bad = !rt->q || !rt->w || !rt->ev || !rt->ready || (opts->order_cap && !rt->order);
+    int bad = !rt->q || !rt->w || !rt->ev || !rt->ready || !rt->hook_mu ||
+              (opts->order_cap && !rt->order);
     for (uint32_t i = 0; i < W && !bad; i++) {
         pthread_cond_init(&rt->q[i].cv, NULL);
         rt->q[i].ring = calloc(T, sizeof(*rt->q[i].ring));
@@ -221,7 +231,14 @@ int32_t br_hook(struct br_rt *rt, struct mks_hook_ctx *ctx)
     if (!(*((const struct mks_rt_hot *)(const void *)h)->mask & (1u << ctx->event)))
         return 0;
     ctx->t_now = bb_now_ns();
+    /* A hook slot is single-threaded (devhooks keeps per-worker state).  The
+     * scheduler runs TASK_ASSIGN and QUEUE_PRESSURE in the slot of the worker
+     * whose queue it touches, so that slot is locked; uncontended, and only
+     * taken when a program is attached. */
+    uint32_t slot = ctx->worker < rt->o.n_workers ? ctx->worker : rt->o.n_workers;
+    pthread_mutex_lock(&rt->hook_mu[slot]);
     int32_t hint = MKS_HOOK(h, ctx);
+    pthread_mutex_unlock(&rt->hook_mu[slot]);
     if (hint < 0)
         hint = 0;
     if (hint > MKS_PRIO_HINT_MAX)
@@ -357,11 +374,10 @@ static uint32_t pick_worker(struct br_rt *rt, const struct br_task *t)
 
 static void assign(struct br_rt *rt, struct br_task *t)
 {
-    const uint32_t sched = rt->o.n_workers;
     uint32_t wi = pick_worker(rt, t);
     struct br_queue *q = &rt->q[wi];
     struct mks_hook_ctx ctx;
-    br_ctx_init(rt, sched, t, MKS_EV_TASK_ASSIGN, &ctx);
+    br_ctx_init(rt, wi, t, MKS_EV_TASK_ASSIGN, &ctx);
     ctx.value = wi;
     ctx.queue_depth = q->n;
     int32_t hint = br_hook(rt, &ctx);
@@ -376,10 +392,9 @@ static void assign(struct br_rt *rt, struct br_task *t)
     }
     q->n++;
     if (rt->o.queue_pressure && q->n == rt->o.queue_pressure) {
-        br_ctx_init(rt, sched, t, MKS_EV_QUEUE_PRESSURE, &ctx);
+        br_ctx_init(rt, wi, t, MKS_EV_QUEUE_PRESSURE, &ctx);
         ctx.value = rt->o.queue_pressure;
         ctx.queue_depth = q->n;
-        ctx.tile_x = wi; /* the queue that crossed: its worker */
         br_hook(rt, &ctx);
     }
     pthread_cond_signal(&q->cv);

@@ -14,8 +14,10 @@
  *   - workers pop their queue, run the task body and release its event.
  *
  * The scheduler runs on whichever thread fired the event, under the rank's
- * scheduler lock; it is hook worker n_workers (its own slot in the control
- * block), so scheduler hooks never share a slot with a worker's hooks.
+ * scheduler lock.  Its TASK_READY hooks run as hook worker n_workers (its own
+ * slot in the control block: the task has no worker yet); TASK_ASSIGN and
+ * QUEUE_PRESSURE run as the worker whose queue received the task, so
+ * monitors key queues by ctx.worker.
  * Idle workers sleep on a condition variable: nothing spins, because every
  * rank process of a CPU run shares a few cores.
  */
