@@ -94,6 +94,7 @@ struct agent {
     Mkscope__V1__TaskSchema *schema;
     int open_err_logged; /* last open error reported */
     uint32_t lease_lapses;
+    uint64_t lease_renewed_ns;
     int schema_err_logged;
     struct agt_progs progs;
     struct agt_summary *pending;
@@ -102,6 +103,8 @@ struct agent {
     uint64_t last_epoch;
 
     uint64_t last_send_ns;
+    int final_heartbeat; /* tell the collector at once that the application ended */
+    int app_alive;       /* as last seen (kept when the agent stops on a signal) */
     int stopping;
     uint64_t stop_deadline_ns;
     int exit_code;
@@ -218,7 +221,7 @@ static int send_heartbeat(struct agent *a, uint64_t now)
     agt_spool_stats(a->spool, &st);
     hb.agent_time_ns = clock_ns(CLOCK_REALTIME);
     hb.last_seq = a->seq;
-    hb.app_alive = a->ctl && mks_ctl_alive(a->ctl);
+    hb.app_alive = a->app_alive;
     hb.unacked = st.entries;
     hb.lost_summaries = st.lost;
     for (uint32_t i = 0; i < a->progs.n; i++) {
@@ -269,8 +272,10 @@ static void pump(struct agent *a, uint64_t now)
         send_buf(a, buf, len, IF_SUMMARY, seq, now);
         return;
     }
-    if (now - a->last_send_ns >= a->o.heartbeat_ms * 1000000ull)
-        send_heartbeat(a, now);
+    if (a->final_heartbeat || now - a->last_send_ns >= a->o.heartbeat_ms * 1000000ull) {
+        if (send_heartbeat(a, now) == 0)
+            a->final_heartbeat = 0;
+    }
 }
 
 static void ack_up_to(struct agent *a, uint64_t up_to)
@@ -625,6 +630,7 @@ static int try_open(struct agent *a, uint64_t now)
     a->info = info;
     a->info.schema = NULL; /* points into the block; decoded copy kept above */
     a->have_info = 1;
+    a->app_alive = 1;
     a->last_app_start = info.app_start_ns;
     a->lease_lapses = info.lease_lapses;
     a->registered = 0; /* (re-)register: pid, app start and schema may be new */
@@ -788,6 +794,8 @@ static void tick(struct agent *a, uint64_t now)
         agt_log_info("application pid %d is gone", a->info.app_pid);
         snapshot(a, 1);
         close_app(a);
+        a->app_alive = 0;
+        a->final_heartbeat = 1;
         if (a->o.exit_with_app)
             begin_stop(a, "the application exited");
         return;
@@ -1040,12 +1048,18 @@ int agt_run(const struct agt_opts *opts)
             a->inflight = IF_NONE;
             a->registered = 0;
         }
+        /* Renew the lease on every wake-up, not only at epoch ticks: on a
+         * loaded machine a late tick must not cost the rank its monitors. */
+        if (a->ctl && !a->stopping && now - a->lease_renewed_ns >= 10000000ull) {
+            mks_ctl_lease(a->ctl, a->o.lease_ms * 1000000ull);
+            a->lease_renewed_ns = now;
+        }
         pump(a, now);
         if (a->stopping) {
             struct agt_spool_stats st;
             agt_spool_stats(a->spool, &st);
             int idle = st.entries == 0 && a->n_replies == 0 && !a->pending &&
-                       (!agt_link_busy(a->link) || a->inflight == IF_HEARTBEAT);
+                       !a->final_heartbeat && !agt_link_busy(a->link);
             if (idle || now >= a->stop_deadline_ns || !a->have_info)
                 break;
         }

@@ -65,7 +65,7 @@ static void usage(FILE *f)
             "  --monitors DIR        built-in monitor objects (default %s)\n"
             "  --attach LIST         built-in monitors to attach, comma-separated\n"
             "                        (default count,latency,depwait,queue,genprog)\n"
-            "  --lease-ms MS         lease on the hooks (default 2 epochs): if the agent stops,\n"
+            "  --lease-ms MS         lease on the hooks (default 3 epochs): if the agent stops,\n"
             "                        the hooks detach this long after its last renewal\n"
             "  --heartbeat-ms MS     heartbeat when nothing else was sent (default 1000)\n"
             "  --timeout-ms MS       reply timeout before resending (default 1000)\n"
@@ -244,6 +244,6 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!o.lease_ms)
-        o.lease_ms = 2 * o.epoch_ms;
+        o.lease_ms = 3 * o.epoch_ms;
     return agt_run(&o);
 }
