@@ -1,9 +1,811 @@
-/* Wait-chain stitching and diagnosis (in progress). */
+/*
+ * Wait-chain stitching and diagnosis of slow steps.
+ *
+ * 1. Step time.  Per (rank, step) the step lasts from its first task start
+ *    to its last task end (rows of `steps`, merged over epochs).  The time of
+ *    a step is its slowest rank's; a step is slow when it exceeds the run's
+ *    median step time by slow_frac and by min_excess_ns.
+ * 2. Norms.  Everything is judged against the same rank's median over all
+ *    steps of the run (the same wait peer and class, the same task class, the
+ *    same release): faults hit some steps, so medians stay clean.
+ * 3. The chain.  Start at the slowest rank of the slow step.  At each rank
+ *    score five explanations in nanoseconds of delay they add beyond the
+ *    norm:
+ *      remote_stall     a remote wait longer than its norm (follow comm_gen
+ *                       to the producer rank and classify there);
+ *      local_imbalance  ready tasks queued while workers idled (the agent's
+ *                       queued_while_idle_ns, else queueing excess capped by
+ *                       worker idle excess);
+ *      slow_task        one task class's run time above its norm;
+ *      notify_delay     release later than the producing task's end (minus
+ *                       the transfer) by more than its norm;
+ *      slow_transfer    the transfer (comm begin -> end) longer than its norm.
+ *    The largest wins if it explains at least a fifth of the delay that led
+ *    here; else the link is undecided.  Remote waits are joined to releases
+ *    with comm-ids' mks_waitedge_join on clocks aligned from the epochs'
+ *    host/device anchors, which gives each remote link its lateness.
+ * 4. Coverage.  A link on a rank whose observed share of events (ran /
+ *    eligible over the epochs of the step) is below min_coverage makes the
+ *    answer undecided, with the reason.
+ * 5. Groups.  Slow steps with the same chain (ranks and causes) and root
+ *    class form one group.
+ */
+#include "diagnose.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mkscope/commid.h"
+#include "mkscope/waitedge.h"
 #include "serve.h"
+
+#define MAX_CHAIN 16
+
+struct srow { /* (rank, step) */
+    uint32_t rank, step;
+    uint64_t t_begin, t_end, qwi;
+    double elig, ran, thr, lost, idle;
+    bool has_workers;
+};
+struct crow { /* (rank, step, class) */
+    uint32_t rank, step, cls;
+    double count, run_sum, run_max, queue_sum, queue_count;
+};
+struct wrow {
+    uint32_t rank, step, peer, cls;
+    uint64_t gen, t_begin, t_end;
+};
+struct rrow {
+    uint32_t rank, step, consumer, cls;
+    uint64_t gen, t_ready, t_start, t_end, t_cb, t_ce, t_rel;
+};
+
+struct diag {
+    struct mks_store *st;
+    const char *job;
+    struct mks_diag_opts o;
+    struct srow *s;
+    size_t ns;
+    struct crow *c;
+    size_t nc;
+    struct wrow *w;
+    size_t nw;
+    struct rrow *r;
+    size_t nr;
+    uint32_t n_ranks;
+    uint32_t *n_workers; /* per rank */
+    struct mks_clock_model *clock;
+};
+
+/* ---- loading ----------------------------------------------------------------- */
+
+#define GROW(arr, n, cap)                                                                          \
+    do {                                                                                           \
+        if ((n) == (cap)) {                                                                        \
+            size_t nc_ = (cap) ? (cap) * 2 : 256;                                                  \
+            void *p_ = realloc((arr), nc_ * sizeof(*(arr)));                                       \
+            if (!p_)                                                                               \
+                goto oom;                                                                          \
+            (arr) = p_;                                                                            \
+            (cap) = nc_;                                                                           \
+        }                                                                                          \
+    } while (0)
+
+static int prep(struct diag *d, const char *sql, sqlite3_stmt **s)
+{
+    if (sqlite3_prepare_v2(mks_store_db(d->st), sql, -1, s, NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_bind_text(*s, 1, d->job, -1, SQLITE_TRANSIENT);
+    return 0;
+}
+
+static uint64_t u64(sqlite3_stmt *s, int i)
+{
+    return (uint64_t)sqlite3_column_int64(s, i);
+}
+
+static int cmp_srow(const void *a, const void *b)
+{
+    const struct srow *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return x->step < y->step ? -1 : x->step > y->step;
+}
+
+static int load(struct diag *d)
+{
+    sqlite3_stmt *s;
+    size_t cap = 0;
+    /* Steps: a step reported in several epochs covers all of it so far in
+     * each, so min(begin) .. max(end) is the whole step. */
+    if (prep(d,
+             "SELECT e.rank, s.step, MIN(s.t_begin_dev), MAX(s.t_end_dev),"
+             " MAX(s.queued_while_idle_ns) FROM steps s JOIN epochs e ON e.id = s.epoch_id"
+             " WHERE e.job = ?1 AND s.t_begin_dev > 0 AND s.t_end_dev >= s.t_begin_dev"
+             " GROUP BY e.rank, s.step ORDER BY e.rank, s.step",
+             &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        GROW(d->s, d->ns, cap);
+        struct srow *r = &d->s[d->ns++];
+        memset(r, 0, sizeof(*r));
+        r->rank = (uint32_t)u64(s, 0), r->step = (uint32_t)u64(s, 1);
+        r->t_begin = u64(s, 2), r->t_end = u64(s, 3), r->qwi = u64(s, 4);
+        if (r->rank + 1 > d->n_ranks)
+            d->n_ranks = r->rank + 1;
+    }
+    sqlite3_finalize(s);
+    /* Coverage of the epochs that carried each step. */
+    if (prep(d,
+             "SELECT e.rank, st.step, SUM(c.eligible), SUM(c.ran), SUM(c.throttled), SUM(c.lost)"
+             " FROM coverage c JOIN epochs e ON e.id = c.epoch_id JOIN (SELECT DISTINCT epoch_id,"
+             " step FROM steps) st ON st.epoch_id = e.id WHERE e.job = ?1 GROUP BY e.rank, st.step",
+             &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        struct srow key = {.rank = (uint32_t)u64(s, 0), .step = (uint32_t)u64(s, 1)};
+        struct srow *r = bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow);
+        if (r) {
+            r->elig = (double)u64(s, 2), r->ran = (double)u64(s, 3);
+            r->thr = (double)u64(s, 4), r->lost = (double)u64(s, 5);
+        }
+    }
+    sqlite3_finalize(s);
+    if (prep(d,
+             "SELECT e.rank, w.step, SUM(w.idle_ns) FROM workers w JOIN epochs e ON"
+             " e.id = w.epoch_id WHERE e.job = ?1 GROUP BY e.rank, w.step",
+             &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        struct srow key = {.rank = (uint32_t)u64(s, 0), .step = (uint32_t)u64(s, 1)};
+        struct srow *r = bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow);
+        if (r) {
+            r->idle = (double)u64(s, 2);
+            r->has_workers = true;
+        }
+    }
+    sqlite3_finalize(s);
+    cap = 0;
+    if (prep(d,
+             "SELECT e.rank, t.step, t.class, SUM(t.count), SUM(CASE WHEN t.run_sum > 0 THEN"
+             " t.run_sum ELSE t.sum_run_ns END), MAX(t.run_max), SUM(t.queue_sum),"
+             " SUM(t.queue_count) FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
+             " WHERE e.job = ?1 GROUP BY e.rank, t.step, t.class",
+             &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        GROW(d->c, d->nc, cap);
+        struct crow *r = &d->c[d->nc++];
+        r->rank = (uint32_t)u64(s, 0), r->step = (uint32_t)u64(s, 1), r->cls = (uint32_t)u64(s, 2);
+        r->count = (double)u64(s, 3), r->run_sum = (double)u64(s, 4);
+        r->run_max = (double)u64(s, 5), r->queue_sum = (double)u64(s, 6);
+        r->queue_count = (double)u64(s, 7);
+    }
+    sqlite3_finalize(s);
+    cap = 0;
+    if (prep(d,
+             "SELECT e.rank, w.step, w.peer_rank, w.waiter_class, w.comm_gen, w.t_begin_dev,"
+             " w.t_end_dev FROM waits w JOIN epochs e ON e.id = w.epoch_id WHERE e.job = ?1"
+             " AND w.t_begin_dev > 0 AND w.t_end_dev >= w.t_begin_dev",
+             &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        GROW(d->w, d->nw, cap);
+        struct wrow *r = &d->w[d->nw++];
+        r->rank = (uint32_t)u64(s, 0), r->step = (uint32_t)u64(s, 1), r->peer = (uint32_t)u64(s, 2);
+        r->cls = (uint32_t)u64(s, 3), r->gen = u64(s, 4), r->t_begin = u64(s, 5);
+        r->t_end = u64(s, 6);
+    }
+    sqlite3_finalize(s);
+    cap = 0;
+    if (prep(d,
+             "SELECT e.rank, r.step, r.consumer_rank, r.class, r.comm_gen, r.t_ready, r.t_start,"
+             " r.t_end, r.t_comm_begin, r.t_comm_end, r.t_release FROM releases r JOIN epochs e"
+             " ON e.id = r.epoch_id WHERE e.job = ?1",
+             &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        GROW(d->r, d->nr, cap);
+        struct rrow *r = &d->r[d->nr++];
+        r->rank = (uint32_t)u64(s, 0), r->step = (uint32_t)u64(s, 1);
+        r->consumer = (uint32_t)u64(s, 2), r->cls = (uint32_t)u64(s, 3), r->gen = u64(s, 4);
+        r->t_ready = u64(s, 5), r->t_start = u64(s, 6), r->t_end = u64(s, 7);
+        r->t_cb = u64(s, 8), r->t_ce = u64(s, 9), r->t_rel = u64(s, 10);
+    }
+    sqlite3_finalize(s);
+    for (size_t i = 0; i < d->nw; i++)
+        if (d->w[i].peer + 1 > d->n_ranks && d->w[i].peer < 4096)
+            d->n_ranks = d->w[i].peer + 1;
+    d->n_workers = calloc(d->n_ranks ? d->n_ranks : 1, sizeof(uint32_t));
+    if (!d->n_workers)
+        return -ENOMEM;
+    if (prep(d, "SELECT rank, n_workers FROM ranks WHERE job = ?1", &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        uint64_t rk = u64(s, 0);
+        if (rk < d->n_ranks)
+            d->n_workers[rk] = (uint32_t)u64(s, 1);
+    }
+    sqlite3_finalize(s);
+    return 0;
+oom:
+    sqlite3_finalize(s);
+    return -ENOMEM;
+}
+
+/* Clock model from the epochs' host/device anchor pairs.  The agent reads
+ * the two clocks back to back; a millisecond either side is a safe bound. */
+static void build_clock(struct diag *d)
+{
+    if (!d->n_ranks)
+        return;
+    sqlite3_stmt *s;
+    if (mks_clock_model_create(d->n_ranks, NULL, &d->clock))
+        return;
+    if (prep(d,
+             "SELECT rank, t_begin_dev, t_begin_host FROM epochs WHERE job = ?1 AND"
+             " t_begin_dev > 0 AND t_begin_host > 0 UNION ALL SELECT rank, t_end_dev,"
+             " t_end_host FROM epochs WHERE job = ?1 AND t_end_dev > 0 AND t_end_host > 0",
+             &s)) {
+        mks_clock_model_destroy(d->clock);
+        d->clock = NULL;
+        return;
+    }
+    size_t n = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        struct mks_clock_anchor a = {.rank = (uint32_t)u64(s, 0), .device_ns = u64(s, 1)};
+        uint64_t h = u64(s, 2);
+        if (a.rank >= d->n_ranks || h < 1000000)
+            continue;
+        a.host_lo_ns = h - 1000000;
+        a.host_hi_ns = h + 1000000;
+        if (mks_clock_add_anchors(d->clock, &a, 1) == 0)
+            n++;
+    }
+    sqlite3_finalize(s);
+    if (!n || mks_clock_solve(d->clock)) {
+        /* No anchors or contradictory ones: device clocks are taken as one
+         * time line (true on the CPU backend, where they are CLOCK_MONOTONIC). */
+        mks_clock_model_destroy(d->clock);
+        d->clock = NULL;
+    }
+}
+
+/* ---- statistics helpers ------------------------------------------------------------ */
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (reorders v); 0 for n == 0. */
+static double median(double *v, size_t n)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof(*v), cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static struct srow *srow_at(struct diag *d, uint32_t rank, uint32_t step)
+{
+    struct srow key = {.rank = rank, .step = step};
+    return bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow);
+}
+
+static double step_dur(const struct srow *r)
+{
+    return (double)(r->t_end - r->t_begin);
+}
+
+/* Median over the rank's steps of f(row). */
+static double rank_median(struct diag *d, uint32_t rank, double (*f)(const struct srow *),
+                          double *buf)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->ns; i++)
+        if (d->s[i].rank == rank)
+            buf[n++] = f(&d->s[i]);
+    return median(buf, n);
+}
+
+static double f_qwi(const struct srow *r) { return (double)r->qwi; }
+static double f_idle(const struct srow *r) { return r->idle; }
+
+static const char *cause_name[] = {"remote_stall", "local_imbalance", "slow_task",
+                                   "notify_delay", "slow_transfer"};
+enum { C_REMOTE, C_IMBALANCE, C_SLOW_TASK, C_NOTIFY, C_TRANSFER, C_N };
+
+struct verdict {
+    double score[C_N];
+    int64_t cls[C_N];       /* task class behind each score, -1 none */
+    const struct wrow *wait; /* the remote wait behind C_REMOTE */
+    const struct rrow *rel;  /* the release behind C_NOTIFY / C_TRANSFER */
+    double detail[C_N];     /* the observed value (for the reason text) */
+};
+
+/* The release a consumer's wait (or a step) points at on this rank. */
+static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_t gen,
+                           struct verdict *v, double *buf)
+{
+    for (size_t i = 0; i < d->nr; i++) {
+        const struct rrow *r = &d->r[i];
+        if (r->rank != rank || (gen ? r->gen != gen : r->step != step))
+            continue;
+        /* Norms over the same (consumer, class) releases of other steps. */
+        double notify = -1, xfer = -1;
+        size_t nn = 0, nx = 0;
+        double *bn = buf, *bx = buf + d->nr;
+        for (size_t k = 0; k < d->nr; k++) {
+            const struct rrow *o = &d->r[k];
+            if (o->rank != rank || o->consumer != r->consumer || o->cls != r->cls)
+                continue;
+            if (o->t_cb && o->t_ce >= o->t_cb)
+                bx[nx++] = (double)(o->t_ce - o->t_cb);
+            uint64_t base = o->t_ce ? o->t_ce : o->t_end;
+            if (base && o->t_rel >= base) {
+                double g = (double)(o->t_rel - base);
+                if (o->t_end && o->t_cb && o->t_cb >= o->t_end)
+                    g += (double)(o->t_cb - o->t_end); /* waiting for the transfer to start */
+                bn[nn++] = g;
+            }
+        }
+        double nx_med = median(bx, nx), nn_med = median(bn, nn);
+        if (r->t_cb && r->t_ce >= r->t_cb)
+            xfer = (double)(r->t_ce - r->t_cb) - nx_med;
+        uint64_t base = r->t_ce ? r->t_ce : r->t_end;
+        if (base && r->t_rel >= base) {
+            double g = (double)(r->t_rel - base);
+            if (r->t_end && r->t_cb && r->t_cb >= r->t_end)
+                g += (double)(r->t_cb - r->t_end);
+            notify = g - nn_med;
+        }
+        if (xfer > v->score[C_TRANSFER]) {
+            v->score[C_TRANSFER] = xfer, v->cls[C_TRANSFER] = r->cls, v->rel = r;
+            v->detail[C_TRANSFER] = nx_med;
+        }
+        if (notify > v->score[C_NOTIFY]) {
+            v->score[C_NOTIFY] = notify, v->cls[C_NOTIFY] = r->cls;
+            v->detail[C_NOTIFY] = nn_med;
+            if (!v->rel || v->score[C_NOTIFY] >= v->score[C_TRANSFER])
+                v->rel = r;
+        }
+    }
+}
+
+static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t gen,
+                       struct verdict *v, double *buf)
+{
+    memset(v, 0, sizeof(*v));
+    for (int i = 0; i < C_N; i++)
+        v->cls[i] = -1;
+    double nw = d->n_workers && rank < d->n_ranks && d->n_workers[rank] ? d->n_workers[rank] : 1;
+    /* Remote waits: the one furthest above the norm of its (peer, class). */
+    for (size_t i = 0; i < d->nw; i++) {
+        const struct wrow *w = &d->w[i];
+        if (w->rank != rank || w->step != step)
+            continue;
+        size_t n = 0;
+        for (size_t k = 0; k < d->nw; k++) {
+            const struct wrow *o = &d->w[k];
+            if (o->rank == rank && o->peer == w->peer && o->cls == w->cls)
+                buf[n++] = (double)(o->t_end - o->t_begin);
+        }
+        double ex = (double)(w->t_end - w->t_begin) - median(buf, n);
+        if (ex > v->score[C_REMOTE]) {
+            v->score[C_REMOTE] = ex, v->wait = w, v->cls[C_REMOTE] = w->cls;
+        }
+    }
+    /* Task classes: run time (slow task) and queueing (imbalance). */
+    double queue_ex = 0, best_q = 0;
+    for (size_t i = 0; i < d->nc; i++) {
+        const struct crow *c = &d->c[i];
+        if (c->rank != rank || c->step != step || c->count <= 0)
+            continue;
+        size_t n = 0, m = 0, q = 0;
+        double *bmean = buf, *bmax = buf + d->nc, *bq = buf + 2 * d->nc;
+        for (size_t k = 0; k < d->nc; k++) {
+            const struct crow *o = &d->c[k];
+            if (o->rank != rank || o->cls != c->cls || o->count <= 0)
+                continue;
+            bmean[n++] = o->run_sum / o->count;
+            bmax[m++] = o->run_max;
+            if (o->queue_count > 0)
+                bq[q++] = o->queue_sum / o->queue_count;
+        }
+        double norm_mean = median(bmean, n), norm_max = median(bmax, m), norm_q = median(bq, q);
+        double ex_total = (c->run_sum - c->count * norm_mean) / nw;
+        double ex_max = c->run_max > 0 ? c->run_max - norm_max : 0;
+        double ex = ex_total > ex_max ? ex_total : ex_max;
+        if (ex > v->score[C_SLOW_TASK]) {
+            v->score[C_SLOW_TASK] = ex, v->cls[C_SLOW_TASK] = c->cls;
+            v->detail[C_SLOW_TASK] = norm_mean;
+        }
+        if (c->queue_count > 0) {
+            double qe = (c->queue_sum - c->queue_count * norm_q) / nw;
+            if (qe > 0)
+                queue_ex += qe;
+            if (qe > best_q)
+                best_q = qe, v->cls[C_IMBALANCE] = c->cls;
+        }
+    }
+    /* Imbalance needs both halves: tasks waiting in queues and workers with
+     * nothing to do.  The agent's queued_while_idle measures exactly that;
+     * without it, queueing excess is capped by idle excess. */
+    struct srow *sr = srow_at(d, rank, step);
+    bool have_qwi = false;
+    for (size_t i = 0; i < d->ns; i++)
+        if (d->s[i].rank == rank && d->s[i].qwi)
+            have_qwi = true;
+    if (sr && have_qwi) {
+        v->score[C_IMBALANCE] = (double)sr->qwi - rank_median(d, rank, f_qwi, buf);
+    } else if (sr && sr->has_workers) {
+        double idle_ex = (sr->idle - rank_median(d, rank, f_idle, buf)) / nw;
+        v->score[C_IMBALANCE] = queue_ex < idle_ex ? queue_ex : idle_ex;
+    } else {
+        v->score[C_IMBALANCE] = queue_ex / 2; /* queueing alone is weak evidence */
+    }
+    if (v->score[C_IMBALANCE] < 0)
+        v->score[C_IMBALANCE] = 0;
+    score_releases(d, rank, step, gen, v, buf);
+}
+
+/* ---- chains ----------------------------------------------------------------------------- */
+
+struct link {
+    uint32_t rank;
+    int cause; /* C_*, or -1 undecided */
+    double lateness;
+    int64_t cls;
+    uint64_t gen;
+    uint32_t peer;
+    double cov_ratio; /* -1 unknown */
+};
+
+struct chain {
+    struct link l[MAX_CHAIN];
+    int n;
+    char reason[256];
+    double elig, ran, thr, lost;
+};
+
+static double aligned_lateness(struct diag *d, const struct wrow *w, double fallback)
+{
+    /* Releases of that generation on its producer, joined by comm-ids. */
+    struct mks_release_rec rel[8];
+    size_t n = 0;
+    for (size_t i = 0; i < d->nr && n < 8; i++)
+        if (d->r[i].gen == w->gen && d->r[i].rank != w->rank && d->r[i].t_rel)
+            rel[n++] = (struct mks_release_rec){.rank = d->r[i].rank, .task_class = d->r[i].cls,
+                                                .comm_gen = w->gen, .t_release = d->r[i].t_rel};
+    if (!n)
+        return fallback;
+    struct mks_wait_rec wr = {.rank = w->rank, .task_class = w->cls, .comm_gen = w->gen,
+                              .t_begin = w->t_begin, .t_end = w->t_end};
+    struct mks_waitedge *e = NULL;
+    size_t ne = 0;
+    double late = fallback;
+    if (mks_waitedge_join(&wr, 1, rel, n, d->clock, &e, &ne, NULL) == 0 && ne > 0 &&
+        e[0].lateness.t_ns > 0)
+        late = (double)e[0].lateness.t_ns;
+    free(e);
+    return late;
+}
+
+static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double excess,
+                        struct chain *ch, double *buf)
+{
+    memset(ch, 0, sizeof(*ch));
+    uint64_t gen = 0;
+    double need = excess;
+    bool visited[4096] = {false};
+    while (ch->n < MAX_CHAIN) {
+        struct link *L = &ch->l[ch->n++];
+        L->rank = rank, L->cls = -1, L->cause = -1, L->cov_ratio = -1;
+        struct srow *sr = srow_at(d, rank, step);
+        if (!sr) {
+            snprintf(ch->reason, sizeof(ch->reason),
+                     "rank %u sent no step %u in its summaries: is its agent running?", rank, step);
+            break;
+        }
+        if (sr->elig > 0) {
+            L->cov_ratio = sr->ran / sr->elig;
+            ch->elig += sr->elig, ch->ran += sr->ran, ch->thr += sr->thr, ch->lost += sr->lost;
+        }
+        if (rank < 4096)
+            visited[rank] = true;
+        struct verdict v;
+        score_rank(d, rank, step, gen, &v, buf);
+        int best = 0;
+        for (int c = 1; c < C_N; c++)
+            if (v.score[c] > v.score[best])
+                best = c;
+        double floor_ns = (double)d->o.min_excess_ns / 4;
+        double thresh = 0.2 * need > floor_ns ? 0.2 * need : floor_ns;
+        if (L->cov_ratio >= 0 && L->cov_ratio < d->o.min_coverage) {
+            snprintf(ch->reason, sizeof(ch->reason),
+                     "coverage on rank %u in step %u is %.0f%% (below %.0f%%): lower the"
+                     " sampling or raise the budget",
+                     rank, step, 100 * L->cov_ratio, 100 * d->o.min_coverage);
+            break;
+        }
+        if (v.score[best] < thresh) {
+            snprintf(ch->reason, sizeof(ch->reason),
+                     "rank %u: no observed cause explains %.0f us of delay (largest: %s, %.0f us)",
+                     rank, need / 1e3, cause_name[best], v.score[best] / 1e3);
+            break;
+        }
+        L->cause = best;
+        L->cls = v.cls[best];
+        L->lateness = v.score[best];
+        if (best != C_REMOTE) {
+            if (v.rel) {
+                L->gen = v.rel->gen;
+                L->peer = v.rel->consumer;
+            }
+            break;
+        }
+        const struct wrow *w = v.wait;
+        L->gen = w->gen;
+        L->peer = w->peer;
+        L->lateness = aligned_lateness(d, w, v.score[best]);
+        if (w->peer >= 4096 || visited[w->peer]) {
+            snprintf(ch->reason, sizeof(ch->reason),
+                     "wait cycle: rank %u waits on rank %u, already in the chain", rank, w->peer);
+            L->cause = -1;
+            break;
+        }
+        gen = w->gen;
+        need = v.score[best];
+        rank = w->peer;
+    }
+}
+
+/* ---- output ------------------------------------------------------------------------------- */
+
+static json_t *class_json(struct diag *d, uint32_t rank, int64_t cls)
+{
+    if (cls < 0)
+        return json_null();
+    char name[128];
+    mks_store_class_name(d->st, d->job, rank, (uint32_t)cls, name, sizeof(name));
+    return json_string(name);
+}
+
+static json_t *gen_json(uint64_t gen)
+{
+    return gen ? json_integer((json_int_t)gen) : json_null();
+}
+
+static json_t *comm_text(uint64_t gen)
+{
+    if (!gen)
+        return json_null();
+    char buf[MKS_COMMID_TEXT_MAX];
+    if (mks_commid_format(gen, buf, sizeof(buf)) < 0)
+        snprintf(buf, sizeof(buf), "comm_gen 0x%llx", (unsigned long long)gen);
+    return json_string(buf);
+}
+
+static const char *chain_cause(const struct chain *ch)
+{
+    const struct link *root = &ch->l[ch->n - 1];
+    if (root->cause < 0)
+        return "undecided";
+    return cause_name[root->cause];
+}
+
+static bool same_chain(const struct chain *a, const struct chain *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (int i = 0; i < a->n; i++)
+        if (a->l[i].rank != b->l[i].rank || a->l[i].cause != b->l[i].cause ||
+            a->l[i].cls != b->l[i].cls)
+            return false;
+    return true;
+}
+
+static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank, json_t *steps,
+                          double worst, double med)
+{
+    const struct link *root = &ch->l[ch->n - 1];
+    json_t *chain = json_array();
+    for (int i = 0; i < ch->n; i++) {
+        const struct link *L = &ch->l[i];
+        json_t *o = json_pack("{s:I, s:s, s:I}", "rank", (json_int_t)L->rank, "cause",
+                              L->cause < 0 ? "undecided" : cause_name[L->cause], "lateness_ns",
+                              (json_int_t)(L->lateness > 0 ? L->lateness : 0));
+        json_object_set_new(o, "task_class", class_json(d, L->rank, L->cls));
+        if (L->cause == C_REMOTE) {
+            json_object_set_new(o, "peer", json_integer(L->peer));
+            json_object_set_new(o, "comm_gen", gen_json(L->gen));
+            json_object_set_new(o, "comm", comm_text(L->gen));
+        }
+        json_object_set_new(o, "coverage",
+                            L->cov_ratio >= 0 ? json_real(L->cov_ratio) : json_null());
+        json_array_append_new(chain, o);
+    }
+    /* The generation that leads to the root: the last remote link's. */
+    uint64_t gen = root->gen;
+    if (ch->n > 1 && ch->l[ch->n - 2].cause == C_REMOTE)
+        gen = ch->l[ch->n - 2].gen;
+    json_t *rootj = json_pack("{s:I}", "rank", (json_int_t)root->rank);
+    json_object_set_new(rootj, "task_class", class_json(d, root->rank, root->cls));
+    json_object_set_new(rootj, "comm_gen", gen_json(gen));
+    json_object_set_new(rootj, "comm", comm_text(gen));
+    json_t *cov = json_pack("{s:o, s:I, s:I, s:I, s:I}", "ratio",
+                            ch->elig > 0 ? json_real(ch->ran / ch->elig) : json_null(), "eligible",
+                            (json_int_t)ch->elig, "ran", (json_int_t)ch->ran, "throttled",
+                            (json_int_t)ch->thr, "lost", (json_int_t)ch->lost);
+    json_t *g = json_pack("{s:s, s:o, s:o, s:o, s:I, s:o, s:I, s:I, s:I}", "cause",
+                          chain_cause(ch), "root", rootj, "chain", chain, "coverage", cov, "rank",
+                          (json_int_t)rank, "steps", steps, "step_ns", (json_int_t)worst,
+                          "median_step_ns", (json_int_t)med, "excess_ns",
+                          (json_int_t)(worst - med));
+    json_object_set_new(g, "reason", *ch->reason ? json_string(ch->reason) : json_null());
+    return g;
+}
+
+int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_opts *opts,
+                 json_t **out, char *err, size_t errlen)
+{
+    struct diag d = {.st = st, .job = job};
+    d.o.slow_frac = 0.2;
+    d.o.min_excess_ns = 20000;
+    d.o.min_coverage = 0.5;
+    d.o.only_step = -1;
+    if (opts) {
+        if (opts->slow_frac > 0)
+            d.o.slow_frac = opts->slow_frac;
+        if (opts->min_excess_ns)
+            d.o.min_excess_ns = opts->min_excess_ns;
+        if (opts->min_coverage > 0)
+            d.o.min_coverage = opts->min_coverage;
+        d.o.only_step = opts->only_step;
+    }
+    int rc = load(&d);
+    double *buf = NULL;
+    struct chain *chains = NULL;
+    uint32_t *steps = NULL;
+    json_t *groups = json_array();
+    if (rc) {
+        mks_serve_fail(err, errlen, rc, "diagnose: cannot read the store: %s",
+                       sqlite3_errmsg(mks_store_db(st)));
+        goto out;
+    }
+    build_clock(&d);
+    size_t bufn = 3 * (d.nc + d.nw + d.nr + d.ns) + 16;
+    buf = malloc(bufn * sizeof(double));
+    /* Distinct steps and their times (slowest rank). */
+    steps = malloc((d.ns + 1) * sizeof(uint32_t));
+    double *stime = malloc((d.ns + 1) * sizeof(double));
+    uint32_t *srank = malloc((d.ns + 1) * sizeof(uint32_t));
+    chains = calloc(d.ns + 1, sizeof(*chains));
+    if (!buf || !steps || !stime || !srank || !chains) {
+        free(stime);
+        free(srank);
+        rc = mks_serve_fail(err, errlen, -ENOMEM, "diagnose: out of memory");
+        goto out;
+    }
+    size_t n_steps = 0;
+    for (size_t i = 0; i < d.ns; i++) {
+        size_t k;
+        for (k = 0; k < n_steps; k++)
+            if (steps[k] == d.s[i].step)
+                break;
+        if (k == n_steps) {
+            steps[n_steps] = d.s[i].step, stime[n_steps] = -1, n_steps++;
+        }
+        double dur = step_dur(&d.s[i]);
+        if (dur > stime[k])
+            stime[k] = dur, srank[k] = d.s[i].rank;
+    }
+    for (size_t k = 0; k < n_steps; k++)
+        buf[k] = stime[k];
+    double med = median(buf, n_steps);
+    size_t n_slow = 0;
+    json_t *cov_all = NULL;
+    bool *used = calloc(n_steps + 1, sizeof(bool));
+    bool *slow = calloc(n_steps + 1, sizeof(bool));
+    if (!used || !slow) {
+        free(used), free(slow), free(stime), free(srank);
+        rc = mks_serve_fail(err, errlen, -ENOMEM, "diagnose: out of memory");
+        goto out;
+    }
+    for (size_t k = 0; k < n_steps; k++) {
+        if (d.o.only_step >= 0 && steps[k] != (uint32_t)d.o.only_step)
+            continue;
+        double ex = stime[k] - med;
+        if (d.o.only_step < 0 &&
+            (stime[k] <= med * (1 + d.o.slow_frac) || ex < (double)d.o.min_excess_ns))
+            continue;
+        slow[k] = true;
+        n_slow++;
+        build_chain(&d, srank[k], steps[k], ex > 0 ? ex : stime[k], &chains[k], buf);
+    }
+    /* Group slow steps with the same chain. */
+    for (size_t k = 0; k < n_steps; k++) {
+        if (!slow[k] || used[k])
+            continue;
+        json_t *sl = json_array();
+        double worst = 0;
+        for (size_t j = k; j < n_steps; j++) {
+            if (!slow[j] || used[j] || srank[j] != srank[k] || !same_chain(&chains[k], &chains[j]))
+                continue;
+            used[j] = true;
+            json_array_append_new(sl, json_integer(steps[j]));
+            if (stime[j] > worst)
+                worst = stime[j];
+        }
+        json_array_append_new(groups, group_json(&d, &chains[k], srank[k], sl, worst, med));
+    }
+    (void)cov_all;
+    free(used);
+    free(slow);
+    free(stime);
+    free(srank);
+    const char *reason = NULL;
+    if (!d.ns)
+        reason = "no step times stored yet: are agents running with the standard monitors?";
+    else if (!n_slow)
+        reason = "no step is slower than the median by the threshold";
+    *out = json_pack("{s:s, s:I, s:I, s:I, s:o, s:o}", "job", job, "median_step_ns",
+                     (json_int_t)med, "steps", (json_int_t)n_steps, "slow_steps",
+                     (json_int_t)n_slow, "groups", groups,
+                     "reason", reason ? json_string(reason) : json_null());
+    groups = NULL;
+    rc = 0;
+out:
+    json_decref(groups);
+    free(buf);
+    free(chains);
+    free(steps);
+    free(d.s);
+    free(d.c);
+    free(d.w);
+    free(d.r);
+    free(d.n_workers);
+    mks_clock_model_destroy(d.clock);
+    return rc;
+}
+
+/* ---- the CLI verbs ------------------------------------------------------------------------ */
 
 int mks_serve_diagnose(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                        json_t **out, char *err, size_t errlen)
 {
-    (void)env, (void)req, (void)out;
-    return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "diagnose: not available in this build");
+    char job[MKS_WIRE_MAX_JOB + 1];
+    int rc = mks_serve_job(env, req, job, sizeof(job), err, errlen);
+    if (rc)
+        return rc;
+    struct mks_diag_opts o = {.sz = sizeof(o), .only_step = -1};
+    const char *a;
+    char *end;
+    if ((a = mks_serve_arg(req, "step"))) {
+        long long v = strtoll(a, &end, 10);
+        if (*end || v < 0)
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "--step wants a step number");
+        o.only_step = v;
+    }
+    if ((a = mks_serve_arg(req, "slow"))) {
+        o.slow_frac = strtod(a, &end);
+        if (*end || o.slow_frac <= 0)
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "--slow wants a fraction over the median, e.g. 0.2");
+    }
+    if ((a = mks_serve_arg(req, "min-coverage"))) {
+        o.min_coverage = strtod(a, &end);
+        if (*end || o.min_coverage <= 0 || o.min_coverage > 1)
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "--min-coverage wants a ratio in (0, 1]");
+    }
+    if (mks_diagnose(env->st, job, &o, out, err, errlen))
+        return MKS_EXIT_ERROR;
+    return 0;
 }

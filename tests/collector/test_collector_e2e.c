@@ -377,6 +377,13 @@ static void test_sql_and_errors(void **state)
              (unsigned long long)sent_count[0][2]);
     assert_non_null(strstr(text, want));
     free(text);
+    /* Diagnosis of a run whose steps are all alike: no fault named. */
+    assert_int_equal(run_cli(&text, "diagnose -f json"), 0);
+    j = json_loads(text, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "cause")), "none");
+    json_decref(j);
+    free(text);
 }
 
 int main(int argc, char **argv)
