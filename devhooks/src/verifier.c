@@ -50,9 +50,10 @@
 #include "mkscope/loader.h"
 #include "mkscope/verifier.h"
 
-/* Instructions processed before the program is called too complex: a
- * 4096-instruction loop-free program with pruning stays far below. */
-#define VF_MAX_STEPS 1000000u
+/* Instructions processed before the program is called too complex: the
+ * standard monitors need a few hundred, a 4096-instruction straight line
+ * 4096; the cap bounds the time an agent spends on a hostile object. */
+#define VF_MAX_STEPS 250000u
 /* States kept per join point for pruning; beyond it paths are explored
  * without storing (slower, still correct). */
 #define VF_MAX_KEPT_PER_INSN 32u
@@ -145,7 +146,6 @@ struct vf {
     uint32_t states;
     bool helper_ok[256]; /* by helper id below 256; mkscope's ids fit */
     struct idmap idmap;  /* scratch of state_covers */
-    struct vf_state *scratch; /* scratch of state_merge, MKS_BPF_MAX_FRAMES frames */
 };
 
 static size_t st_size(uint32_t nframes)
@@ -977,14 +977,19 @@ static int do_load(struct vf *v, uint32_t i, struct vf_state *st)
     return 0;
 }
 
-/* Marks stack bytes written with scalar data, breaking spills they touch. */
+/* Marks stack bytes written with scalar data, breaking spills they touch.
+ * The untouched bytes of a broken spill stay readable as data if it held a
+ * scalar; if it held a pointer they become unreadable, so no part of an
+ * address can be read back as a number and stored in a map. */
 static void stack_mark_misc(struct vf_frame *sf, int64_t lo, uint32_t size)
 {
     for (int64_t b = lo + MKS_BPF_STACK; b < lo + MKS_BPF_STACK + (int64_t)size; b++) {
         int64_t s = b / 8;
-        if (sf->slot[b] == SL_SPILL)
+        if (sf->slot[b] == SL_SPILL) {
+            uint8_t rest = is_ptr(&sf->spill[s]) ? SL_INVALID : SL_MISC;
             for (int k = 0; k < 8; k++)
-                sf->slot[s * 8 + k] = SL_MISC;
+                sf->slot[s * 8 + k] = rest;
+        }
         sf->slot[b] = SL_MISC;
     }
 }
@@ -1571,6 +1576,17 @@ static bool state_covers(struct idmap *mp, const struct vf_state *t, const struc
             if (!reg_covers(&tf->regs[r], &sf->regs[r], mp))
                 return false;
         for (uint32_t b = 0; b < MKS_BPF_STACK; b++) {
+            if (b % 8 == 0) {
+                /* fast path over whole 8-byte slots: unwritten, or the
+                 * same scalar data in both */
+                uint64_t tw, sw;
+                memcpy(&tw, &tf->slot[b], 8);
+                memcpy(&sw, &sf->slot[b], 8);
+                if (tw == 0 || (tw == sw && tw == 0x0101010101010101ull * SL_MISC)) {
+                    b += 7;
+                    continue;
+                }
+            }
             uint8_t ts = tf->slot[b], ss = sf->slot[b];
             if (ts == SL_INVALID)
                 continue;
@@ -1588,79 +1604,81 @@ static bool state_covers(struct idmap *mp, const struct vf_state *t, const struc
     return true;
 }
 
-/* Widen s to also cover t (ranges joined).  False when the two states
- * differ in kind somewhere (a register initialised in one only, pointers to
- * different objects): then they are kept apart. */
-static bool reg_merge(struct vf_reg *s, const struct vf_reg *t)
+/* Widening: s is joined with t (ranges widened to cover both) when the two
+ * agree in kind everywhere: the same registers initialised, pointers to the
+ * same objects, the same stack bytes written.  Otherwise they are kept
+ * apart. */
+static bool reg_mergeable(const struct vf_reg *s, const struct vf_reg *t)
 {
     if (s->type != t->type)
         return false;
-    switch (s->type) {
-    case VT_NOT_INIT:
-        return true;
-    case VT_MAP_VALUE_OR_NULL:
-        if (s->id != t->id)
-            return false;
-        /* fallthrough */
-    case VT_CTX:
-    case VT_STACK:
-    case VT_MAP:
-    case VT_MAP_VALUE:
-        if (s->map != t->map || s->frame != t->frame)
-            return false;
-        break;
-    case VT_SCALAR:
+    if (s->type == VT_MAP_VALUE_OR_NULL && s->id != t->id)
+        return false;
+    return s->type == VT_SCALAR || s->type == VT_NOT_INIT || (s->map == t->map && s->frame == t->frame);
+}
+
+static void reg_merge(struct vf_reg *s, const struct vf_reg *t)
+{
+    if (s->type == VT_NOT_INIT)
+        return;
+    if (s->type == VT_SCALAR) {
         if (t->umin < s->umin) s->umin = t->umin;
         if (t->umax > s->umax) s->umax = t->umax;
         if (s->id != t->id)
             s->id = 0;
-        break;
-    default:
-        return false;
     }
     if (t->smin < s->smin) s->smin = t->smin;
     if (t->smax > s->smax) s->smax = t->smax;
-    return true;
 }
 
-static bool state_merge(struct vf_state *s, const struct vf_state *t)
+static bool state_mergeable(const struct vf_state *s, const struct vf_state *t)
 {
     if (t->nframes != s->nframes)
         return false;
     for (uint32_t f = 0; f < t->nframes; f++) {
-        const struct vf_frame *tf = &t->fr[f];
-        struct vf_frame *sf = &s->fr[f];
+        const struct vf_frame *tf = &t->fr[f], *sf = &s->fr[f];
         if (tf->callsite != sf->callsite)
             return false;
-        for (uint32_t b = 0; b < MKS_BPF_STACK; b++) {
-            uint8_t ts = tf->slot[b], ss = sf->slot[b];
-            bool tsc = ts == SL_MISC || (ts == SL_SPILL && tf->spill[b / 8].type == VT_SCALAR);
-            bool ssc = ss == SL_MISC || (ss == SL_SPILL && sf->spill[b / 8].type == VT_SCALAR);
-            if (ts != ss && !(tsc && ssc))
-                return false;
-        }
-    }
-    for (uint32_t f = 0; f < t->nframes; f++) {
-        const struct vf_frame *tf = &t->fr[f];
-        struct vf_frame *sf = &s->fr[f];
         for (uint32_t r = 0; r < MKS_BPF_NREGS; r++)
-            if (!reg_merge(&sf->regs[r], &tf->regs[r]))
+            if (!reg_mergeable(&sf->regs[r], &tf->regs[r]))
                 return false;
         for (uint32_t q = 0; q < MKS_BPF_STACK / 8; q++) {
-            uint8_t *ss = &sf->slot[q * 8];
-            const uint8_t *ts = &tf->slot[q * 8];
-            if (ss[0] == SL_SPILL && ts[0] == SL_SPILL) {
-                if (!reg_merge(&sf->spill[q], &tf->spill[q]))
+            const uint8_t *ts = &tf->slot[q * 8], *ss = &sf->slot[q * 8];
+            if (memcmp(ts, ss, 8) == 0) {
+                if (ts[0] == SL_SPILL && !reg_mergeable(&sf->spill[q], &tf->spill[q]))
                     return false;
-            } else {
-                /* scalar data in one, spilled scalar in the other: data */
-                for (int k = 0; k < 8; k++)
-                    if (ss[k] != ts[k] || ss[k] == SL_SPILL)
-                        ss[k] = ss[k] == SL_INVALID ? SL_INVALID : SL_MISC;
+                continue;
+            }
+            for (int k = 0; k < 8; k++) {
+                bool tsc = ts[k] == SL_MISC || (ts[k] == SL_SPILL && tf->spill[q].type == VT_SCALAR);
+                bool ssc = ss[k] == SL_MISC || (ss[k] == SL_SPILL && sf->spill[q].type == VT_SCALAR);
+                if (ts[k] != ss[k] && !(tsc && ssc))
+                    return false;
             }
         }
     }
     return true;
+}
+
+static void state_merge(struct vf_state *s, const struct vf_state *t)
+{
+    for (uint32_t f = 0; f < t->nframes; f++) {
+        const struct vf_frame *tf = &t->fr[f];
+        struct vf_frame *sf = &s->fr[f];
+        for (uint32_t r = 0; r < MKS_BPF_NREGS; r++)
+            reg_merge(&sf->regs[r], &tf->regs[r]);
+        for (uint32_t q = 0; q < MKS_BPF_STACK / 8; q++) {
+            uint8_t *ss = &sf->slot[q * 8];
+            const uint8_t *ts = &tf->slot[q * 8];
+            if (ss[0] == SL_SPILL && ts[0] == SL_SPILL) {
+                reg_merge(&sf->spill[q], &tf->spill[q]);
+            } else if (memcmp(ss, ts, 8) != 0) {
+                /* scalar data in one, a spilled scalar in the other */
+                for (int k = 0; k < 8; k++)
+                    ss[k] = SL_MISC;
+            }
+        }
+    }
 }
 
 /* ---- interpretation ----------------------------------------------------- */
@@ -1707,9 +1725,8 @@ static int step(struct vf *v, struct vf_state *st)
          * instruction can be reached again (acyclic graph). */
         if (v->n_kept[i] >= VF_WIDEN_AFTER) {
             for (struct vf_kept *k = v->kept[i]; k; k = k->next) {
-                memcpy(v->scratch, st, st_size(st->nframes));
-                if (state_merge(v->scratch, k->st)) {
-                    memcpy(st, v->scratch, st_size(v->scratch->nframes));
+                if (state_mergeable(st, k->st)) {
+                    state_merge(st, k->st);
                     memcpy(k->st, st, st_size(st->nframes));
                     goto kept;
                 }
@@ -1972,8 +1989,7 @@ int mks_verify(const struct mks_insn *insns, uint32_t n_insns, const struct mks_
     v.cost = calloc(n_insns + 2, sizeof(*v.cost));
     v.kept = calloc(n_insns, sizeof(*v.kept));
     v.n_kept = calloc(n_insns, sizeof(*v.n_kept));
-    v.scratch = malloc(st_size(MKS_BPF_MAX_FRAMES));
-    if (!v.info || !v.func_of || !v.funcs || !v.cost || !v.kept || !v.n_kept || !v.scratch) {
+    if (!v.info || !v.func_of || !v.funcs || !v.cost || !v.kept || !v.n_kept) {
         rc = verr(&v, UINT32_MAX, ENOMEM, "mks_verify: out of memory");
         goto out;
     }
@@ -2006,6 +2022,5 @@ out:
     free(v.cost);
     free(v.kept);
     free(v.n_kept);
-    free(v.scratch);
     return rc;
 }

@@ -119,6 +119,8 @@ static const struct rcase cases[] = {
      P(LDX(W, 2, 1, CTX_STEP), ALU64_IMM(MKS_BPF_AND, 2, 7), MOV_REG(3, 10), ALU64_REG(ADD, 3, 2), ST(B, 3, -8, 0),
        MOV_IMM(0, 0), EXIT()),
      OBS, END, MKS_VERR_STACK_BOUNDS, "insn 4 (", "stack access at a variable offset"},
+    {"pointer_bytes_after_partial_overwrite", P(STX(DW, 10, 1, -8), ST(W, 10, -8, 0), LDX(W, 0, 10, -4), EXIT()),
+     OBS, END, MKS_VERR_UNINIT_STACK, "insn 2 (", "but fp-4 was never written"},
     {"partial_read_of_spilled_pointer", P(STX(DW, 10, 1, -8), LDX(W, 0, 10, -8), EXIT()), OBS, END,
      MKS_VERR_MEM_ACCESS, "partial read of a pointer spilled at fp-8", NULL},
 
@@ -364,6 +366,29 @@ static void test_log_truncation(void **state)
     assert_int_equal(verify_simple(p, 2, OBS, 1, NULL, 0, NULL, 0), -MKS_VERR_CTX_ACCESS);
 }
 
+/* Branches that each spill a different kind of pointer cannot be pruned or
+ * widened; exploration stops at its cap with a clear line. */
+static void test_too_complex(void **state)
+{
+    (void)state;
+    enum { K = 24 };
+    struct mks_insn p[1 + 5 * K + 2];
+    uint32_t n = 0;
+    p[n++] = (struct mks_insn)MOV_REG(6, 1);
+    for (int k = 0; k < K; k++) {
+        p[n++] = (struct mks_insn)LDX(W, 2, 6, CTX_STEP);
+        p[n++] = (struct mks_insn)JMP_IMM(MKS_BPF_JEQ, 2, k, 2);
+        p[n++] = (struct mks_insn)STX(DW, 10, 6, -8 * (k + 1));
+        p[n++] = (struct mks_insn)JA(1);
+        p[n++] = (struct mks_insn)STX(DW, 10, 10, -8 * (k + 1));
+    }
+    p[n++] = (struct mks_insn)MOV_IMM(0, 0);
+    p[n++] = (struct mks_insn)EXIT();
+    char log[256];
+    assert_int_equal(verify_simple(p, n, OBS, 1, log, sizeof(log), NULL, 0), -MKS_VERR_COMPLEXITY);
+    assert_non_null(strstr(log, "program too complex: 250000 instructions processed"));
+}
+
 /* Every case has its own name and the suite covers every rejection code. */
 static void test_codes_covered(void **state)
 {
@@ -378,7 +403,6 @@ static void test_codes_covered(void **state)
     /* covered outside the table */
     seen[MKS_VERR_EMPTY - MKS_VERR_BASE - 1] = seen[MKS_VERR_TOO_LONG - MKS_VERR_BASE - 1] = true;
     seen[MKS_VERR_ABI - MKS_VERR_BASE - 1] = true;
-    /* needs a program too complex for a unit test */
     seen[MKS_VERR_COMPLEXITY - MKS_VERR_BASE - 1] = true;
     for (int c = MKS_VERR_BASE + 1; c < MKS_VERR_INTERNAL; c++) {
         if (!seen[c - MKS_VERR_BASE - 1])
@@ -391,7 +415,7 @@ static void test_codes_covered(void **state)
 int main(void)
 {
     size_t n = sizeof(cases) / sizeof(cases[0]);
-    struct CMUnitTest *tests = calloc(n + 7, sizeof(*tests));
+    struct CMUnitTest *tests = calloc(n + 8, sizeof(*tests));
     if (!tests)
         return 1;
     for (size_t i = 0; i < n; i++) {
@@ -403,10 +427,10 @@ int main(void)
         cmocka_unit_test(test_empty),        cmocka_unit_test(test_too_long),
         cmocka_unit_test(test_unknown_abi),  cmocka_unit_test(test_helper_outside_allowed_set),
         cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_log_truncation),
-        cmocka_unit_test(test_codes_covered),
+        cmocka_unit_test(test_codes_covered),  cmocka_unit_test(test_too_complex),
     };
     memcpy(&tests[n], extra, sizeof(extra));
-    int rc = _cmocka_run_group_tests("verifier_reject", tests, n + 7, NULL, NULL);
+    int rc = _cmocka_run_group_tests("verifier_reject", tests, n + 8, NULL, NULL);
     free(tests);
     return rc;
 }

@@ -26,3 +26,11 @@ mks_add_test(devhooks_verifier_accept SOURCES verifier_accept.c LIBS mks_devhook
 add_dependencies(devhooks_verifier_accept mks_verifier_test_progs)
 mks_add_test(devhooks_loader SOURCES loader_test.c LIBS mks_devhooks ARGS ${progdir})
 add_dependencies(devhooks_loader mks_verifier_test_progs)
+mks_add_test(devhooks_verify_cmd SOURCES verifier_cmd_test.c LIBS mks_devhooks ARGS ${progdir})
+add_dependencies(devhooks_verify_cmd mks_verifier_test_progs)
+
+# The standalone program: exit 0 on accepted objects, non-zero on a rejection.
+add_test(NAME devhooks_mkscope_verify_ok COMMAND mkscope-verify ${progdir}/count.bpf.o ${progdir}/latency.bpf.o)
+add_test(NAME devhooks_mkscope_verify_rejects COMMAND mkscope-verify ${progdir}/rejected.bpf.o)
+set_tests_properties(devhooks_mkscope_verify_ok devhooks_mkscope_verify_rejects PROPERTIES LABELS unit TIMEOUT 30)
+set_tests_properties(devhooks_mkscope_verify_rejects PROPERTIES WILL_FAIL TRUE)
