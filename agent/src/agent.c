@@ -83,7 +83,11 @@ struct agent {
     uint64_t refused;     /* summaries dropped because the collector refused them */
     uint64_t lost_reported;
     struct agt_budget budget;
-    uint32_t sample_shift;
+    uint32_t sample_shift;      /* largest shift in force (reported in summaries) */
+    uint32_t cmd_shift[MKS_EV_COUNT];  /* set by the collector's SetBudget */
+    uint64_t cmd_insns[MKS_EV_COUNT];
+    uint32_t auto_shift;        /* the agent's own, on the detail hooks */
+    uint32_t pressure, relief;  /* consecutive epochs over / within the budget */
     struct reply replies[MAX_REPLIES];
     int n_replies;
 
@@ -387,6 +391,70 @@ static int install_attach(struct agent *a, const Mkscope__V1__AttachProgram *ap,
     return rc;
 }
 
+/* Hooks whose monitors produce the detail the budget drops first (wait and
+ * release records, queue and generation tables).  Sampling them saves the
+ * device the work whose output could not be shipped anyway; task_start and
+ * task_end, which carry the counts and latencies, are never sampled by the
+ * agent on its own. */
+static int detail_hook(int ev)
+{
+    return ev == MKS_EV_DEP_WAIT_BEGIN || ev == MKS_EV_DEP_WAIT_END || ev == MKS_EV_COMM_END ||
+           ev == MKS_EV_TASK_ASSIGN || ev == MKS_EV_QUEUE_PRESSURE || ev == MKS_EV_GEN_ADVANCE;
+}
+
+/* Put the sampling in force that the collector's commands and the agent's
+ * own budget pressure ask for (the larger of the two per hook). */
+static int apply_sampling(struct agent *a)
+{
+    uint32_t top = 0;
+    int err = 0;
+    for (int e = 0; e < MKS_EV_COUNT; e++) {
+        uint32_t shift = a->cmd_shift[e];
+        if (detail_hook(e) && a->auto_shift > shift)
+            shift = a->auto_shift;
+        if (shift > top)
+            top = shift;
+        if (a->ctl && !err)
+            err = mks_ctl_set_budget(a->ctl, (enum mks_hook_event)e, shift, a->cmd_insns[e]);
+    }
+    a->sample_shift = top;
+    return err;
+}
+
+/* Over the budget for a while: sample the detail hooks one step more; well
+ * within it for a while: one step less.  Coverage shows what was skipped. */
+#define AUTO_SHIFT_MAX     6
+#define AUTO_PRESSURE_RISE 5
+#define AUTO_RELIEF_FALL   20
+
+static void adapt_sampling(struct agent *a, int tier)
+{
+    if (!a->budget.bytes_per_sec) {
+        if (a->auto_shift) {
+            a->auto_shift = 0;
+            apply_sampling(a);
+        }
+        return;
+    }
+    if (tier != AGT_TIER_FULL) {
+        a->relief = 0;
+        if (++a->pressure >= AUTO_PRESSURE_RISE && a->auto_shift < AUTO_SHIFT_MAX) {
+            a->auto_shift++;
+            a->pressure = 0;
+            agt_log_info("over budget: sampling detail hooks 1 in %u", 1u << a->auto_shift);
+            apply_sampling(a);
+        }
+    } else {
+        a->pressure = 0;
+        if (++a->relief >= AUTO_RELIEF_FALL && a->auto_shift > 0) {
+            a->auto_shift--;
+            a->relief = 0;
+            agt_log_info("within budget: sampling detail hooks 1 in %u", 1u << a->auto_shift);
+            apply_sampling(a);
+        }
+    }
+}
+
 static void run_command(struct agent *a, const Mkscope__V1__Command *c)
 {
     if (c->n_ranks) {
@@ -450,18 +518,17 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
             break;
         }
         agt_budget_set(&a->budget, b->bytes_per_sec, mono_ns());
-        int err = 0;
-        if (a->ctl)
-            for (int e = 0; e < MKS_EV_COUNT && !err; e++)
-                if (b->hook < 0 || b->hook == e)
-                    err = mks_ctl_set_budget(a->ctl, (enum mks_hook_event)e, b->sample_shift,
-                                             b->insn_budget);
+        for (int e = 0; e < MKS_EV_COUNT; e++)
+            if (b->hook < 0 || b->hook == e) {
+                a->cmd_shift[e] = b->sample_shift;
+                a->cmd_insns[e] = b->insn_budget;
+            }
+        int err = apply_sampling(a);
         if (err) {
             snprintf(msg, sizeof(msg), "set budget: %s", strerror(-err));
             r.error = msg;
             break;
         }
-        a->sample_shift = b->sample_shift;
         r.ok = 1;
         agt_log_info("budget: %" PRIu64 " bytes/s, sample shift %u, %" PRIu64
                      " insns per epoch",
@@ -641,6 +708,8 @@ static int try_open(struct agent *a, uint64_t now)
                  info.n_ranks, info.n_workers, info.abi_version, info.gpu_uuid[0] ? ", GPU " : "",
                  info.gpu_uuid);
     attach_builtins(a);
+    if (a->sample_shift || a->auto_shift)
+        apply_sampling(a); /* a restarted application starts with none */
     (void)now;
     return 0;
 }
@@ -684,6 +753,8 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
     } else {
         err = agt_summary_encode(s, AGT_TIER_FULL, &meta, key, &bufs[0], &sizes[0]);
     }
+    if (!err && a->budget.bytes_per_sec && a->ctl)
+        adapt_sampling(a, tier);
     if (!err && tier < 0) {
         a->n_held++;
         a->pending = s;

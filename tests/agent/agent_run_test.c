@@ -59,6 +59,8 @@ struct fake_collector {
     uint64_t counts[N_CLASSES];
     uint64_t other_counts;
     uint64_t eligible_end, ran_end, throttled_end;
+    uint64_t throttled_wait;  /* at dep_wait_end */
+    uint32_t max_shift;
     uint64_t seqs[MAX_SEQS];  /* first arrivals, in arrival order */
     int n_seqs;
     int duplicates;
@@ -155,7 +157,11 @@ static void fc_handle(struct fake_collector *fc, const void *buf, size_t len)
                 else
                     fc->other_counts += s->task_stats[i]->count;
             }
+            if (s->sample_shift > fc->max_shift)
+                fc->max_shift = s->sample_shift;
             for (size_t i = 0; i < s->n_coverage; i++) {
+                if (s->coverage[i]->hook == MKS_EV_DEP_WAIT_END)
+                    fc->throttled_wait += s->coverage[i]->throttled;
                 if (s->coverage[i]->hook != MKS_EV_TASK_END)
                     continue;
                 fc->eligible_end += s->coverage[i]->eligible;
@@ -273,6 +279,25 @@ static void fire(struct mks_rt *rt, uint32_t cls, uint32_t n, uint32_t step)
         MKS_HOOK(rt, &ctx);
         ctx.event = MKS_EV_TASK_END;
         ctx.t_now = t + 1000;
+        MKS_HOOK(rt, &ctx);
+    }
+}
+
+/* n remote dependency waits of class cls, each on its own transfer. */
+static void fire_waits(struct mks_rt *rt, uint32_t cls, uint32_t n, uint64_t gen0)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t t = now_ns();
+        struct mks_hook_ctx ctx = {.event = MKS_EV_DEP_WAIT_BEGIN,
+                                   .worker = i % 2,
+                                   .task_class = cls,
+                                   .dep_class = MKS_DEP_REMOTE,
+                                   .comm_gen = gen0 + i,
+                                   .peer_rank = 1,
+                                   .t_now = t};
+        MKS_HOOK(rt, &ctx);
+        ctx.event = MKS_EV_DEP_WAIT_END;
+        ctx.t_now = t + 2000;
         MKS_HOOK(rt, &ctx);
     }
 }
@@ -485,6 +510,7 @@ static void test_budget_bounds_bytes_and_says_so(void **state)
     for (int round = 0; round < 40; round++) {
         for (uint32_t c = 0; c < N_CLASSES; c++)
             fire(rt, c, 20, (uint32_t)round);
+        fire_waits(rt, 0, 50, (uint64_t)round * 1000 + 1);
         fc_serve(&fc, 50);
     }
     double secs = (double)(now_ns() - t0) / 1e9;
@@ -492,6 +518,10 @@ static void test_budget_bounds_bytes_and_says_so(void **state)
     /* the natural rate (50 full summaries a second) is far above the budget */
     assert_true((double)bytes <= (double)budget * secs + 2 * (double)budget * 0.02 + 1500);
     assert_true(fc.min_tier < 2); /* coarsened, and the summaries say so */
+    /* the agent also stopped paying for wait records it could not ship:
+     * dep_wait_end was sampled, and coverage and sample_shift say so */
+    assert_true(fc.throttled_wait > 0);
+    assert_true(fc.max_shift > 0);
     mks_rt_destroy(rt);
     int st = serve_until_exit(&fc, pid, 15000);
     assert_true(WIFEXITED(st));
