@@ -50,33 +50,13 @@ int bm_model_init(struct bm_model *m, const struct mks_bench_config *cfg,
                   const struct mks_fault *faults, uint32_t n_faults);
 void bm_model_fini(struct bm_model *m);
 
-/* out = x / rms(x) * w */
-void bm_rmsnorm(const float *x, const float *w, float *out, uint32_t n);
-/* y[j - c0] = sum_i x[i] * W[i * stride + j] for j in [c0, c1) */
-void bm_matvec_cols(const float *x, const float *W, uint32_t in, uint32_t stride, uint32_t c0,
-                    uint32_t c1, float *y);
-/* One head of attention for a query at position pos over k/v caches laid out
- * [pos][QD]; writes HD outputs. */
-void bm_attention(const struct bm_model *m, const float *q, const float *kc, const float *vc,
-                  uint32_t pos, uint32_t head, float *out);
-/* Router: writes the top-k experts and their gates for one normed row. */
-void bm_route(const struct bm_model *m, uint32_t layer, uint32_t step, const float *xn,
-              uint32_t *experts, float *gates);
-/* Expert e's output columns [c0, c1) of H, scaled by gate, added into
- * out[c0..c1) (the inner activation is computed whole, so every tiling sums
- * each output in the same order). */
-void bm_expert_tile(const struct bm_model *m, uint32_t layer, uint32_t e, const float *xn,
-                    float gate, uint32_t c0, uint32_t c1, float *out);
-uint32_t bm_argmax(const float *v, uint32_t n);
-/* The rank that owns expert e. */
-static inline uint32_t bm_expert_rank(const struct bm_model *m, uint32_t e)
-{
-    return e % m->cfg.ranks;
-}
-/* Tile t of n tiles over [0, total): [*c0, *c1). */
-void bm_tile_range(uint32_t total, uint32_t n, uint32_t t, uint32_t *c0, uint32_t *c1);
+#ifdef __CUDACC__
+#define BM_HD __host__ __device__
+#else
+#define BM_HD
+#endif
 
-/* Request slots.  A request decodes `len` tokens from its first token; when it
+/* Request slots. A request decodes `len` tokens from its first token; when it
  * finishes its slot stays idle one step (slot 0 never idles) and a new request
  * with the next request generation joins. */
 struct bm_slot {
@@ -91,15 +71,6 @@ struct bm_batch {
     struct bm_slot slot[MKS_BENCH_MAX_BATCH];
 };
 
-void bm_batch_init(const struct bm_model *m, struct bm_batch *b);
-/* Activate requests that join at `step`; returns the mask of slots that
- * joined (for GEN_ADVANCE). */
-uint32_t bm_batch_begin(const struct bm_model *m, struct bm_batch *b, uint32_t step);
-/* Feed the sampled tokens of the active slots; finished requests leave. */
-void bm_batch_end(const struct bm_model *m, struct bm_batch *b, uint32_t step,
-                  const int32_t *sampled);
-
-/* moe-skew in force at (step)?  Returns the hot expert or -1. */
-int32_t bm_skew_expert(const struct bm_model *m, uint32_t step);
+#include "model_math.h"
 
 #endif

@@ -21,10 +21,11 @@ int mks_bench_reference(const struct mks_bench_config *cfg, const struct mks_fau
     struct mks_bench_result *res = bb_result_alloc(1, cfg->steps, B, 0, 0);
     float *x = malloc(sizeof(float) * H), *xn = malloc(sizeof(float) * H),
           *q = malloc(sizeof(float) * QD), *o = malloc(sizeof(float) * QD),
-          *y = malloc(sizeof(float) * H), *logits = malloc(sizeof(float) * m.V);
+          *y = malloc(sizeof(float) * H), *logits = malloc(sizeof(float) * m.V),
+          *hid = malloc(sizeof(float) * m.F);
     size_t kv_n = (size_t)L * B * ML * QD;
     float *kc = calloc(kv_n, sizeof(float)), *vc = calloc(kv_n, sizeof(float));
-    if (!res || !x || !xn || !q || !o || !y || !logits || !kc || !vc) {
+    if (!res || !x || !xn || !q || !o || !y || !logits || !hid || !kc || !vc) {
         rc = -ENOMEM;
         goto out;
     }
@@ -60,7 +61,10 @@ int mks_bench_reference(const struct mks_bench_config *cfg, const struct mks_fau
                 bm_route(&m, l, s, xn, ex, gate);
                 memset(y, 0, sizeof(float) * H);
                 for (uint32_t k = 0; k < cfg->topk; k++)
-                    bm_expert_tile(&m, l, ex[k], xn, gate[k], 0, H, y);
+                {
+                    bm_expert_hidden(&m, l, ex[k], xn, 0, m.F, hid);
+                    bm_expert_out(&m, l, ex[k], hid, gate[k], 0, H, y);
+                }
                 for (uint32_t k = 0; k < H; k++)
                     x[k] += y[k];
             }
@@ -77,7 +81,7 @@ int mks_bench_reference(const struct mks_bench_config *cfg, const struct mks_fau
     *res_p = res;
     res = NULL;
 out:
-    free(x), free(xn), free(q), free(o), free(y), free(logits), free(kc), free(vc);
+    free(x), free(xn), free(q), free(o), free(y), free(logits), free(hid), free(kc), free(vc);
     mks_bench_result_free(res);
     bm_model_fini(&m);
     return rc;

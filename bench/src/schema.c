@@ -114,7 +114,7 @@ int bw_schema_encode(const struct mks_bench_config *cfg, uint32_t rank, uint8_t 
         f_u(&m, 1, c);
         f_str(&m, 2, mks_bench_class_name(cfg, c, nb, sizeof(nb)));
         f_str(&m, 3, in ? in->op : "moe.expert");
-        f_str(&m, 4, in ? in->fn : "bm_expert_tile");
+        f_str(&m, 4, in ? in->fn : "bm_expert_out");
         f_str(&m, 5, in ? in->region : "expert.out");
         struct pb deps = {0};
         for (int k = 0; k < 3; k++) {

@@ -93,66 +93,19 @@ static void fail(struct bw_rank *rk, int rc)
 
 /* ---- fault planning -------------------------------------------------------- */
 
-static uint32_t cls_occurrences(const struct bw_rank *rk, uint32_t cls)
-{
-    switch (cls) {
-    case BC_AR_SEND:
-    case BC_AR_REDUCE:
-        return 2 * rk->L;
-    case BC_LMHEAD:
-    case BC_SAMPLE:
-        return 1;
-    default:
-        return rk->L;
-    }
-}
-
-static uint64_t waves(uint32_t n_tasks, uint32_t W)
-{
-    return n_tasks ? (n_tasks + W - 1) / W : 1;
-}
-
-static int fault_on(const struct bw_rank *rk, const struct mks_fault *f, uint32_t step)
-{
-    return f->rank == (int32_t)rk->rank && step >= f->step_lo && step <= f->step_hi &&
-           (f->type == MKS_FAULT_COMM_DELAY || f->gen == MKS_FAULT_ANY ||
-            (uint64_t)f->gen == (uint64_t)step + 1);
-}
-
-/* Spread each fault's magnitude over the tasks it hits so that an affected
- * step grows by about `magnitude` whatever the fault: n_op tasks of this
- * operator, `k` the all-reduce index for communication tasks. */
+/* Apply the fault plan to a task of the graph (bm_fault_plan). */
 static void plan(const struct bw_rank *rk, struct br_task *t, uint32_t n_op, uint32_t k)
 {
-    for (uint32_t i = 0; i < rk->m.n_faults; i++) {
-        const struct mks_fault *f = &rk->m.faults[i];
-        if (!fault_on(rk, f, t->step) || (f->cls != MKS_FAULT_ANY && (uint32_t)f->cls != t->cls))
-            continue;
-        uint64_t mag = f->magnitude_us * 1000ull, occ = cls_occurrences(rk, t->cls);
-        switch (f->type) {
-        case MKS_FAULT_TASK_DELAY:
-        case MKS_FAULT_MOE_SKEW:
-            t->run_delay_ns += mag / (occ * waves(n_op, rk->W));
-            break;
-        case MKS_FAULT_NOTIFY_DELAY:
-            t->notify_delay_ns += mag / (occ * waves(n_op, rk->W));
-            break;
-        case MKS_FAULT_QUEUE_OVERSUB:
-            t->force_worker = f->worker;
-            t->hold_ns += mag / (occ * n_op);
-            break;
-        case MKS_FAULT_TILE_STARVE:
-            if ((int32_t)t->tile_x == f->tile)
-                t->starve_ns += mag / occ;
-            break;
-        case MKS_FAULT_COMM_DELAY:
-            if (f->gen == MKS_FAULT_ANY || (uint64_t)f->gen == k) {
-                uint64_t n_ar = f->gen == MKS_FAULT_ANY ? 2ull * rk->L : 1;
-                t->comm_delay_ns += mag / (n_ar * waves(n_op, rk->W));
-            }
-            break;
-        }
-    }
+    struct bm_fault_effect fx;
+    bm_fault_plan(rk->m.faults, rk->m.n_faults, rk->rank, rk->W, rk->L, t->cls, t->step,
+                  t->tile_x, n_op, k, &fx);
+    t->run_delay_ns += fx.run_delay_ns;
+    t->notify_delay_ns += fx.notify_delay_ns;
+    t->hold_ns += fx.hold_ns;
+    t->starve_ns += fx.starve_ns;
+    t->comm_delay_ns += fx.comm_delay_ns;
+    if (fx.force_worker >= 0)
+        t->force_worker = fx.force_worker;
 }
 
 /* ---- task bodies ------------------------------------------------------------ */
@@ -372,10 +325,11 @@ static void body_expert(struct br_rt *rt, uint32_t w, struct br_task *t)
             if (rk->sel_e[s * K + k] != e)
                 continue;
             float *out = rk->P + ((size_t)el * m->B + s) * m->H;
+            float h[MKS_BENCH_MAX_HIDDEN];
             for (uint32_t j = c0; j < c1; j++)
                 out[j] = 0.0f;
-            bm_expert_tile(m, t->layer, e, rk->xn + (size_t)s * m->H, rk->sel_g[s * K + k], c0,
-                           c1, out);
+            bm_expert_hidden(m, t->layer, e, rk->xn + (size_t)s * m->H, 0, m->F, h);
+            bm_expert_out(m, t->layer, e, h, rk->sel_g[s * K + k], c0, c1, out);
         }
     }
 }
