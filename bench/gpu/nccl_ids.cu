@@ -11,6 +11,13 @@
  * The two rank processes never exchange ids: the only thing they share is
  * NCCL's unique id, passed through a pipe before ncclCommInitRank.
  *
+ * With MKSCOPE_NCCL_GPU_TIMES=1 the plugin adds per-channel GPU times
+ * (globaltimer).  Then the check also aligns the two GPUs' clocks three
+ * ways with clock.h: from host anchors each rank takes (host clock read
+ * around a one-thread kernel that reads globaltimer), from the collectives
+ * themselves (a rank's all-reduce cannot finish before the other rank's has
+ * started: causal edges), and from both; the three must agree.
+ *
  * Usage: nccl_ids [--steps N] [--ars K]    (run by bench/gpu/nccl_ids.sh)
  */
 #include <cuda_runtime.h>
@@ -22,11 +29,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
+#include "mkscope/clock.h"
 #include "mkscope/commid.h"
 #include "mkscope/nccl_ring.h"
 
@@ -58,13 +68,50 @@ __global__ void layer_kernel(float *x, size_t n, float a)
         x[i] = x[i] * 0.5f + a;
 }
 
-static int run_rank(int rank, int fd_id[2], int steps, int ars)
+__global__ void read_globaltimer(unsigned long long *out)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *out = t;
+}
+
+enum { ANCHORS = 32 };
+
+static uint64_t host_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Host anchors: the host clock read before the launch and after the
+ * synchronize bracket the kernel's globaltimer read. */
+static void take_anchors(int rank, cudaStream_t stream, unsigned long long *dev_t, int fd)
+{
+    for (int i = 0; i < ANCHORS; i++) {
+        mks_clock_anchor a = {};
+        unsigned long long d = 0;
+        a.rank = (uint32_t)rank;
+        a.host_lo_ns = host_ns();
+        read_globaltimer<<<1, 1, 0, stream>>>(dev_t);
+        CUDA_OK(cudaStreamSynchronize(stream));
+        a.host_hi_ns = host_ns();
+        CUDA_OK(cudaMemcpy(&d, dev_t, sizeof(d), cudaMemcpyDeviceToHost));
+        a.device_ns = d;
+        if (write(fd, &a, sizeof(a)) != (ssize_t)sizeof(a))
+            _exit(1);
+        usleep(2000);
+    }
+}
+
+static int run_rank(int rank, int fd_id[2], int fd_anchor, int steps, int ars)
 {
     ncclUniqueId id;
     ncclComm_t comm;
     cudaStream_t stream;
     const size_t n = 1u << 20, ng = 4096;
     float *x, *g_in, *g_out;
+    unsigned long long *dev_t;
     char rs[16];
 
     g_rank = rank;
@@ -84,7 +131,9 @@ static int run_rank(int rank, int fd_id[2], int steps, int ars)
     CUDA_OK(cudaMalloc(&g_out, NRANKS * ng * sizeof(float)));
     CUDA_OK(cudaMemset(x, 0, n * sizeof(float)));
     CUDA_OK(cudaMemset(g_in, 0, ng * sizeof(float)));
+    CUDA_OK(cudaMalloc(&dev_t, sizeof(*dev_t)));
     NCCL_OK(ncclCommInitRank(&comm, NRANKS, id, rank));
+    take_anchors(rank, stream, dev_t, fd_anchor);
     for (int s = 0; s < steps; s++) {
         for (int k = 0; k < ars; k++) {
             layer_kernel<<<132, 256, 0, stream>>>(x, n, (float)(k + 1));
@@ -94,6 +143,7 @@ static int run_rank(int rank, int fd_id[2], int steps, int ars)
         NCCL_OK(ncclAllGather(g_in, g_out, ng, ncclFloat32, comm, stream));
     }
     CUDA_OK(cudaStreamSynchronize(stream));
+    take_anchors(rank, stream, dev_t, fd_anchor);
     /* x follows x <- 2 * (x/2 + a) on both ranks: check one element */
     float h = -1, want = 0;
     for (int s = 0; s < steps; s++)
@@ -108,6 +158,7 @@ static int run_rank(int rank, int fd_id[2], int steps, int ars)
     cudaFree(x);
     cudaFree(g_in);
     cudaFree(g_out);
+    cudaFree(dev_t);
     return 0;
 }
 
@@ -132,6 +183,104 @@ static int drain(const char *job, int rank, std::vector<mks_nccl_record> *out)
     mks_nccl_ring_close(ring);
     mks_nccl_ring_unlink(name);
     return n < 0 ? n : 0;
+}
+
+struct span {
+    uint64_t start = UINT64_MAX, stop = 0;
+    int channels = 0;
+};
+
+/* Offset of GPU 1's clock from GPU 0's, with its bound, as one model sees it
+ * at GPU 1 time d1: T_1(d1) - d1 minus T_0(d0) - d0 for a d0 near d1. */
+static int rel_offset(const mks_clock_model *m, uint64_t d0, uint64_t d1, mks_aligned_time *out)
+{
+    mks_aligned_time a, b;
+    if (mks_clock_align(m, 0, d0, &a) || mks_clock_align(m, 1, d1, &b))
+        return -1;
+    out->lo_ns = (b.lo_ns - (int64_t)d1) - (a.hi_ns - (int64_t)d0);
+    out->hi_ns = (b.hi_ns - (int64_t)d1) - (a.lo_ns - (int64_t)d0);
+    out->t_ns = out->lo_ns + (out->hi_ns - out->lo_ns) / 2;
+    out->err_ns = (uint64_t)(out->hi_ns - out->t_ns);
+    return 0;
+}
+
+/* Every collective has GPU channel records on both ranks with its id; the
+ * clocks aligned from anchors, from the collectives' causal edges and from
+ * both agree.  Returns the number of failed checks. */
+static size_t check_gpu_times(const std::vector<mks_nccl_record> *rec,
+                              const std::vector<mks_nccl_record> *gpu,
+                              const std::vector<mks_clock_anchor> &anchors)
+{
+    size_t bad = 0;
+    std::vector<uint64_t> ids;
+    std::map<uint64_t, span> sp[NRANKS];
+    for (int r = 0; r < NRANKS; r++)
+        for (const auto &x : gpu[r]) {
+            span &s = sp[r][x.comm_gen];
+            s.start = std::min(s.start, x.t_start);
+            s.stop = std::max(s.stop, x.t_stop);
+            s.channels++;
+        }
+    std::vector<double> dur;
+    std::vector<mks_clock_edge> edges;
+    for (const auto &x : rec[0]) {
+        auto a = sp[0].find(x.comm_gen), b = sp[1].find(x.comm_gen);
+        if (a == sp[0].end() || b == sp[1].end()) {
+            bad++;
+            continue;
+        }
+        if (x.func == MKS_NCCL_ALLREDUCE)
+            dur.push_back((double)(a->second.stop - a->second.start));
+        /* neither rank's collective can finish before the other's started */
+        edges.push_back({1, 0, b->second.start, a->second.stop, 0});
+        edges.push_back({0, 1, a->second.start, b->second.stop, 0});
+    }
+    std::sort(dur.begin(), dur.end());
+    printf("gpu times: %zu + %zu channel records; %zu of %zu collectives have them on both ranks\n",
+           gpu[0].size(), gpu[1].size(), edges.size() / 2, rec[0].size());
+    if (!dur.empty())
+        printf("all-reduce on GPU 0 (first channel start to last channel stop): median %.1f us, min %.1f us\n",
+               dur[dur.size() / 2] / 1e3, dur[0] / 1e3);
+    if (edges.empty() || anchors.empty())
+        return bad + 1;
+
+    const char *names[3] = {"anchors only", "collectives only", "anchors + collectives"};
+    mks_aligned_time off[3];
+    int ok[3] = {0, 0, 0};
+    uint64_t d0 = sp[0].begin()->second.start, d1 = sp[1].begin()->second.start;
+    for (int k = 0; k < 3; k++) {
+        mks_clock_model *m = NULL;
+        mks_clock_opts o = {};
+        o.sz = sizeof(o);
+        /* globaltimer advanced in 32 ns steps where it was measured, but
+         * its granularity is not promised: a coarser bound keeps the
+         * intervals honest */
+        o.tick_ns = 1000;
+        if (mks_clock_model_create(NRANKS, &o, &m) != 0)
+            return bad + 1;
+        if (k != 1)
+            mks_clock_add_anchors(m, anchors.data(), anchors.size());
+        if (k != 0)
+            mks_clock_add_edges(m, edges.data(), edges.size());
+        int err = mks_clock_solve(m);
+        if (err == 0 && rel_offset(m, d0, d1, &off[k]) == 0) {
+            ok[k] = 1;
+            printf("GPU1 - GPU0 clock offset, %s: %+.3f us +- %.3f us\n", names[k], off[k].t_ns / 1e3,
+                   off[k].err_ns / 1e3);
+        } else {
+            printf("GPU1 - GPU0 clock offset, %s: solve failed (%d)\n", names[k], err);
+            bad++;
+        }
+        mks_clock_model_destroy(m);
+    }
+    /* the three intervals must overlap: each contains the true offset */
+    if (ok[0] && ok[1] && ok[2]) {
+        int64_t lo = std::max({off[0].lo_ns, off[1].lo_ns, off[2].lo_ns});
+        int64_t hi = std::min({off[0].hi_ns, off[1].hi_ns, off[2].hi_ns});
+        printf("clock intervals %s\n", lo <= hi ? "agree" : "DISAGREE");
+        bad += lo > hi;
+    }
+    return bad;
 }
 
 int main(int argc, char **argv)
@@ -159,15 +308,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "nccl_ids: NCCL_PROFILER_PLUGIN is not set; no records will be written\n");
     snprintf(job, sizeof(job), "nccl-ids-%d", (int)getpid());
     setenv("MKSCOPE_JOB", job, 1);
-    if (pipe(fd_id) != 0)
+    int fd_anchor[NRANKS][2];
+    if (pipe(fd_id) != 0 || pipe(fd_anchor[0]) != 0 || pipe(fd_anchor[1]) != 0)
         return 1;
 
     pid_t pids[NRANKS];
     for (int r = 0; r < NRANKS; r++) {
         pids[r] = fork();
         if (pids[r] == 0)
-            _exit(run_rank(r, fd_id, steps, ars));
+            _exit(run_rank(r, fd_id, fd_anchor[r][1], steps, ars));
+        close(fd_anchor[r][1]);
     }
+    /* 2 x 32 anchors of 32 bytes fit in a pipe: read them after the ranks end */
     int failed = 0;
     for (int r = 0; r < NRANKS; r++) {
         int st;
@@ -177,11 +329,21 @@ int main(int argc, char **argv)
             failed = 1;
         }
     }
+    std::vector<mks_clock_anchor> anchors;
+    for (int r = 0; r < NRANKS; r++) {
+        mks_clock_anchor a;
+        while (read(fd_anchor[r][0], &a, sizeof(a)) == (ssize_t)sizeof(a))
+            anchors.push_back(a);
+    }
 
-    std::vector<mks_nccl_record> rec[NRANKS];
-    for (int r = 0; r < NRANKS; r++)
-        if (drain(job, r, &rec[r]) != 0)
+    std::vector<mks_nccl_record> rec[NRANKS], gpu[NRANKS];
+    for (int r = 0; r < NRANKS; r++) {
+        std::vector<mks_nccl_record> all;
+        if (drain(job, r, &all) != 0)
             failed = 1;
+        for (const auto &x : all)
+            (x.flags & MKS_NCCL_REC_F_GPU_TIMES ? gpu[r] : rec[r]).push_back(x);
+    }
     if (failed) {
         printf("RESULT: FAIL (a rank failed or wrote no records)\n");
         return 1;
@@ -235,6 +397,8 @@ int main(int argc, char **argv)
     }
     printf("matched ids: %zu of %zu collectives on rank 0 (%zu on rank 1)\n", matched, rec[0].size(),
            rec[1].size());
+    if (!gpu[0].empty() || !gpu[1].empty())
+        bad += check_gpu_times(rec, gpu, anchors);
     printf("RESULT: %s\n", bad == 0 && matched == want_ar + want_ag ? "PASS" : "FAIL");
     return bad == 0 && matched == want_ar + want_ag ? 0 : 1;
 }

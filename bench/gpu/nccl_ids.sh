@@ -4,7 +4,9 @@
 # CMake dependencies needed), run two ranks with NCCL_PROFILER_PLUGIN pointing
 # at the plugin, and compare both ranks' records (nccl_ids prints RESULT).
 #
-# Usage: bench/gpu/nccl_ids.sh [--steps N] [--ars K]
+# Usage: bench/gpu/nccl_ids.sh [--gpu-times] [--steps N] [--ars K]
+#        --gpu-times: MKSCOPE_NCCL_GPU_TIMES=1, per-channel GPU times and the
+#                     clock alignment check
 # Env:   NCCL_HOME  prefix holding include/nccl.h and lib/libnccl.so.2
 #                   (default: /usr/local/cuda, /usr, then the nvidia-nccl pip
 #                   package of python3)
@@ -12,6 +14,10 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
+if [ "${1:-}" = "--gpu-times" ]; then
+    export MKSCOPE_NCCL_GPU_TIMES=1
+    shift
+fi
 build=$root/build-nccl-ids
 mkdir -p "$build"
 
@@ -42,20 +48,21 @@ gcc "${cflags[@]}" -shared -fvisibility=hidden "$src/nccl_profiler.c" "$src/comm
     -o "$build/libmkscope-nccl-profiler.so" -lpthread
 gcc "${cflags[@]}" -c "$src/commid.c" -o "$build/commid.o"
 gcc "${cflags[@]}" -c "$src/nccl_ring.c" -o "$build/nccl_ring.o"
+gcc "${cflags[@]}" -c "$src/clock.c" -o "$build/clock.o"
 "$nvcc" -O2 -arch=sm_90 -std=c++17 -Werror all-warnings -Xcompiler=-Wall,-Wextra \
     -I"$root/comm-ids/include" -I"$nccl_home/include" "$root/bench/gpu/nccl_ids.cu" \
-    "$build/commid.o" "$build/nccl_ring.o" "$nccl_so" -Xlinker -rpath="$nccl_lib" -o "$build/nccl_ids"
+    "$build/commid.o" "$build/nccl_ring.o" "$build/clock.o" "$nccl_so" -lm -Xlinker -rpath="$nccl_lib" -o "$build/nccl_ids"
 
 export NCCL_NVLS_ENABLE=0
 export NCCL_PROFILER_PLUGIN=$build/libmkscope-nccl-profiler.so
 export NCCL_DEBUG=${NCCL_DEBUG:-INFO}
 export NCCL_DEBUG_SUBSYS=${NCCL_DEBUG_SUBSYS:-INIT,ENV}
-log=$build/nccl_ids.log
+log=$build/nccl_ids${MKSCOPE_NCCL_GPU_TIMES:+_gpu_times}.log
 set +e
 "$build/nccl_ids" "$@" >"$log" 2>&1
 rc=$?
 set -e
 # the full log keeps NCCL's INFO lines; show the plugin's and the check's
-grep -E 'NCCL version|PROFILER|mkscope|^rank|id:|matched|enqueue|RESULT|nccl_ids|failed' "$log" || true
+grep -E 'NCCL version|PROFILER|mkscope|^rank|id:|matched|enqueue|gpu times|all-reduce on|offset|intervals|RESULT|nccl_ids|failed' "$log" || true
 if [ -n "${OUT:-}" ]; then cp "$log" "$OUT/"; fi
 exit "$rc"

@@ -12,6 +12,17 @@
  * shared by all its communicators and guarded by a mutex, because NCCL may
  * call from the application's threads and from its own.
  *
+ * With MKSCOPE_NCCL_GPU_TIMES=1 the plugin also asks for kernel channel
+ * events (ncclProfileKernelCh): NCCL's proxy thread reports, per channel of
+ * a collective's kernel, when the channel started and finished on the GPU
+ * (globaltimer ns).  Each becomes a record of its own with the collective's
+ * id and MKS_NCCL_REC_F_GPU_TIMES.  Those events arrive after NCCL has
+ * stopped the collective's event, and name it as their parent, so collective
+ * events live in a per-communicator array of slots that is reused round
+ * robin and never freed before finalize: a late child always finds valid
+ * memory.  NCCL adds proxy work to every collective in this mode, so it is
+ * off by default.
+ *
  * A plugin must never break the application: every failure is logged once
  * through NCCL's logger and turns the plugin into a no-op, and init still
  * returns success.
@@ -30,14 +41,29 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* Collective events in flight per communicator; a slot is reused after this
+ * many later collectives, by when its kernel has long finished. */
+#define COLL_SLOTS 4096u
+
+enum ev_kind { EV_COLL = 1, EV_KERNEL_CH = 2 };
+
+struct coll_event {
+    uint32_t kind; /* EV_COLL */
+    struct mks_nccl_record rec;
+};
+
+struct kernel_event {
+    uint32_t kind; /* EV_KERNEL_CH */
+    struct mks_nccl_record rec;
+};
+
 struct comm_ctx {
     uint64_t comm_hash;
     uint32_t rank, nranks;
     uint16_t flags;
-};
-
-struct coll_event {
-    struct mks_nccl_record rec;
+    int gpu_times;
+    uint32_t next_slot;
+    struct coll_event slots[COLL_SLOTS];
 };
 
 /* Handle for group events: NCCL 2.27 starts a collective's event only inside
@@ -110,6 +136,13 @@ static int ring_name_from_env(int rank, char *buf, size_t len, const char **why)
     return 0;
 }
 
+static int gpu_times_wanted(void)
+{
+    const char *v = getenv("MKSCOPE_NCCL_GPU_TIMES");
+
+    return v && strcmp(v, "1") == 0;
+}
+
 static void plugin_log(ncclDebugLogger_t logfn, ncclDebugLogLevel level, const char *msg,
                        const char *arg)
 {
@@ -153,33 +186,67 @@ static ncclResult_t comm_init(void **context, int *mask, uint64_t comm_hash, int
             ctx->rank = (uint32_t)rank;
             ctx->nranks = (uint32_t)nranks;
             ctx->flags = flags;
+            ctx->gpu_times = gpu_times_wanted();
             g_users++;
             *context = ctx;
-            *mask = ncclProfileColl;
+            *mask = ncclProfileColl | (ctx->gpu_times ? ncclProfileKernelCh : 0);
         }
     }
     pthread_mutex_unlock(&g_lock);
     return ncclSuccess;
 }
 
-static ncclResult_t coll_start(void *context, void **handle, uint64_t type, int rank,
-                               const struct mks_nccl_coll_descr *coll)
+/* The collective slot a kernel channel event names as its parent, or NULL
+ * when the pointer is not one of this communicator's slots. */
+static struct coll_event *parent_slot(struct comm_ctx *ctx, const void *parent)
+{
+    uintptr_t base = (uintptr_t)ctx->slots, p = (uintptr_t)parent;
+
+    if (p < base || p >= base + sizeof(ctx->slots) || (p - base) % sizeof(ctx->slots[0]))
+        return NULL;
+    return (struct coll_event *)parent;
+}
+
+static ncclResult_t event_start(void *context, void **handle, uint64_t type, int rank,
+                                void *parent, const struct mks_nccl_coll_descr *coll,
+                                uint8_t channel, uint64_t ptimer)
 {
     struct comm_ctx *ctx = context;
-    struct coll_event *ev;
     int func;
 
     *handle = NULL;
-    if (ctx && type == (uint64_t)ncclProfileGroup)
+    if (!ctx)
+        return ncclSuccess;
+    if (type == (uint64_t)ncclProfileGroup) {
         *handle = &g_group_handle;
-    if (!ctx || type != (uint64_t)ncclProfileColl || !coll)
+        return ncclSuccess;
+    }
+    if (type == (uint64_t)ncclProfileKernelCh) {
+        struct coll_event *pc = parent_slot(ctx, parent);
+        struct kernel_event *kev;
+        if (!ctx->gpu_times || !pc || pc->kind != EV_COLL)
+            return ncclSuccess; /* a point-to-point's channel: no id */
+        kev = calloc(1, sizeof(*kev));
+        if (!kev)
+            return ncclSuccess;
+        kev->kind = EV_KERNEL_CH;
+        kev->rec = pc->rec;
+        kev->rec.bytes = 0;
+        kev->rec.flags = (uint16_t)(ctx->flags | MKS_NCCL_REC_F_GPU_TIMES | ((uint16_t)channel << 8));
+        kev->rec.t_start = ptimer;
+        kev->rec.t_stop = 0;
+        *handle = kev;
+        return ncclSuccess;
+    }
+    if (type != (uint64_t)ncclProfileColl || !coll)
         return ncclSuccess;
     func = mks_commid_nccl_func_from_name(coll->func);
     if (func < 0)
         return ncclSuccess; /* a function newer than our table: no id to give */
-    ev = calloc(1, sizeof(*ev));
-    if (!ev)
-        return ncclSuccess;
+    struct coll_event *ev =
+        &ctx->slots[__atomic_fetch_add(&ctx->next_slot, 1, __ATOMIC_RELAXED) % COLL_SLOTS];
+    memset(&ev->rec, 0, sizeof(ev->rec));
+    ev->kind = EV_COLL;
     ev->rec.comm_gen = mks_commid_for_nccl(ctx->comm_hash, (uint32_t)func, coll->seqNumber);
     ev->rec.comm_hash = ctx->comm_hash;
     ev->rec.seq = coll->seqNumber;
@@ -194,27 +261,37 @@ static ncclResult_t coll_start(void *context, void **handle, uint64_t type, int 
     return ncclSuccess;
 }
 
-static ncclResult_t mks_stop_event(void *handle)
+static void write_record(const struct mks_nccl_record *rec)
 {
-    struct coll_event *ev = handle;
-
-    if (!ev || handle == &g_group_handle)
-        return ncclSuccess;
-    ev->rec.t_stop = now_ns();
     pthread_mutex_lock(&g_lock);
     if (g_ring)
-        (void)mks_nccl_ring_write(g_ring, &ev->rec); /* a full ring counts the drop */
+        (void)mks_nccl_ring_write(g_ring, rec); /* a full ring counts the drop */
     pthread_mutex_unlock(&g_lock);
-    free(ev);
+}
+
+static ncclResult_t mks_stop_event(void *handle)
+{
+    if (!handle || handle == &g_group_handle)
+        return ncclSuccess;
+    if (*(uint32_t *)handle == EV_COLL) {
+        struct coll_event *ev = handle;
+        ev->rec.t_stop = now_ns();
+        write_record(&ev->rec); /* the slot stays: kernel channels may still name it */
+    } else if (*(uint32_t *)handle == EV_KERNEL_CH) {
+        struct kernel_event *kev = handle;
+        if (kev->rec.t_stop >= kev->rec.t_start)
+            write_record(&kev->rec);
+        free(kev);
+    }
     return ncclSuccess;
 }
 
 static ncclResult_t mks_record_state(void *handle, ncclProfilerEventState_t state,
                                      ncclProfilerEventStateArgs_t *args)
 {
-    (void)handle;
-    (void)state;
-    (void)args;
+    if (handle && handle != &g_group_handle && *(uint32_t *)handle == EV_KERNEL_CH &&
+        state == MKS_NCCL_STATE_KERNEL_CH_STOP && args)
+        ((struct kernel_event *)handle)->rec.t_stop = args->kernelCh.pTimer;
     return ncclSuccess;
 }
 
@@ -251,7 +328,8 @@ static ncclResult_t v5_start(void *context, void **handle, ncclProfilerEventDesc
         *handle = NULL;
         return ncclSuccess;
     }
-    return coll_start(context, handle, d->type, d->rank, &d->coll);
+    return event_start(context, handle, d->type, d->rank, d->parentObj, &d->coll,
+                       d->kernelCh.channelId, d->kernelCh.pTimer);
 }
 
 static ncclResult_t v4_init(void **context, int *mask, const char *name, uint64_t comm_hash,
@@ -270,7 +348,8 @@ static ncclResult_t v4_start(void *context, void **handle, ncclProfilerEventDesc
         *handle = NULL;
         return ncclSuccess;
     }
-    return coll_start(context, handle, d->type, d->rank, &d->coll);
+    return event_start(context, handle, d->type, d->rank, d->parentObj, &d->coll,
+                       d->kernelCh.channelId, d->kernelCh.pTimer);
 }
 
 EXPORT ncclProfiler_v5_t ncclProfiler_v5 = {

@@ -5,8 +5,8 @@
  * ncclProfiler_v5, then ncclProfiler_v4, ... (newest first).  NCCL 2.28 (CUDA
  * 13) loads v5; v4 serves NCCL 2.27.
  *
- * Only the event-descriptor members up to the `coll` arm of the union matter
- * here, but the union is declared whole so its size and alignment are NCCL's.
+ * Only the `coll` and `kernelCh` arms of the descriptor union are read here;
+ * the union is padded to the size of NCCL's largest arm.
  */
 #ifndef MKS_NCCL_PROFILER_ABI_H
 #define MKS_NCCL_PROFILER_ABI_H
@@ -52,8 +52,15 @@ enum {
     ncclProfileNetPlugin = 1 << 7,
 };
 
-/* Event states are an int-sized enum in NCCL; only its size matters here. */
+/* Event states are an int-sized enum in NCCL. */
 typedef int ncclProfilerEventState_t;
+#define MKS_NCCL_STATE_KERNEL_CH_STOP 22 /* ncclProfilerKernelChStop */
+
+/* The `kernelCh` arm (v4 and v5). */
+struct mks_nccl_kernel_ch_descr {
+    uint8_t channelId;
+    uint64_t pTimer; /* GPU globaltimer at the channel's start */
+};
 
 /* The `coll` arm, identical in v4 and v5 up to parentGroup (v5 only). */
 struct mks_nccl_coll_descr {
@@ -79,6 +86,7 @@ typedef struct {
     int rank;
     union {
         struct mks_nccl_coll_descr coll;
+        struct mks_nccl_kernel_ch_descr kernelCh;
         unsigned char size_[96];
     };
 } ncclProfilerEventDescr_v5_t;
@@ -89,6 +97,7 @@ typedef struct {
     int rank;
     union {
         struct mks_nccl_coll_descr coll; /* parentGroup absent in v4 */
+        struct mks_nccl_kernel_ch_descr kernelCh;
         unsigned char size_[96];
     };
 } ncclProfilerEventDescr_v4_t;

@@ -125,6 +125,13 @@ static void test_v5_two_ranks(void **state)
         assert_null(h);
         assert_int_equal(p->stopEvent(NULL), ncclSuccess);
         assert_int_equal(p->recordEventState(NULL, 22, NULL), ncclSuccess);
+        /* kernel channel events only when GPU times were asked for */
+        memset(&d, 0, sizeof(d));
+        d.type = ncclProfileKernelCh;
+        d.parentObj = h;
+        h = (void *)1;
+        assert_int_equal(p->startEvent(ctx[0], &h, &d), ncclSuccess);
+        assert_null(h);
     }
 
     assert_int_equal(mks_nccl_ring_open(g_ring, &ring), 0);
@@ -204,6 +211,83 @@ static void test_v4_abi(void **state)
     assert_int_equal(p->finalize(ctx), ncclSuccess);
     assert_int_equal(mks_nccl_ring_unlink(g_ring), 0);
     dlclose(lib);
+}
+
+/* With MKSCOPE_NCCL_GPU_TIMES=1, kernel channel events that arrive after the
+ * collective's own event stopped (as NCCL's proxy thread delivers them) add
+ * records with the collective's id and the GPU times. */
+static void test_v5_gpu_times(void **state)
+{
+    (void)state;
+    setenv("MKSCOPE_NCCL_GPU_TIMES", "1", 1);
+    void *lib = open_plugin();
+    ncclProfiler_v5_t *p = dlsym(lib, "ncclProfiler_v5");
+    void *ctx = NULL, *coll = NULL, *ch[2] = {NULL, NULL}, *h;
+    int mask = 0;
+    ncclProfilerEventDescr_v5_t d;
+    ncclProfilerEventStateArgs_t a;
+    struct mks_nccl_ring *ring;
+    struct mks_nccl_record rec[4];
+
+    assert_int_equal(p->init(&ctx, HASH, &mask, "tp", 1, 2, 1, test_logger), ncclSuccess);
+    assert_int_equal(mask, ncclProfileColl | ncclProfileKernelCh);
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileColl;
+    d.rank = 1;
+    d.coll.seqNumber = 7;
+    d.coll.func = "AllReduce";
+    d.coll.count = 256;
+    d.coll.datatype = "ncclFloat32";
+    assert_int_equal(p->startEvent(ctx, &coll, &d), ncclSuccess);
+    assert_non_null(coll);
+    assert_int_equal(p->stopEvent(coll), ncclSuccess); /* host side done first */
+    for (int c = 0; c < 2; c++) {
+        memset(&d, 0, sizeof(d));
+        d.type = ncclProfileKernelCh;
+        d.parentObj = coll;
+        d.kernelCh.channelId = (uint8_t)(c + 3);
+        d.kernelCh.pTimer = 1000000 + (uint64_t)c;
+        assert_int_equal(p->startEvent(ctx, &ch[c], &d), ncclSuccess);
+        assert_non_null(ch[c]);
+    }
+    for (int c = 0; c < 2; c++) {
+        a.kernelCh.pTimer = 1005000 + (uint64_t)c * 10;
+        assert_int_equal(p->recordEventState(ch[c], 22, &a), ncclSuccess);
+        assert_int_equal(p->stopEvent(ch[c]), ncclSuccess);
+    }
+    /* a channel whose parent is not one of ours (a point-to-point's, or junk) */
+    int junk;
+    d.parentObj = &junk;
+    assert_int_equal(p->startEvent(ctx, &h, &d), ncclSuccess);
+    assert_null(h);
+    d.parentObj = NULL;
+    assert_int_equal(p->startEvent(ctx, &h, &d), ncclSuccess);
+    assert_null(h);
+    /* a channel that never reported its stop writes nothing */
+    d.parentObj = coll;
+    assert_int_equal(p->startEvent(ctx, &h, &d), ncclSuccess);
+    assert_int_equal(p->stopEvent(h), ncclSuccess);
+
+    assert_int_equal(mks_nccl_ring_open(g_ring, &ring), 0);
+    assert_int_equal(mks_nccl_ring_drain(ring, rec, 4), 3);
+    uint64_t id = mks_commid_for_nccl(HASH, MKS_NCCL_ALLREDUCE, 7);
+    assert_int_equal(rec[0].comm_gen, id);
+    assert_int_equal(rec[0].flags, 0);
+    assert_int_equal(rec[0].bytes, 1024);
+    for (int c = 0; c < 2; c++) {
+        assert_int_equal(rec[1 + c].comm_gen, id);
+        assert_true(rec[1 + c].flags & MKS_NCCL_REC_F_GPU_TIMES);
+        assert_int_equal(MKS_NCCL_REC_CHANNEL(rec[1 + c].flags), 3 + c);
+        assert_int_equal(rec[1 + c].t_start, 1000000 + (uint64_t)c);
+        assert_int_equal(rec[1 + c].t_stop, 1005000 + (uint64_t)c * 10);
+        assert_int_equal(rec[1 + c].rank, 1);
+        assert_int_equal(rec[1 + c].bytes, 0);
+    }
+    mks_nccl_ring_close(ring);
+    assert_int_equal(p->finalize(ctx), ncclSuccess);
+    assert_int_equal(mks_nccl_ring_unlink(g_ring), 0);
+    dlclose(lib);
+    unsetenv("MKSCOPE_NCCL_GPU_TIMES");
 }
 
 /* A bad MKSCOPE_JOB disables the plugin (logged), never the application. */
@@ -294,6 +378,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_v5_two_ranks),
         cmocka_unit_test(test_v4_abi),
+        cmocka_unit_test(test_v5_gpu_times),
         cmocka_unit_test(test_bad_env_disables),
         cmocka_unit_test(test_ring_full_and_corrupt),
     };

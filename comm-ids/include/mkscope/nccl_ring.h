@@ -15,6 +15,8 @@
  * Times are host CLOCK_MONOTONIC nanoseconds taken when NCCL starts and stops
  * the collective's profiler event; NCCL does both on the host when it enqueues
  * the collective's kernel, so they bracket the enqueue, not the execution.
+ * With MKSCOPE_NCCL_GPU_TIMES=1 each kernel channel of the collective adds a
+ * record with GPU times (MKS_NCCL_REC_F_GPU_TIMES).
  */
 #ifndef MKSCOPE_NCCL_RING_H
 #define MKSCOPE_NCCL_RING_H
@@ -50,12 +52,17 @@ struct mks_nccl_record {
     uint32_t rank;      /* 48: rank in the communicator */
     uint32_t nranks;    /* 52: communicator size */
     uint16_t func;      /* 56: enum mks_commid_nccl_func */
-    uint16_t flags;     /* 58: MKS_NCCL_REC_F_* */
+    uint16_t flags;     /* 58: MKS_NCCL_REC_F_*; channel in bits 8-15 */
     uint32_t pid;       /* 60: writing process */
 };
 MKS_NCCL_STATIC_ASSERT(sizeof(struct mks_nccl_record) == 64, "nccl record size");
 
 #define MKS_NCCL_REC_F_PLUGIN_V4 0x1u /* written through the v4 ABI (older NCCL) */
+/* A kernel channel of the collective (MKSCOPE_NCCL_GPU_TIMES=1): t_start and
+ * t_stop are that channel's GPU globaltimer ns, bytes is 0, and the channel
+ * is MKS_NCCL_REC_CHANNEL(flags). */
+#define MKS_NCCL_REC_F_GPU_TIMES 0x2u
+#define MKS_NCCL_REC_CHANNEL(flags) ((unsigned)(flags) >> 8)
 
 /* Shared header at offset 0 of the ring; records follow at offset 64. */
 struct mks_nccl_ring_hdr {
