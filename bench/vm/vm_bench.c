@@ -1,8 +1,6 @@
 /*
  * mkscope-vm-bench: nanoseconds per run of a monitor-shaped eBPF program
- * (latency = t_now - t_start from the hook context in microseconds,
- * floor(log2) by binary search into 8 buckets, lookup of the bucket counter
- * in an array map, increment; 32 instructions) in the mkscope VM, and, in the same run, in the uBPF
+ * (monitor_prog.h: a 32-instruction latency histogram) in the mkscope VM, and, in the same run, in the uBPF
  * interpreter (and its JIT, for reference) when MKS_UBPF_LIB names a shared
  * build of uBPF (libubpf.so).  uBPF is loaded with dlopen so the repository
  * neither contains nor links it.
@@ -26,37 +24,14 @@
 #include "mkscope/hook_abi.h"
 #include "mkscope/maps.h"
 #include "mkscope/vm.h"
+#include "monitor_prog.h"
 
 #define REPS    5
 #define NCTX    1024
 #define BUCKETS 64
 
-#define I(code, dst, src, off, imm)                                                                \
-    {(uint8_t)(code), (uint8_t)((dst) | ((src) << 4)), (int16_t)(off), (int32_t)(imm)}
-#define LOG2_STEP(s)                                                                               \
-    I(0xbf, 4, 2, 0, 0), I(0x77, 4, 0, 0, s), I(0x15, 4, 0, 2, 0), I(0x07, 3, 0, 0, s),           \
-        I(0xbf, 2, 4, 0, 0)
-
-/* map_src: 5 for the mkscope map reference, 0 for uBPF's plain immediate. */
-#define MONITOR(map_src)                                                                           \
-    {                                                                                              \
-        I(0x79, 2, 1, 80, 0),             /* r2 = ctx->t_now */                                    \
-        I(0x79, 3, 1, 96, 0),             /* r3 = ctx->t_start */                                  \
-        I(0x1f, 2, 3, 0, 0),              /* r2 -= r3: latency */                                  \
-        I(0x77, 2, 0, 0, 10),             /* r2 >>= 10: ~microseconds */                           \
-        I(0xb7, 3, 0, 0, 0),              /* r3 = bucket */                                        \
-        LOG2_STEP(4), LOG2_STEP(2), LOG2_STEP(1), /* floor(log2), at most 7 */                     \
-        I(0x63, 10, 3, -4, 0),            /* *(u32 *)(fp - 4) = bucket */                          \
-        I(0x18, 1, map_src, 0, 0), I(0, 0, 0, 0, 0), /* r1 = map */                               \
-        I(0xbf, 2, 10, 0, 0), I(0x07, 2, 0, 0, -4),  /* r2 = fp - 4 */                            \
-        I(0x85, 0, 0, 0, 1),              /* call lookup */                                        \
-        I(0x15, 0, 0, 3, 0),              /* if r0 == 0 goto out */                                \
-        I(0x79, 1, 0, 0, 0), I(0x07, 1, 0, 0, 1), I(0x7b, 0, 1, 0, 0), /* (*r0)++ */               \
-        I(0xb7, 0, 0, 0, 0), I(0x95, 0, 0, 0, 0),                                                  \
-    }
-
-static const struct mks_insn prog_mks[] = MONITOR(5);
-static const struct mks_insn prog_ubpf[] = MONITOR(0);
+static const struct mks_insn prog_mks[] = MKS_BMONITOR(5);
+static const struct mks_insn prog_ubpf[] = MKS_BMONITOR(0);
 #define N_INSNS ((uint32_t)(sizeof(prog_mks) / sizeof(prog_mks[0])))
 
 static struct mks_hook_ctx ctxs[NCTX];

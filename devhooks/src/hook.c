@@ -126,3 +126,26 @@ leave:
     MKS_A_STORE_REL64(&wk->seq, epoch << 1);
     return hint;
 }
+
+/* Events a worker could not hand to its monitor (full queue): eligible and
+ * lost, so coverage says what the programs did not see. */
+MKS_DEVFN void mksi_hook_lost(struct mks_cb *cb, uint32_t worker, uint32_t ev, uint32_t n)
+{
+    struct mks_cb_worker *wk;
+    struct mks_cb_cov *cov;
+    uint64_t epoch;
+    if (ev >= MKS_EV_COUNT || worker >= cb->n_workers || n == 0)
+        return;
+    wk = &mks_cb_workers(cb)[worker];
+    for (;;) {
+        epoch = MKS_A_LOAD64(&cb->epoch);
+        MKS_A_STORE64(&wk->seq, (epoch << 1) | 1u);
+        MKS_FENCE();
+        if (MKS_A_LOAD64(&cb->epoch) == epoch)
+            break;
+    }
+    cov = mks_cb_cov(cb, (uint32_t)(epoch & 1u), worker, ev);
+    cov->eligible += n;
+    cov->lost += n;
+    MKS_A_STORE_REL64(&wk->seq, epoch << 1);
+}

@@ -43,6 +43,7 @@ struct cuda_pump {
     struct mks_cb_worker *seqs;          /* staging for the device workers' words */
     struct mks_ring *hdrs;               /* staging for ring headers */
     int failed;
+    int registered;                      /* the shared block is pinned for the GPU */
 };
 
 static int cu_ok(struct cuda_pump *p, cudaError_t e, const char *what)
@@ -245,9 +246,11 @@ static void cuda_pump_free(struct mks_rt *rt)
         return;
     if (p->stream)
         cudaStreamDestroy(p->stream);
+    if (p->registered)
+        cudaHostUnregister(rt->cb);
     cudaFree(p->dev);
-    free(p->seqs);
-    free(p->hdrs);
+    cudaFreeHost(p->seqs);
+    cudaFreeHost(p->hdrs);
     free(p);
     rt->ext = NULL;
 }
@@ -262,14 +265,18 @@ extern "C" int mks_rt_cuda_enable(struct mks_rt *rt, struct mks_dev_rt *dev_p)
     p = (struct cuda_pump *)calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
-    p->seqs = (struct mks_cb_worker *)calloc(cb->n_workers, sizeof(*p->seqs));
-    p->hdrs = (struct mks_ring *)calloc(cb->n_workers, sizeof(*p->hdrs));
-    if (!p->seqs || !p->hdrs) {
-        rt->ext = p;
-        cuda_pump_free(rt);
-        return -ENOMEM;
-    }
     rt->ext = p;
+    if (!CU(p, cudaMallocHost((void **)&p->seqs, cb->n_workers * sizeof(*p->seqs))) ||
+        !CU(p, cudaMallocHost((void **)&p->hdrs, cb->n_workers * sizeof(*p->hdrs)))) {
+        cuda_pump_free(rt);
+        return -ENODEV;
+    }
+    /* Pinned, the pump's copies run beside the kernel without staging; if
+     * the system refuses, pageable copies still work, only slower. */
+    if (cudaHostRegister(cb, rt->size, cudaHostRegisterDefault) == cudaSuccess)
+        p->registered = 1;
+    else
+        cudaGetLastError();
     if (!CU(p, cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking)) ||
         !CU(p, cudaMalloc((void **)&p->dev, rt->size))) {
         cuda_pump_free(rt);

@@ -15,8 +15,16 @@
  * mks_dev_worker_refresh() at a point where it touches global memory
  * anyway), so a detached hook never costs a global load per event.  A newly
  * attached program therefore starts within MKS_DEV_REFRESH events of each
- * worker.  Attached programs run inline on the worker thread that calls the
- * hook (the VM in vm.cu).
+ * worker.
+ *
+ * Attached programs run in one of two places:
+ *   inline     the worker thread calls mks_dev_hook_run() itself;
+ *   off-path   the worker writes the context into a slot of a shared-memory
+ *              queue (mks_dev_queue_slot/push, a few shared stores) and a
+ *              spare "monitor" thread of the block, in another warp, runs
+ *              mks_dev_monitor() until the queue is stopped.  When the queue
+ *              is full the worker does not wait: the event is counted and
+ *              reported as eligible and lost in coverage.
  *
  *     struct mks_dev_worker w;
  *     mks_dev_worker_init(&rt, &w);
@@ -56,6 +64,64 @@ struct mks_dev_worker {
  * clamped priority hint of CONTROL programs. */
 extern "C" __device__ int32_t mks_dev_hook_run(const struct mks_dev_rt *rt,
                                                struct mks_hook_ctx *ctx);
+
+/* Count n events of ev on worker that no program saw (eligible and lost). */
+extern "C" __device__ void mks_dev_hook_lost(const struct mks_dev_rt *rt, uint32_t worker,
+                                             uint32_t ev, uint32_t n);
+
+/* ---- off-path execution: a shared-memory queue and a monitor thread ---- */
+
+#ifndef MKS_DEV_QSLOTS
+#define MKS_DEV_QSLOTS 16u /* 2 KiB of shared memory per worker block */
+#endif
+
+struct mks_dev_queue {
+    struct mks_hook_ctx slot[MKS_DEV_QSLOTS];
+    uint32_t head;                   /* written by the worker */
+    uint32_t tail;                   /* written by the monitor */
+    uint32_t dropped[MKS_EV_COUNT];  /* written by the worker */
+    uint32_t stop;                   /* set by the worker when it is done */
+};
+
+/* Zero the queue (one thread, then __syncthreads()). */
+static __device__ __forceinline__ void mks_dev_queue_init(struct mks_dev_queue *q)
+{
+    q->head = q->tail = q->stop = 0;
+    for (uint32_t e = 0; e < MKS_EV_COUNT; e++)
+        q->dropped[e] = 0;
+}
+
+/* The slot for the next event, or NULL when the queue is full (the event is
+ * then counted as dropped for ev). */
+static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_queue_slot(struct mks_dev_queue *q,
+                                                                          uint32_t ev)
+{
+    uint32_t h = q->head;
+    if (__builtin_expect(h - *(volatile uint32_t *)&q->tail >= MKS_DEV_QSLOTS, 0)) {
+        *(volatile uint32_t *)&q->dropped[ev] = q->dropped[ev] + 1u;
+        return 0;
+    }
+    return &q->slot[h % MKS_DEV_QSLOTS];
+}
+
+/* Publish the slot filled after mks_dev_queue_slot(). */
+static __device__ __forceinline__ void mks_dev_queue_push(struct mks_dev_queue *q)
+{
+    __threadfence_block();
+    *(volatile uint32_t *)&q->head = q->head + 1u;
+}
+
+/* Ask the monitor to return once the queue is drained. */
+static __device__ __forceinline__ void mks_dev_queue_stop(struct mks_dev_queue *q)
+{
+    __threadfence_block();
+    *(volatile uint32_t *)&q->stop = 1u;
+}
+
+/* The monitor thread's loop: run the programs of each queued event, report
+ * dropped events, return after mks_dev_queue_stop() and an empty queue. */
+extern "C" __device__ void mks_dev_monitor(const struct mks_dev_rt *rt, struct mks_dev_queue *q,
+                                           uint32_t worker);
 
 static __device__ __forceinline__ void mks_dev_worker_refresh(const struct mks_dev_rt *rt,
                                                               struct mks_dev_worker *w)

@@ -1,0 +1,377 @@
+/*
+ * mkscope-devhooks-cost: what a hook costs a persistent megakernel on the GPU.
+ *
+ * A persistent kernel with one worker block per SM runs T tasks per worker
+ * (load a task descriptor from global memory, a dependent integer chain as
+ * the task body) with two events per task (start, end).  Variants, each
+ * timed with CUDA events, median of REPS launches:
+ *   out       hooks compiled out
+ *   detached  hooks compiled in, nothing attached (cached attach mask)
+ *   inline    the 31-instruction histogram monitor (bench/vm/monitor_prog.h)
+ *             attached at task start and end, run by the worker thread
+ *   monitor   the same, run off the critical path by a monitor thread in a
+ *             second warp fed through a shared-memory queue
+ *   raw       no hooks; two 16-byte records per task into per-block buffers
+ *             (what MPK-style profilers do)
+ * ns/event = (variant - out) / (2 T), the cost on one worker's critical path.
+ *
+ * The monitored variants go through the whole runtime: control block in
+ * shared memory, agent-side load and attach (mks_ctl_*), the pump copying the
+ * program to the device and the map banks back at each epoch flip; one flip
+ * happens while the kernel runs.  The histogram totals and the coverage are
+ * checked against the number of events fired.
+ *
+ *   mkscope-devhooks-cost [tasks_per_worker] [body_iterations]
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mkscope/ctl.h"
+#include "mkscope/devhook.cuh"
+#include "mkscope/runtime.h"
+#include "../vm/monitor_prog.h"
+
+#define REPS 7
+
+enum { MODE_OUT = 0, MODE_HOOK = 1, MODE_QUEUE = 2, MODE_RAW = 3 };
+
+struct raw_rec {
+    uint32_t tag, task;
+    uint64_t t;
+};
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "devhooks-cost: %s: %s\n", #call, cudaGetErrorString(e_));             \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static __device__ __forceinline__ uint64_t gtimer(void)
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+static __device__ __forceinline__ uint32_t smid(void)
+{
+    uint32_t s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+
+static __device__ __forceinline__ void fill_ctx(struct mks_hook_ctx *c, uint32_t ev, uint32_t w,
+                                                uint32_t task, uint64_t now, uint64_t t_start)
+{
+    uint64_t *z = (uint64_t *)c;
+    for (uint32_t i = 0; i < sizeof(*c) / 8; i++)
+        z[i] = 0;
+    c->event = (uint16_t)ev;
+    c->worker = w;
+    c->sm = smid();
+    c->task_class = task & 15u;
+    c->task_gen = task;
+    c->t_now = now;
+    c->t_start = t_start;
+}
+
+template <int MODE>
+__global__ void megakernel(const uint32_t *tasks, uint32_t T, uint32_t K, uint64_t *out,
+                           struct mks_dev_rt rt, struct raw_rec *recs)
+{
+    __shared__ struct mks_dev_queue q;
+    const uint32_t w = blockIdx.x;
+    if (MODE == MODE_QUEUE) {
+        if (threadIdx.x == 0)
+            mks_dev_queue_init(&q);
+        __syncthreads();
+        if (threadIdx.x == 32) { /* lane 0 of the second warp: the monitor */
+            mks_dev_monitor(&rt, &q, w);
+            return;
+        }
+    }
+    if (threadIdx.x != 0)
+        return;
+    struct mks_dev_worker wk;
+    mks_dev_worker_init(&rt, &wk);
+    uint64_t acc = w;
+    for (uint32_t i = 0; i < T; i++) {
+        uint32_t task = tasks[(uint64_t)w * T + i];
+        uint64_t t0 = 0;
+        if (MODE == MODE_HOOK) {
+            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START) {
+                struct mks_hook_ctx c;
+                t0 = gtimer();
+                fill_ctx(&c, MKS_EV_TASK_START, w, task, t0, t0);
+                mks_dev_hook_run(&rt, &c);
+            }
+        } else if (MODE == MODE_QUEUE) {
+            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START) {
+                struct mks_hook_ctx *c = mks_dev_queue_slot(&q, MKS_EV_TASK_START);
+                t0 = gtimer();
+                if (c) {
+                    fill_ctx(c, MKS_EV_TASK_START, w, task, t0, t0);
+                    mks_dev_queue_push(&q);
+                }
+            }
+        } else if (MODE == MODE_RAW) {
+            struct raw_rec r = {0x10000u | w, task, gtimer()};
+            recs[((uint64_t)w * T + i) * 2] = r;
+        }
+        /* the task body: a dependent chain the compiler cannot shorten */
+        for (uint32_t k = 0; k < K; k++)
+            acc = acc * 6364136223846793005ull + task + k;
+        if (MODE == MODE_HOOK) {
+            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END) {
+                struct mks_hook_ctx c;
+                fill_ctx(&c, MKS_EV_TASK_END, w, task, gtimer(), t0);
+                mks_dev_hook_run(&rt, &c);
+            }
+        } else if (MODE == MODE_QUEUE) {
+            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END) {
+                struct mks_hook_ctx *c = mks_dev_queue_slot(&q, MKS_EV_TASK_END);
+                if (c) {
+                    fill_ctx(c, MKS_EV_TASK_END, w, task, gtimer(), t0);
+                    mks_dev_queue_push(&q);
+                }
+            }
+        } else if (MODE == MODE_RAW) {
+            struct raw_rec r = {0x20000u | w, task, gtimer()};
+            recs[((uint64_t)w * T + i) * 2 + 1] = r;
+        }
+    }
+    if (MODE == MODE_QUEUE)
+        mks_dev_queue_stop(&q);
+    out[w] = acc;
+}
+
+struct bench {
+    uint32_t n_sm, T, K;
+    uint32_t *tasks;
+    uint64_t *out;
+    struct raw_rec *recs;
+    struct mks_dev_rt rt;
+    cudaStream_t stream;
+    cudaEvent_t e0, e1;
+};
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void launch(struct bench *b, int mode)
+{
+    dim3 grid(b->n_sm), block(mode == MODE_QUEUE ? 64 : 32);
+    switch (mode) {
+    case MODE_OUT:
+        megakernel<MODE_OUT><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
+        break;
+    case MODE_HOOK:
+        megakernel<MODE_HOOK><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
+        break;
+    case MODE_QUEUE:
+        megakernel<MODE_QUEUE><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
+        break;
+    default:
+        megakernel<MODE_RAW><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
+        break;
+    }
+    CHECK(cudaGetLastError());
+}
+
+/* Median milliseconds of REPS launches.  mid, if given, runs on the host
+ * while the middle launch is in flight. */
+static float time_mode(struct bench *b, int mode, void (*mid)(void *), void *arg)
+{
+    float ms[REPS];
+    launch(b, mode); /* warm-up */
+    CHECK(cudaStreamSynchronize(b->stream));
+    for (int r = 0; r < REPS; r++) {
+        CHECK(cudaEventRecord(b->e0, b->stream));
+        launch(b, mode);
+        CHECK(cudaEventRecord(b->e1, b->stream));
+        if (mid && r == REPS / 2)
+            mid(arg);
+        CHECK(cudaEventSynchronize(b->e1));
+        CHECK(cudaEventElapsedTime(&ms[r], b->e0, b->e1));
+    }
+    qsort(ms, REPS, sizeof(float), cmp_float);
+    return ms[REPS / 2];
+}
+
+struct monitor_state {
+    struct mks_ctl *ctl;
+    uint32_t map_id;
+    uint64_t counted, eligible, ran, lost, snaps;
+};
+
+static int add_u64(const void *key, const void *value, void *arg)
+{
+    (void)key;
+    *(uint64_t *)arg += *(const uint64_t *)value;
+    return 0;
+}
+
+static void advance(void *arg)
+{
+    struct monitor_state *m = (struct monitor_state *)arg;
+    struct mks_epoch_snapshot *s = NULL;
+    if (mks_ctl_epoch_advance(m->ctl, &s) != 0) {
+        fprintf(stderr, "devhooks-cost: epoch advance failed\n");
+        exit(1);
+    }
+    mks_epoch_snapshot_map(s, m->map_id, add_u64, &m->counted);
+    for (int ev = MKS_EV_TASK_START; ev <= MKS_EV_TASK_END; ev++) {
+        struct mks_coverage cov;
+        mks_epoch_snapshot_coverage(s, (enum mks_hook_event)ev, &cov);
+        m->eligible += cov.eligible;
+        m->ran += cov.ran;
+        m->lost += cov.lost;
+    }
+    m->snaps++;
+    mks_epoch_snapshot_free(s);
+}
+
+static void wait_pump(void)
+{
+    struct timespec ts = {0, 20 * 1000 * 1000}; /* ten pump periods */
+    nanosleep(&ts, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct mks_insn prog[] = MKS_BMONITOR_ATOMIC(5);
+    static const struct mks_map_spec hist = {"hist", MKS_MAP_ARRAY, 4, 8, 8};
+    struct bench b;
+    struct cudaDeviceProp prop;
+    struct mks_rt_opts o;
+    struct mks_rt *rt = NULL;
+    struct mks_prog_spec spec;
+    struct monitor_state m;
+    char job[64];
+    uint32_t prog_id;
+    float t_out, t_det, t_inline, t_queue, t_raw;
+    uint64_t events, fired_inline, fired_queue;
+    int rc = 0;
+
+    memset(&b, 0, sizeof(b));
+    b.T = argc > 1 ? (uint32_t)atoi(argv[1]) : 20000;
+    b.K = argc > 2 ? (uint32_t)atoi(argv[2]) : 64;
+    if (b.T == 0) {
+        fprintf(stderr, "usage: mkscope-devhooks-cost [tasks_per_worker>0] [body_iterations]\n");
+        return 2;
+    }
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    b.n_sm = (uint32_t)prop.multiProcessorCount;
+    printf("device: %s, %u SMs; %u workers x %u tasks, body %u iterations, 2 events/task\n",
+           prop.name, b.n_sm, b.n_sm, b.T, b.K);
+
+    snprintf(job, sizeof(job), "cost%d", (int)getpid());
+    memset(&o, 0, sizeof(o));
+    o.sz = sizeof(o);
+    o.job = job;
+    o.n_ranks = 1;
+    o.n_workers = b.n_sm;
+    o.gpu_uuid = "GPU-0";
+    if (mks_rt_create(&o, &rt) != 0 || mks_rt_cuda_enable(rt, &b.rt) != 0) {
+        fprintf(stderr, "devhooks-cost: runtime setup failed\n");
+        return 1;
+    }
+    memset(&m, 0, sizeof(m));
+    if (mks_ctl_open(job, 0, &m.ctl) != 0)
+        return 1;
+    memset(&spec, 0, sizeof(spec));
+    spec.sz = sizeof(spec);
+    spec.name = "hist";
+    spec.prog_type = MKS_PROG_OBSERVE;
+    spec.abi_version = 1;
+    spec.insns = prog;
+    spec.n_insns = sizeof(prog) / sizeof(prog[0]);
+    spec.n_maps = 1;
+    spec.maps = &hist;
+    spec.cost = spec.n_insns;
+    if (mks_ctl_prog_load(m.ctl, &spec, &prog_id) != 0 ||
+        mks_ctl_prog_map(m.ctl, prog_id, 0, &m.map_id) != 0)
+        return 1;
+    mks_ctl_lease(m.ctl, 600ull * 1000000000ull);
+
+    {
+        uint32_t *h = (uint32_t *)malloc((size_t)b.n_sm * b.T * sizeof(uint32_t));
+        if (!h)
+            return 1;
+        srand(7);
+        for (size_t i = 0; i < (size_t)b.n_sm * b.T; i++)
+            h[i] = (uint32_t)rand();
+        CHECK(cudaMalloc((void **)&b.tasks, (size_t)b.n_sm * b.T * sizeof(uint32_t)));
+        CHECK(cudaMemcpy(b.tasks, h, (size_t)b.n_sm * b.T * sizeof(uint32_t),
+                         cudaMemcpyHostToDevice));
+        free(h);
+    }
+    CHECK(cudaMalloc((void **)&b.out, b.n_sm * sizeof(uint64_t)));
+    CHECK(cudaMalloc((void **)&b.recs, (size_t)b.n_sm * b.T * 2 * sizeof(struct raw_rec)));
+    CHECK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+    CHECK(cudaEventCreate(&b.e0));
+    CHECK(cudaEventCreate(&b.e1));
+
+    t_out = time_mode(&b, MODE_OUT, NULL, NULL);
+    t_det = time_mode(&b, MODE_HOOK, NULL, NULL);
+    t_raw = time_mode(&b, MODE_RAW, NULL, NULL);
+
+    if (mks_ctl_attach(m.ctl, prog_id, MKS_EV_TASK_START, -1, NULL) != 0 ||
+        mks_ctl_attach(m.ctl, prog_id, MKS_EV_TASK_END, -1, NULL) != 0)
+        return 1;
+    wait_pump();
+    advance(&m); /* start from a clean epoch */
+    m.counted = m.eligible = m.ran = m.lost = 0;
+    t_inline = time_mode(&b, MODE_HOOK, advance, &m);
+    advance(&m);
+    events = (uint64_t)b.n_sm * b.T * 2;
+    fired_inline = events * (REPS + 1);
+    printf("inline:  histogram total %llu, coverage eligible %llu ran %llu lost %llu, expected %llu "
+           "(%llu epochs)\n", (unsigned long long)m.counted, (unsigned long long)m.eligible,
+           (unsigned long long)m.ran, (unsigned long long)m.lost, (unsigned long long)fired_inline,
+           (unsigned long long)m.snaps);
+    if (m.counted != fired_inline || m.eligible != fired_inline || m.ran != fired_inline) {
+        printf("FAIL: inline monitor totals differ from the events fired\n");
+        rc = 1;
+    }
+
+    m.counted = m.eligible = m.ran = m.lost = 0;
+    t_queue = time_mode(&b, MODE_QUEUE, advance, &m);
+    advance(&m);
+    fired_queue = events * (REPS + 1);
+    printf("monitor: histogram total %llu, coverage eligible %llu ran %llu lost %llu, expected "
+           "eligible %llu\n", (unsigned long long)m.counted, (unsigned long long)m.eligible,
+           (unsigned long long)m.ran, (unsigned long long)m.lost, (unsigned long long)fired_queue);
+    if (m.eligible != fired_queue || m.counted != m.ran || m.ran + m.lost != fired_queue) {
+        printf("FAIL: monitor-thread totals do not add up\n");
+        rc = 1;
+    }
+
+    printf("\n%-10s %10s %12s %12s\n", "variant", "ms", "ns/task", "ns/event");
+#define ROW(name, t)                                                                               \
+    printf("%-10s %10.3f %12.1f %12.2f\n", name, t, (t) * 1e6 / b.T,                               \
+           ((t) - t_out) * 1e6 / (2.0 * b.T))
+    ROW("out", t_out);
+    ROW("detached", t_det);
+    ROW("inline", t_inline);
+    ROW("monitor", t_queue);
+    ROW("raw", t_raw);
+    printf("(ns/event: extra time on one worker's critical path per event, vs hooks compiled "
+           "out; monitor: %.1f%% of events ran, the rest counted lost)\n",
+           100.0 * (double)m.ran / (double)fired_queue);
+
+    mks_ctl_close(m.ctl);
+    mks_rt_destroy(rt);
+    return rc;
+}
