@@ -37,6 +37,7 @@ struct mks_pred {
     enum q_op op;
     bool is_str;   /* value is a name (class or event), in str */
     int64_t num;
+    bool neg;      /* the value was written negative (relative time) */
     char *str;
     int fpos, flen; /* field token */
     int vpos, vlen; /* value token */

@@ -80,6 +80,7 @@ struct tok {
     enum tok_kind kind;
     int pos, len;
     int64_t num;
+    int neg; /* written with a leading '-' */
     enum q_op op;
     char text[128]; /* identifier or string contents */
 };
@@ -98,6 +99,7 @@ static int lex_number(struct lexer *lx, struct tok *t)
     int neg = 0;
     if (s[p] == '-')
         neg = 1, p++;
+    t->neg = neg;
     long double v = 0;
     int start = p;
     if (s[p] == '0' && (s[p + 1] == 'x' || s[p + 1] == 'X')) {
@@ -311,7 +313,8 @@ static int parse_cmp(struct lexer *lx, struct mks_pred **out)
     p->fpos = ft.pos, p->flen = ft.len, p->vpos = vt.pos, p->vlen = vt.len;
     if (vt.kind == T_NUM) {
         p->num = vt.num;
-        if (vt.num < 0 && f != F_TIME) {
+        p->neg = vt.neg;
+        if (vt.neg && f != F_TIME) {
             mks_pred_free(p);
             return mks_q_err(lx->e, vt.pos, vt.len,
                              "negative value: '%s' is unsigned (only time takes -DURATION)",

@@ -261,7 +261,7 @@ static int where_sql(struct planner *pl, const struct mks_pred *p, struct sb *b)
         return 0;
     }
     int64_t v = p->num;
-    if (p->field == F_TIME && v < 0)
+    if (p->field == F_TIME && p->neg)
         v = (int64_t)pl->now_ns + v; /* relative to now */
     int idx = add_param(pl, false, v, NULL);
     if (idx < 0)
