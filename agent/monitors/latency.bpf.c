@@ -23,30 +23,29 @@ struct {
     __type(value, struct mks_hist);
 } lat_run SEC(".maps");
 
-SEC("mkscope/task_start")
-int lat_ready_prog(const struct mks_hook_ctx *ctx)
+/* Adds t_now - t0 to the (class, step bucket) histogram of map; skips an
+ * unknown (0) or later-than-now t0. */
+static __always_inline int add_latency(void *map, const struct mks_hook_ctx *ctx, __u64 t0)
 {
-    __u64 t0 = ctx->t_ready, t1 = ctx->t_now;
+    __u64 t1 = ctx->t_now;
     __u32 cls = ctx->task_class, step = ctx->step;
     __u32 key;
 
     if (t0 == 0 || t0 > t1)
         return 0;
     key = MKS_MON_LAT_KEY(cls, step);
-    mks_hist_add(&lat_ready, &key, t1 - t0);
+    mks_hist_add(map, &key, t1 - t0);
     return 0;
+}
+
+SEC("mkscope/task_start")
+int lat_ready_prog(const struct mks_hook_ctx *ctx)
+{
+    return add_latency(&lat_ready, ctx, ctx->t_ready);
 }
 
 SEC("mkscope/task_end")
 int lat_run_prog(const struct mks_hook_ctx *ctx)
 {
-    __u64 t0 = ctx->t_start, t1 = ctx->t_now;
-    __u32 cls = ctx->task_class, step = ctx->step;
-    __u32 key;
-
-    if (t0 == 0 || t0 > t1)
-        return 0;
-    key = MKS_MON_LAT_KEY(cls, step);
-    mks_hist_add(&lat_run, &key, t1 - t0);
-    return 0;
+    return add_latency(&lat_run, ctx, ctx->t_start);
 }
