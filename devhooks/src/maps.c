@@ -252,6 +252,7 @@ MKS_DEVFN int mksi_map_ringbuf_output(struct mks_maps *m, const struct mks_map_d
 #ifndef __CUDACC__
 /* ---- host-only ----------------------------------------------------------- */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void *mks_map_lookup(struct mks_maps *m, const struct mks_map_desc *d, const void *key)
@@ -281,8 +282,8 @@ int mks_map_ringbuf_output(struct mks_maps *m, const struct mks_map_desc *d, con
 /* Limits: a map must fit comfortably in an arena of a few hundred MiB and a
  * key must be cheap to hash and compare on the device. */
 #define MKSI_MAX_ENTRIES   (1u << 24)
-#define MKSI_MAX_VALUE     (1u << 16)
-#define MKSI_MAX_KEY       256u
+#define MKSI_MAX_VALUE     (1u << 20)
+#define MKSI_MAX_KEY       512u
 #define MKSI_MAX_RING      (1u << 24)
 #define MKSI_MIN_RING      64u
 
@@ -322,7 +323,7 @@ int mks_map_layout(struct mks_map_desc *d, uint32_t n_workers, char *err, size_t
     if (d->max_entries == 0 || d->max_entries > MKSI_MAX_ENTRIES)
         return layout_err(err, err_len, name, "max_entries must be 1 .. 16777216");
     if (d->value_size == 0 || d->value_size > MKSI_MAX_VALUE)
-        return layout_err(err, err_len, name, "value size must be 1 .. 65536 bytes");
+        return layout_err(err, err_len, name, "value size must be 1 .. 1 MiB");
     switch (d->type) {
     case MKS_MAP_ARRAY:
     case MKS_MAP_PERWORKER_ARRAY:
@@ -340,7 +341,7 @@ int mks_map_layout(struct mks_map_desc *d, uint32_t n_workers, char *err, size_t
         break;
     case MKS_MAP_HASH:
         if (d->key_size == 0 || d->key_size > MKSI_MAX_KEY)
-            return layout_err(err, err_len, name, "hash key size must be 1 .. 256 bytes");
+            return layout_err(err, err_len, name, "hash key size must be 1 .. 512 bytes");
         d->stride = 8u + mksi_round8(d->key_size) + mksi_round8(d->value_size);
         /* Twice the capacity keeps linear probes short. */
         d->n_slots = pow2_at_least(d->max_entries * 2u);
@@ -367,7 +368,7 @@ void mks_map_bank_reset(uint8_t *arena, const struct mks_map_desc *d, uint32_t b
 int mks_map_bank_visit(const uint8_t *bank, const struct mks_map_desc *d, mks_map_visit_fn fn,
                        void *arg)
 {
-    int rc;
+    int rc = 0;
     switch (d->type) {
     case MKS_MAP_ARRAY:
     case MKS_MAP_HIST:
@@ -376,10 +377,12 @@ int mks_map_bank_visit(const uint8_t *bank, const struct mks_map_desc *d, mks_ma
                 return rc;
         return 0;
     case MKS_MAP_PERWORKER_ARRAY: {
-        uint64_t sum[MKSI_MAX_VALUE / 8];
         uint32_t words = d->value_size / 8u;
+        uint64_t *sum;
         if (d->value_size % 8u)
             return -EINVAL;
+        if (!(sum = malloc((size_t)words * 8u)))
+            return -ENOMEM;
         for (uint32_t i = 0; i < d->max_entries; i++) {
             memset(sum, 0, words * 8u);
             for (uint32_t w = 0; w < d->n_workers; w++) {
@@ -389,9 +392,10 @@ int mks_map_bank_visit(const uint8_t *bank, const struct mks_map_desc *d, mks_ma
                     sum[k] += v[k];
             }
             if ((rc = fn(&i, sum, arg)) != 0)
-                return rc;
+                break;
         }
-        return 0;
+        free(sum);
+        return rc;
     }
     case MKS_MAP_HASH:
         for (uint32_t i = 0; i < d->n_slots; i++) {
@@ -411,7 +415,7 @@ int mks_map_ring_consume(uint8_t *arena, const struct mks_map_desc *d, uint32_t 
                          mks_map_ring_fn fn, void *arg, uint64_t *dropped_p)
 {
     struct mks_ring *r;
-    uint8_t *buf, rec[MKSI_MAX_RING < 65536 ? MKSI_MAX_RING : 65536];
+    uint8_t *buf, *rec;
     uint64_t head, tail;
     uint32_t mask;
     int rc = 0;
@@ -420,6 +424,8 @@ int mks_map_ring_consume(uint8_t *arena, const struct mks_map_desc *d, uint32_t 
     r = mksi_ring(arena, d, worker);
     buf = (uint8_t *)(r + 1);
     mask = d->n_slots - 1u;
+    if (!(rec = malloc(d->n_slots)))
+        return -ENOMEM;
     head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
     tail = r->tail;
     if (dropped_p)
@@ -427,7 +433,7 @@ int mks_map_ring_consume(uint8_t *arena, const struct mks_map_desc *d, uint32_t 
     while (tail < head) {
         uint32_t len = *(const uint32_t *)(buf + (tail & mask));
         uint64_t sz = 8u + mksi_round8(len);
-        if (len == 0 || len > d->n_slots - 8u || len > sizeof(rec) || tail + sz > head) {
+        if (len == 0 || len > d->n_slots - 8u || tail + sz > head) {
             /* A producer never writes this; drop what is there rather than
              * hand garbage to the consumer. */
             tail = head;
@@ -441,6 +447,7 @@ int mks_map_ring_consume(uint8_t *arena, const struct mks_map_desc *d, uint32_t 
             break;
     }
     __atomic_store_n(&r->tail, tail, __ATOMIC_RELEASE);
+    free(rec);
     return rc;
 }
 #endif /* !__CUDACC__ */
