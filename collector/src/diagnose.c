@@ -139,6 +139,34 @@ static int load(struct diag *d)
             d->n_ranks = r->rank + 1;
     }
     sqlite3_finalize(s);
+    /* Ranks whose steps carry no times: the step ends at its last
+     * generation advance and begins where the previous step ended. */
+    if (prep(d,
+             "SELECT e.rank, g.step, MAX(g.t_dev) FROM gens g JOIN epochs e ON e.id = g.epoch_id"
+             " WHERE e.job = ?1 AND g.t_dev > 0 GROUP BY e.rank, g.step ORDER BY e.rank, g.step",
+             &s))
+        return -EIO;
+    size_t timed = d->ns;
+    uint32_t prev_rank = UINT32_MAX, prev_step = 0;
+    uint64_t prev_t = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        uint32_t rank = (uint32_t)u64(s, 0), step = (uint32_t)u64(s, 1);
+        uint64_t t = u64(s, 2);
+        bool has_times = false;
+        for (size_t i = 0; i < timed && !has_times; i++)
+            has_times = d->s[i].rank == rank;
+        if (!has_times && rank == prev_rank && step == prev_step + 1 && t >= prev_t) {
+            GROW(d->s, d->ns, cap);
+            struct srow *r = &d->s[d->ns++];
+            memset(r, 0, sizeof(*r));
+            r->rank = rank, r->step = step, r->t_begin = prev_t, r->t_end = t;
+            if (r->rank + 1 > d->n_ranks)
+                d->n_ranks = r->rank + 1;
+        }
+        prev_rank = rank, prev_step = step, prev_t = t;
+    }
+    sqlite3_finalize(s);
+    qsort(d->s, d->ns, sizeof(*d->s), cmp_srow);
     /* Coverage of the epochs that carried each step. */
     if (prep(d,
              "SELECT e.rank, st.step, SUM(c.eligible), SUM(c.ran), SUM(c.throttled), SUM(c.lost)"

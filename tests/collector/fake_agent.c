@@ -99,6 +99,7 @@ struct sum_msgs {
     Mkscope__V1__Release rl[FA_MAX_WAITS], *rlp[FA_MAX_WAITS];
     Mkscope__V1__WorkerStat ws[FA_MAX_WORKERS * FA_MAX_STEPS], *wsp[FA_MAX_WORKERS * FA_MAX_STEPS];
     Mkscope__V1__Coverage cov, *covp;
+    Mkscope__V1__GenProgress gp, *gpp;
 };
 
 static void build_summary(struct sum_msgs *m, const struct fa_summary *s)
@@ -200,6 +201,14 @@ static void build_summary(struct sum_msgs *m, const struct fa_summary *s)
     m->covp = &m->cov;
     m->sum.coverage = &m->covp;
     m->sum.n_coverage = s->cov_eligible ? 1 : 0;
+    if (s->t_gen) {
+        mkscope__v1__gen_progress__init(&m->gp);
+        m->gp.step = s->gen_step;
+        m->gp.t_dev_ns = s->t_gen;
+        m->gpp = &m->gp;
+        m->sum.gens = &m->gpp;
+        m->sum.n_gens = 1;
+    }
 }
 
 int fa_encode_summary(const char *job, uint32_t rank, uint64_t inc, uint64_t seq,

@@ -56,6 +56,9 @@ struct fa_summary {
     struct fa_worker workers[FA_MAX_WORKERS * FA_MAX_STEPS];
     int n_workers;
     uint64_t cov_eligible, cov_ran, cov_throttled, cov_lost;
+    /* one generation advance (t_gen 0: none) */
+    uint32_t gen_step;
+    uint64_t t_gen;
 };
 
 /* Fill a Register envelope body; class names "c0".."cN" unless names given. */
