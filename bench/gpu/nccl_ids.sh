@@ -4,7 +4,7 @@
 # CMake dependencies needed), run two ranks with NCCL_PROFILER_PLUGIN pointing
 # at the plugin, and compare both ranks' records (nccl_ids prints RESULT).
 #
-# Usage: bench/gpu/nccl_ids.sh [--gpu-times] [--steps N] [--ars K]
+# Usage: bench/gpu/nccl_ids.sh [--gpu-times] [--steps N] [--ars K] [--sync]
 #        --gpu-times: MKSCOPE_NCCL_GPU_TIMES=1, per-channel GPU times and the
 #                     clock alignment check
 # Env:   NCCL_HOME  prefix holding include/nccl.h and lib/libnccl.so.2
@@ -63,6 +63,6 @@ set +e
 rc=$?
 set -e
 # the full log keeps NCCL's INFO lines; show the plugin's and the check's
-grep -E 'NCCL version|PROFILER|mkscope|^rank|id:|matched|enqueue|gpu times|all-reduce on|offset|intervals|RESULT|nccl_ids|failed' "$log" || true
+grep -E 'NCCL version|PROFILER|mkscope|^rank|id:|matched|enqueue|gpu times|all-reduce on|offset|intervals|RESULT|CLOCK CHECK|nccl_ids|failed' "$log" || true
 if [ -n "${OUT:-}" ]; then cp "$log" "$OUT/"; fi
 exit "$rc"
