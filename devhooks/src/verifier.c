@@ -1353,6 +1353,8 @@ static int do_helper(struct vf *v, uint32_t i, struct vf_state *st)
         if (sz->umax > m->max_entries / 2 || sz->umax > (1u << 20))
             return verr(v, i, MKS_VERR_HELPER_ARG, "mks_ringbuf_output size r3 may be up to %" PRIu64 "; expected a bounded size of at most %u (half the ring)",
                         sz->umax, m->max_entries / 2);
+        if (sz->umin == 0)
+            return verr(v, i, MKS_VERR_HELPER_ARG, "mks_ringbuf_output size r3 may be 0; expected a size of at least 1 (the runtime drops empty records)");
         if ((rc = arg_mem(v, i, st, 2, (uint32_t)sz->umax, name, "data")))
             return rc;
         break;

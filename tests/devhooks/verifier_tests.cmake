@@ -34,3 +34,4 @@ add_test(NAME devhooks_mkscope_verify_ok COMMAND mkscope-verify ${progdir}/count
 add_test(NAME devhooks_mkscope_verify_rejects COMMAND mkscope-verify ${progdir}/rejected.bpf.o)
 set_tests_properties(devhooks_mkscope_verify_ok devhooks_mkscope_verify_rejects PROPERTIES LABELS unit TIMEOUT 30)
 set_tests_properties(devhooks_mkscope_verify_rejects PROPERTIES WILL_FAIL TRUE)
+mks_add_test(devhooks_verifier_fuzz SOURCES verifier_fuzz.c LIBS mks_devhooks)

@@ -1,0 +1,243 @@
+/*
+ * Verifier against the VM on random programs.  Programs are generated from
+ * instruction templates (ALU of both widths, context and stack accesses,
+ * forward branches, helper and local calls, pointer arithmetic), so that a
+ * good share passes.  For each one the verifier must answer without
+ * crashing, with one line when it rejects; and every program it accepts must
+ * run in the VM without tripping a run-time guard (a guard firing means the
+ * verifier let something unsafe through) and within its declared cost (the
+ * cost is the VM's instruction limit here).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mkscope/verifier.h"
+#include "mkscope/vm.h"
+#include "verifier_insn.h"
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+
+static uint32_t rnd(uint32_t n)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)((rng_state >> 33) % n);
+}
+
+static int32_t rnd_imm(void)
+{
+    static const int32_t special[] = {0, 1, -1, 2, 7, 8, 15, 16, 31, 32, 63, 64, 127, 255, 4096, INT32_MAX, INT32_MIN};
+    return rnd(3) ? special[rnd(sizeof(special) / sizeof(special[0]))] : (int32_t)(rnd(1u << 31) - (1u << 30));
+}
+
+static const uint8_t alu_ops[] = {MKS_BPF_ADD, MKS_BPF_SUB, MKS_BPF_MUL, MKS_BPF_DIV, MKS_BPF_OR,  MKS_BPF_AND,
+                                  MKS_BPF_LSH, MKS_BPF_RSH, MKS_BPF_MOD, MKS_BPF_XOR, MKS_BPF_MOV, MKS_BPF_ARSH};
+static const uint8_t jmp_ops[] = {MKS_BPF_JEQ, MKS_BPF_JGT, MKS_BPF_JGE, MKS_BPF_JSET, MKS_BPF_JNE, MKS_BPF_JSGT,
+                                  MKS_BPF_JSGE, MKS_BPF_JLT, MKS_BPF_JLE, MKS_BPF_JSLT, MKS_BPF_JSLE};
+static const uint8_t sizes[] = {MKS_BPF_B, MKS_BPF_H, MKS_BPF_W, MKS_BPF_DW};
+/* registers the body uses freely: r6 keeps the context, r1-r5 are helper
+ * arguments and clobbered by calls */
+static const uint8_t gp[] = {0, 2, 3, 4, 5, 7, 8, 9};
+
+#define GP() gp[rnd(sizeof(gp))]
+
+/* One body instruction at p[i] of a program whose exit is at `end`;
+ * returns how many slots it used. */
+static uint32_t gen_insn(struct mks_insn *p, uint32_t i, uint32_t end)
+{
+    struct mks_insn in = {0};
+    uint8_t dst = GP(), src = GP();
+    switch (rnd(12)) {
+    case 0: case 1: case 2: {
+        uint8_t op = alu_ops[rnd(sizeof(alu_ops))];
+        uint8_t cls = rnd(2) ? MKS_BPF_ALU64 : MKS_BPF_ALU;
+        int32_t imm = rnd_imm();
+        if (op == MKS_BPF_LSH || op == MKS_BPF_RSH || op == MKS_BPF_ARSH)
+            imm = (int32_t)rnd(cls == MKS_BPF_ALU64 ? 66 : 34);
+        in = rnd(2) ? (struct mks_insn)VI(cls | MKS_BPF_K | op, dst, 0, 0, imm)
+                    : (struct mks_insn)VI(cls | MKS_BPF_X | op, dst, src, 0, 0);
+        break;
+    }
+    case 3:
+        in = (struct mks_insn)VI(MKS_BPF_ALU64 | MKS_BPF_NEG, dst, 0, 0, 0);
+        break;
+    case 4: { /* context load, mostly in bounds */
+        uint8_t sz = sizes[rnd(4)];
+        uint32_t w = sz == MKS_BPF_DW ? 8 : sz == MKS_BPF_W ? 4 : sz == MKS_BPF_H ? 2 : 1;
+        int16_t off = (int16_t)(rnd(8) ? rnd(112 / w) * w : rnd(140) - 4);
+        in = (struct mks_insn)LDX(sz, dst, 6, off);
+        break;
+    }
+    case 5: { /* stack store */
+        uint8_t sz = sizes[rnd(4)];
+        int16_t off = (int16_t)(rnd(8) ? -8 * (int)(1 + rnd(8)) : -(int)rnd(530));
+        in = rnd(2) ? (struct mks_insn)STX(sz, 10, src, off) : (struct mks_insn)ST(sz, 10, off, rnd_imm());
+        break;
+    }
+    case 6: { /* stack load */
+        uint8_t sz = sizes[rnd(4)];
+        int16_t off = (int16_t)(-8 * (int)(1 + rnd(8)) + (rnd(4) ? 0 : (int)rnd(8)));
+        in = (struct mks_insn)LDX(sz, dst, 10, off);
+        break;
+    }
+    case 7: case 8: { /* forward branch */
+        uint8_t op = jmp_ops[rnd(sizeof(jmp_ops))];
+        uint8_t cls = rnd(3) ? MKS_BPF_JMP : MKS_BPF_JMP32;
+        int16_t off = (int16_t)rnd(end - i);
+        in = rnd(2) ? (struct mks_insn)VI(cls | MKS_BPF_K | op, dst, 0, off, rnd_imm())
+                    : (struct mks_insn)VI(cls | MKS_BPF_X | op, dst, src, off, 0);
+        break;
+    }
+    case 9: { /* helper without maps; the clobbered r2-r5 set again */
+        static const int32_t h[] = {MKS_HELPER_TIME_NS, MKS_HELPER_WORKER_ID, MKS_HELPER_SM_ID, MKS_HELPER_RANK};
+        if (i + 5 > end)
+            return 0;
+        p[i] = (struct mks_insn)CALL(h[rnd(4)]);
+        for (uint8_t r = 2; r <= 5; r++)
+            p[i + r - 1] = (struct mks_insn)MOV_IMM(r, rnd_imm());
+        return 5;
+    }
+    case 10: { /* a stack pointer with an offset, stored through */
+        if (i + 3 > end)
+            return 0;
+        p[i] = (struct mks_insn)MOV_REG(dst, 10);
+        p[i + 1] = (struct mks_insn)ALU64_IMM(MKS_BPF_ADD, dst, -8 * (int)(1 + rnd(8)));
+        p[i + 2] = (struct mks_insn)ST(sizes[rnd(4)], dst, (int16_t)(rnd(2) ? 0 : rnd(16) - 8), rnd_imm());
+        return 3;
+    }
+    default: /* 64-bit immediate */
+        if (i + 2 > end)
+            return 0;
+        p[i] = (struct mks_insn)VI(0x18, dst, 0, 0, rnd_imm());
+        p[i + 1] = (struct mks_insn)VI(0, 0, 0, 0, rnd_imm());
+        return 2;
+    }
+    p[i] = in;
+    return 1;
+}
+
+/* prologue (r6 = ctx, other registers set), body, r0 = some register, exit;
+ * sometimes a local function after it, called from the body. */
+static uint32_t gen_prog(struct mks_insn *p, uint32_t cap)
+{
+    uint32_t n = 0, body = 4 + rnd(40);
+    p[n++] = (struct mks_insn)MOV_REG(6, 1);
+    for (size_t k = 0; k < sizeof(gp); k++)
+        if (rnd(12))
+            p[n++] = (struct mks_insn)MOV_IMM(gp[k], rnd_imm());
+    for (int k = 1; k <= 8; k++)
+        if (rnd(12))
+            p[n++] = (struct mks_insn)ST(DW, 10, -8 * k, rnd_imm());
+    uint32_t end = n + body; /* index of the final r0 move */
+    if (end + 8 > cap)
+        end = cap - 8;
+    int with_fn = rnd(4) == 0;
+    if (with_fn) {
+        p[n] = (struct mks_insn)CALL_LOCAL(0);
+        p[n++].off = 1;
+    }
+    while (n < end) {
+        if (with_fn && rnd(10) == 0) {
+            /* call the function placed after the exit */
+            p[n] = (struct mks_insn)CALL_LOCAL(0); /* patched below */
+            p[n].off = 1;                         /* marker */
+            n++;
+            continue;
+        }
+        uint32_t k = gen_insn(p, n, end);
+        if (k == 0)
+            p[n++] = (struct mks_insn)MOV_IMM(GP(), rnd_imm());
+        else
+            n += k;
+    }
+    p[n++] = (struct mks_insn)MOV_REG(0, GP());
+    p[n++] = (struct mks_insn)EXIT();
+    /* a branch into the second half of a ld_imm64 lands on its first */
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t cls = MKS_BPF_CLASS(p[i].code);
+        if ((cls == MKS_BPF_JMP || cls == MKS_BPF_JMP32) && (p[i].code & 0xf0) != MKS_BPF_CALL &&
+            (p[i].code & 0xf0) != MKS_BPF_EXIT) {
+            uint32_t t = i + 1 + (uint32_t)p[i].off;
+            if (t < n && t > 0 && p[t - 1].code == 0x18 && t - 1 > i)
+                p[i].off--;
+        }
+        if (p[i].code == 0x18)
+            i++;
+    }
+    if (with_fn) {
+        uint32_t fn = n;
+        p[n++] = (struct mks_insn)MOV_REG(0, 1);
+        p[n++] = (struct mks_insn)ALU64_IMM(MKS_BPF_ADD, 0, rnd_imm());
+        p[n++] = (struct mks_insn)EXIT();
+        for (uint32_t i = 0; i < fn; i++) {
+            if (p[i].code == (MKS_BPF_JMP | MKS_BPF_CALL) && mks_insn_src(&p[i]) == MKS_PSEUDO_CALL &&
+                p[i].off == 1) {
+                p[i].off = 0;
+                p[i].imm = (int32_t)fn - (int32_t)i - 1;
+            }
+        }
+    }
+    return n;
+}
+
+static void test_random_programs(void **state)
+{
+    (void)state;
+    enum { N = 20000, CAP = 80 };
+    struct mks_insn p[CAP];
+    uint8_t ctx[128];
+    int accepted = 0, rejected = 0;
+    for (int iter = 0; iter < N; iter++) {
+        uint32_t n = gen_prog(p, CAP);
+        uint32_t type = rnd(4) ? MKS_PROG_OBSERVE : MKS_PROG_CONTROL;
+        struct mks_verify_opts o = {.sz = sizeof(o), .prog_type = type, .abi_version = 1, .hook = -1};
+        struct mks_verify_result res = {0};
+        char log[512];
+        int rc = mks_verify(p, n, &o, &res, log, sizeof(log));
+        if (rc != 0) {
+            assert_true(rc <= -MKS_VERR_BASE);
+            assert_true(rc != -MKS_VERR_INTERNAL);
+            assert_true(log[0] != '\0');
+            assert_null(strchr(log, '\n'));
+            rejected++;
+            continue;
+        }
+        accepted++;
+        for (size_t b = 0; b < sizeof(ctx); b++)
+            ctx[b] = (uint8_t)rnd(256);
+        struct mks_vm_env env = {.insns = p, .n_insns = n, .insn_limit = res.cost, .ctx = ctx,
+                                 .ctx_len = sizeof(ctx)};
+        uint64_t r0 = 0, ran = 0;
+        int vrc = mks_vm_run(&env, (uint64_t)(uintptr_t)ctx, 0, &r0, &ran);
+        if (vrc != 0 || ran > res.cost) {
+            char dis[96];
+            print_error("iteration %d: accepted (cost %llu) but the VM says %s after %llu instructions\n", iter,
+                        (unsigned long long)res.cost, mks_vm_strerror(vrc), (unsigned long long)ran);
+            for (uint32_t i = 0; i < n; i++) {
+                mks_insn_disasm(p, n, i, dis, sizeof(dis));
+                print_error("  %3u: %s\n", i, dis);
+            }
+        }
+        assert_int_equal(vrc, 0);
+        assert_true(ran <= res.cost);
+        if (type == MKS_PROG_CONTROL)
+            assert_true(r0 <= MKS_PRIO_HINT_MAX);
+    }
+    print_message("random programs: %d accepted and run, %d rejected\n", accepted, rejected);
+    /* the generator must exercise both sides */
+    assert_true(accepted > N / 20);
+    assert_true(rejected > N / 20);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_programs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
