@@ -23,6 +23,20 @@ static inline uint64_t bb_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+struct bs_shm;
+/* One rank's life in a job whose shared memory is attached (a backend). */
+typedef int (*bb_rank_fn)(struct bs_shm *shm, const struct mks_bench_config *cfg,
+                          const struct mks_fault *faults, uint32_t n_faults, uint32_t rank,
+                          char *err, size_t err_len);
+/* Fork every rank around a new segment and collect (mks_bench_run), or run
+ * one rank of a job launched elsewhere (mks_bench_run_rank). */
+int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults,
+              uint32_t n_faults, bb_rank_fn rank_main, struct mks_bench_result **res_p, char *err,
+              size_t err_len);
+int bb_launch_rank(const struct mks_bench_config *cfg, const struct mks_fault *faults,
+                   uint32_t n_faults, uint32_t rank, bb_rank_fn rank_main,
+                   struct mks_bench_result **res_p, char *err, size_t err_len);
+
 /* Sleep for ns (no CPU burnt: the machine's cores are shared by all ranks). */
 void bb_sleep_ns(uint64_t ns);
 

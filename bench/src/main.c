@@ -29,6 +29,9 @@ static void usage(FILE *f)
             "\n"
             "OPTIONS\n"
             "  --backend cpu|cuda   where tasks run (default cpu)\n"
+            "  --cuda-mode MODE     persistent (one megakernel, default), per-op (a kernel\n"
+            "                       per operator, NCCL all-reduce) or graph (per-op as a\n"
+            "                       CUDA Graph)\n"
             "  --ranks N            ranks, one process each (default 1)\n"
             "  --rank R             run only rank R of a job launched elsewhere; the ranks\n"
             "                       meet in shared memory named by --job\n"
@@ -66,7 +69,7 @@ static void usage(FILE *f)
 enum {
     O_BACKEND = 256, O_RANKS, O_RANK, O_JOB, O_STEPS, O_LAYERS, O_HIDDEN, O_HEADS, O_HEAD_DIM,
     O_EXPERTS, O_TOPK, O_FFN, O_VOCAB, O_TILES, O_WORKERS, O_BATCH, O_MAX_LEN, O_SEED, O_QP,
-    O_FAULT, O_TRUTH, O_JSON, O_TRACE, O_CHECK,
+    O_FAULT, O_TRUTH, O_JSON, O_TRACE, O_CHECK, O_CUDA_MODE,
 };
 
 static const struct option opts[] = {
@@ -83,7 +86,7 @@ static const struct option opts[] = {
     {"queue-pressure", required_argument, NULL, O_QP},
     {"fault", required_argument, NULL, O_FAULT},     {"truth", required_argument, NULL, O_TRUTH},
     {"json", required_argument, NULL, O_JSON},       {"trace", required_argument, NULL, O_TRACE},
-    {"check", no_argument, NULL, O_CHECK},           {"quiet", no_argument, NULL, 'q'},
+    {"check", no_argument, NULL, O_CHECK},           {"cuda-mode", required_argument, NULL, O_CUDA_MODE},           {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0},
 };
 
@@ -175,6 +178,20 @@ int main(int argc, char **argv)
         case O_JOB:
             cfg.job = optarg;
             break;
+        case O_CUDA_MODE:
+            if (!strcmp(optarg, "persistent"))
+                cfg.cuda_mode = MKS_BENCH_CUDA_PERSISTENT;
+            else if (!strcmp(optarg, "per-op"))
+                cfg.cuda_mode = MKS_BENCH_CUDA_PER_OP;
+            else if (!strcmp(optarg, "graph"))
+                cfg.cuda_mode = MKS_BENCH_CUDA_GRAPH;
+            else {
+                fprintf(stderr,
+                        "mkscope-bench: --cuda-mode must be persistent, per-op or graph, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case O_FAULT:
             if (n_spec >= MKS_BENCH_MAX_FAULTS) {
                 fprintf(stderr, "mkscope-bench: at most %u --fault options\n",
@@ -245,7 +262,7 @@ int main(int argc, char **argv)
             return 1;
         }
         if (!strcmp(backend, "cuda"))
-            rc = mks_bench_cuda_run(&cfg, faults, n_spec, &res, err, sizeof(err));
+            rc = mks_bench_cuda_run(&cfg, faults, n_spec, (int32_t)rank, &res, err, sizeof(err));
         else if (rank >= 0)
             rc = mks_bench_run_rank(&cfg, faults, n_spec, (uint32_t)rank, &res, err, sizeof(err));
         else

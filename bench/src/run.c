@@ -59,8 +59,9 @@ static int collect(struct bs_shm *shm, const struct mks_bench_config *cfg, uint6
     return 0;
 }
 
-int mks_bench_run(const struct mks_bench_config *cfg, const struct mks_fault *faults,
-                  uint32_t n_faults, struct mks_bench_result **res_p, char *err, size_t err_len)
+int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults,
+              uint32_t n_faults, bb_rank_fn rank_main, struct mks_bench_result **res_p, char *err,
+              size_t err_len)
 {
     int rc = mks_bench_config_check(cfg, err, err_len);
     if (rc)
@@ -85,7 +86,7 @@ int mks_bench_run(const struct mks_bench_config *cfg, const struct mks_fault *fa
         }
         if (p == 0) {
             char e[256] = "";
-            int crc = bw_rank_main(shm, cfg, faults, n_faults, r, e, sizeof(e));
+            int crc = rank_main(shm, cfg, faults, n_faults, r, e, sizeof(e));
             if (crc && e[0] && crc != -ECANCELED)
                 fprintf(stderr, "mkscope-bench: %s\n", e);
             bs_result_set_done(shm, r, crc ? 2 : 1);
@@ -123,9 +124,9 @@ int mks_bench_run(const struct mks_bench_config *cfg, const struct mks_fault *fa
     return rc;
 }
 
-int mks_bench_run_rank(const struct mks_bench_config *cfg, const struct mks_fault *faults,
-                       uint32_t n_faults, uint32_t rank, struct mks_bench_result **res_p,
-                       char *err, size_t err_len)
+int bb_launch_rank(const struct mks_bench_config *cfg, const struct mks_fault *faults,
+                   uint32_t n_faults, uint32_t rank, bb_rank_fn rank_main,
+                   struct mks_bench_result **res_p, char *err, size_t err_len)
 {
     *res_p = NULL;
     int rc = mks_bench_config_check(cfg, err, err_len);
@@ -147,7 +148,7 @@ int mks_bench_run_rank(const struct mks_bench_config *cfg, const struct mks_faul
             return rc;
     }
     uint64_t t0 = bb_now_ns();
-    rc = bw_rank_main(shm, cfg, faults, n_faults, rank, err, err_len);
+    rc = rank_main(shm, cfg, faults, n_faults, rank, err, err_len);
     bs_result_set_done(shm, rank, rc ? 2 : 1);
     if (rc) {
         atomic_store(bs_abort(shm), 1);
@@ -177,4 +178,17 @@ int mks_bench_run_rank(const struct mks_bench_config *cfg, const struct mks_faul
     rc = collect(shm, cfg, t0, res_p, err, err_len);
     bs_close(shm, 1);
     return rc;
+}
+
+int mks_bench_run(const struct mks_bench_config *cfg, const struct mks_fault *faults,
+                  uint32_t n_faults, struct mks_bench_result **res_p, char *err, size_t err_len)
+{
+    return bb_launch(cfg, faults, n_faults, bw_rank_main, res_p, err, err_len);
+}
+
+int mks_bench_run_rank(const struct mks_bench_config *cfg, const struct mks_fault *faults,
+                       uint32_t n_faults, uint32_t rank, struct mks_bench_result **res_p,
+                       char *err, size_t err_len)
+{
+    return bb_launch_rank(cfg, faults, n_faults, rank, bw_rank_main, res_p, err, err_len);
 }

@@ -58,6 +58,14 @@ struct mks_bench_config {
                                devhooks control blocks: [A-Za-z0-9_.-]{1,48} */
     const char *trace;      /* native profiler trace path prefix (profiler
                                build only), NULL for none */
+    uint32_t cuda_mode;     /* enum mks_bench_cuda_mode (CUDA backend) */
+};
+
+/* How the CUDA backend runs a step. */
+enum mks_bench_cuda_mode {
+    MKS_BENCH_CUDA_PERSISTENT = 0, /* one persistent megakernel, one worker block per SM */
+    MKS_BENCH_CUDA_PER_OP = 1,     /* one kernel per operator, NCCL all-reduce */
+    MKS_BENCH_CUDA_GRAPH = 2,      /* the per-operator step captured as a CUDA Graph */
 };
 
 void mks_bench_config_default(struct mks_bench_config *cfg);

@@ -710,23 +710,46 @@ uint64_t br_prof_dropped(const struct br_rt *rt)
 int br_prof_export(const struct br_rt *rt, const char *path,
                    const char *(*cls_name)(void *user, uint32_t cls), void *user)
 {
+    const uint32_t W = rt->o.n_workers;
+    struct br_prof_rec *all = malloc((size_t)W * BR_PROF_CAP * sizeof(*all));
+    uint32_t *counts = calloc(W, sizeof(*counts));
+    int rc = -ENOMEM;
+    if (all && counts) {
+        for (uint32_t i = 0; i < W; i++) {
+            counts[i] = rt->w[i].prof_n;
+            if (counts[i])
+                memcpy(all + (size_t)i * BR_PROF_CAP, rt->w[i].prof, counts[i] * sizeof(*all));
+        }
+        rc = br_prof_write(path, rt->o.rank, W, all, BR_PROF_CAP, counts, br_prof_dropped(rt),
+                           cls_name, user);
+    }
+    free(all);
+    free(counts);
+    return rc;
+}
+
+int br_prof_write(const char *path, uint32_t rank, uint32_t n_workers,
+                  const struct br_prof_rec *recs, uint32_t stride, const uint32_t *counts,
+                  uint64_t dropped, const char *(*cls_name)(void *user, uint32_t cls), void *user)
+{
     FILE *f = fopen(path, "w");
     if (!f)
         return -errno;
     static const char *const ph[] = {"B", "E", "B", "E"};
     fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"rank\":%u,\"dropped\":%" PRIu64
                "},\"traceEvents\":[\n",
-            rt->o.rank, br_prof_dropped(rt));
+            rank, dropped);
     int first = 1;
-    for (uint32_t i = 0; i < rt->o.n_workers; i++) {
-        const struct br_worker *w = &rt->w[i];
-        for (uint32_t k = 0; k < w->prof_n; k++) {
-            const struct br_prof_rec *r = &w->prof[k];
-            const char *name = r->kind >= BR_PROF_WAIT_BEGIN ? "remote_wait" : cls_name(user, r->cls);
-            fprintf(f, "%s{\"name\":\"%s\",\"ph\":\"%s\",\"pid\":%u,\"tid\":%u,\"ts\":%.3f,"
-                       "\"args\":{\"tile_x\":%u,\"tile_y\":%u}}",
-                    first ? "" : ",\n", name, ph[r->kind & 3], rt->o.rank, i, (double)r->t / 1e3,
-                    r->tile & 0xffff, r->tile >> 16);
+    for (uint32_t i = 0; i < n_workers; i++) {
+        for (uint32_t k = 0; k < counts[i]; k++) {
+            const struct br_prof_rec *r = &recs[(size_t)i * stride + k];
+            const char *name =
+                r->kind >= BR_PROF_WAIT_BEGIN ? "remote_wait" : cls_name(user, r->cls);
+            fprintf(f,
+                    "%s{\"name\":\"%s\",\"ph\":\"%s\",\"pid\":%u,\"tid\":%u,\"ts\":%.3f,"
+                    "\"args\":{\"tile_x\":%u,\"tile_y\":%u}}",
+                    first ? "" : ",\n", name ? name : "?", ph[r->kind & 3], rank, i,
+                    (double)r->t / 1e3, r->tile & 0xffff, r->tile >> 16);
             first = 0;
         }
     }

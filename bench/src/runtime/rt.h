@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "mkscope/hook_abi.h"
+#include "prof.h"
 
 #define BR_EV_NONE UINT32_MAX
 
@@ -138,14 +139,6 @@ uint64_t br_faulted(const struct br_rt *rt);
 uint32_t br_order_get(const struct br_rt *rt, const struct br_order **order_p);
 
 /* Native profiler (compiled in with MKS_BENCH_PROFILER): per-worker records. */
-enum br_prof_kind { BR_PROF_BEGIN = 0, BR_PROF_END = 1, BR_PROF_WAIT_BEGIN = 2, BR_PROF_WAIT_END = 3 };
-struct br_prof_rec {
-    uint64_t t;
-    uint16_t cls;
-    uint8_t kind;
-    uint8_t pad;
-    uint32_t tile;
-};
 uint64_t br_prof_dropped(const struct br_rt *rt);
 /* Chrome/Perfetto JSON trace of every worker's records. */
 int br_prof_export(const struct br_rt *rt, const char *path,

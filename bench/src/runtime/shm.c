@@ -41,7 +41,7 @@ struct bs_shm {
     uint8_t *base;
     size_t size;
     struct bs_hdr *hdr;
-    size_t inbox_off, inbox_stride, res_off, res_stride;
+    size_t inbox_off, inbox_stride, blob_off, res_off, res_stride;
     struct bs_layout lay;
 };
 
@@ -55,7 +55,8 @@ static void layout(struct bs_shm *s, const struct bs_layout *lay)
     s->lay = *lay;
     s->inbox_off = align_up(sizeof(struct bs_hdr));
     s->inbox_stride = align_up(BS_ALIGN + 2 * (size_t)lay->slot_floats * sizeof(float));
-    s->res_off = s->inbox_off + (size_t)lay->ranks * lay->ranks * s->inbox_stride;
+    s->blob_off = s->inbox_off + (size_t)lay->ranks * lay->ranks * s->inbox_stride;
+    s->res_off = s->blob_off + (size_t)lay->ranks * BS_BLOB_MAX;
     size_t st = lay->steps, sb = (size_t)lay->steps * lay->batch;
     s->res_stride = align_up(BS_ALIGN + st * 8 + lay->n_classes * 8 + sb * 4 + sb * 8 + st * 8 +
                              4 * BS_ALIGN);
@@ -261,4 +262,20 @@ uint32_t bs_result_done(struct bs_shm *shm, uint32_t rank)
 {
     uint8_t *p = shm->base + shm->res_off + (size_t)rank * shm->res_stride;
     return atomic_load((_Atomic uint32_t *)p);
+}
+
+int bs_allgather(struct bs_shm *shm, uint32_t rank, const void *mine, size_t len, void *all,
+                 uint64_t timeout_ns)
+{
+    if (len > BS_BLOB_MAX)
+        return -E2BIG;
+    memcpy(shm->base + shm->blob_off + (size_t)rank * BS_BLOB_MAX, mine, len);
+    int rc = bs_barrier(shm, timeout_ns);
+    if (rc)
+        return rc;
+    for (uint32_t r = 0; r < shm->lay.ranks; r++)
+        memcpy((uint8_t *)all + (size_t)r * len, shm->base + shm->blob_off + (size_t)r * BS_BLOB_MAX,
+               len);
+    /* nobody rewrites the area before everyone has read it */
+    return bs_barrier(shm, timeout_ns);
 }

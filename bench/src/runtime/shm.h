@@ -50,6 +50,12 @@ struct bs_result {
 };
 /* Pointers into rank r's result area. */
 void bs_result(struct bs_shm *shm, uint32_t rank, struct bs_result *r);
+
+/* All-gather of a small blob per rank (device memory handles, a NCCL unique
+ * id): write mine, meet at a barrier, read everyone's (R * len bytes). */
+#define BS_BLOB_MAX 512u
+int bs_allgather(struct bs_shm *shm, uint32_t rank, const void *mine, size_t len, void *all,
+                 uint64_t timeout_ns);
 void bs_result_set_done(struct bs_shm *shm, uint32_t rank, uint32_t v);
 uint32_t bs_result_done(struct bs_shm *shm, uint32_t rank);
 
