@@ -106,7 +106,7 @@ struct agent {
     struct mks_coverage last_cov[MKS_EV_COUNT];
     uint64_t last_epoch;
 
-    uint64_t last_send_ns;
+    uint64_t last_send_ns, first_send_ns;
     int final_heartbeat; /* tell the collector at once that the application ended */
     int app_alive;       /* as last seen (kept when the agent stops on a signal) */
     int stopping;
@@ -184,6 +184,8 @@ static int send_buf(struct agent *a, const uint8_t *buf, size_t len, enum inflig
     a->inflight = kind;
     a->inflight_seq = seq;
     a->last_send_ns = now;
+    if (!a->first_send_ns)
+        a->first_send_ns = now;
     a->n_sends++;
     if (kind != IF_SUMMARY) /* summaries were charged when they were made */
         agt_budget_charge(&a->budget, len);
@@ -984,11 +986,13 @@ static void write_stats(struct agent *a)
             "{\"rank\":%u,\"incarnation\":%" PRIu64 ",\"seconds\":%.3f,\"epochs\":%" PRIu64
             ",\"summaries\":%" PRIu64 ",\"acked_seq\":%" PRIu64 ",\"last_seq\":%" PRIu64
             ",\"unacked\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"held_epochs\":%" PRIu64
-            ",\"bytes_sent\":%" PRIu64 ",\"sends\":%" PRIu64 ",\"resends\":%" PRIu64
+            ",\"bytes_sent\":%" PRIu64 ",\"sending_seconds\":%.3f,\"sends\":%" PRIu64
+            ",\"resends\":%" PRIu64
             ",\"attaches\":%" PRIu64 ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64
             "],\"class_counts\":{",
             a->o.rank, a->incarnation, secs, a->n_epochs, a->n_summaries, a->acked, a->seq,
-            st.entries, st.lost + st.stale + a->refused, a->n_held, a->budget.sent, a->n_sends, a->n_resends,
+            st.entries, st.lost + st.stale + a->refused, a->n_held, a->budget.sent,
+            (double)(a->last_send_ns - a->first_send_ns) / 1e9, a->n_sends, a->n_resends,
             a->n_attaches, a->tiers[AGT_TIER_COUNTS], a->tiers[AGT_TIER_HIST],
             a->tiers[AGT_TIER_FULL]);
     int first = 1;
