@@ -28,6 +28,8 @@
 #include <unistd.h>
 
 #include "collector.h"
+#include "trace.h"
+#include "trigger.h"
 
 #define DEFAULT_INGEST  "tcp://127.0.0.1:7400"
 #define DEFAULT_SURVEY  "tcp://127.0.0.1:7401"
@@ -46,6 +48,10 @@ struct collector {
     bool have_key;
     bool verbose;
     struct mks_ingest_stats stats;
+    const char *trace_dir;
+    /* Triggers run over the epochs received since their last evaluation. */
+    bool new_summaries;
+    uint64_t trig_since_ns, trig_last_mono;
     /* A live survey in flight: the CLI request waits for it. */
     struct {
         bool active;
@@ -87,6 +93,7 @@ static void usage(FILE *f)
             "  --max-epochs N   epochs kept per rank                [100000]\n"
             "  --max-age SEC    drop epochs older than this         [keep]\n"
             "  --key FILE       shared MAC key (32 bytes or 64 hex digits, mode 600)\n"
+            "  --trace-dir DIR  write each finished escalation's trace there (Chrome JSON)\n"
             "  -v, --verbose    log every message\n"
             "  -h, --help\n"
             "\n"
@@ -197,6 +204,54 @@ static size_t take_commands(struct collector *c, const char *job, uint32_t rank,
     return n;
 }
 
+static void write_trace(struct collector *c, const char *job, uint64_t esc)
+{
+    json_t *t = NULL;
+    char err[256], path[4096];
+    if (mks_trace_build(c->st, job, (int64_t)esc, &t, err, sizeof(err))) {
+        fprintf(stderr, "mkscope-collector: trace of escalation %" PRIu64 ": %s\n", esc, err);
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/mkscope-%s-%" PRIu64 ".json", c->trace_dir, job, esc);
+    if (json_dump_file(t, path, JSON_COMPACT))
+        fprintf(stderr, "mkscope-collector: cannot write %s: %s\n", path, strerror(errno));
+    else
+        fprintf(stderr, "mkscope-collector: wrote %s\n", path);
+    json_decref(t);
+}
+
+/* Evaluate triggers at most once a second, when new summaries arrived. */
+static void run_triggers(struct collector *c)
+{
+    uint64_t mono = mono_ns();
+    if (!c->new_summaries || mono - c->trig_last_mono < 1000000000ull)
+        return;
+    c->new_summaries = false;
+    c->trig_last_mono = mono;
+    char job[MKS_WIRE_MAX_JOB + 1];
+    mks_store_latest_job(c->st, job, sizeof(job));
+    if (!*job)
+        return;
+    uint64_t now = now_ns();
+    struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = now};
+    json_t *fired = json_array();
+    int n = mks_trigger_eval(&se, job, c->trig_since_ns, fired);
+    c->trig_since_ns = now + 1;
+    size_t i;
+    json_t *f;
+    json_array_foreach(fired, i, f)
+    {
+        fprintf(stderr, "mkscope-collector: trigger %lld '%s' fired on rank %lld (value %g):"
+                        " escalating\n",
+                (long long)json_integer_value(json_object_get(f, "trigger")),
+                json_string_value(json_object_get(f, "expr")),
+                (long long)json_integer_value(json_object_get(f, "rank")),
+                json_real_value(json_object_get(f, "value")));
+    }
+    (void)n;
+    json_decref(fired);
+}
+
 static void handle_ingest(struct collector *c, const void *buf, size_t len)
 {
     char err[256];
@@ -221,6 +276,11 @@ static void handle_ingest(struct collector *c, const void *buf, size_t len)
         mks_wire_free(env);
         return;
     }
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY)
+        c->new_summaries = true;
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH &&
+        env->raw_event_batch->last && c->trace_dir)
+        write_trace(c, env->job, env->raw_event_batch->escalation_id);
     mks_envelope out;
     mks_wire_init(&out, env->job, env->rank, env->seq);
     if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_REGISTER) {
@@ -503,6 +563,7 @@ int main(int argc, char **argv)
         {"db", required_argument, NULL, 'd'},      {"max-epochs", required_argument, NULL, 'E'},
         {"max-age", required_argument, NULL, 'A'}, {"key", required_argument, NULL, 'k'},
         {"verbose", no_argument, NULL, 'v'},       {"help", no_argument, NULL, 'h'},
+        {"trace-dir", required_argument, NULL, 'T'},
         {NULL, 0, NULL, 0}};
     struct collector c = {.ingest = -1, .cli = -1, .survey = -1, .sigfd = -1};
     int opt;
@@ -515,6 +576,7 @@ int main(int argc, char **argv)
         case 'm': metrics = optarg; break;
         case 'd': db = optarg; break;
         case 'k': key_file = optarg; break;
+        case 'T': c.trace_dir = optarg; break;
         case 'v': c.verbose = true; break;
         case 'E':
         case 'A': {
@@ -607,6 +669,7 @@ int main(int argc, char **argv)
             drain(&c, c.survey, survey_reply);
         if (c.sv.active && mono_ns() >= c.sv.deadline_ns)
             finish_survey(&c);
+        run_triggers(&c);
         if (c.mhd)
             MHD_run(c.mhd);
     }

@@ -316,6 +316,8 @@ int mks_serve_cli(const struct mks_serve_env *env, const Mkscope__V1__CliRequest
         return mks_serve_diagnose(env, req, out, err, errlen);
     if (!strcmp(v, "attach") || !strcmp(v, "detach") || !strcmp(v, "commands"))
         return mks_serve_command(env, req, out, err, errlen);
+    if (!strcmp(v, "trace"))
+        return mks_serve_trace(env, req, out, err, errlen);
     if (!strncmp(v, "trigger", 7))
         return mks_serve_trigger(env, req, out, err, errlen);
     return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,

@@ -28,6 +28,8 @@ int mks_serve_diagnose(const struct mks_serve_env *env, const Mkscope__V1__CliRe
                        json_t **out, char *err, size_t errlen);
 int mks_serve_command(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                       json_t **out, char *err, size_t errlen);
+int mks_serve_trace(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                    json_t **out, char *err, size_t errlen);
 int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                       json_t **out, char *err, size_t errlen);
 

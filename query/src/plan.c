@@ -25,26 +25,26 @@ const char *mks_q_metric_name(int m);
 enum q_source { S_TASK, S_STEP, S_RWAIT, S_LWAIT, S_WORKER, S_COUNT };
 
 static const char *const source_sql[S_COUNT] = {
-    [S_TASK] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.t_end_host AS time, t.class,"
+    [S_TASK] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time, t.class,"
                " t.step, t.req_gen, NULL AS worker, NULL AS peer, NULL AS comm_gen, t.count,"
                " t.queue_count, t.queue_sum, t.queue_max, t.queue_hist, t.run_count, t.run_sum,"
                " t.run_max, t.run_hist FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
                " WHERE e.job = ?1",
-    [S_STEP] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.t_end_host AS time,"
+    [S_STEP] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                " NULL AS class, s.step, NULL AS req_gen, NULL AS worker, NULL AS peer,"
                " NULL AS comm_gen, s.t_end_dev - s.t_begin_dev AS v FROM steps s JOIN epochs e"
                " ON e.id = s.epoch_id WHERE e.job = ?1 AND s.complete AND s.t_begin_dev > 0"
                " AND s.t_end_dev >= s.t_begin_dev",
-    [S_RWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.t_end_host AS time,"
+    [S_RWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                 " w.waiter_class AS class, w.step, NULL AS req_gen, w.worker, w.peer_rank AS peer,"
                 " w.comm_gen, w.t_end_dev - w.t_begin_dev AS v FROM waits w JOIN epochs e"
                 " ON e.id = w.epoch_id WHERE e.job = ?1 AND w.t_begin_dev > 0"
                 " AND w.t_end_dev >= w.t_begin_dev",
-    [S_LWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.t_end_host AS time,"
+    [S_LWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                 " l.class, l.step, NULL AS req_gen, NULL AS worker, NULL AS peer,"
                 " NULL AS comm_gen, l.count, l.sum_ns, l.max_ns FROM local_waits l JOIN epochs e"
                 " ON e.id = l.epoch_id WHERE e.job = ?1",
-    [S_WORKER] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.t_end_host AS time,"
+    [S_WORKER] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                  " NULL AS class, w.step, NULL AS req_gen, w.worker, NULL AS peer,"
                  " NULL AS comm_gen, w.busy_ns, w.idle_ns, w.max_queue_depth FROM workers w"
                  " JOIN epochs e ON e.id = w.epoch_id WHERE e.job = ?1",

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "fake_agent.h"
+#include "mkscope/commid.h"
 
 static const char *collector_bin, *cli_bin;
 static char dir[] = "/tmp/mks-e2e-XXXXXX";
@@ -386,6 +387,178 @@ static void test_sql_and_errors(void **state)
     free(text);
 }
 
+static int ingest_sock(void)
+{
+    int s = nn_socket(AF_SP, NN_REQ);
+    assert_true(s >= 0);
+    int to = 5000;
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVTIMEO, &to, sizeof(to));
+    assert_true(nn_connect(s, ingest_url) >= 0);
+    return s;
+}
+
+static mks_envelope *send_raw(int s, uint32_t rank, uint64_t esc, Mkscope__V1__RawEvent **evs,
+                              size_t n)
+{
+    mks_envelope env, *rep = NULL;
+    Mkscope__V1__RawEventBatch b = MKSCOPE__V1__RAW_EVENT_BATCH__INIT;
+    b.escalation_id = esc;
+    b.events = evs;
+    b.n_events = n;
+    b.last = 1;
+    mks_wire_init(&env, "e2e", rank, 0);
+    env.incarnation = 100 + rank;
+    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH;
+    env.raw_event_batch = &b;
+    uint8_t *buf;
+    size_t len;
+    char err[256];
+    assert_int_equal(mks_wire_encode(&env, NULL, &buf, &len, err, sizeof(err)), 0);
+    assert_int_equal(nn_send(s, buf, len, 0), (int)len);
+    free(buf);
+    void *msg;
+    int got = nn_recv(s, &msg, NN_MSG, 0);
+    assert_true(got > 0);
+    assert_int_equal(mks_wire_decode(msg, (size_t)got, NULL, &rep, err, sizeof(err)), 0);
+    nn_freemsg(msg);
+    return rep;
+}
+
+static void test_trigger_and_trace(void **state)
+{
+    (void)state;
+    char *out;
+    /* A bad SLO is refused with the reason. */
+    assert_int_equal(run_cli(NULL, "trigger add 'max(stepp) > 1ms'"), 2);
+    assert_non_null(strstr(cli_err(), "unknown metric 'stepp'"));
+    assert_int_equal(run_cli(&out, "trigger add 'max(step) > 1700us' -f json"), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    free(out);
+    assert_non_null(j);
+    json_int_t tid = json_integer_value(json_object_get(j, "id"));
+    assert_true(tid > 0);
+    json_decref(j);
+
+    /* Rank 0 reports a 2 ms step: the trigger fires on rank 0 only. */
+    int s = ingest_sock();
+    struct fa_summary *sum = calloc(1, sizeof(*sum));
+    sum->epoch = N_EPOCHS + 1;
+    sum->steps[0].step = N_EPOCHS + 1;
+    sum->steps[0].t_begin = 100000000;
+    sum->steps[0].t_end = 102000000;
+    sum->n_steps = 1;
+    mks_envelope *rep = NULL;
+    assert_int_equal(fa_send_summary(s, "e2e", 0, 100, N_EPOCHS + 1, sum, &rep), 0);
+    mks_wire_free(rep);
+    free(sum);
+    json_t *trig = NULL;
+    for (int i = 0; i < 60; i++) {
+        trig = cli_json("trigger list -f %s", "json");
+        json_t *t = json_array_get(json_object_get(trig, "triggers"), 0);
+        if (json_integer_value(json_object_get(t, "fired")) > 0)
+            break;
+        json_decref(trig);
+        trig = NULL;
+        usleep(100000);
+    }
+    assert_non_null(trig);
+    json_t *t0 = json_array_get(json_object_get(trig, "triggers"), 0);
+    assert_int_equal(json_integer_value(json_object_get(t0, "fired")), 1);
+    assert_true(fabs(json_real_value(json_object_get(t0, "last_value")) - 2000000.0) < 1);
+    json_decref(trig);
+
+    /* The next Ack to rank 0 carries the escalation with a compiled filter. */
+    rep = NULL;
+    assert_int_equal(fa_send_heartbeat(s, "e2e", 0, 100, N_EPOCHS + 1, &rep), 0);
+    assert_int_equal(rep->body_case, MKSCOPE__V1__ENVELOPE__BODY_ACK);
+    assert_int_equal(rep->ack->n_commands, 1);
+    Mkscope__V1__Command *cmd = rep->ack->commands[0];
+    assert_int_equal(cmd->kind_case, MKSCOPE__V1__COMMAND__KIND_ESCALATE);
+    assert_string_equal(cmd->escalate->predicate, "rank = 0");
+    assert_true(cmd->escalate->n_filter_insns >= 4);
+    assert_true(cmd->escalate->duration_ms > 0);
+    uint64_t esc = cmd->escalate->escalation_id;
+    mks_wire_free(rep);
+    /* Rank 1 gets none. */
+    rep = NULL;
+    assert_int_equal(fa_send_heartbeat(s, "e2e", 1, 101, N_EPOCHS, &rep), 0);
+    assert_int_equal(rep->ack->n_commands, 0);
+    mks_wire_free(rep);
+
+    /* Raw events of the escalation: rank 1 releases G, rank 0 waits on it. */
+    uint64_t G = mks_commid_for_transfer(1, 1, 0, 7, 0, 0);
+    Mkscope__V1__RawEvent e[5], *ep[5];
+    for (int i = 0; i < 5; i++) {
+        mkscope__v1__raw_event__init(&e[i]);
+        ep[i] = &e[i];
+    }
+    e[0].event = 3, e[0].worker = 1, e[0].task_class = 1, e[0].t_start = 1000, e[0].t_now = 5000;
+    e[1].event = 4, e[1].worker = 2, e[1].comm_gen = G, e[1].peer_rank = 1, e[1].t_now = 6000;
+    e[2].event = 5, e[2].worker = 2, e[2].comm_gen = G, e[2].peer_rank = 1, e[2].t_now = 9000;
+    rep = send_raw(s, 0, esc, ep, 3);
+    mks_wire_free(rep);
+    e[3].event = 7, e[3].worker = 0, e[3].comm_gen = G, e[3].t_now = 7000;
+    e[4].event = 8, e[4].worker = 0, e[4].comm_gen = G, e[4].t_now = 8500;
+    rep = send_raw(s, 1, esc, ep + 3, 2);
+    mks_wire_free(rep);
+    nn_close(s);
+
+    char path[256];
+    snprintf(path, sizeof(path), "%s/trace.json", dir);
+    char args[512];
+    snprintf(args, sizeof(args), "trace export -o %s", path);
+    assert_int_equal(run_cli(NULL, "%s", args), 0);
+    json_error_t je;
+    json_t *tr = json_load_file(path, 0, &je);
+    if (!tr)
+        fail_msg("trace is not JSON: %s", je.text);
+    json_t *evs = json_object_get(tr, "traceEvents");
+    int tasks = 0, waits = 0, xfers = 0, fs = 0, ff = 0, procs = 0;
+    const char *sid = NULL, *fid = NULL;
+    size_t i;
+    json_t *ev;
+    json_array_foreach(evs, i, ev)
+    {
+        const char *ph = json_string_value(json_object_get(ev, "ph"));
+        const char *cat = json_string_value(json_object_get(ev, "cat"));
+        const char *name = json_string_value(json_object_get(ev, "name"));
+        assert_non_null(ph);
+        if (!strcmp(ph, "X") && !strcmp(cat, "task")) {
+            tasks++;
+            assert_string_equal(name, "attn");
+            assert_true(fabs(json_real_value(json_object_get(ev, "dur")) - 4.0) < 1e-9);
+        } else if (!strcmp(ph, "X") && !strcmp(cat, "wait")) {
+            waits++;
+            assert_true(fabs(json_real_value(json_object_get(ev, "dur")) - 3.0) < 1e-9);
+        } else if (!strcmp(ph, "X") && !strcmp(cat, "comm")) {
+            xfers++;
+        } else if (!strcmp(ph, "s")) {
+            fs++;
+            sid = json_string_value(json_object_get(ev, "id"));
+            assert_int_equal(json_integer_value(json_object_get(ev, "pid")), 1);
+        } else if (!strcmp(ph, "f")) {
+            ff++;
+            fid = json_string_value(json_object_get(ev, "id"));
+            assert_int_equal(json_integer_value(json_object_get(ev, "pid")), 0);
+        } else if (!strcmp(ph, "M") && !strcmp(name, "process_name")) {
+            procs++;
+        }
+    }
+    assert_int_equal(tasks, 1);
+    assert_int_equal(waits, 1);
+    assert_int_equal(xfers, 1);
+    assert_int_equal(fs, 1);
+    assert_int_equal(ff, 1);
+    assert_string_equal(sid, fid);
+    assert_int_equal(procs, 2);
+    json_decref(tr);
+
+    assert_int_equal(run_cli(NULL, "trigger rm 999"), 4);
+    char rm[64];
+    snprintf(rm, sizeof(rm), "trigger rm %lld", (long long)tid);
+    assert_int_equal(run_cli(NULL, "%s", rm), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -398,6 +571,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ingest_and_status),
         cmocka_unit_test(test_query),
         cmocka_unit_test(test_sql_and_errors),
+        cmocka_unit_test(test_trigger_and_trace),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -94,6 +94,9 @@ struct truth {
 static struct truth T;
 static struct mks_store *st;
 
+/* Collector receive time of the next ingest (the "time" field). */
+static uint64_t recv_ns = 1000;
+
 static void ingest(mks_envelope *env)
 {
     char err[256];
@@ -104,7 +107,7 @@ static void ingest(mks_envelope *env)
     assert_int_equal(mks_wire_encode(env, NULL, &buf, &len, err, sizeof(err)), 0);
     mks_envelope *e = NULL;
     assert_int_equal(mks_wire_decode(buf, len, NULL, &e, err, sizeof(err)), 0);
-    if (mks_store_ingest(st, e, 1000, &seq, err, sizeof(err)))
+    if (mks_store_ingest(st, e, recv_ns, &seq, err, sizeof(err)))
         fail_msg("ingest: %s", err);
     mks_wire_free(e);
     free(buf);
@@ -192,6 +195,7 @@ static int setup_store(void **state)
             T.wait[r][e] = (double)(rw.t_end_dev_ns - rw.t_begin_dev_ns);
             sum.remote_waits = &rwp, sum.n_remote_waits = 1;
             mks_wire_init(&env, "q", r, e);
+            recv_ns = 1000000000ull * e + 500;
             env.body_case = MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY;
             env.epoch_summary = &sum;
             ingest(&env);
@@ -284,7 +288,7 @@ static void test_filters(void **state)
         for (int e = 1; e <= NE; e++)
             cnt += T.count[r][1][e];
     assert_true(v[0] == (double)cnt);
-    /* relative time: epochs whose end is within the last 2.5 s of "now" */
+    /* relative time: epochs received within the last 2.5 s of "now" */
     uint64_t now = 1000000000ull * NE + 500 + 1;
     rows = run("count(task) by step where time > -2500ms", now, v, 256, &nc);
     assert_int_equal(rows, 3);
