@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "mkscope/maps.h"
 #include "mkscope/verifier.h"
 #include "mkscope/vm.h"
 #include "verifier_insn.h"
@@ -40,6 +41,14 @@ static const uint8_t alu_ops[] = {MKS_BPF_ADD, MKS_BPF_SUB, MKS_BPF_MUL, MKS_BPF
 static const uint8_t jmp_ops[] = {MKS_BPF_JEQ, MKS_BPF_JGT, MKS_BPF_JGE, MKS_BPF_JSET, MKS_BPF_JNE, MKS_BPF_JSGT,
                                   MKS_BPF_JSGE, MKS_BPF_JLT, MKS_BPF_JLE, MKS_BPF_JSLT, MKS_BPF_JSLE};
 static const uint8_t sizes[] = {MKS_BPF_B, MKS_BPF_H, MKS_BPF_W, MKS_BPF_DW};
+/* The one map the programs see: an array of one 16-byte value.  The VM's
+ * guard covers its whole arena, so the arena here is exactly that value:
+ * an access the verifier lets past the value's bounds trips the guard. */
+enum { FZ_ARR = 0, FZ_NMAPS = 1 };
+static const struct mks_map_spec fz_maps[FZ_NMAPS] = {
+    {"arr", MKS_MAP_ARRAY, 4, 16, 1},
+};
+
 /* registers the body uses freely: r6 keeps the context, r1-r5 are helper
  * arguments and clobbered by calls */
 static const uint8_t gp[] = {0, 2, 3, 4, 5, 7, 8, 9};
@@ -52,7 +61,7 @@ static uint32_t gen_insn(struct mks_insn *p, uint32_t i, uint32_t end)
 {
     struct mks_insn in = {0};
     uint8_t dst = GP(), src = GP();
-    switch (rnd(12)) {
+    switch (rnd(13)) {
     case 0: case 1: case 2: {
         uint8_t op = alu_ops[rnd(sizeof(alu_ops))];
         uint8_t cls = rnd(2) ? MKS_BPF_ALU64 : MKS_BPF_ALU;
@@ -109,6 +118,42 @@ static uint32_t gen_insn(struct mks_insn *p, uint32_t i, uint32_t end)
         p[i + 1] = (struct mks_insn)ALU64_IMM(MKS_BPF_ADD, dst, -8 * (int)(1 + rnd(8)));
         p[i + 2] = (struct mks_insn)ST(sizes[rnd(4)], dst, (int16_t)(rnd(2) ? 0 : rnd(16) - 8), rnd_imm());
         return 3;
+    }
+    case 11: { /* map block: lookup, null check, accesses through a copy */
+        if (i + 16 > end)
+            return 0;
+        uint32_t k = i;
+        uint8_t cp = rnd(2) ? 7 : 8;
+        p[k++] = (struct mks_insn)ST(W, 10, -4, (int32_t)rnd(2)); /* index 1 misses */
+        p[k++] = (struct mks_insn)VI(0x18, 1, MKS_PSEUDO_MAP_IDX, 0, FZ_ARR);
+        p[k++] = (struct mks_insn)VI(0, 0, 0, 0, 0);
+        p[k++] = (struct mks_insn)MOV_REG(2, 10);
+        p[k++] = (struct mks_insn)ALU64_IMM(MKS_BPF_ADD, 2, -4);
+        p[k++] = (struct mks_insn)CALL(MKS_HELPER_MAP_LOOKUP);
+        p[k++] = (struct mks_insn)MOV_REG(cp, 0);
+        for (uint8_t r = 2; r <= 5; r++)
+            p[k++] = (struct mks_insn)MOV_IMM(r, rnd_imm());
+        uint32_t body = 2 + rnd(3), skip = rnd(8) ? body : body - 1 - rnd(body);
+        if (rnd(6)) /* else no null check at all */
+            p[k++] = (struct mks_insn)JMP_IMM(MKS_BPF_JEQ, 0, 0, (int16_t)skip);
+        for (uint32_t b = 0; b < body; b++) {
+            uint8_t sz = sizes[rnd(4)];
+            int16_t off = (int16_t)(rnd(8) ? rnd(16) : rnd(40) - 8);
+            switch (rnd(4)) {
+            case 0: p[k++] = (struct mks_insn)LDX(sz, GP(), cp, off); break;
+            case 1: p[k++] = (struct mks_insn)STX(sz, cp, GP(), off); break;
+            case 2: p[k++] = (struct mks_insn)ST(sz, cp, off, rnd_imm()); break;
+            default: /* index by a masked context field */
+                p[k++] = (struct mks_insn)LDX(W, 2, 6, CTX_TASK_CLASS);
+                if (b + 2 < body) {
+                    p[k++] = (struct mks_insn)ALU64_IMM(MKS_BPF_AND, 2, (int32_t)rnd(16));
+                    p[k++] = (struct mks_insn)ALU64_REG(MKS_BPF_ADD, cp, 2);
+                    b += 2;
+                }
+                break;
+            }
+        }
+        return k - i;
     }
     default: /* 64-bit immediate */
         if (i + 2 > end)
@@ -191,11 +236,22 @@ static void test_random_programs(void **state)
     enum { N = 20000, CAP = 80 };
     struct mks_insn p[CAP];
     uint8_t ctx[128];
-    int accepted = 0, rejected = 0;
+    int accepted = 0, rejected = 0, with_map = 0;
+
+    /* the same map for the VM: its one bank is the whole arena */
+    struct mks_map_desc d = {.type = MKS_MAP_ARRAY, .key_size = 4, .value_size = 16, .max_entries = 1};
+    assert_int_equal(mks_map_layout(&d, 1, NULL, 0), 0);
+    assert_int_equal(d.stride, 16);
+    d.state = MKS_MAPSTATE_LIVE;
+    uint8_t *arena = calloc(1, 16);
+    assert_non_null(arena);
+    struct mks_maps maps = {.descs = &d, .n_descs = 1, .arena = arena, .arena_len = 16};
+    const uint32_t ids[FZ_NMAPS] = {0};
     for (int iter = 0; iter < N; iter++) {
         uint32_t n = gen_prog(p, CAP);
         uint32_t type = rnd(4) ? MKS_PROG_OBSERVE : MKS_PROG_CONTROL;
-        struct mks_verify_opts o = {.sz = sizeof(o), .prog_type = type, .abi_version = 1, .hook = -1};
+        struct mks_verify_opts o = {.sz = sizeof(o), .prog_type = type, .abi_version = 1, .hook = -1,
+                                    .maps = fz_maps, .n_maps = FZ_NMAPS};
         struct mks_verify_result res = {0};
         char log[512];
         int rc = mks_verify(p, n, &o, &res, log, sizeof(log));
@@ -208,10 +264,16 @@ static void test_random_programs(void **state)
             continue;
         }
         accepted++;
+        for (uint32_t i = 0; i < n; i++)
+            if (p[i].code == (MKS_BPF_JMP | MKS_BPF_CALL) && p[i].imm == MKS_HELPER_MAP_LOOKUP &&
+                mks_insn_src(&p[i]) == 0) {
+                with_map++;
+                break;
+            }
         for (size_t b = 0; b < sizeof(ctx); b++)
             ctx[b] = (uint8_t)rnd(256);
         struct mks_vm_env env = {.insns = p, .n_insns = n, .insn_limit = res.cost, .ctx = ctx,
-                                 .ctx_len = sizeof(ctx)};
+                                 .ctx_len = sizeof(ctx), .n_maps = FZ_NMAPS, .map_ids = ids, .maps = &maps};
         uint64_t r0 = 0, ran = 0;
         int vrc = mks_vm_run(&env, (uint64_t)(uintptr_t)ctx, 0, &r0, &ran);
         if (vrc != 0 || ran > res.cost) {
@@ -228,9 +290,12 @@ static void test_random_programs(void **state)
         if (type == MKS_PROG_CONTROL)
             assert_true(r0 <= MKS_PRIO_HINT_MAX);
     }
-    print_message("random programs: %d accepted and run, %d rejected\n", accepted, rejected);
+    free(arena);
+    print_message("random programs: %d accepted and run (%d with map accesses), %d rejected\n", accepted, with_map,
+                  rejected);
     /* the generator must exercise both sides */
     assert_true(accepted > N / 20);
+    assert_true(with_map > N / 100);
     assert_true(rejected > N / 20);
 }
 
