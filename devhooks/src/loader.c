@@ -188,6 +188,9 @@ static int elf_check(const char *name, const uint8_t *buf, size_t len, char *err
         memcpy(&sym, buf + symsh.sh_offset + s * sizeof(sym), sizeof(sym));
         if (sym.st_name >= strsh.sh_size)
             return ld_err(err, elen, -ENOEXEC, "%s: corrupt: symbol %zu name outside the string table", name, s);
+        if (sym.st_shndx == SHN_UNDEF && ELF64_ST_BIND(sym.st_info) != STB_LOCAL && sym.st_name != 0)
+            return ld_err(err, elen, -EOPNOTSUPP, "%s: extern symbol '%s' (kernel symbol or config); expected no externs: monitors run on no kernel",
+                          name, (const char *)buf + strsh.sh_offset + sym.st_name);
         if (sym.st_shndx != SHN_UNDEF && sym.st_shndx < SHN_LORESERVE && sym.st_shndx >= ev.eh.e_shnum)
             return ld_err(err, elen, -ENOEXEC, "%s: corrupt: symbol %zu in section %u of %u", name, s, sym.st_shndx,
                           ev.eh.e_shnum);

@@ -209,6 +209,7 @@ static void test_bad_objects(void **state)
     expect_error("bad_hist.bpf.o", -EINVAL, "map 'h' (key 4, value 8, max_entries 4): value must be struct mks_hist");
     expect_error("core.bpf.o", -EOPNOTSUPP, "CO-RE relocations");
     expect_error("too_big.bpf.o", -E2BIG, "instructions with its subprograms; at most 4096");
+    expect_error("extern.bpf.o", -EOPNOTSUPP, "extern symbol 'LINUX_KERNEL_VERSION' (kernel symbol or config)");
 
     /* a declared ABI the runtime lacks opens; the verifier refuses it */
     struct mks_obj *obj = NULL;

@@ -10,6 +10,7 @@ set(MKS_VERIFIER_PROG_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/too_big.bpf.c
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/abi_v2.bpf.c
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/rejected.bpf.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/extern.bpf.c
   ${PROJECT_SOURCE_DIR}/agent/monitors/count.bpf.c
   ${PROJECT_SOURCE_DIR}/agent/monitors/latency.bpf.c
   ${PROJECT_SOURCE_DIR}/agent/monitors/depwait.bpf.c
