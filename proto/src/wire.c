@@ -117,12 +117,49 @@ static bool utf8_valid(const unsigned char *s, size_t n)
     return true;
 }
 
-#define PATH_MAX_LEN 160
+/* Where the walk is, for error messages: built with pointer stores only,
+ * formatted only when something is wrong. */
+#define WALK_DEPTH 10
+struct wpath {
+    const char *name[WALK_DEPTH + 1];
+    long idx[WALK_DEPTH + 1]; /* -1: not an element of a repeated field */
+    int n;
+};
 
-static int walk(const ProtobufCMessage *m, const char *path, int depth, char *err, size_t errlen);
+static int path_fail(char *err, size_t errlen, const struct wpath *p, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int path_fail(char *err, size_t errlen, const struct wpath *p, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return -EBADMSG;
+    size_t off = 0;
+    err[0] = 0;
+    for (int i = 0; i < p->n && off < errlen; i++) {
+        int w = p->idx[i] >= 0 ? snprintf(err + off, errlen - off, "%s%s[%ld]", i ? "." : "",
+                                          p->name[i], p->idx[i])
+                               : snprintf(err + off, errlen - off, "%s%s", i ? "." : "",
+                                          p->name[i]);
+        if (w < 0)
+            break;
+        off += (size_t)w;
+    }
+    if (off < errlen) {
+        int w = snprintf(err + off, errlen - off, ": ");
+        off += w > 0 ? (size_t)w : 0;
+    }
+    if (off < errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + off, errlen - off, fmt, ap);
+        va_end(ap);
+    }
+    return -EBADMSG;
+}
+
+static int walk(const ProtobufCMessage *m, struct wpath *p, char *err, size_t errlen);
 
 static int check_value(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,
-                       const void *member, const char *path, int depth, char *err, size_t errlen)
+                       const void *member, struct wpath *p, char *err, size_t errlen)
 {
     switch (f->type) {
     case PROTOBUF_C_TYPE_STRING: {
@@ -132,70 +169,70 @@ static int check_value(const ProtobufCMessageDescriptor *d, const ProtobufCField
         size_t max = limit_for(d, f, MKS_WIRE_MAX_STR);
         size_t n = strnlen(s, max + 1);
         if (n > max)
-            return fail(err, errlen, -EBADMSG, "%s: string longer than %zu bytes", path, max);
+            return path_fail(err, errlen, p, "string longer than %zu bytes", max);
         if (!utf8_valid((const unsigned char *)s, n))
-            return fail(err, errlen, -EBADMSG, "%s: string is not valid UTF-8", path);
+            return path_fail(err, errlen, p, "string is not valid UTF-8");
         return 0;
     }
     case PROTOBUF_C_TYPE_BYTES: {
         const ProtobufCBinaryData *b = member;
         size_t max = limit_for(d, f, MKS_WIRE_MAX_BYTES);
         if (b->len > max)
-            return fail(err, errlen, -EBADMSG, "%s: %zu bytes, at most %zu allowed", path, b->len,
-                        max);
+            return path_fail(err, errlen, p, "%zu bytes, at most %zu allowed", b->len, max);
         return 0;
     }
     case PROTOBUF_C_TYPE_MESSAGE: {
         const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)member;
-        return sub ? walk(sub, path, depth + 1, err, errlen) : 0;
+        return sub ? walk(sub, p, err, errlen) : 0;
     }
     default:
         return 0;
     }
 }
 
-static int walk(const ProtobufCMessage *m, const char *path, int depth, char *err, size_t errlen)
+static int walk(const ProtobufCMessage *m, struct wpath *p, char *err, size_t errlen)
 {
     const ProtobufCMessageDescriptor *d = m->descriptor;
     /* The schema nests at most a few levels; deeper means a corrupt struct. */
-    if (depth > 8)
-        return fail(err, errlen, -EBADMSG, "%s: messages nested too deeply", path);
-    for (unsigned i = 0; i < d->n_fields; i++) {
+    if (p->n >= WALK_DEPTH)
+        return path_fail(err, errlen, p, "messages nested too deeply");
+    int at = p->n++;
+    int rc = 0;
+    for (unsigned i = 0; i < d->n_fields && !rc; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         const char *base = (const char *)m;
-        char sub[PATH_MAX_LEN];
-        int rc;
         if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
             uint32_t which = *(const uint32_t *)(base + f->quantifier_offset);
             if (which != f->id)
                 continue;
         }
+        p->name[at] = f->name;
+        p->idx[at] = -1;
         if (f->label == PROTOBUF_C_LABEL_REPEATED) {
             size_t n = *(const size_t *)(base + f->quantifier_offset);
             size_t max = limit_for(d, f, MKS_WIRE_MAX_REPEATED);
-            if (n > max)
-                return fail(err, errlen, -EBADMSG, "%s%s%s: %zu elements, at most %zu allowed",
-                            path, *path ? "." : "", f->name, n, max);
+            if (n > max) {
+                p->n = at + 1;
+                return path_fail(err, errlen, p, "%zu elements, at most %zu allowed", n, max);
+            }
             if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_BYTES &&
                 f->type != PROTOBUF_C_TYPE_MESSAGE)
                 continue;
             const char *arr = *(char *const *)(base + f->offset);
             size_t esz = f->type == PROTOBUF_C_TYPE_BYTES ? sizeof(ProtobufCBinaryData)
                                                           : sizeof(void *);
-            for (size_t k = 0; k < n; k++) {
-                snprintf(sub, sizeof(sub), "%s%s%s[%zu]", path, *path ? "." : "", f->name, k);
-                rc = check_value(d, f, arr + k * esz, sub, depth, err, errlen);
-                if (rc)
-                    return rc;
+            for (size_t k = 0; k < n && !rc; k++) {
+                p->idx[at] = (long)k;
+                p->n = at + 1;
+                rc = check_value(d, f, arr + k * esz, p, err, errlen);
             }
         } else {
-            snprintf(sub, sizeof(sub), "%s%s%s", path, *path ? "." : "", f->name);
-            rc = check_value(d, f, base + f->offset, sub, depth, err, errlen);
-            if (rc)
-                return rc;
+            p->n = at + 1;
+            rc = check_value(d, f, base + f->offset, p, err, errlen);
         }
     }
-    return 0;
+    p->n = at;
+    return rc;
 }
 
 /* ---- per-message rules ----------------------------------------------------- */
@@ -436,7 +473,9 @@ int mks_wire_validate_message(const ProtobufCMessage *msg, char *err, size_t err
 {
     if (!msg || !msg->descriptor)
         return fail(err, errlen, -EINVAL, "no message");
-    int rc = walk(msg, "", 0, err, errlen);
+    struct wpath path = {.n = 0};
+    /* The envelope itself is not named in paths: "heartbeat.programs[0]". */
+    int rc = walk(msg, &path, err, errlen);
     if (rc)
         return rc;
     if (msg->descriptor == &mkscope__v1__envelope__descriptor)
