@@ -166,7 +166,8 @@ static int load(struct diag *d)
         prev_rank = rank, prev_step = step, prev_t = t;
     }
     sqlite3_finalize(s);
-    qsort(d->s, d->ns, sizeof(*d->s), cmp_srow);
+    if (d->ns > 1)
+        qsort(d->s, d->ns, sizeof(*d->s), cmp_srow);
     /* Coverage of the epochs that carried each step. */
     if (prep(d,
              "SELECT e.rank, st.step, SUM(c.eligible), SUM(c.ran), SUM(c.throttled), SUM(c.lost)"
@@ -176,7 +177,7 @@ static int load(struct diag *d)
         return -EIO;
     while (sqlite3_step(s) == SQLITE_ROW) {
         struct srow key = {.rank = (uint32_t)u64(s, 0), .step = (uint32_t)u64(s, 1)};
-        struct srow *r = bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow);
+        struct srow *r = d->ns ? bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow) : NULL;
         if (r) {
             r->elig = (double)u64(s, 2), r->ran = (double)u64(s, 3);
             r->thr = (double)u64(s, 4), r->lost = (double)u64(s, 5);
@@ -190,7 +191,7 @@ static int load(struct diag *d)
         return -EIO;
     while (sqlite3_step(s) == SQLITE_ROW) {
         struct srow key = {.rank = (uint32_t)u64(s, 0), .step = (uint32_t)u64(s, 1)};
-        struct srow *r = bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow);
+        struct srow *r = d->ns ? bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow) : NULL;
         if (r) {
             r->idle = (double)u64(s, 2);
             r->has_workers = true;
@@ -316,14 +317,15 @@ static double median(double *v, size_t n)
 {
     if (!n)
         return 0;
-    qsort(v, n, sizeof(*v), cmp_d);
+    if (n > 1)
+        qsort(v, n, sizeof(*v), cmp_d);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static struct srow *srow_at(struct diag *d, uint32_t rank, uint32_t step)
 {
     struct srow key = {.rank = rank, .step = step};
-    return bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow);
+    return d->ns ? bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow) : NULL;
 }
 
 static double step_dur(const struct srow *r)
