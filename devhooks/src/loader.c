@@ -61,17 +61,49 @@ struct mks_obj {
 
 /* ---- libbpf messages --------------------------------------------------- */
 
-static char ld_msg[256];
+/* The most specific message libbpf printed during the current call: the
+ * last warning that is neither a "continuing anyway" note nor the generic
+ * "failed to load object" trailer; failing any warning, the last debug
+ * line (some failures print only those). */
+static char ld_msg[256], ld_dbg[256];
+
+static void ld_store(char *dst, size_t len, const char *fmt, va_list ap)
+{
+    char tmp[256];
+    const char *m = tmp;
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    if (strncmp(m, "libbpf: ", 8) == 0)
+        m += 8;
+    snprintf(dst, len, "%s", m);
+    size_t n = strlen(dst);
+    while (n > 0 && (dst[n - 1] == '\n' || dst[n - 1] == ' ' || dst[n - 1] == '.'))
+        dst[--n] = '\0';
+}
 
 static int ld_print(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
-    if (level == LIBBPF_WARN && ld_msg[0] == '\0') {
-        vsnprintf(ld_msg, sizeof(ld_msg), fmt, ap);
-        size_t n = strlen(ld_msg);
-        while (n > 0 && (ld_msg[n - 1] == '\n' || ld_msg[n - 1] == ' '))
-            ld_msg[--n] = '\0';
+    char tmp[256];
+    va_list cp;
+    va_copy(cp, ap);
+    ld_store(tmp, sizeof(tmp), fmt, cp);
+    va_end(cp);
+    if (level == LIBBPF_WARN) {
+        if (!strstr(tmp, "Ignored and continue") && strncmp(tmp, "failed to load object", 21) != 0)
+            snprintf(ld_msg, sizeof(ld_msg), "%s", tmp);
+    } else if (tmp[0]) {
+        snprintf(ld_dbg, sizeof(ld_dbg), "%s", tmp);
     }
     return 0;
+}
+
+/* What to say about a libbpf failure with code rc. */
+static const char *ld_reason(int rc)
+{
+    if (ld_msg[0])
+        return ld_msg;
+    if (ld_dbg[0])
+        return ld_dbg;
+    return strerror(-rc);
 }
 
 __attribute__((format(printf, 4, 5))) static int ld_err(char *err, size_t len, int code,
@@ -634,7 +666,7 @@ int mks_obj_open_mem(const void *buf, size_t len, const char *name, struct mks_o
         return ld_err(err, err_len, -ENOMEM, "%s: out of memory", name);
     }
 
-    ld_msg[0] = '\0';
+    ld_msg[0] = ld_dbg[0] = '\0';
     old_print = libbpf_set_print(ld_print);
     /* libbpf's object name only prefixes its internal map names
      * ("<name>.rodata"); without dots, the section name follows the first. */
@@ -650,7 +682,7 @@ int mks_obj_open_mem(const void *buf, size_t len, const char *name, struct mks_o
         rc = -errno;
         if (rc == 0)
             rc = -EINVAL;
-        ld_err(err, err_len, rc, "%s: libbpf cannot open the object: %s", name, ld_msg[0] ? ld_msg : strerror(-rc));
+        ld_err(err, err_len, rc, "%s: libbpf cannot open the object: %s", name, ld_reason(rc));
         goto out;
     }
     struct bpf_program *p;
@@ -669,12 +701,12 @@ int mks_obj_open_mem(const void *buf, size_t len, const char *name, struct mks_o
     LIBBPF_OPTS(gen_loader_opts, gopts);
     rc = bpf_object__gen_loader(bo, &gopts);
     if (rc) {
-        ld_err(err, err_len, rc, "%s: libbpf refused offline relocation: %s", name, ld_msg[0] ? ld_msg : strerror(-rc));
+        ld_err(err, err_len, rc, "%s: libbpf refused offline relocation: %s", name, ld_reason(rc));
         goto out;
     }
     rc = bpf_object__load(bo);
     if (rc) {
-        ld_err(err, err_len, rc, "%s: relocation failed: %s", name, ld_msg[0] ? ld_msg : strerror(-rc));
+        ld_err(err, err_len, rc, "%s: relocation failed: %s", name, ld_reason(rc));
         goto out;
     }
     rc = obj_extract(obj, bo, abi, err, err_len);
