@@ -13,6 +13,9 @@
 #include <math.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
+#include <nanomsg/survey.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -56,7 +59,7 @@ static int start_collector(void)
             close(fd);
         }
         execl(collector_bin, collector_bin, "--ingest", ingest_url, "--cli", cli_url, "--survey",
-              survey_url, "--metrics", "off", "--db", db_path, (char *)NULL);
+              survey_url, "--metrics", "127.0.0.1:0", "--db", db_path, (char *)NULL);
         _exit(127);
     }
     return collector_pid > 0 ? 0 : -1;
@@ -559,6 +562,124 @@ static void test_trigger_and_trace(void **state)
     assert_int_equal(run_cli(NULL, "%s", rm), 0);
 }
 
+/* The metrics port the collector logged ("metrics on http://H:P/metrics"). */
+static int metrics_port(void)
+{
+    for (int tries = 0; tries < 50; tries++) {
+        FILE *f = fopen(log_path, "r");
+        char line[512];
+        while (f && fgets(line, sizeof(line), f)) {
+            const char *m = strstr(line, "metrics on http://127.0.0.1:");
+            if (m)
+                return fclose(f), atoi(m + strlen("metrics on http://127.0.0.1:"));
+        }
+        if (f)
+            fclose(f);
+        usleep(100000);
+    }
+    return -1;
+}
+
+static char *http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(0x7f000001)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    char req[256];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    assert_int_equal(write(fd, req, (size_t)n), n);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while ((r = read(fd, buf + len, cap - len - 1)) > 0) {
+        len += (size_t)r;
+        if (len + 1 >= cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    close(fd);
+    return buf;
+}
+
+static void test_metrics_http(void **state)
+{
+    (void)state;
+    int port = metrics_port();
+    assert_true(port > 0);
+    char *r = http_get(port, "/metrics");
+    assert_non_null(strstr(r, "200 OK"));
+    assert_non_null(strstr(r, "text/plain"));
+    char want[128];
+    /* rank 1: the trigger test sent rank 0 one more */
+    snprintf(want, sizeof(want), "mkscope_summaries_received_total{job=\"e2e\",rank=\"1\"} %d",
+             N_EPOCHS);
+    assert_non_null(strstr(r, want));
+    assert_non_null(strstr(r, "mkscope_coverage_ratio{job=\"e2e\",rank=\"1\",hook=\"task_end\"}"));
+    free(r);
+    r = http_get(port, "/nope");
+    assert_non_null(strstr(r, "404"));
+    free(r);
+}
+
+static void test_survey(void **state)
+{
+    (void)state;
+    /* Rank 0 answers live, rank 1 stays silent: the answer says so. */
+    int s = nn_socket(AF_SP, NN_RESPONDENT);
+    assert_true(s >= 0);
+    assert_true(nn_connect(s, survey_url) >= 0);
+    int to = 5000;
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVTIMEO, &to, sizeof(to));
+    usleep(300000); /* let the connection settle before the survey goes out */
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s --collector %s -f json survey coverage 700", cli_bin, cli_url);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    void *msg;
+    int n = nn_recv(s, &msg, NN_MSG, 0);
+    assert_true(n > 0);
+    mks_envelope *req = NULL;
+    char err[256];
+    assert_int_equal(mks_wire_decode(msg, (size_t)n, NULL, &req, err, sizeof(err)), 0);
+    nn_freemsg(msg);
+    assert_int_equal(req->body_case, MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REQUEST);
+    assert_string_equal(req->survey_request->what, "coverage");
+    assert_int_equal(req->survey_request->deadline_ms, 700);
+    mks_envelope env;
+    Mkscope__V1__SurveyReply rep = MKSCOPE__V1__SURVEY_REPLY__INIT;
+    Mkscope__V1__Coverage cov = MKSCOPE__V1__COVERAGE__INIT, *cp = &cov;
+    cov.hook = 3, cov.eligible = 10, cov.ran = 9;
+    rep.id = req->survey_request->id, rep.ok = 1, rep.epoch = 42, rep.error = "";
+    rep.coverage = &cp, rep.n_coverage = 1;
+    mks_wire_free(req);
+    mks_wire_init(&env, "e2e", 0, 0);
+    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY;
+    env.survey_reply = &rep;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(mks_wire_encode(&env, NULL, &buf, &len, err, sizeof(err)), 0);
+    assert_int_equal(nn_send(s, buf, len, 0), (int)len);
+    free(buf);
+    char out[8192];
+    size_t got = fread(out, 1, sizeof(out) - 1, p);
+    out[got] = 0;
+    assert_int_equal(WEXITSTATUS(pclose(p)), 0);
+    nn_close(s);
+    json_t *j = json_loads(out, 0, NULL);
+    if (!j)
+        fail_msg("survey answer not JSON: %s", out);
+    json_t *ans = json_object_get(j, "answers");
+    assert_int_equal(json_array_size(ans), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(ans, 0), "rank")), 0);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(ans, 0), "epoch")), 42);
+    json_t *missing = json_object_get(j, "missing");
+    assert_int_equal(json_array_size(missing), 1);
+    assert_int_equal(json_integer_value(json_array_get(missing, 0)), 1);
+    json_decref(j);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -572,6 +693,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_query),
         cmocka_unit_test(test_sql_and_errors),
         cmocka_unit_test(test_trigger_and_trace),
+        cmocka_unit_test(test_metrics_http),
+        cmocka_unit_test(test_survey),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
