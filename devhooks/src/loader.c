@@ -4,7 +4,8 @@
  *
  * How it works: the object is read into memory and first checked by a small
  * ELF walker of our own (header, section table, string and symbol tables,
- * relocation entries all inside the buffer), because libbpf trusts the ELF it
+ * relocation entries and BTF type references all inside the buffer; no
+ * extern symbols; no CO-RE relocations), because libbpf trusts the ELF it
  * is given and a corrupted object must get an error line, not a crash.  Then
  * libbpf opens it, every program gets a Linux program type (libbpf needs one;
  * the mkscope type comes from the section name), and bpf_object__gen_loader()
@@ -20,9 +21,9 @@
  * whoever creates the maps.
  *
  * libbpf reports problems through a process-wide print callback; while one of
- * our calls runs it is redirected to capture the first warning, which becomes
- * the error line, and restored afterwards.  So open/close are not safe to
- * call from two threads at once (the agent calls them from its event loop).
+ * our calls runs it is redirected to capture its most specific message, which
+ * becomes the error line, and restored afterwards.  So opening objects is not
+ * safe from two threads at once (the agent does it from its event loop).
  */
 #include <elf.h>
 #include <errno.h>
@@ -31,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
 #include "mkscope/bpf_isa.h"
@@ -585,6 +585,9 @@ static int obj_extract(struct mks_obj *obj, struct bpf_object *bo, uint32_t abi,
                               m->value_size);
             continue;
         }
+        if (strlen(bpf_map__name(bm)) >= sizeof(m->name))
+            return ld_err(err, elen, -ENAMETOOLONG, "%s: map name '%s' is too long; expected at most %zu characters",
+                          obj->name, bpf_map__name(bm), sizeof(m->name) - 1);
         m->type = bpf_map__type(bm);
         m->key_size = bpf_map__key_size(bm);
         m->value_size = bpf_map__value_size(bm);
