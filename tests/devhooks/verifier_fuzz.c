@@ -230,23 +230,63 @@ static uint32_t gen_prog(struct mks_insn *p, uint32_t cap)
     return n;
 }
 
+/* The map for the VM: its one bank is the whole arena. */
+static struct mks_map_desc vm_desc = {.type = MKS_MAP_ARRAY, .key_size = 4, .value_size = 16, .max_entries = 1};
+static uint8_t *vm_arena;
+static struct mks_maps vm_maps;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (mks_map_layout(&vm_desc, 1, NULL, 0) != 0 || vm_desc.stride != 16)
+        return -1;
+    vm_desc.state = MKS_MAPSTATE_LIVE;
+    vm_arena = calloc(1, 16);
+    vm_maps = (struct mks_maps){.descs = &vm_desc, .n_descs = 1, .arena = vm_arena, .arena_len = 16};
+    return vm_arena ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    free(vm_arena);
+    return 0;
+}
+
+/* Runs an accepted program on a random context: no run-time guard may fire
+ * and it must finish within its cost. */
+static void run_in_vm(const struct mks_insn *p, uint32_t n, uint64_t cost, uint32_t type, int iter)
+{
+    static const uint32_t ids[FZ_NMAPS] = {0};
+    uint8_t ctx[128];
+    for (size_t b = 0; b < sizeof(ctx); b++)
+        ctx[b] = (uint8_t)rnd(256);
+    struct mks_vm_env env = {.insns = p, .n_insns = n, .insn_limit = cost, .ctx = ctx, .ctx_len = sizeof(ctx),
+                             .n_maps = FZ_NMAPS, .map_ids = ids, .maps = &vm_maps};
+    uint64_t r0 = 0, ran = 0;
+    int vrc = mks_vm_run(&env, (uint64_t)(uintptr_t)ctx, 0, &r0, &ran);
+    if (vrc != 0 || ran > cost) {
+        char dis[96];
+        print_error("iteration %d: accepted (cost %llu) but the VM says %s after %llu instructions\n", iter,
+                    (unsigned long long)cost, mks_vm_strerror(vrc), (unsigned long long)ran);
+        for (uint32_t i = 0; i < n; i++) {
+            mks_insn_disasm(p, n, i, dis, sizeof(dis));
+            print_error("  %3u: %s\n", i, dis);
+        }
+    }
+    assert_int_equal(vrc, 0);
+    assert_true(ran <= cost);
+    if (type == MKS_PROG_CONTROL)
+        assert_true(r0 <= MKS_PRIO_HINT_MAX);
+}
+
 static void test_random_programs(void **state)
 {
     (void)state;
     enum { N = 20000, CAP = 80 };
     struct mks_insn p[CAP];
-    uint8_t ctx[128];
     int accepted = 0, rejected = 0, with_map = 0;
 
-    /* the same map for the VM: its one bank is the whole arena */
-    struct mks_map_desc d = {.type = MKS_MAP_ARRAY, .key_size = 4, .value_size = 16, .max_entries = 1};
-    assert_int_equal(mks_map_layout(&d, 1, NULL, 0), 0);
-    assert_int_equal(d.stride, 16);
-    d.state = MKS_MAPSTATE_LIVE;
-    uint8_t *arena = calloc(1, 16);
-    assert_non_null(arena);
-    struct mks_maps maps = {.descs = &d, .n_descs = 1, .arena = arena, .arena_len = 16};
-    const uint32_t ids[FZ_NMAPS] = {0};
     for (int iter = 0; iter < N; iter++) {
         uint32_t n = gen_prog(p, CAP);
         uint32_t type = rnd(4) ? MKS_PROG_OBSERVE : MKS_PROG_CONTROL;
@@ -270,27 +310,8 @@ static void test_random_programs(void **state)
                 with_map++;
                 break;
             }
-        for (size_t b = 0; b < sizeof(ctx); b++)
-            ctx[b] = (uint8_t)rnd(256);
-        struct mks_vm_env env = {.insns = p, .n_insns = n, .insn_limit = res.cost, .ctx = ctx,
-                                 .ctx_len = sizeof(ctx), .n_maps = FZ_NMAPS, .map_ids = ids, .maps = &maps};
-        uint64_t r0 = 0, ran = 0;
-        int vrc = mks_vm_run(&env, (uint64_t)(uintptr_t)ctx, 0, &r0, &ran);
-        if (vrc != 0 || ran > res.cost) {
-            char dis[96];
-            print_error("iteration %d: accepted (cost %llu) but the VM says %s after %llu instructions\n", iter,
-                        (unsigned long long)res.cost, mks_vm_strerror(vrc), (unsigned long long)ran);
-            for (uint32_t i = 0; i < n; i++) {
-                mks_insn_disasm(p, n, i, dis, sizeof(dis));
-                print_error("  %3u: %s\n", i, dis);
-            }
-        }
-        assert_int_equal(vrc, 0);
-        assert_true(ran <= res.cost);
-        if (type == MKS_PROG_CONTROL)
-            assert_true(r0 <= MKS_PRIO_HINT_MAX);
+        run_in_vm(p, n, res.cost, type, iter);
     }
-    free(arena);
     print_message("random programs: %d accepted and run (%d with map accesses), %d rejected\n", accepted, with_map,
                   rejected);
     /* the generator must exercise both sides */
@@ -301,7 +322,8 @@ static void test_random_programs(void **state)
 
 /* Raw random instruction words, half of them with a valid opcode byte: the
  * verifier answers every one without crashing (ASan in the sanitizer
- * build) and rejects in one line with a rejection code. */
+ * build), rejects in one line with a rejection code, and what it accepts
+ * runs in the VM like the template programs. */
 static void test_random_words(void **state)
 {
     (void)state;
@@ -331,6 +353,7 @@ static void test_random_words(void **state)
         if (rc == 0) {
             accepted++;
             assert_true(res.cost >= 1);
+            run_in_vm(p, n, res.cost, o.prog_type, iter);
         } else {
             assert_true(rc <= -MKS_VERR_BASE && rc != -MKS_VERR_INTERNAL);
             assert_null(strchr(log, '\n'));
@@ -345,5 +368,5 @@ int main(void)
         cmocka_unit_test(test_random_programs),
         cmocka_unit_test(test_random_words),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }
