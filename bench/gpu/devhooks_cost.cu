@@ -83,9 +83,33 @@ static __device__ __forceinline__ void fill_ctx(struct mks_hook_ctx *c, uint32_t
     c->t_start = t_start;
 }
 
+/* The attached paths, out of line so the task loop of every variant
+ * compiles to the same code around a not-taken branch. */
+static __device__ __noinline__ uint64_t hook_inline(const struct mks_dev_rt *rt, uint32_t ev,
+                                                    uint32_t w, uint32_t task, uint64_t t0)
+{
+    struct mks_hook_ctx c;
+    uint64_t now = gtimer();
+    fill_ctx(&c, ev, w, task, now, ev == MKS_EV_TASK_START ? now : t0);
+    mks_dev_hook_run(rt, &c);
+    return now;
+}
+
+static __device__ __noinline__ uint64_t hook_queue(struct mks_dev_queue *q, uint32_t ev,
+                                                   uint32_t w, uint32_t task, uint64_t t0)
+{
+    struct mks_hook_ctx *c = mks_dev_queue_slot(q, ev);
+    uint64_t now = gtimer();
+    if (c) {
+        fill_ctx(c, ev, w, task, now, ev == MKS_EV_TASK_START ? now : t0);
+        mks_dev_queue_push(q);
+    }
+    return now;
+}
+
 template <int MODE>
-__global__ void megakernel(const uint32_t *tasks, uint32_t T, uint32_t K, uint64_t *out,
-                           struct mks_dev_rt rt, struct raw_rec *recs)
+__global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint32_t K,
+                           uint64_t *out, struct mks_dev_rt rt, struct raw_rec *recs)
 {
     __shared__ struct mks_dev_queue q;
     const uint32_t w = blockIdx.x;
@@ -103,25 +127,18 @@ __global__ void megakernel(const uint32_t *tasks, uint32_t T, uint32_t K, uint64
     struct mks_dev_worker wk;
     mks_dev_worker_init(&rt, &wk);
     uint64_t acc = w;
+    const uint32_t *my = tasks + (uint64_t)w * T;
+    uint32_t next = my[0]; /* the scheduler fetches the next task ahead */
     for (uint32_t i = 0; i < T; i++) {
-        uint32_t task = tasks[(uint64_t)w * T + i];
+        uint32_t task = next;
         uint64_t t0 = 0;
+        next = my[i + 1 < T ? i + 1 : i];
         if (MODE == MODE_HOOK) {
-            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START) {
-                struct mks_hook_ctx c;
-                t0 = gtimer();
-                fill_ctx(&c, MKS_EV_TASK_START, w, task, t0, t0);
-                mks_dev_hook_run(&rt, &c);
-            }
+            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START)
+                t0 = hook_inline(&rt, MKS_EV_TASK_START, w, task, 0);
         } else if (MODE == MODE_QUEUE) {
-            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START) {
-                struct mks_hook_ctx *c = mks_dev_queue_slot(&q, MKS_EV_TASK_START);
-                t0 = gtimer();
-                if (c) {
-                    fill_ctx(c, MKS_EV_TASK_START, w, task, t0, t0);
-                    mks_dev_queue_push(&q);
-                }
-            }
+            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START)
+                t0 = hook_queue(&q, MKS_EV_TASK_START, w, task, 0);
         } else if (MODE == MODE_RAW) {
             struct raw_rec r = {0x10000u | w, task, gtimer()};
             recs[((uint64_t)w * T + i) * 2] = r;
@@ -130,19 +147,11 @@ __global__ void megakernel(const uint32_t *tasks, uint32_t T, uint32_t K, uint64
         for (uint32_t k = 0; k < K; k++)
             acc = acc * 6364136223846793005ull + task + k;
         if (MODE == MODE_HOOK) {
-            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END) {
-                struct mks_hook_ctx c;
-                fill_ctx(&c, MKS_EV_TASK_END, w, task, gtimer(), t0);
-                mks_dev_hook_run(&rt, &c);
-            }
+            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END)
+                hook_inline(&rt, MKS_EV_TASK_END, w, task, t0);
         } else if (MODE == MODE_QUEUE) {
-            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END) {
-                struct mks_hook_ctx *c = mks_dev_queue_slot(&q, MKS_EV_TASK_END);
-                if (c) {
-                    fill_ctx(c, MKS_EV_TASK_END, w, task, gtimer(), t0);
-                    mks_dev_queue_push(&q);
-                }
-            }
+            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END)
+                hook_queue(&q, MKS_EV_TASK_END, w, task, t0);
         } else if (MODE == MODE_RAW) {
             struct raw_rec r = {0x20000u | w, task, gtimer()};
             recs[((uint64_t)w * T + i) * 2 + 1] = r;
@@ -248,9 +257,52 @@ static void wait_pump(void)
     nanosleep(&ts, NULL);
 }
 
+/* Attach prog at task start and end, time the inline and the monitor-thread
+ * variants, detach; check the totals (counting: the histogram sums to the
+ * events) and the coverage against the events fired. */
+static int measure_attached(struct bench *b, struct monitor_state *m, uint32_t prog_id,
+                            int counting, const char *name, uint64_t fired, float *t_inline,
+                            float *t_queue, uint64_t *ran_queue)
+{
+    int rc = 0;
+    if (mks_ctl_attach(m->ctl, prog_id, MKS_EV_TASK_START, -1, NULL) != 0 ||
+        mks_ctl_attach(m->ctl, prog_id, MKS_EV_TASK_END, -1, NULL) != 0)
+        exit(1);
+    wait_pump();
+    advance(m); /* start from a clean epoch */
+    m->counted = m->eligible = m->ran = m->lost = m->snaps = 0;
+    *t_inline = time_mode(b, MODE_HOOK, advance, m);
+    advance(m);
+    printf("%s inline:  total %llu, coverage eligible %llu ran %llu lost %llu; fired %llu "
+           "(%llu epochs)\n", name, (unsigned long long)m->counted,
+           (unsigned long long)m->eligible, (unsigned long long)m->ran,
+           (unsigned long long)m->lost, (unsigned long long)fired, (unsigned long long)m->snaps);
+    if ((counting && m->counted != fired) || m->eligible != fired || m->ran != fired) {
+        printf("FAIL: %s inline totals differ from the events fired\n", name);
+        rc = 1;
+    }
+    m->counted = m->eligible = m->ran = m->lost = m->snaps = 0;
+    *t_queue = time_mode(b, MODE_QUEUE, advance, m);
+    advance(m);
+    printf("%s monitor: total %llu, coverage eligible %llu ran %llu lost %llu; fired %llu\n",
+           name, (unsigned long long)m->counted, (unsigned long long)m->eligible,
+           (unsigned long long)m->ran, (unsigned long long)m->lost, (unsigned long long)fired);
+    if (m->eligible != fired || (counting && m->counted != m->ran) || m->ran + m->lost != fired) {
+        printf("FAIL: %s monitor-thread totals do not add up\n", name);
+        rc = 1;
+    }
+    *ran_queue = m->ran;
+    if (mks_ctl_detach(m->ctl, prog_id, MKS_EV_TASK_START, NULL) != 0 ||
+        mks_ctl_detach(m->ctl, prog_id, MKS_EV_TASK_END, NULL) != 0)
+        exit(1);
+    wait_pump();
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct mks_insn prog[] = MKS_BMONITOR_ATOMIC(5);
+    static const struct mks_insn nop[] = {MKS_BI(0xb7, 0, 0, 0, 0), MKS_BI(0x95, 0, 0, 0, 0)};
     static const struct mks_map_spec hist = {"hist", MKS_MAP_ARRAY, 4, 8, 8};
     struct bench b;
     struct cudaDeviceProp prop;
@@ -260,8 +312,9 @@ int main(int argc, char **argv)
     struct monitor_state m;
     char job[64];
     uint32_t prog_id;
-    float t_out, t_det, t_inline, t_queue, t_raw;
-    uint64_t events, fired_inline, fired_queue;
+    float t_out, t_det, t_inline, t_queue, t_raw, t_inline_nop, t_queue_nop;
+    uint64_t events, fired, ran_queue = 0, ran_queue_nop = 0;
+    uint32_t nop_id;
     int rc = 0;
 
     memset(&b, 0, sizeof(b));
@@ -303,6 +356,14 @@ int main(int argc, char **argv)
     if (mks_ctl_prog_load(m.ctl, &spec, &prog_id) != 0 ||
         mks_ctl_prog_map(m.ctl, prog_id, 0, &m.map_id) != 0)
         return 1;
+    spec.name = "nop";
+    spec.insns = nop;
+    spec.n_insns = 2;
+    spec.n_maps = 0;
+    spec.maps = NULL;
+    spec.cost = 2;
+    if (mks_ctl_prog_load(m.ctl, &spec, &nop_id) != 0)
+        return 1;
     mks_ctl_lease(m.ctl, 600ull * 1000000000ull);
 
     {
@@ -327,49 +388,26 @@ int main(int argc, char **argv)
     t_det = time_mode(&b, MODE_HOOK, NULL, NULL);
     t_raw = time_mode(&b, MODE_RAW, NULL, NULL);
 
-    if (mks_ctl_attach(m.ctl, prog_id, MKS_EV_TASK_START, -1, NULL) != 0 ||
-        mks_ctl_attach(m.ctl, prog_id, MKS_EV_TASK_END, -1, NULL) != 0)
-        return 1;
-    wait_pump();
-    advance(&m); /* start from a clean epoch */
-    m.counted = m.eligible = m.ran = m.lost = 0;
-    t_inline = time_mode(&b, MODE_HOOK, advance, &m);
-    advance(&m);
     events = (uint64_t)b.n_sm * b.T * 2;
-    fired_inline = events * (REPS + 1);
-    printf("inline:  histogram total %llu, coverage eligible %llu ran %llu lost %llu, expected %llu "
-           "(%llu epochs)\n", (unsigned long long)m.counted, (unsigned long long)m.eligible,
-           (unsigned long long)m.ran, (unsigned long long)m.lost, (unsigned long long)fired_inline,
-           (unsigned long long)m.snaps);
-    if (m.counted != fired_inline || m.eligible != fired_inline || m.ran != fired_inline) {
-        printf("FAIL: inline monitor totals differ from the events fired\n");
-        rc = 1;
-    }
+    fired = events * (REPS + 1); /* the warm-up launch too */
+    rc |= measure_attached(&b, &m, prog_id, 1, "hist", fired, &t_inline, &t_queue, &ran_queue);
+    rc |= measure_attached(&b, &m, nop_id, 0, "nop", fired, &t_inline_nop, &t_queue_nop,
+                           &ran_queue_nop);
 
-    m.counted = m.eligible = m.ran = m.lost = 0;
-    t_queue = time_mode(&b, MODE_QUEUE, advance, &m);
-    advance(&m);
-    fired_queue = events * (REPS + 1);
-    printf("monitor: histogram total %llu, coverage eligible %llu ran %llu lost %llu, expected "
-           "eligible %llu\n", (unsigned long long)m.counted, (unsigned long long)m.eligible,
-           (unsigned long long)m.ran, (unsigned long long)m.lost, (unsigned long long)fired_queue);
-    if (m.eligible != fired_queue || m.counted != m.ran || m.ran + m.lost != fired_queue) {
-        printf("FAIL: monitor-thread totals do not add up\n");
-        rc = 1;
-    }
-
-    printf("\n%-10s %10s %12s %12s\n", "variant", "ms", "ns/task", "ns/event");
+    printf("\n%-12s %10s %12s %12s\n", "variant", "ms", "ns/task", "ns/event");
 #define ROW(name, t)                                                                               \
-    printf("%-10s %10.3f %12.1f %12.2f\n", name, t, (t) * 1e6 / b.T,                               \
+    printf("%-12s %10.3f %12.1f %12.2f\n", name, t, (t) * 1e6 / b.T,                             \
            ((t) - t_out) * 1e6 / (2.0 * b.T))
     ROW("out", t_out);
     ROW("detached", t_det);
+    ROW("raw", t_raw);
     ROW("inline", t_inline);
     ROW("monitor", t_queue);
-    ROW("raw", t_raw);
+    ROW("inline-nop", t_inline_nop);
+    ROW("monitor-nop", t_queue_nop);
     printf("(ns/event: extra time on one worker's critical path per event, vs hooks compiled "
-           "out; monitor: %.1f%% of events ran, the rest counted lost)\n",
-           100.0 * (double)m.ran / (double)fired_queue);
+           "out; events the monitor thread ran: hist %.1f%%, nop %.1f%%, the rest counted lost)\n",
+           100.0 * (double)ran_queue / (double)fired, 100.0 * (double)ran_queue_nop / (double)fired);
 
     mks_ctl_close(m.ctl);
     mks_rt_destroy(rt);

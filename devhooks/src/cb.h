@@ -158,6 +158,10 @@ MKS_HD uint32_t mks_cb_word_slot(uint64_t word, uint32_t i)
 
 /* One hook run against a block (hook.c; host and device). */
 MKS_DEVFN int32_t mksi_hook_run(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx);
+MKS_DEVFN uint64_t mksi_hook_enter(struct mks_cb *cb, uint32_t w);
+MKS_DEVFN void mksi_hook_leave(struct mks_cb *cb, uint32_t w, uint64_t epoch);
+MKS_DEVFN int32_t mksi_hook_exec(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
+                                 uint64_t epoch, uint64_t word);
 MKS_DEVFN void mksi_hook_lost(struct mks_cb *cb, uint32_t worker, uint32_t ev, uint32_t n);
 
 #endif /* MKS_DEVHOOKS_CB_H */

@@ -12,7 +12,9 @@
 #define MKS_DEVFN __device__
 #define MKS_INLINE __device__ __forceinline__
 #define MKS_HD __host__ __device__ __forceinline__
-#define MKS_FENCE() __threadfence_system()
+/* GPU scope is enough: the only other parties are device threads and the
+ * pump's copies, which read and write device memory through the L2. */
+#define MKS_FENCE() __threadfence()
 #define MKS_A_LOAD64(p) (*(volatile uint64_t *)(p))
 #define MKS_A_STORE64(p, v) (*(volatile uint64_t *)(p) = (v))
 
@@ -37,29 +39,30 @@ MKS_INLINE uint64_t mks_dev_time_ns(void)
 #define MKS_A_CAS32(p, e, d) ((uint32_t)atomicCAS((unsigned int *)(p), (unsigned int)(e), (unsigned int)(d)))
 /* Loads and stores other agents see: volatile plus a fence where ordering matters. */
 #define MKS_A_LOAD32(p)     (*(volatile uint32_t *)(p))
-#define MKS_A_LOAD_ACQ32(p) mks_dev_load_acq32((const uint32_t *)(p))
-#define MKS_A_STORE_REL32(p, v)                                                                    \
-    do {                                                                                           \
-        __threadfence();                                                                           \
-        *(volatile uint32_t *)(p) = (v);                                                           \
-    } while (0)
-#define MKS_A_LOAD_ACQ64(p) mks_dev_load_acq64((const uint64_t *)(p))
-#define MKS_A_STORE_REL64(p, v)                                                                    \
-    do {                                                                                           \
-        __threadfence();                                                                           \
-        *(volatile uint64_t *)(p) = (v);                                                           \
-    } while (0)
+#define MKS_A_LOAD_ACQ32(p)     mks_dev_load_acq32((const uint32_t *)(p))
+#define MKS_A_STORE_REL32(p, v) mks_dev_store_rel32((uint32_t *)(p), (uint32_t)(v))
+#define MKS_A_LOAD_ACQ64(p)     mks_dev_load_acq64((const uint64_t *)(p))
+#define MKS_A_STORE_REL64(p, v) mks_dev_store_rel64((uint64_t *)(p), (uint64_t)(v))
+/* sm_70+ acquire/release operations: ordering without a full fence. */
 MKS_INLINE uint32_t mks_dev_load_acq32(const uint32_t *p)
 {
-    uint32_t v = *(const volatile uint32_t *)p;
-    __threadfence();
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 MKS_INLINE uint64_t mks_dev_load_acq64(const uint64_t *p)
 {
-    uint64_t v = *(const volatile uint64_t *)p;
-    __threadfence();
+    uint64_t v;
+    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
+}
+MKS_INLINE void mks_dev_store_rel32(uint32_t *p, uint32_t v)
+{
+    asm volatile("st.release.gpu.u32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
+}
+MKS_INLINE void mks_dev_store_rel64(uint64_t *p, uint64_t v)
+{
+    asm volatile("st.release.gpu.u64 [%0], %1;" : : "l"(p), "l"(v) : "memory");
 }
 #define MKS_CLZ64(v) ((uint32_t)__clzll((long long)(v)))
 #define MKS_LIKELY(x) (x)

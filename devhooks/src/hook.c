@@ -3,15 +3,18 @@
  * (vm.cu): the same code against the control block's layout, which on the
  * GPU is a byte-for-byte device mirror of the shared-memory block.
  *
- *   1. enter the epoch: announce (epoch << 1 | 1) in the worker's sequence
- *      word, fence, re-read the epoch until both agree, so the grace period
- *      after an epoch flip sees every worker that might still use the old
- *      bank (cb.h);
- *   2. read the hook's program word once (acquire): the list to run;
- *   3. count eligible, apply sampling and the per-epoch instruction budget
- *      (throttled), run each program in the VM against the bank's maps; a
- *      run-time guard failure or a dropped ring record counts as lost;
+ *   1. enter the epoch (mksi_hook_enter): announce (epoch << 1 | 1) in the
+ *      worker's sequence word, fence, re-read the epoch until both agree, so
+ *      the grace period after an epoch flip sees every worker that might
+ *      still use the old bank (cb.h);
+ *   2. read the hook's program word (acquire): the list to run;
+ *   3. mksi_hook_exec: count eligible, apply sampling and the per-epoch
+ *      instruction budget (throttled), run each program in the VM against
+ *      the bank's maps; a run-time guard failure or a dropped ring record
+ *      counts as lost;
  *   4. leave the epoch (release).
+ * A device monitor thread enters once for a batch of queued events and
+ * re-reads a hook word with acquire only when the hook's generation moved.
  * Coverage counters are per worker and bank, so a worker updates them with
  * plain stores; they are read only after the grace period.
  */
@@ -26,40 +29,48 @@
 #define MKSI_VM_RUN mks_vm_run
 #endif
 
-MKS_DEVFN int32_t mksi_hook_run(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx)
+/* Enter the current epoch on worker w; returns the epoch. */
+MKS_DEVFN uint64_t mksi_hook_enter(struct mks_cb *cb, uint32_t w)
 {
-    struct mks_cb_worker *wk;
-    struct mks_cb_hook *h;
-    struct mks_cb_cov *cov;
-    struct mks_maps maps;
-    uint64_t epoch, word, used_total = 0;
-    uint32_t ev = ctx->event, w = ctx->worker, bank, shift;
-    int32_t hint = 0;
-    uint32_t lost = 0;
-
-    ctx->abi_version = MKS_HOOK_ABI_VERSION;
-    ctx->size = (uint16_t)sizeof(*ctx);
-    if (ev >= MKS_EV_COUNT || w >= cb->n_workers)
-        return 0;
-    wk = &mks_cb_workers(cb)[w];
+    struct mks_cb_worker *wk = &mks_cb_workers(cb)[w];
+    uint64_t epoch;
     for (;;) {
         epoch = MKS_A_LOAD64(&cb->epoch);
         MKS_A_STORE64(&wk->seq, (epoch << 1) | 1u);
         MKS_FENCE();
         if (MKS_A_LOAD64(&cb->epoch) == epoch)
-            break;
+            return epoch;
     }
-    bank = (uint32_t)(epoch & 1u);
-    h = &cb->hooks[ev];
-    word = MKS_A_LOAD_ACQ64(&h->progs);
+}
+
+MKS_DEVFN void mksi_hook_leave(struct mks_cb *cb, uint32_t w, uint64_t epoch)
+{
+    MKS_A_STORE_REL64(&mks_cb_workers(cb)[w].seq, epoch << 1);
+}
+
+/* Run the programs of `word` (the hook's program list, read by the caller
+ * with acquire semantics or known unchanged since such a read) for ctx on
+ * worker ctx->worker inside `epoch`. */
+MKS_DEVFN int32_t mksi_hook_exec(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
+                                 uint64_t epoch, uint64_t word)
+{
+    struct mks_cb_hook *h;
+    struct mks_cb_cov *cov;
+    struct mks_maps maps;
+    uint64_t used_total = 0;
+    uint32_t ev = ctx->event, w = ctx->worker, bank = (uint32_t)(epoch & 1u), shift;
+    int32_t hint = 0;
+    uint32_t lost = 0;
+
     if (!word)
-        goto leave;
+        return 0;
+    h = &cb->hooks[ev];
     cov = mks_cb_cov(cb, bank, w, ev);
     cov->eligible++;
     shift = h->sample_shift;
-    if (shift && (wk->sample_ctr[ev]++ & ((1u << shift) - 1u)) != 0) {
+    if (shift && (mks_cb_workers(cb)[w].sample_ctr[ev]++ & ((1u << shift) - 1u)) != 0) {
         cov->throttled++;
-        goto leave;
+        return 0;
     }
     if (h->insn_budget) {
         uint64_t cost = 0;
@@ -70,7 +81,7 @@ MKS_DEVFN int32_t mksi_hook_run(struct mks_cb *cb, uint32_t rank, struct mks_hoo
         }
         if (MKS_A_LOAD64(&h->budget_used[bank]) + cost > h->insn_budget) {
             cov->throttled++;
-            goto leave;
+            return 0;
         }
     }
     maps.descs = cb->maps;
@@ -104,7 +115,7 @@ MKS_DEVFN int32_t mksi_hook_run(struct mks_cb *cb, uint32_t rank, struct mks_hoo
         env.extra.base = 0;
         env.extra.len = 0;
         env.extra.writable = 0;
-        if (env.n_maps > MKS_MAX_PROG_MAPS ||
+        if (env.n_maps > MKS_MAX_PROG_MAPS || env.n_insns > MKS_BPF_MAX_INSNS ||
             MKSI_VM_RUN(&env, (uint64_t)(uintptr_t)ctx, 0, &r0, &used) != 0) {
             lost = 1;
             used_total += used;
@@ -122,8 +133,21 @@ MKS_DEVFN int32_t mksi_hook_run(struct mks_cb *cb, uint32_t rank, struct mks_hoo
         MKS_A_ADD64(&h->budget_used[bank], used_total);
     cov->ran++;
     cov->lost += lost + maps.lost;
-leave:
-    MKS_A_STORE_REL64(&wk->seq, epoch << 1);
+    return hint;
+}
+
+MKS_DEVFN int32_t mksi_hook_run(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx)
+{
+    uint64_t epoch, word;
+    int32_t hint;
+    ctx->abi_version = MKS_HOOK_ABI_VERSION;
+    ctx->size = (uint16_t)sizeof(*ctx);
+    if (ctx->event >= MKS_EV_COUNT || ctx->worker >= cb->n_workers)
+        return 0;
+    epoch = mksi_hook_enter(cb, ctx->worker);
+    word = MKS_A_LOAD_ACQ64(&cb->hooks[ctx->event].progs);
+    hint = word ? mksi_hook_exec(cb, rank, ctx, epoch, word) : 0;
+    mksi_hook_leave(cb, ctx->worker, epoch);
     return hint;
 }
 
@@ -131,21 +155,13 @@ leave:
  * lost, so coverage says what the programs did not see. */
 MKS_DEVFN void mksi_hook_lost(struct mks_cb *cb, uint32_t worker, uint32_t ev, uint32_t n)
 {
-    struct mks_cb_worker *wk;
     struct mks_cb_cov *cov;
     uint64_t epoch;
     if (ev >= MKS_EV_COUNT || worker >= cb->n_workers || n == 0)
         return;
-    wk = &mks_cb_workers(cb)[worker];
-    for (;;) {
-        epoch = MKS_A_LOAD64(&cb->epoch);
-        MKS_A_STORE64(&wk->seq, (epoch << 1) | 1u);
-        MKS_FENCE();
-        if (MKS_A_LOAD64(&cb->epoch) == epoch)
-            break;
-    }
+    epoch = mksi_hook_enter(cb, worker);
     cov = mks_cb_cov(cb, (uint32_t)(epoch & 1u), worker, ev);
     cov->eligible += n;
     cov->lost += n;
-    MKS_A_STORE_REL64(&wk->seq, epoch << 1);
+    mksi_hook_leave(cb, worker, epoch);
 }

@@ -84,17 +84,76 @@ static uint64_t map_bytes(const struct mks_map_desc *d)
     return d->bank_bytes * (d->type == MKS_MAP_RINGBUF ? 1u : d->init_off ? 3u : 2u);
 }
 
+/* Wait until every device worker that was inside a hook has left it. */
+static int device_grace(struct mks_rt *rt, struct cuda_pump *p)
+{
+    struct mks_cb *cb = rt->cb;
+    struct mks_cb_worker *now;
+    uint64_t deadline = mono_ns() + GRACE_TIMEOUT_NS;
+    int inside;
+    if (!d2h(p, p->seqs, cb->workers_off, (size_t)cb->n_workers * sizeof(*p->seqs)) ||
+        !sync_stream(p))
+        return 0;
+    now = (struct mks_cb_worker *)malloc((size_t)cb->n_workers * sizeof(*now));
+    if (!now)
+        return 0;
+    do {
+        if (!d2h(p, now, cb->workers_off, (size_t)cb->n_workers * sizeof(*now)) || !sync_stream(p))
+            break;
+        inside = 0;
+        for (uint32_t w = 0; w < cb->n_workers && !inside; w++)
+            inside = (p->seqs[w].seq & 1u) && now[w].seq == p->seqs[w].seq;
+    } while (inside && mono_ns() < deadline);
+    free(now);
+    return !p->failed;
+}
+
+static int push_hooks(struct mks_rt *rt, struct cuda_pump *p, const uint8_t *rewrite)
+{
+    struct mks_cb *cb = rt->cb;
+    struct mks_cb_hook hk[MKS_EV_COUNT];
+    uint32_t mask = 0;
+    memcpy(hk, cb->hooks, sizeof(hk));
+    for (uint32_t ev = 0; ev < MKS_EV_COUNT; ev++) {
+        uint64_t word = 0;
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
+            uint32_t s = mks_cb_word_slot(hk[ev].progs, i);
+            if (s && !(rewrite && rewrite[s - 1]))
+                word |= (uint64_t)s << (16 * k++);
+        }
+        hk[ev].progs = word;
+        if (word)
+            mask |= 1u << ev;
+        if (!h2d(p, offsetof(struct mks_cb, hooks) + ev * sizeof(struct mks_cb_hook), &hk[ev],
+                 offsetof(struct mks_cb_hook, budget_used)))
+            return 0;
+    }
+    mask &= __atomic_load_n(&cb->attach_mask, __ATOMIC_ACQUIRE) | (rewrite ? 0u : ~0u);
+    return h2d(p, offsetof(struct mks_cb, attach_mask), &mask, sizeof(mask)) && sync_stream(p);
+}
+
 static void push_programs(struct mks_rt *rt, struct cuda_pump *p)
 {
     struct mks_cb *cb = rt->cb;
     uint64_t seq = __atomic_load_n(&cb->ctl_seq, __ATOMIC_ACQUIRE);
-    uint32_t mask;
+    uint8_t rewrite[MKS_CB_MAX_PROGS];
+    int reuse = 0;
     if (seq == p->ctl_seq)
+        return;
+    /* A slot that held another program on the device: unpublish it there
+     * and wait for the device's grace period before its text changes. */
+    for (uint32_t i = 0; i < MKS_CB_MAX_PROGS; i++) {
+        const struct mks_cb_prog *pr = &cb->progs[i];
+        rewrite[i] = __atomic_load_n(&pr->state, __ATOMIC_ACQUIRE) == MKS_PROG_LOADED &&
+                     pr->load_seq != p->prog_seq[i];
+        reuse |= rewrite[i] && p->prog_seq[i] != 0;
+    }
+    if (reuse && (!push_hooks(rt, p, rewrite) || !device_grace(rt, p)))
         return;
     for (uint32_t i = 0; i < MKS_CB_MAX_PROGS; i++) {
         const struct mks_cb_prog *pr = &cb->progs[i];
-        if (__atomic_load_n(&pr->state, __ATOMIC_ACQUIRE) != MKS_PROG_LOADED ||
-            pr->load_seq == p->prog_seq[i])
+        if (!rewrite[i])
             continue;
         if (!h2d(p, cb->insns_off + (uint64_t)i * MKS_BPF_MAX_INSNS * sizeof(struct mks_insn),
                  mks_cb_insns(cb, i), (size_t)pr->n_insns * sizeof(struct mks_insn)))
@@ -112,14 +171,8 @@ static void push_programs(struct mks_rt *rt, struct cuda_pump *p)
         p->tail_pushed[id] = 0;
     }
     if (!h2d(p, offsetof(struct mks_cb, progs), cb->progs, sizeof(cb->progs)) ||
-        !h2d(p, offsetof(struct mks_cb, maps), cb->maps, sizeof(cb->maps)))
-        return;
-    for (uint32_t ev = 0; ev < MKS_EV_COUNT; ev++)
-        if (!h2d(p, offsetof(struct mks_cb, hooks) + ev * sizeof(struct mks_cb_hook),
-                 &cb->hooks[ev], offsetof(struct mks_cb_hook, budget_used)))
-            return;
-    mask = __atomic_load_n(&cb->attach_mask, __ATOMIC_ACQUIRE);
-    if (!h2d(p, offsetof(struct mks_cb, attach_mask), &mask, sizeof(mask)) || !sync_stream(p))
+        !h2d(p, offsetof(struct mks_cb, maps), cb->maps, sizeof(cb->maps)) ||
+        !push_hooks(rt, p, NULL))
         return;
     memcpy(p->maps, cb->maps, sizeof(p->maps));
     p->ctl_seq = seq;

@@ -55,6 +55,22 @@ MKS_INLINE void vm_copy(void *d, const void *s, uint32_t n)
 #define VM_COPY(d, s, n) __builtin_memcpy((d), (s), (n))
 #endif
 
+/* An instruction as one little-endian 64-bit word (struct mks_insn is 8
+ * bytes, 8-aligned in every program buffer); read-only on the device. */
+#ifdef __CUDACC__
+MKS_INLINE uint64_t vm_fetch(const struct mks_insn *ip)
+{
+    return (uint64_t)__ldg((const unsigned long long *)ip);
+}
+#else
+MKS_INLINE uint64_t vm_fetch(const struct mks_insn *ip)
+{
+    uint64_t v;
+    __builtin_memcpy(&v, ip, sizeof(v));
+    return v;
+}
+#endif
+
 struct vm_mem {
     uint64_t stack_lo, stack_hi; /* frames of the current call chain */
     uint64_t ctx, ctx_len;
@@ -242,6 +258,69 @@ MKS_INLINE uint64_t vm_map_ref(const struct mks_vm_env *env, uint32_t src, uint3
     return (uint64_t)(uintptr_t)(ms->arena + d->bank_off[ms->bank & 1u]) + off;
 }
 
+/* An atomic read-modify-write of size 4 or 8 at a; returns the old value
+ * (zero-extended) in *old_p.  The device has no atomics on thread-local
+ * memory, where the VM's stack lives, and needs none there: the stack is
+ * private to the run. */
+MKS_INLINE int vm_atomic(uint64_t a, uint32_t size, uint32_t op, uint64_t v, uint64_t expect,
+                         int local, uint64_t *old_p)
+{
+    if (local) {
+        uint64_t old = 0, nv;
+        VM_COPY(&old, (const void *)(uintptr_t)a, size);
+        switch (op) {
+        case MKS_BPF_ADD:
+        case MKS_BPF_ADD | MKS_BPF_FETCH: nv = old + v; break;
+        case MKS_BPF_OR:
+        case MKS_BPF_OR | MKS_BPF_FETCH: nv = old | v; break;
+        case MKS_BPF_AND:
+        case MKS_BPF_AND | MKS_BPF_FETCH: nv = old & v; break;
+        case MKS_BPF_XOR:
+        case MKS_BPF_XOR | MKS_BPF_FETCH: nv = old ^ v; break;
+        case MKS_BPF_XCHG: nv = v; break;
+        case MKS_BPF_CMPXCHG:
+            nv = (size == 4 ? (uint32_t)old == (uint32_t)expect : old == expect) ? v : old;
+            break;
+        default: return MKS_VM_EINSN;
+        }
+        VM_COPY((void *)(uintptr_t)a, &nv, size);
+        *old_p = old;
+        return 0;
+    }
+    if (size == 4) {
+        uint32_t *p = (uint32_t *)(uintptr_t)a, w = (uint32_t)v;
+        switch (op) {
+        case MKS_BPF_ADD:
+        case MKS_BPF_ADD | MKS_BPF_FETCH: *old_p = MKS_A_ADD32(p, w); return 0;
+        case MKS_BPF_OR:
+        case MKS_BPF_OR | MKS_BPF_FETCH: *old_p = MKS_A_OR32(p, w); return 0;
+        case MKS_BPF_AND:
+        case MKS_BPF_AND | MKS_BPF_FETCH: *old_p = MKS_A_AND32(p, w); return 0;
+        case MKS_BPF_XOR:
+        case MKS_BPF_XOR | MKS_BPF_FETCH: *old_p = MKS_A_XOR32(p, w); return 0;
+        case MKS_BPF_XCHG: *old_p = MKS_A_XCHG32(p, w); return 0;
+        case MKS_BPF_CMPXCHG: *old_p = MKS_A_CAS32(p, (uint32_t)expect, w); return 0;
+        default: return MKS_VM_EINSN;
+        }
+    }
+    {
+        uint64_t *p = (uint64_t *)(uintptr_t)a;
+        switch (op) {
+        case MKS_BPF_ADD:
+        case MKS_BPF_ADD | MKS_BPF_FETCH: *old_p = MKS_A_ADD64(p, v); return 0;
+        case MKS_BPF_OR:
+        case MKS_BPF_OR | MKS_BPF_FETCH: *old_p = MKS_A_OR64(p, v); return 0;
+        case MKS_BPF_AND:
+        case MKS_BPF_AND | MKS_BPF_FETCH: *old_p = MKS_A_AND64(p, v); return 0;
+        case MKS_BPF_XOR:
+        case MKS_BPF_XOR | MKS_BPF_FETCH: *old_p = MKS_A_XOR64(p, v); return 0;
+        case MKS_BPF_XCHG: *old_p = MKS_A_XCHG64(p, v); return 0;
+        case MKS_BPF_CMPXCHG: *old_p = MKS_A_CAS64(p, expect, v); return 0;
+        default: return MKS_VM_EINSN;
+        }
+    }
+}
+
 struct vm_frame {
     uint64_t saved[4]; /* r6..r9 of the caller */
     uint32_t ret_pc;
@@ -282,8 +361,9 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 
     for (;;) {
         const struct mks_insn *ip;
-        uint32_t dst, src;
-        uint64_t imm;
+        uint32_t code, dst, src;
+        uint64_t raw, imm;
+        int32_t simm;
         int16_t off;
         if (MKS_UNLIKELY(pc >= n)) {
             err = MKS_VM_EJUMP;
@@ -295,10 +375,13 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         }
         budget--;
         ip = &insns[pc];
-        dst = ip->regs & 0x0f;
-        src = ip->regs >> 4;
-        off = ip->off;
-        imm = (uint64_t)(int64_t)ip->imm; /* sign-extended, as every use wants */
+        raw = vm_fetch(ip); /* one 8-byte load, fields by shifts */
+        code = (uint32_t)(raw & 0xff);
+        dst = (uint32_t)(raw >> 8) & 0x0f;
+        src = (uint32_t)(raw >> 12) & 0x0f;
+        off = (int16_t)(uint16_t)(raw >> 16);
+        simm = (int32_t)(uint32_t)(raw >> 32);
+        imm = (uint64_t)(int64_t)simm; /* sign-extended, as every use wants */
         if (MKS_UNLIKELY(dst > 10 || src > 10)) {
             err = MKS_VM_EINSN;
             goto out;
@@ -306,7 +389,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         pc++;
 
 #define ALU32(v)  r[dst] = (uint32_t)(v)
-#define SRC64     ((ip->code & MKS_BPF_X) ? r[src] : imm)
+#define SRC64     ((code & MKS_BPF_X) ? r[src] : imm)
 #define SRC32     ((uint32_t)SRC64)
 #define DST32     ((uint32_t)r[dst])
 #define JUMP_IF(c)                                                                                 \
@@ -336,10 +419,15 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         type v_ = (type)(val);                                                                     \
         VM_COPY((void *)(uintptr_t)a_, &v_, sizeof(type));                                         \
     } while (0)
+#ifdef __CUDACC__
+#define VM_IS_LOCAL(a) vm_in((a), 1, (uint64_t)(uintptr_t)stack, sizeof(stack))
+#else
+#define VM_IS_LOCAL(a) 0
+#endif
 #define AS_U64(x) ((uint64_t)(x))
 #define AS_S64(x) ((uint64_t)(int64_t)(x))
 
-        switch (ip->code) {
+        switch (code) {
         /* ---- ALU64 ---- */
         case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_K: r[dst] += imm; break;
         case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_X: r[dst] += r[src]; break;
@@ -511,63 +599,30 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_W: ST(uint32_t, r[src]); break;
         case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_DW: ST(uint64_t, r[src]); break;
 
-        case MKS_BPF_STX | MKS_BPF_ATOMIC | MKS_BPF_W: {
-            uint64_t a = r[dst] + (uint64_t)(int64_t)off;
-            uint32_t *p = (uint32_t *)(uintptr_t)a, v = (uint32_t)r[src], old;
-            MEM_CHECK(a, 4, 1);
-            if (MKS_UNLIKELY(a & 3)) {
-                err = MKS_VM_EALIGN;
-                goto out;
-            }
-            switch ((uint32_t)ip->imm) {
-            case MKS_BPF_ADD:
-            case MKS_BPF_ADD | MKS_BPF_FETCH: old = MKS_A_ADD32(p, v); break;
-            case MKS_BPF_OR:
-            case MKS_BPF_OR | MKS_BPF_FETCH: old = MKS_A_OR32(p, v); break;
-            case MKS_BPF_AND:
-            case MKS_BPF_AND | MKS_BPF_FETCH: old = MKS_A_AND32(p, v); break;
-            case MKS_BPF_XOR:
-            case MKS_BPF_XOR | MKS_BPF_FETCH: old = MKS_A_XOR32(p, v); break;
-            case MKS_BPF_XCHG: old = MKS_A_XCHG32(p, v); break;
-            case MKS_BPF_CMPXCHG:
-                r[0] = MKS_A_CAS32(p, (uint32_t)r[0], v);
-                continue;
-            default: err = MKS_VM_EINSN; goto out;
-            }
-            if (ip->imm & MKS_BPF_FETCH)
-                r[src] = old;
-            break;
-        }
+        case MKS_BPF_STX | MKS_BPF_ATOMIC | MKS_BPF_W:
         case MKS_BPF_STX | MKS_BPF_ATOMIC | MKS_BPF_DW: {
-            uint64_t a = r[dst] + (uint64_t)(int64_t)off;
-            uint64_t *p = (uint64_t *)(uintptr_t)a, v = r[src], old;
-            MEM_CHECK(a, 8, 1);
-            if (MKS_UNLIKELY(a & 7)) {
+            const uint32_t size = (code & 0x18) == MKS_BPF_DW ? 8u : 4u;
+            uint64_t a = r[dst] + (uint64_t)(int64_t)off, old;
+            int rc;
+            MEM_CHECK(a, size, 1);
+            if (MKS_UNLIKELY(a & (size - 1u))) {
                 err = MKS_VM_EALIGN;
                 goto out;
             }
-            switch ((uint32_t)ip->imm) {
-            case MKS_BPF_ADD:
-            case MKS_BPF_ADD | MKS_BPF_FETCH: old = MKS_A_ADD64(p, v); break;
-            case MKS_BPF_OR:
-            case MKS_BPF_OR | MKS_BPF_FETCH: old = MKS_A_OR64(p, v); break;
-            case MKS_BPF_AND:
-            case MKS_BPF_AND | MKS_BPF_FETCH: old = MKS_A_AND64(p, v); break;
-            case MKS_BPF_XOR:
-            case MKS_BPF_XOR | MKS_BPF_FETCH: old = MKS_A_XOR64(p, v); break;
-            case MKS_BPF_XCHG: old = MKS_A_XCHG64(p, v); break;
-            case MKS_BPF_CMPXCHG:
-                r[0] = MKS_A_CAS64(p, r[0], v);
-                continue;
-            default: err = MKS_VM_EINSN; goto out;
+            rc = vm_atomic(a, size, (uint32_t)simm, r[src], r[0], VM_IS_LOCAL(a), &old);
+            if (rc) {
+                err = rc;
+                goto out;
             }
-            if (ip->imm & MKS_BPF_FETCH)
+            if ((uint32_t)simm == MKS_BPF_CMPXCHG)
+                r[0] = old;
+            else if (simm & MKS_BPF_FETCH)
                 r[src] = old;
             break;
         }
 
         case MKS_BPF_LD | MKS_BPF_IMM | MKS_BPF_DW: {
-            uint32_t lo = (uint32_t)ip->imm, hi;
+            uint32_t lo = (uint32_t)simm, hi;
             if (MKS_UNLIKELY(pc >= n)) {
                 err = MKS_VM_EINSN;
                 goto out;
@@ -592,7 +647,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 
         /* ---- jumps ---- */
         case MKS_BPF_JMP | MKS_BPF_JA: pc = (uint32_t)((int32_t)pc + off); break;
-        case MKS_BPF_JMP32 | MKS_BPF_JA: pc = (uint32_t)((int32_t)pc + ip->imm); break;
+        case MKS_BPF_JMP32 | MKS_BPF_JA: pc = (uint32_t)((int32_t)pc + simm); break;
 #define JPAIR(cls, op, expr)                                                                       \
     case cls | op | MKS_BPF_K: {                                                                   \
         const uint64_t B_ = imm;                                                                   \
@@ -623,7 +678,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 
         case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_K:
             if (src == MKS_PSEUDO_CALL) {
-                uint32_t target = (uint32_t)((int32_t)pc + ip->imm);
+                uint32_t target = (uint32_t)((int32_t)pc + simm);
                 if (MKS_UNLIKELY(depth + 1 >= VM_NFRAMES)) {
                     err = MKS_VM_ECALL;
                     goto out;
@@ -649,7 +704,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             }
             /* fallthrough */
         case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_X: {
-            uint64_t id = (ip->code & MKS_BPF_X) ? r[dst] : (uint64_t)(uint32_t)ip->imm;
+            uint64_t id = (code & MKS_BPF_X) ? r[dst] : (uint64_t)(uint32_t)simm;
             int rc = vm_helper(env, &mem, id, r);
             if (rc < 0) {
                 err = rc;
@@ -692,6 +747,7 @@ out:
 #undef LDX
 #undef ST
 #undef AS_U64
+#undef VM_IS_LOCAL
 #undef AS_S64
 }
 

@@ -5,6 +5,8 @@
  *   devhooks_conformance [DIR]                    run each case in the VM
  *   devhooks_conformance --plugin EXE [DIR]       drive EXE the way the public
  *                                                 runner drives a plugin
+ * Built with MKS_CONF_GPU (mkscope-vm-conformance-gpu, with conformance_gpu.cu)
+ * the cases run in the VM compiled for the GPU instead.
  *
  * Each failure is printed with the case name and the reason; the last line is
  * "N passed, M failed".  The test fails when fewer than 300 cases pass or
@@ -160,12 +162,24 @@ static int parse_case(const char *path, struct conf_case *c, char *why, size_t w
     return 0;
 }
 
+#ifdef MKS_CONF_GPU
+int mks_conf_gpu_run(const struct mks_insn *insns, uint32_t n_insns, const uint8_t *mem,
+                     uint32_t mem_len, uint64_t *r0_p, int *rc_p);
+#endif
+
 /* In-process run.  Returns 1 on pass, 0 on fail with the reason. */
 static int run_vm(struct conf_case *c, char *why, size_t why_len)
 {
     struct mks_vm_env env;
     uint64_t r0 = 0;
     int rc;
+#ifdef MKS_CONF_GPU
+    if (mks_conf_gpu_run(c->insns, c->n_insns, c->mem, c->mem_len, &r0, &rc) != 0) {
+        snprintf(why, why_len, "CUDA failure");
+        return 0;
+    }
+    (void)env;
+#else
     memset(&env, 0, sizeof(env));
     env.insns = c->insns;
     env.n_insns = c->n_insns;
@@ -175,6 +189,7 @@ static int run_vm(struct conf_case *c, char *why, size_t why_len)
     env.extra.len = c->mem_len;
     env.extra.writable = 1;
     rc = mks_vm_run(&env, c->mem_len ? (uint64_t)(uintptr_t)c->mem : 0, c->mem_len, &r0, NULL);
+#endif
     if (c->expect_error) {
         if (rc != 0)
             return 1;

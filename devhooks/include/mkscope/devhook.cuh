@@ -65,6 +65,11 @@ struct mks_dev_worker {
 extern "C" __device__ int32_t mks_dev_hook_run(const struct mks_dev_rt *rt,
                                                struct mks_hook_ctx *ctx);
 
+/* Run one program in the VM on this thread (tests, tools). */
+struct mks_vm_env;
+extern "C" __device__ int mks_dev_vm_run(const struct mks_vm_env *env, uint64_t r1, uint64_t r2,
+                                         uint64_t *r0_p, uint64_t *insns_p);
+
 /* Count n events of ev on worker that no program saw (eligible and lost). */
 extern "C" __device__ void mks_dev_hook_lost(const struct mks_dev_rt *rt, uint32_t worker,
                                              uint32_t ev, uint32_t n);
