@@ -67,8 +67,8 @@ typedef __s64 int64_t;
  * value type as a pointer to it.
  */
 #define __uint(name, val)  int(*name)[val]
-#define __type(name, val)  typeof(val) *name
-#define __array(name, val) typeof(val) *name[]
+#define __type(name, val)  __typeof__(val) *name
+#define __array(name, val) __typeof__(val) *name[]
 
 /* ABI version of the program: a read-only global the loader reads from
  * .rodata.  volatile so clang keeps it even when nothing reads it. */
