@@ -1,0 +1,1429 @@
+/*
+ * The CUDA backend of mkscope-bench: the same decode-step task graph as the
+ * CPU backend (bench/src/workload.c), run three ways on one GPU per rank.
+ *
+ * persistent  One cooperative kernel for the whole run: block 0 is the
+ *             scheduler, every other block a worker (one per SM).  The
+ *             scheduler builds each operator's tasks from device state (the
+ *             active requests, the experts the router chose: dynamic tasks),
+ *             raises the operator's event target (counters are never reset),
+ *             assigns tasks round-robin to per-worker queues in global memory
+ *             and waits for the event.  Workers pop their queue, run the body
+ *             with the whole block, and release the event.  All-reduce tasks
+ *             write partial sums into the peer's inbox (CUDA IPC over NVLink)
+ *             and bump its counter; the reduce task waits on every peer's
+ *             counter.  Every hook of the ABI is called at its place through
+ *             devhooks' device hook (mkscope/devhook.cuh).
+ * per-op      One kernel per operator (grid = its tiles), NCCL all-reduce.
+ * graph       The per-op step captured once as a CUDA Graph and replayed.
+ *
+ * Data produced by one block and read by another goes through L2 only (this
+ * file is compiled with -dlcm=cg), and every hand-off is a fence followed by a
+ * flag, so plain loads see the producer's writes.
+ */
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef MKS_BENCH_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+/* C headers first, outside extern "C", so the math and string headers keep
+ * their C++ declarations when model.h includes them again. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+extern "C" {
+#include "model.h"
+#include "runtime/prof.h"
+}
+#include "gpu.h"
+#include "mkscope/commid.h"
+#include "mkscope/hook_abi.h"
+#ifndef MKS_HOOKS_DISABLED
+#include "mkscope/devhook.cuh"
+#endif
+
+#define BG_THREADS 128
+#define BG_QCAP    4096u         /* per-worker queue slots */
+#define BG_STOP    0xffffffffu   /* task index that ends a worker */
+#define BG_CSTRIDE 32u           /* u32 words between inbox counters (own line) */
+#define BG_PROF_CAP (1u << 14)   /* profiler records per worker block */
+#define BG_EVL     11u           /* events per layer, as in workload.c */
+#define BG_CH_ATTN 1u
+#define BG_CH_MOE  2u
+
+enum { OP_NORM, OP_QKV, OP_ATTN, OP_OPROJ, OP_SEND1, OP_AR1, OP_ROUTER, OP_EXPERT, OP_COMB,
+       OP_SEND2, OP_AR2 };
+
+struct bg_task {
+    uint16_t cls, flags;
+    uint32_t step, layer, tile_x, tile_y, trig_ev, k;
+    uint64_t gen, req_gen, t_ready;
+    uint64_t run_delay, notify_delay, hold, comm_delay;
+};
+
+struct bg_queue {
+    uint32_t head; /* written by the worker */
+    uint32_t pad0[31];
+    uint32_t tail; /* written by the scheduler */
+    uint32_t pad1[31];
+    uint32_t slot[BG_QCAP];
+};
+
+/* Everything the kernels use, passed by value. */
+struct bg_dev {
+    struct bm_model m; /* device pointers */
+    uint32_t rank, R, L, W, T, Te, QDr, n_own;
+    float *x, *xn, *q, *o, *partial, *arsum, *logits, *kc, *vc, *P;
+    uint32_t *sel_e;
+    float *sel_g;
+    struct bm_batch *batch;
+    int32_t *sampled;
+    uint32_t *d_step; /* per-op modes: the step the kernels run */
+    uint32_t *inbox_count; /* [R * BG_CSTRIDE]: releases from each source */
+    float *inbox_data;     /* [R][2][B * H] */
+    uint32_t *peer_count[MKS_BENCH_MAX_RANKS]; /* my counter in each peer's inbox */
+    float *peer_data[MKS_BENCH_MAX_RANKS];
+    struct bg_task *tasks; /* two step buffers of max_tasks */
+    uint32_t max_tasks;
+    uint32_t *order;       /* scheduler scratch */
+    unsigned long long *ev_count, *ev_target;
+    struct bg_queue *queues;
+    uint32_t *hook_lock; /* per hook worker slot (workers, scheduler) */
+    unsigned long long *step_ns, *class_counts, *faulted, *req_gen_out;
+    int32_t *tokens;
+    double *logit_sum;
+    struct br_prof_rec *prof;
+    uint32_t *prof_n;
+    unsigned long long *prof_drop;
+    int have_hooks;
+#ifndef MKS_HOOKS_DISABLED
+    struct mks_dev_rt hooks;
+#endif
+};
+
+/* ---- device helpers -------------------------------------------------------- */
+
+static __device__ __forceinline__ uint64_t now_ns(void)
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+static __device__ void spin_ns(uint64_t ns)
+{
+    uint64_t t0 = now_ns();
+    while (now_ns() - t0 < ns)
+        __nanosleep(256);
+}
+
+static __device__ __forceinline__ uint32_t vload32(const uint32_t *p)
+{
+    return *(const volatile uint32_t *)p;
+}
+
+static __device__ __forceinline__ uint64_t vload64(const unsigned long long *p)
+{
+    return *(const volatile unsigned long long *)p;
+}
+
+/* The columns [c0, c1) this thread takes of a block-wide range. */
+static __device__ __forceinline__ void thread_cols(uint32_t c0, uint32_t c1, uint32_t *a,
+                                                   uint32_t *b)
+{
+    bm_tile_range(c1 - c0, blockDim.x, threadIdx.x, a, b);
+    *a += c0;
+    *b += c0;
+}
+
+struct bg_hw { /* a hook worker: cached attach mask of the thread running hooks */
+#ifndef MKS_HOOKS_DISABLED
+    struct mks_dev_worker w;
+#endif
+    uint32_t id;
+};
+
+static __device__ void hw_init(const struct bg_dev &D, struct bg_hw *h, uint32_t id)
+{
+    h->id = id;
+#ifndef MKS_HOOKS_DISABLED
+    if (D.have_hooks)
+        mks_dev_worker_init(&D.hooks, &h->w);
+#endif
+}
+
+static __device__ __forceinline__ int attached(const struct bg_dev &D, struct bg_hw *h,
+                                               uint32_t ev)
+{
+#ifdef MKS_HOOKS_DISABLED
+    (void)D, (void)h, (void)ev;
+    return 0;
+#else
+    return D.have_hooks && mks_dev_attached(&D.hooks, &h->w, ev);
+#endif
+}
+
+static __device__ void ctx_fill(const struct bg_dev &D, uint32_t worker, const struct bg_task *t,
+                                uint16_t ev, struct mks_hook_ctx *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->abi_version = MKS_HOOK_ABI_VERSION;
+    c->size = sizeof(*c);
+    c->event = ev;
+    c->rank = D.rank;
+    c->worker = worker;
+    uint32_t smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    c->sm = smid;
+    if (t) {
+        c->flags = t->flags;
+        c->task_class = t->cls;
+        c->task_gen = t->gen;
+        c->req_gen = t->req_gen;
+        c->step = t->step;
+        c->tile_x = t->tile_x;
+        c->tile_y = t->tile_y;
+        c->t_ready = t->t_ready;
+    }
+    c->t_now = now_ns();
+}
+
+/* Run the hook of c->event; the worker slot is locked because the scheduler
+ * runs TASK_ASSIGN in the receiving worker's slot (devhooks keeps per-slot
+ * state).  Only reached when a program is attached. */
+static __device__ int32_t run_hook(const struct bg_dev &D, struct mks_hook_ctx *c)
+{
+#ifdef MKS_HOOKS_DISABLED
+    (void)D, (void)c;
+    return 0;
+#else
+    uint32_t *lock = &D.hook_lock[c->worker * 32u];
+    while (atomicCAS(lock, 0u, 1u) != 0u)
+        __nanosleep(64);
+    __threadfence();
+    int32_t hint = mks_dev_hook_run(&D.hooks, c);
+    __threadfence();
+    atomicExch(lock, 0u);
+    return hint;
+#endif
+}
+
+static __device__ void prof_rec(const struct bg_dev &D, uint32_t w, uint8_t kind,
+                                const struct bg_task *t)
+{
+#ifdef MKS_BENCH_PROFILER
+    uint32_t n = D.prof_n[w];
+    if (n >= BG_PROF_CAP) {
+        D.prof_drop[w]++;
+        return;
+    }
+    struct br_prof_rec *r = &D.prof[(size_t)w * BG_PROF_CAP + n];
+    r->t = now_ns();
+    r->cls = t->cls;
+    r->kind = kind;
+    r->pad = 0;
+    r->tile = t->tile_x | (t->tile_y << 16);
+    D.prof_n[w] = n + 1;
+#else
+    (void)D, (void)w, (void)kind, (void)t;
+#endif
+}
+
+static __device__ __forceinline__ uint32_t ev_of(uint32_t l, uint32_t op)
+{
+    return 1 + l * BG_EVL + op;
+}
+
+static __device__ __forceinline__ uint32_t ar_seq(const struct bg_dev &D, uint32_t step,
+                                                  uint32_t k)
+{
+    return step * 2 * D.L + k;
+}
+
+static __device__ uint64_t comm_gen(uint32_t step, uint32_t k, uint32_t src, uint32_t dst)
+{
+    /* mks_commid_for_transfer's layout (comm-ids/include/mkscope/commid.h),
+     * kind STEP; the host library cannot be called on the device */
+    uint32_t l = k / 2, ch = (k & 1) ? BG_CH_MOE : BG_CH_ATTN;
+    uint32_t op = l * BG_EVL + ((k & 1) ? OP_SEND2 : OP_SEND1);
+    return ((uint64_t)MKS_COMMID_STEP << 62) | ((uint64_t)ch << 56) | ((uint64_t)src << 48) |
+           ((uint64_t)dst << 40) | ((uint64_t)(step % MKS_COMMID_STEP_WRAP) << 20) |
+           ((uint64_t)op << 8);
+}
+
+static __device__ __forceinline__ uint64_t remote_ev(uint32_t dst, uint32_t src)
+{
+    return (1ull << 63) | ((uint64_t)dst << 16) | src;
+}
+
+/* ---- task bodies (the whole block runs each) ------------------------------- */
+
+static __device__ void body_norm(const struct bg_dev &D, const struct bg_task *t)
+{
+    const struct bm_model *m = &D.m;
+    const uint32_t s = t->tile_x, H = m->H;
+    if (threadIdx.x == 0) {
+        float *x = D.x + (size_t)s * H;
+        if (t->layer == 0)
+            memcpy(x, m->embed + (size_t)D.batch->slot[s].token * H, sizeof(float) * H);
+        bm_rmsnorm(x, m->layer[t->layer].norm1, D.xn + (size_t)s * H, H);
+    }
+}
+
+static __device__ void body_qkv(const struct bg_dev &D, const struct bg_task *t)
+{
+    const struct bm_model *m = &D.m;
+    const struct bm_layer *Ly = &m->layer[t->layer];
+    const uint32_t QD = m->QD, QDr = D.QDr, off = D.rank * QDr, ML = m->cfg.max_len;
+    uint32_t c0, c1, a, b;
+    bm_tile_range(3 * QDr, D.T, t->tile_x, &c0, &c1);
+    thread_cols(c0, c1, &a, &b);
+    for (uint32_t s = 0; s < m->B; s++) {
+        const struct bm_slot *sl = &D.batch->slot[s];
+        if (!sl->active)
+            continue;
+        const float *xn = D.xn + (size_t)s * m->H;
+        size_t kvo = (((size_t)t->layer * m->B + s) * ML + sl->pos) * QD;
+        for (uint32_t which = 0; which < 3; which++) {
+            uint32_t b0 = which * QDr, b1 = b0 + QDr;
+            uint32_t lo = a > b0 ? a : b0, hi = b < b1 ? b : b1;
+            if (lo >= hi)
+                continue;
+            const float *W = which == 0 ? Ly->wq : which == 1 ? Ly->wk : Ly->wv;
+            float *dst = which == 0 ? D.q + (size_t)s * QD : which == 1 ? D.kc + kvo : D.vc + kvo;
+            bm_matvec_cols(xn, W, m->H, QD, off + lo - b0, off + hi - b0, dst + off + lo - b0);
+        }
+    }
+}
+
+static __device__ void body_attn(const struct bg_dev &D, const struct bg_task *t)
+{
+    const struct bm_model *m = &D.m;
+    if (threadIdx.x != 0)
+        return;
+    const uint32_t s = t->tile_y, gh = D.rank * m->cfg.heads + t->tile_x;
+    size_t kvo = ((size_t)t->layer * m->B + s) * m->cfg.max_len * m->QD;
+    bm_attention(m, D.q + (size_t)s * m->QD, D.kc + kvo, D.vc + kvo, D.batch->slot[s].pos, gh,
+                 D.o + (size_t)s * m->QD + gh * m->HD);
+}
+
+static __device__ void body_oproj(const struct bg_dev &D, const struct bg_task *t)
+{
+    const struct bm_model *m = &D.m;
+    const uint32_t off = D.rank * D.QDr;
+    uint32_t c0, c1, a, b;
+    bm_tile_range(m->H, D.T, t->tile_x, &c0, &c1);
+    thread_cols(c0, c1, &a, &b);
+    for (uint32_t s = 0; s < m->B; s++) {
+        if (!D.batch->slot[s].active || a >= b)
+            continue;
+        bm_matvec_cols(D.o + (size_t)s * m->QD + off, m->layer[t->layer].wo + (size_t)off * m->H,
+                       D.QDr, m->H, a, b, D.partial + (size_t)s * m->H + a);
+    }
+}
+
+static __device__ void body_send(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h)
+{
+    const struct bm_model *m = &D.m;
+    const uint32_t peer = t->tile_x, k = t->tile_y, seq = ar_seq(D, t->step, k);
+    const uint32_t n = m->B * m->H;
+    uint64_t cg = comm_gen(t->step, k, D.rank, peer);
+    struct mks_hook_ctx c;
+    if (threadIdx.x == 0 && attached(D, h, MKS_EV_COMM_BEGIN)) {
+        ctx_fill(D, h->id, t, MKS_EV_COMM_BEGIN, &c);
+        c.peer_rank = peer;
+        c.comm_gen = cg;
+        c.dep_event = remote_ev(peer, D.rank);
+        c.dep_class = MKS_DEP_REMOTE;
+        c.value = (uint64_t)n * sizeof(float);
+        run_hook(D, &c);
+    }
+    float *dst = D.peer_data[peer] + (size_t)(seq & 1u) * n;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        dst[i] = D.partial[i];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (t->comm_delay)
+            spin_ns(t->comm_delay);
+        __threadfence_system(); /* the data before the release, seen over NVLink */
+        atomicAdd_system(D.peer_count[peer], 1u);
+        if (attached(D, h, MKS_EV_DEP_RELEASE)) {
+            ctx_fill(D, h->id, t, MKS_EV_DEP_RELEASE, &c);
+            c.peer_rank = peer;
+            c.comm_gen = cg;
+            c.dep_event = remote_ev(peer, D.rank);
+            c.dep_class = MKS_DEP_REMOTE;
+            c.value = seq + 1;
+            run_hook(D, &c);
+        }
+        if (attached(D, h, MKS_EV_COMM_END)) {
+            ctx_fill(D, h->id, t, MKS_EV_COMM_END, &c);
+            c.peer_rank = peer;
+            c.comm_gen = cg;
+            c.dep_event = remote_ev(peer, D.rank);
+            c.dep_class = MKS_DEP_REMOTE;
+            c.value = (uint64_t)n * sizeof(float);
+            run_hook(D, &c);
+        }
+    }
+}
+
+static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task *t,
+                                   struct bg_hw *h)
+{
+    const struct bm_model *m = &D.m;
+    const uint32_t k = t->tile_y, seq = ar_seq(D, t->step, k), n = m->B * m->H;
+    if (threadIdx.x == 0) {
+        for (uint32_t p = 0; p < D.R; p++) {
+            if (p == D.rank)
+                continue;
+            struct mks_hook_ctx c;
+            uint64_t cg = comm_gen(t->step, k, p, D.rank);
+            if (attached(D, h, MKS_EV_DEP_WAIT_BEGIN)) {
+                ctx_fill(D, h->id, t, MKS_EV_DEP_WAIT_BEGIN, &c);
+                c.peer_rank = p;
+                c.comm_gen = cg;
+                c.dep_event = remote_ev(D.rank, p);
+                c.dep_class = MKS_DEP_REMOTE;
+                c.value = seq + 1;
+                run_hook(D, &c);
+            }
+            prof_rec(D, h->id, BR_PROF_WAIT_BEGIN, t);
+            const uint32_t *cnt = &D.inbox_count[p * BG_CSTRIDE];
+            while ((int32_t)(vload32(cnt) - (seq + 1)) < 0)
+                __nanosleep(32);
+            prof_rec(D, h->id, BR_PROF_WAIT_END, t);
+            if (attached(D, h, MKS_EV_DEP_WAIT_END)) {
+                ctx_fill(D, h->id, t, MKS_EV_DEP_WAIT_END, &c);
+                c.peer_rank = p;
+                c.comm_gen = cg;
+                c.dep_event = remote_ev(D.rank, p);
+                c.dep_class = MKS_DEP_REMOTE;
+                c.value = seq + 1;
+                run_hook(D, &c);
+            }
+        }
+        __threadfence_system();
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        uint32_t s = i / m->H;
+        if (!D.batch->slot[s].active)
+            continue;
+        float sum = 0.0f;
+        for (uint32_t p = 0; p < D.R; p++)
+            sum += p == D.rank ? D.partial[i] : D.inbox_data[((size_t)p * 2 + (seq & 1u)) * n + i];
+        D.x[i] += sum;
+    }
+}
+
+static __device__ void body_router(const struct bg_dev &D, const struct bg_task *t)
+{
+    const struct bm_model *m = &D.m;
+    if (threadIdx.x != 0)
+        return;
+    const uint32_t K = m->cfg.topk;
+    for (uint32_t s = 0; s < m->B; s++) {
+        if (!D.batch->slot[s].active)
+            continue;
+        float *xn = D.xn + (size_t)s * m->H;
+        bm_rmsnorm(D.x + (size_t)s * m->H, m->layer[t->layer].norm2, xn, m->H);
+        bm_route(m, t->layer, t->step, xn, D.sel_e + s * K, D.sel_g + s * K);
+    }
+}
+
+static __device__ void body_expert(const struct bg_dev &D, const struct bg_task *t, float *sh)
+{
+    const struct bm_model *m = &D.m;
+    const uint32_t e = t->tile_x, K = m->cfg.topk, el = e / D.R;
+    uint32_t c0, c1, a, b, j0, j1;
+    bm_tile_range(m->H, D.Te, t->tile_y, &c0, &c1);
+    thread_cols(c0, c1, &a, &b);
+    thread_cols(0, m->F, &j0, &j1);
+    for (uint32_t s = 0; s < m->B; s++) {
+        if (!D.batch->slot[s].active)
+            continue;
+        for (uint32_t k = 0; k < K; k++) {
+            if (D.sel_e[s * K + k] != e)
+                continue;
+            if (j0 < j1)
+                bm_expert_hidden(m, t->layer, e, D.xn + (size_t)s * m->H, j0, j1, sh);
+            __syncthreads();
+            float *out = D.P + ((size_t)el * m->B + s) * m->H;
+            for (uint32_t j = a; j < b; j++)
+                out[j] = 0.0f;
+            if (a < b)
+                bm_expert_out(m, t->layer, e, sh, D.sel_g[s * K + k], a, b, out);
+            __syncthreads();
+        }
+    }
+}
+
+static __device__ void body_combine(const struct bg_dev &D, const struct bg_task *t)
+{
+    (void)t;
+    const struct bm_model *m = &D.m;
+    const uint32_t K = m->cfg.topk;
+    for (uint32_t i = threadIdx.x; i < m->B * m->H; i += blockDim.x) {
+        uint32_t s = i / m->H, j = i % m->H;
+        float v = 0.0f;
+        if (D.batch->slot[s].active)
+            for (uint32_t e = D.rank; e < m->E; e += D.R) {
+                int sel = 0;
+                for (uint32_t k = 0; k < K; k++)
+                    sel |= D.sel_e[s * K + k] == e;
+                if (sel)
+                    v += D.P[((size_t)(e / D.R) * m->B + s) * m->H + j];
+            }
+        D.partial[i] = v;
+    }
+}
+
+static __device__ void body_lm(const struct bg_dev &D, const struct bg_task *t, float *sh)
+{
+    const struct bm_model *m = &D.m;
+    uint32_t c0, c1, a, b;
+    bm_tile_range(m->V, D.T, t->tile_x, &c0, &c1);
+    thread_cols(c0, c1, &a, &b);
+    for (uint32_t s = 0; s < m->B; s++) {
+        if (!D.batch->slot[s].active)
+            continue;
+        if (threadIdx.x == 0)
+            bm_rmsnorm(D.x + (size_t)s * m->H, m->normf, sh, m->H);
+        __syncthreads();
+        if (a < b)
+            bm_matvec_cols(sh, m->lmhead, m->H, m->V, a, b, D.logits + (size_t)s * m->V + a);
+        __syncthreads();
+    }
+}
+
+static __device__ void body_sample(const struct bg_dev &D, const struct bg_task *t)
+{
+    const struct bm_model *m = &D.m;
+    if (threadIdx.x != 0)
+        return;
+    const uint32_t s = t->step, B = m->B;
+    double lsum = 0.0;
+    for (uint32_t i = 0; i < B; i++) {
+        const struct bm_slot *sl = &D.batch->slot[i];
+        int32_t tok = -1;
+        D.req_gen_out[(size_t)s * B + i] = sl->active ? sl->req_gen : 0;
+        if (sl->active) {
+            const float *lg = D.logits + (size_t)i * m->V;
+            tok = (int32_t)bm_argmax(lg, m->V);
+            for (uint32_t v = 0; v < m->V; v++)
+                lsum += lg[v];
+        }
+        D.sampled[i] = tok;
+        D.tokens[(size_t)s * B + i] = tok;
+    }
+    D.logit_sum[s] = lsum;
+}
+
+static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h,
+                                float *sh)
+{
+    switch (t->cls) {
+    case BC_NORM: body_norm(D, t); break;
+    case BC_QKV: body_qkv(D, t); break;
+    case BC_ATTN: body_attn(D, t); break;
+    case BC_OPROJ: body_oproj(D, t); break;
+    case BC_AR_SEND: body_send(D, t, h); break;
+    case BC_AR_REDUCE: body_reduce(D, t, h); break;
+    case BC_ROUTER: body_router(D, t); break;
+    case BC_COMBINE: body_combine(D, t); break;
+    case BC_LMHEAD: body_lm(D, t, sh); break;
+    case BC_SAMPLE: body_sample(D, t); break;
+    default: body_expert(D, t, sh); break;
+    }
+}
+
+/* ---- persistent megakernel: workers ------------------------------------------ */
+
+static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh)
+{
+    __shared__ uint32_t s_idx;
+    struct bg_hw h;
+    uint32_t head = 0;
+    hw_init(D, &h, w);
+    struct bg_queue *q = &D.queues[w];
+    for (;;) {
+        if (threadIdx.x == 0) {
+            while (vload32(&q->tail) == head)
+                __nanosleep(64);
+            __threadfence();
+            s_idx = vload32(&q->slot[head % BG_QCAP]);
+            head++;
+            *(volatile uint32_t *)&q->head = head;
+        }
+        __syncthreads();
+        const uint32_t idx = s_idx;
+        if (idx == BG_STOP)
+            break;
+        const struct bg_task *t = &D.tasks[idx];
+        if (threadIdx.x == 0) {
+            if (t->hold | t->run_delay | t->notify_delay | t->comm_delay)
+                atomicAdd(D.faulted, 1ull);
+            if (t->hold)
+                spin_ns(t->hold);
+            if (attached(D, &h, MKS_EV_TASK_START)) {
+                struct mks_hook_ctx c;
+                ctx_fill(D, w, t, MKS_EV_TASK_START, &c);
+                c.t_start = c.t_now;
+                c.queue_depth = vload32(&q->tail) - head;
+                run_hook(D, &c);
+            }
+            prof_rec(D, w, BR_PROF_BEGIN, t);
+        }
+        __syncthreads();
+        run_body(D, t, &h, sh);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (t->run_delay)
+                spin_ns(t->run_delay);
+            if (attached(D, &h, MKS_EV_TASK_END)) {
+                struct mks_hook_ctx c;
+                ctx_fill(D, w, t, MKS_EV_TASK_END, &c);
+                run_hook(D, &c);
+            }
+            prof_rec(D, w, BR_PROF_END, t);
+            atomicAdd(&D.class_counts[t->cls], 1ull);
+            if (t->notify_delay)
+                spin_ns(t->notify_delay);
+            __threadfence(); /* the task's writes before its release */
+            unsigned long long v = atomicAdd(&D.ev_count[t->trig_ev], 1ull) + 1;
+            if (attached(D, &h, MKS_EV_DEP_RELEASE)) {
+                struct mks_hook_ctx c;
+                ctx_fill(D, w, t, MKS_EV_DEP_RELEASE, &c);
+                c.dep_event = t->trig_ev;
+                c.dep_class = MKS_DEP_LOCAL;
+                c.value = v;
+                run_hook(D, &c);
+            }
+        }
+    }
+}
+
+/* ---- persistent megakernel: the scheduler ------------------------------------ */
+
+struct sched {
+    uint32_t step, buf, n; /* tasks built in the step buffer */
+    uint32_t rr;
+    struct bg_hw h;
+};
+
+static __device__ struct bg_task *new_task(const struct bg_dev &D, struct sched *S, uint16_t cls,
+                                           uint32_t layer, uint32_t tx, uint32_t ty,
+                                           uint32_t trig)
+{
+    struct bg_task *t = &D.tasks[(size_t)S->buf * D.max_tasks + S->n++];
+    memset(t, 0, sizeof(*t));
+    t->cls = cls;
+    t->step = S->step;
+    t->gen = (uint64_t)S->step + 1;
+    t->layer = layer;
+    t->tile_x = tx;
+    t->tile_y = ty;
+    t->trig_ev = trig;
+    return t;
+}
+
+static __device__ void plan(const struct bg_dev &D, struct bg_task *t, uint32_t n_op, uint32_t k,
+                            int32_t *force, uint64_t *starve)
+{
+    struct bm_fault_effect fx;
+    bm_fault_plan(D.m.faults, D.m.n_faults, D.rank, D.W, D.L, t->cls, t->step, t->tile_x, n_op,
+                  k, &fx);
+    t->run_delay = fx.run_delay_ns;
+    t->notify_delay = fx.notify_delay_ns;
+    t->hold = fx.hold_ns;
+    t->comm_delay = fx.comm_delay_ns;
+    *force = fx.force_worker;
+    *starve = fx.starve_ns;
+}
+
+static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t idx, int32_t force)
+{
+    struct bg_task *t = &D.tasks[idx];
+    uint32_t w = force >= 0 && (uint32_t)force < D.W ? (uint32_t)force : S->rr++ % D.W;
+    struct bg_queue *q = &D.queues[w];
+    if (attached(D, &S->h, MKS_EV_TASK_ASSIGN)) {
+        struct mks_hook_ctx c;
+        ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, &c);
+        c.value = w;
+        c.queue_depth = q->tail - vload32(&q->head);
+        /* Device queues are rings the worker consumes from the front, so a
+         * task cannot jump one; a hint sends it to the shortest queue. */
+        if (run_hook(D, &c) > 0 && force < 0) {
+            uint32_t best = c.queue_depth;
+            for (uint32_t i = 0; i < D.W && best; i++) {
+                uint32_t d = D.queues[i].tail - vload32(&D.queues[i].head);
+                if (d < best) {
+                    best = d;
+                    w = i;
+                }
+            }
+            q = &D.queues[w];
+        }
+    }
+    uint32_t tail = q->tail;
+    while (tail - vload32(&q->head) >= BG_QCAP)
+        __nanosleep(64);
+    q->slot[tail % BG_QCAP] = idx;
+    __threadfence();
+    *(volatile uint32_t *)&q->tail = tail + 1;
+}
+
+/* Make tasks [first, first + n) of the step buffer ready, order them by the
+ * CONTROL hint, assign them, and wait for their event. */
+static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_t first,
+                                uint32_t n, uint32_t ev, uint32_t n_op, uint32_t k)
+{
+    D.ev_target[ev] += n;
+    uint64_t now = now_ns();
+    uint32_t *ord = D.order; /* [0, n): ready order, [n, 2n): passed over */
+    int32_t *prio = (int32_t *)(D.order + 2 * (size_t)D.max_tasks);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t idx = S->buf * D.max_tasks + first + i;
+        struct bg_task *t = &D.tasks[idx];
+        t->t_ready = now;
+        int32_t p = 0;
+        if (attached(D, &S->h, MKS_EV_TASK_READY)) {
+            struct mks_hook_ctx c;
+            ctx_fill(D, D.W, t, MKS_EV_TASK_READY, &c);
+            c.dep_event = ev;
+            c.dep_class = MKS_DEP_LOCAL;
+            p = run_hook(D, &c);
+        }
+        uint32_t j = i;
+        while (j > 0 && prio[j - 1] < p) {
+            ord[j] = ord[j - 1];
+            prio[j] = prio[j - 1];
+            j--;
+        }
+        ord[j] = idx;
+        prio[j] = p;
+    }
+    /* starved tiles wait in the ready list, passed over until due */
+    uint32_t waiting = 0;
+    uint64_t due_max = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        int32_t force;
+        uint64_t starve;
+        plan(D, &D.tasks[ord[i]], n_op, k, &force, &starve);
+        if (starve) {
+            ord[n + waiting++] = ord[i];
+            due_max = now + starve > due_max ? now + starve : due_max;
+            continue;
+        }
+        assign(D, S, ord[i], force);
+    }
+    if (waiting) {
+        while (now_ns() < due_max)
+            __nanosleep(1000);
+        for (uint32_t i = 0; i < waiting; i++) {
+            int32_t force;
+            uint64_t starve;
+            plan(D, &D.tasks[ord[n + i]], n_op, k, &force, &starve);
+            assign(D, S, ord[n + i], force);
+        }
+    }
+    while (vload64(&D.ev_count[ev]) < D.ev_target[ev])
+        __nanosleep(128);
+    __threadfence();
+}
+
+static __device__ void gen_advance(const struct bg_dev &D, struct sched *S, int32_t slot)
+{
+    if (!attached(D, &S->h, MKS_EV_GEN_ADVANCE))
+        return;
+    struct mks_hook_ctx c;
+    ctx_fill(D, D.W, NULL, MKS_EV_GEN_ADVANCE, &c);
+    c.step = S->step;
+    if (slot < 0) {
+        c.value = S->step;
+    } else {
+        c.tile_y = (uint32_t)slot;
+        c.req_gen = D.batch->slot[slot].req_gen;
+        c.value = c.req_gen;
+    }
+    run_hook(D, &c);
+}
+
+static __device__ void sched_allreduce(const struct bg_dev &D, struct sched *S, uint32_t l,
+                                       uint32_t k, uint32_t ev_send, uint32_t ev_done)
+{
+    if (D.R > 1) {
+        uint32_t first = S->n;
+        for (uint32_t p = 0; p < D.R; p++) {
+            if (p == D.rank)
+                continue;
+            struct bg_task *t = new_task(D, S, BC_AR_SEND, l, p, k, ev_send);
+            t->flags = MKS_CTX_F_COMM;
+            t->k = k;
+        }
+        dispatch(D, S, first, D.R - 1, ev_send, D.R - 1, k);
+    }
+    uint32_t first = S->n;
+    struct bg_task *t = new_task(D, S, BC_AR_REDUCE, l, 0, k, ev_done);
+    t->flags = MKS_CTX_F_COMM;
+    t->k = k;
+    dispatch(D, S, first, 1, ev_done, 1, k);
+}
+
+static __device__ void scheduler_main(const struct bg_dev &D)
+{
+    struct sched S;
+    memset(&S, 0, sizeof(S));
+    hw_init(D, &S.h, D.W);
+    const struct bm_model *m = &D.m;
+    bm_batch_init(m, D.batch);
+    for (uint32_t s = 0; s < m->cfg.steps; s++) {
+        uint64_t t0 = now_ns();
+        S.step = s;
+        S.buf = s & 1u;
+        S.n = 0;
+        uint32_t joined = bm_batch_begin(m, D.batch, s);
+        gen_advance(D, &S, -1);
+        for (uint32_t i = 0; i < m->B; i++)
+            if (joined & (1u << i))
+                gen_advance(D, &S, (int32_t)i);
+        uint32_t n_act = 0;
+        for (uint32_t i = 0; i < m->B; i++)
+            n_act += D.batch->slot[i].active;
+        for (uint32_t l = 0; l < D.L; l++) {
+            uint32_t first = S.n;
+            for (uint32_t i = 0; i < m->B; i++)
+                if (D.batch->slot[i].active)
+                    new_task(D, &S, BC_NORM, l, i, 0, ev_of(l, OP_NORM))->req_gen =
+                        D.batch->slot[i].req_gen;
+            dispatch(D, &S, first, n_act, ev_of(l, OP_NORM), n_act, 0);
+            first = S.n;
+            for (uint32_t x = 0; x < D.T; x++)
+                new_task(D, &S, BC_QKV, l, x, 0, ev_of(l, OP_QKV));
+            dispatch(D, &S, first, D.T, ev_of(l, OP_QKV), D.T, 0);
+            first = S.n;
+            for (uint32_t i = 0; i < m->B; i++)
+                if (D.batch->slot[i].active)
+                    for (uint32_t hd = 0; hd < m->cfg.heads; hd++)
+                        new_task(D, &S, BC_ATTN, l, hd, i, ev_of(l, OP_ATTN))->req_gen =
+                            D.batch->slot[i].req_gen;
+            dispatch(D, &S, first, n_act * m->cfg.heads, ev_of(l, OP_ATTN),
+                     n_act * m->cfg.heads, 0);
+            first = S.n;
+            for (uint32_t x = 0; x < D.T; x++)
+                new_task(D, &S, BC_OPROJ, l, x, 0, ev_of(l, OP_OPROJ));
+            dispatch(D, &S, first, D.T, ev_of(l, OP_OPROJ), D.T, 0);
+            sched_allreduce(D, &S, l, 2 * l, ev_of(l, OP_SEND1), ev_of(l, OP_AR1));
+            first = S.n;
+            new_task(D, &S, BC_ROUTER, l, 0, 0, ev_of(l, OP_ROUTER));
+            dispatch(D, &S, first, 1, ev_of(l, OP_ROUTER), 1, 0);
+            /* dynamic: this rank's experts that the router chose */
+            uint64_t chosen = 0;
+            for (uint32_t i = 0; i < m->B; i++)
+                if (D.batch->slot[i].active)
+                    for (uint32_t k = 0; k < m->cfg.topk; k++)
+                        chosen |= 1ull << vload32(&D.sel_e[i * m->cfg.topk + k]);
+            first = S.n;
+            uint32_t n_exp = 0;
+            for (uint32_t e = D.rank; e < m->E; e += D.R)
+                if (chosen & (1ull << e))
+                    for (uint32_t tile = 0; tile < D.Te; tile++, n_exp++)
+                        new_task(D, &S, (uint16_t)(BC_EXPERT0 + e), l, e, tile,
+                                 ev_of(l, OP_EXPERT))
+                            ->flags = MKS_CTX_F_DYNAMIC;
+            if (n_exp)
+                dispatch(D, &S, first, n_exp, ev_of(l, OP_EXPERT), D.Te, 0);
+            first = S.n;
+            new_task(D, &S, BC_COMBINE, l, 0, 0, ev_of(l, OP_COMB));
+            dispatch(D, &S, first, 1, ev_of(l, OP_COMB), 1, 0);
+            sched_allreduce(D, &S, l, 2 * l + 1, ev_of(l, OP_SEND2), ev_of(l, OP_AR2));
+        }
+        uint32_t ev_lm = 1 + D.L * BG_EVL, first = S.n;
+        for (uint32_t x = 0; x < D.T; x++)
+            new_task(D, &S, BC_LMHEAD, 0, x, 0, ev_lm);
+        dispatch(D, &S, first, D.T, ev_lm, D.T, 0);
+        first = S.n;
+        new_task(D, &S, BC_SAMPLE, 0, 0, 0, 0);
+        dispatch(D, &S, first, 1, 0, 1, 0);
+        int32_t sampled[MKS_BENCH_MAX_BATCH];
+        for (uint32_t i = 0; i < m->B; i++)
+            sampled[i] = (int32_t)vload32((const uint32_t *)&D.sampled[i]);
+        bm_batch_end(m, D.batch, s, sampled);
+        D.step_ns[s] = now_ns() - t0;
+    }
+    for (uint32_t w = 0; w < D.W; w++) {
+        struct bg_queue *q = &D.queues[w];
+        uint32_t tail = q->tail;
+        while (tail - vload32(&q->head) >= BG_QCAP)
+            __nanosleep(64);
+        q->slot[tail % BG_QCAP] = BG_STOP;
+        __threadfence();
+        *(volatile uint32_t *)&q->tail = tail + 1;
+    }
+}
+
+__global__ void __launch_bounds__(BG_THREADS) bg_megakernel(struct bg_dev D)
+{
+    extern __shared__ float sh[];
+    if (blockIdx.x == 0) {
+        if (threadIdx.x == 0)
+            scheduler_main(D);
+        return;
+    }
+    worker_main(D, blockIdx.x - 1, sh);
+}
+
+/* ---- kernel per operator ---------------------------------------------------- */
+
+/* A block of an operator kernel is one task of the persistent graph; it
+ * builds the descriptor from its index and the device's step. */
+__global__ void __launch_bounds__(BG_THREADS) bg_op_kernel(struct bg_dev D, uint16_t cls,
+                                                            uint32_t layer, uint32_t n_tiles)
+{
+    extern __shared__ float sh[];
+    __shared__ struct bg_task t;
+    const struct bm_model *m = &D.m;
+    if (threadIdx.x == 0) {
+        memset(&t, 0, sizeof(t));
+        t.cls = cls;
+        t.step = *D.d_step;
+        t.gen = (uint64_t)t.step + 1;
+        t.layer = layer;
+        t.tile_x = blockIdx.x;
+        if (cls == BC_NORM) {
+            t.tile_x = blockIdx.x;
+        } else if (cls == BC_ATTN) {
+            t.tile_x = blockIdx.x % m->cfg.heads;
+            t.tile_y = blockIdx.x / m->cfg.heads;
+        } else if (cls >= BC_EXPERT0) {
+            uint32_t e = D.rank + (blockIdx.x / D.Te) * D.R;
+            t.cls = (uint16_t)(BC_EXPERT0 + e);
+            t.tile_x = e;
+            t.tile_y = blockIdx.x % D.Te;
+        }
+        int32_t force;
+        uint64_t starve;
+        plan(D, &t, n_tiles, 0, &force, &starve);
+    }
+    __syncthreads();
+    /* blocks of inactive requests and unchosen experts have nothing to do */
+    if (cls == BC_NORM && !D.batch->slot[t.tile_x].active)
+        return;
+    if (cls == BC_ATTN && !D.batch->slot[t.tile_y].active)
+        return;
+    if (cls >= BC_EXPERT0) {
+        int any = 0;
+        for (uint32_t i = 0; i < m->B * m->cfg.topk; i++)
+            any |= D.batch->slot[i / m->cfg.topk].active && D.sel_e[i] == t.tile_x;
+        if (!any)
+            return;
+    }
+    run_body(D, &t, NULL, sh);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (t.run_delay) {
+            atomicAdd(D.faulted, 1ull);
+            spin_ns(t.run_delay);
+        }
+        atomicAdd(&D.class_counts[t.cls], 1ull);
+    }
+}
+
+/* x += all-reduced partial sums (NCCL's result) for active requests. */
+__global__ void bg_residual_kernel(struct bg_dev D)
+{
+    const struct bm_model *m = &D.m;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < m->B * m->H;
+         i += gridDim.x * blockDim.x)
+        if (D.batch->slot[i / m->H].active)
+            D.x[i] += D.arsum[i];
+}
+
+/* The step's end: sample, advance the batch and the device step. */
+__global__ void bg_step_kernel(struct bg_dev D, int first)
+{
+    const struct bm_model *m = &D.m;
+    if (threadIdx.x != 0)
+        return;
+    if (first) {
+        bm_batch_init(m, D.batch);
+        *D.d_step = 0;
+        bm_batch_begin(m, D.batch, 0);
+        return;
+    }
+    struct bg_task t;
+    memset(&t, 0, sizeof(t));
+    t.cls = BC_SAMPLE;
+    t.step = *D.d_step;
+    body_sample(D, &t);
+    atomicAdd(&D.class_counts[BC_SAMPLE], 1ull);
+    int32_t sampled[MKS_BENCH_MAX_BATCH];
+    for (uint32_t i = 0; i < m->B; i++)
+        sampled[i] = D.sampled[i];
+    bm_batch_end(m, D.batch, t.step, sampled);
+    *D.d_step = t.step + 1;
+    bm_batch_begin(m, D.batch, t.step + 1);
+}
+
+/* ---- host -------------------------------------------------------------------- */
+
+struct host_rank {
+    struct bg_dev D;
+    void *allocs[64];
+    uint32_t n_allocs;
+    void *ipc_peer[MKS_BENCH_MAX_RANKS];
+    char *err;
+    size_t err_len;
+};
+
+static int cuda_fail(struct host_rank *H, cudaError_t e, const char *what)
+{
+    snprintf(H->err, H->err_len, "rank %u: %s: %s", H->D.rank, what, cudaGetErrorString(e));
+    return -EIO;
+}
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return cuda_fail(H, e_, #call);                                                        \
+    } while (0)
+
+template <typename T> static int dalloc(struct host_rank *H, T **p, size_t n)
+{
+    if (H->n_allocs >= sizeof(H->allocs) / sizeof(H->allocs[0]))
+        return -ENOMEM;
+    void *v = NULL;
+    CK(cudaMalloc(&v, n ? n * sizeof(T) : 1));
+    CK(cudaMemset(v, 0, n ? n * sizeof(T) : 1));
+    H->allocs[H->n_allocs++] = v;
+    *p = (T *)v;
+    return 0;
+}
+
+template <typename T> static int upload(struct host_rank *H, T **p, const T *src, size_t n)
+{
+    int rc = dalloc(H, p, n);
+    if (!rc)
+        CK(cudaMemcpy(*p, src, n * sizeof(T), cudaMemcpyHostToDevice));
+    return rc;
+}
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+static void host_free(struct host_rank *H)
+{
+    for (uint32_t p = 0; p < MKS_BENCH_MAX_RANKS; p++)
+        if (H->ipc_peer[p])
+            cudaIpcCloseMemHandle(H->ipc_peer[p]);
+    for (uint32_t i = 0; i < H->n_allocs; i++)
+        cudaFree(H->allocs[i]);
+}
+
+/* Model weights to the device; the model struct keeps host pointers. */
+static int upload_model(struct host_rank *H, const struct bm_model *hm)
+{
+    struct bm_model dm = *hm;
+    const size_t Hd = hm->H, QD = hm->QD, E = hm->E, F = hm->F, V = hm->V;
+    TRY(upload(H, &dm.embed, hm->embed, V * Hd));
+    TRY(upload(H, &dm.normf, hm->normf, Hd));
+    TRY(upload(H, &dm.lmhead, hm->lmhead, Hd * V));
+    struct bm_layer *ly = (struct bm_layer *)calloc(hm->cfg.layers, sizeof(*ly));
+    if (!ly)
+        return -ENOMEM;
+    int rc = 0;
+    for (uint32_t l = 0; l < hm->cfg.layers && !rc; l++) {
+        const struct bm_layer *s = &hm->layer[l];
+        rc = upload(H, &ly[l].norm1, s->norm1, Hd);
+        rc = rc ? rc : upload(H, &ly[l].wq, s->wq, Hd * QD);
+        rc = rc ? rc : upload(H, &ly[l].wk, s->wk, Hd * QD);
+        rc = rc ? rc : upload(H, &ly[l].wv, s->wv, Hd * QD);
+        rc = rc ? rc : upload(H, &ly[l].wo, s->wo, QD * Hd);
+        rc = rc ? rc : upload(H, &ly[l].norm2, s->norm2, Hd);
+        rc = rc ? rc : upload(H, &ly[l].wr, s->wr, Hd * E);
+        rc = rc ? rc : upload(H, &ly[l].w1, s->w1, E * Hd * F);
+        rc = rc ? rc : upload(H, &ly[l].w2, s->w2, E * F * Hd);
+    }
+    if (!rc)
+        rc = upload(H, &dm.layer, ly, hm->cfg.layers);
+    free(ly);
+    TRY(rc);
+    if (hm->n_faults) {
+        struct mks_fault *df;
+        TRY(upload(H, &df, hm->faults, hm->n_faults));
+        dm.faults = df;
+    } else {
+        dm.faults = NULL;
+    }
+    H->D.m = dm;
+    return 0;
+}
+
+extern "C" int bg_device_select(uint32_t rank, char *uuid, size_t len, uint32_t *n_sms,
+                                char *err, size_t err_len)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(err, err_len, "rank %u: no CUDA device (%s)", rank,
+                 e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+        return -ENODEV;
+    }
+    int dev = (int)(rank % (uint32_t)n);
+    struct cudaDeviceProp prop;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
+        snprintf(err, err_len, "rank %u: device %d: %s", rank, dev, cudaGetErrorString(e));
+        return -ENODEV;
+    }
+    const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+    snprintf(uuid, len,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+    *n_sms = (uint32_t)prop.multiProcessorCount;
+    return 0;
+}
+
+/* Inboxes: allocate mine, share its IPC handle, open the peers'. */
+static int setup_inboxes(struct host_rank *H, const struct bg_rank_args *a)
+{
+    struct bg_dev &D = H->D;
+    const size_t n = (size_t)D.m.B * D.m.H;
+    const size_t cnt_bytes = (size_t)D.R * BG_CSTRIDE * sizeof(uint32_t);
+    uint8_t *base;
+    TRY(dalloc(H, &base, cnt_bytes + (size_t)D.R * 2 * n * sizeof(float)));
+    D.inbox_count = (uint32_t *)base;
+    D.inbox_data = (float *)(base + cnt_bytes);
+    if (D.R == 1)
+        return 0;
+    cudaIpcMemHandle_t mine, all[MKS_BENCH_MAX_RANKS];
+    CK(cudaIpcGetMemHandle(&mine, base));
+    int rc = a->allgather(a->allgather_ctx, D.rank, &mine, sizeof(mine), all);
+    if (rc) {
+        snprintf(H->err, H->err_len, "rank %u: exchanging inbox handles failed", D.rank);
+        return rc;
+    }
+    for (uint32_t p = 0; p < D.R; p++) {
+        if (p == D.rank)
+            continue;
+        CK(cudaIpcOpenMemHandle(&H->ipc_peer[p], all[p], cudaIpcMemLazyEnablePeerAccess));
+        uint8_t *pb = (uint8_t *)H->ipc_peer[p];
+        D.peer_count[p] = (uint32_t *)pb + (size_t)D.rank * BG_CSTRIDE;
+        D.peer_data[p] = (float *)(pb + cnt_bytes) + (size_t)D.rank * 2 * n;
+    }
+    return 0;
+}
+
+static int setup(struct host_rank *H, const struct bg_rank_args *a, const struct bm_model *hm,
+                 uint32_t n_sms)
+{
+    struct bg_dev &D = H->D;
+    const struct mks_bench_config *cfg = a->cfg;
+    D.rank = a->rank;
+    D.R = cfg->ranks;
+    D.L = cfg->layers;
+    D.T = cfg->tiles;
+    D.QDr = cfg->heads * cfg->head_dim;
+    D.W = n_sms > 1 ? n_sms - 1 : 1;
+    D.n_own = (cfg->experts + D.R - 1 - D.rank) / D.R;
+    TRY(upload_model(H, hm));
+    D.Te = D.T < D.m.H ? D.T : D.m.H;
+    const size_t B = D.m.B, Hd = D.m.H, QD = D.m.QD;
+    const size_t kv = (size_t)D.L * B * cfg->max_len * QD;
+    TRY(dalloc(H, &D.x, B * Hd));
+    TRY(dalloc(H, &D.xn, B * Hd));
+    TRY(dalloc(H, &D.partial, B * Hd));
+    TRY(dalloc(H, &D.arsum, B * Hd));
+    TRY(dalloc(H, &D.q, B * QD));
+    TRY(dalloc(H, &D.o, B * QD));
+    TRY(dalloc(H, &D.logits, B * D.m.V));
+    TRY(dalloc(H, &D.kc, kv));
+    TRY(dalloc(H, &D.vc, kv));
+    TRY(dalloc(H, &D.P, (D.n_own ? D.n_own : 1) * B * Hd));
+    TRY(dalloc(H, &D.sel_e, B * cfg->topk));
+    TRY(dalloc(H, &D.sel_g, B * cfg->topk));
+    TRY(dalloc(H, &D.batch, 1));
+    TRY(dalloc(H, &D.sampled, B));
+    TRY(dalloc(H, &D.d_step, 1));
+    uint32_t per_layer = (uint32_t)(B + 2 * D.T + B * cfg->heads + 2 * (D.R - 1) + 4 +
+                                    D.n_own * D.Te);
+    D.max_tasks = D.L * per_layer + D.T + 1;
+    TRY(dalloc(H, &D.tasks, 2 * (size_t)D.max_tasks));
+    TRY(dalloc(H, &D.order, 3 * (size_t)D.max_tasks));
+    const uint32_t n_ev = 2 + D.L * BG_EVL;
+    TRY(dalloc(H, &D.ev_count, n_ev));
+    TRY(dalloc(H, &D.ev_target, n_ev));
+    TRY(dalloc(H, &D.queues, D.W));
+    TRY(dalloc(H, &D.hook_lock, (size_t)(D.W + 1) * 32));
+    TRY(dalloc(H, &D.step_ns, cfg->steps));
+    TRY(dalloc(H, &D.class_counts, mks_bench_class_count(cfg)));
+    TRY(dalloc(H, &D.faulted, 1));
+    TRY(dalloc(H, &D.req_gen_out, (size_t)cfg->steps * B));
+    TRY(dalloc(H, &D.tokens, (size_t)cfg->steps * B));
+    TRY(dalloc(H, &D.logit_sum, cfg->steps));
+#ifdef MKS_BENCH_PROFILER
+    TRY(dalloc(H, &D.prof, (size_t)D.W * BG_PROF_CAP));
+    TRY(dalloc(H, &D.prof_n, D.W));
+    TRY(dalloc(H, &D.prof_drop, D.W));
+#endif
+#ifndef MKS_HOOKS_DISABLED
+    if (a->hooks) {
+        int rc = mks_rt_cuda_enable(a->hooks, &D.hooks);
+        if (rc) {
+            snprintf(H->err, H->err_len, "rank %u: devhooks on the device: %s", D.rank,
+                     strerror(-rc));
+            return rc;
+        }
+        D.have_hooks = 1;
+    }
+#endif
+    return setup_inboxes(H, a);
+}
+
+#ifdef MKS_BENCH_PROFILER
+static const char *cls_name_cb(void *user, uint32_t cls)
+{
+    static char buf[32];
+    return mks_bench_class_name((const struct mks_bench_config *)user, cls, buf, sizeof(buf));
+}
+#endif
+
+static int run_persistent(struct host_rank *H, const struct bg_rank_args *a)
+{
+    (void)a; /* the profiler build writes its trace */
+    struct bg_dev &D = H->D;
+    size_t shmem = (size_t)(D.m.F > D.m.H ? D.m.F : D.m.H) * sizeof(float);
+    CK(cudaFuncSetAttribute(bg_megakernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)shmem));
+    void *args[] = {&D};
+    /* cooperative: every block resident at once, or spinning would deadlock */
+    CK(cudaLaunchCooperativeKernel((void *)bg_megakernel, dim3(D.W + 1), dim3(BG_THREADS), args,
+                                   shmem, 0));
+    CK(cudaDeviceSynchronize());
+#ifdef MKS_BENCH_PROFILER
+    if (a->cfg->trace) {
+        const size_t n = (size_t)D.W * BG_PROF_CAP;
+        struct br_prof_rec *recs = (struct br_prof_rec *)malloc(n * sizeof(*recs));
+        uint32_t *counts = (uint32_t *)malloc(D.W * sizeof(uint32_t));
+        unsigned long long *drops = (unsigned long long *)malloc(D.W * sizeof(*drops));
+        int rc = -ENOMEM;
+        if (recs && counts && drops &&
+            cudaMemcpy(recs, D.prof, n * sizeof(*recs), cudaMemcpyDeviceToHost) == cudaSuccess &&
+            cudaMemcpy(counts, D.prof_n, D.W * sizeof(uint32_t), cudaMemcpyDeviceToHost) ==
+                cudaSuccess &&
+            cudaMemcpy(drops, D.prof_drop, D.W * sizeof(*drops), cudaMemcpyDeviceToHost) ==
+                cudaSuccess) {
+            uint64_t dropped = 0;
+            for (uint32_t w = 0; w < D.W; w++)
+                dropped += drops[w];
+            *a->prof_dropped = dropped;
+            char path[4096];
+            snprintf(path, sizeof(path), "%s.rank%u.json", a->cfg->trace, D.rank);
+            rc = br_prof_write(path, D.rank, D.W, recs, BG_PROF_CAP, counts, dropped,
+                               cls_name_cb, (void *)a->cfg);
+        }
+        free(recs);
+        free(counts);
+        free(drops);
+        if (rc) {
+            snprintf(H->err, H->err_len, "rank %u: writing the trace failed", D.rank);
+            return rc;
+        }
+    }
+#endif
+    return 0;
+}
+
+#ifdef MKS_BENCH_HAVE_NCCL
+/* One step as operator kernels and NCCL all-reduces on stream st. */
+static int enqueue_step(struct host_rank *H, ncclComm_t comm, cudaStream_t st)
+{
+    struct bg_dev &D = H->D;
+    const struct bm_model *m = &D.m;
+    size_t shmem = (size_t)(m->F > m->H ? m->F : m->H) * sizeof(float);
+    const size_t n = (size_t)m->B * m->H;
+    for (uint32_t l = 0; l < D.L; l++) {
+        bg_op_kernel<<<m->B, BG_THREADS, 0, st>>>(D, BC_NORM, l, m->B);
+        bg_op_kernel<<<D.T, BG_THREADS, 0, st>>>(D, BC_QKV, l, D.T);
+        bg_op_kernel<<<m->B * m->cfg.heads, BG_THREADS, 0, st>>>(D, BC_ATTN, l,
+                                                                 m->B * m->cfg.heads);
+        bg_op_kernel<<<D.T, BG_THREADS, 0, st>>>(D, BC_OPROJ, l, D.T);
+        if (ncclAllReduce(D.partial, D.arsum, n, ncclFloat, ncclSum, comm, st) != ncclSuccess)
+            return -EIO;
+        bg_residual_kernel<<<8, 256, 0, st>>>(D);
+        bg_op_kernel<<<1, BG_THREADS, 0, st>>>(D, BC_ROUTER, l, 1);
+        if (D.n_own)
+            bg_op_kernel<<<D.n_own * D.Te, BG_THREADS, shmem, st>>>(D, BC_EXPERT0, l, D.Te);
+        bg_op_kernel<<<1, BG_THREADS, 0, st>>>(D, BC_COMBINE, l, 1);
+        if (ncclAllReduce(D.partial, D.arsum, n, ncclFloat, ncclSum, comm, st) != ncclSuccess)
+            return -EIO;
+        bg_residual_kernel<<<8, 256, 0, st>>>(D);
+    }
+    bg_op_kernel<<<D.T, BG_THREADS, shmem, st>>>(D, BC_LMHEAD, 0, D.T);
+    bg_step_kernel<<<1, 32, 0, st>>>(D, 0);
+    CK(cudaGetLastError());
+    return 0;
+}
+#endif
+
+static int run_per_op(struct host_rank *H, const struct bg_rank_args *a, int graph)
+{
+#ifndef MKS_BENCH_HAVE_NCCL
+    (void)a, (void)graph;
+    snprintf(H->err, H->err_len, "this build has no NCCL: --cuda-mode per-op and graph need it");
+    return -ENOTSUP;
+#else
+    struct bg_dev &D = H->D;
+    const struct bm_model *m = &D.m;
+    size_t shmem = (size_t)(m->F > m->H ? m->F : m->H) * sizeof(float);
+    CK(cudaFuncSetAttribute(bg_op_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)shmem));
+    ncclUniqueId id, all[MKS_BENCH_MAX_RANKS];
+    if (D.rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
+        snprintf(H->err, H->err_len, "rank 0: ncclGetUniqueId failed");
+        return -EIO;
+    }
+    int rc = a->allgather(a->allgather_ctx, D.rank, &id, sizeof(id), all);
+    if (rc)
+        return rc;
+    ncclComm_t comm;
+    ncclResult_t nr = ncclCommInitRank(&comm, (int)D.R, all[0], (int)D.rank);
+    if (nr != ncclSuccess) {
+        snprintf(H->err, H->err_len, "rank %u: ncclCommInitRank: %s (one GPU per rank needed)",
+                 D.rank, ncclGetErrorString(nr));
+        return -EIO;
+    }
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const uint32_t S = m->cfg.steps;
+    cudaEvent_t *evs = (cudaEvent_t *)calloc(S + 1, sizeof(cudaEvent_t));
+    if (!evs)
+        return -ENOMEM;
+    for (uint32_t s = 0; s <= S; s++)
+        CK(cudaEventCreate(&evs[s]));
+    bg_step_kernel<<<1, 32, 0, st>>>(D, 1);
+    cudaGraphExec_t exec = NULL;
+    if (graph) {
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        rc = enqueue_step(H, comm, st);
+        cudaError_t e = cudaStreamEndCapture(st, &g);
+        if (rc || e != cudaSuccess) {
+            snprintf(H->err, H->err_len, "rank %u: capturing the step graph failed", D.rank);
+            return rc ? rc : -EIO;
+        }
+        CK(cudaGraphInstantiate(&exec, g, 0));
+        CK(cudaGraphDestroy(g));
+    }
+    for (uint32_t s = 0; s < S && !rc; s++) {
+        CK(cudaEventRecord(evs[s], st));
+        if (graph)
+            CK(cudaGraphLaunch(exec, st));
+        else
+            rc = enqueue_step(H, comm, st);
+    }
+    CK(cudaEventRecord(evs[S], st));
+    CK(cudaStreamSynchronize(st));
+    for (uint32_t s = 0; s < S && !rc; s++) {
+        float ms = 0.0f;
+        CK(cudaEventElapsedTime(&ms, evs[s], evs[s + 1]));
+        a->step_ns[s] = (uint64_t)((double)ms * 1e6);
+    }
+    for (uint32_t s = 0; s <= S; s++)
+        cudaEventDestroy(evs[s]);
+    free(evs);
+    if (exec)
+        cudaGraphExecDestroy(exec);
+    cudaStreamDestroy(st);
+    ncclCommDestroy(comm);
+    if (rc)
+        snprintf(H->err, H->err_len, "rank %u: NCCL all-reduce failed", D.rank);
+    return rc;
+#endif
+}
+
+static int collect(struct host_rank *H, const struct bg_rank_args *a)
+{
+    struct bg_dev &D = H->D;
+    const struct mks_bench_config *cfg = a->cfg;
+    const size_t sb = (size_t)cfg->steps * cfg->batch;
+    unsigned long long *tmp =
+        (unsigned long long *)malloc((sb > 64 ? sb : 64) * sizeof(unsigned long long));
+    if (!tmp)
+        return -ENOMEM;
+    int rc = 0;
+    if (cudaMemcpy(a->tokens, D.tokens, sb * sizeof(int32_t), cudaMemcpyDeviceToHost) ||
+        cudaMemcpy(a->logit_sum, D.logit_sum, cfg->steps * sizeof(double),
+                   cudaMemcpyDeviceToHost) ||
+        cudaMemcpy(tmp, D.req_gen_out, sb * sizeof(*tmp), cudaMemcpyDeviceToHost))
+        rc = -EIO;
+    for (size_t i = 0; !rc && i < sb; i++)
+        a->req_gen[i] = tmp[i];
+    if (!rc && cfg->cuda_mode == MKS_BENCH_CUDA_PERSISTENT &&
+        cudaMemcpy(tmp, D.step_ns, cfg->steps * sizeof(*tmp), cudaMemcpyDeviceToHost) == 0)
+        for (uint32_t s = 0; s < cfg->steps; s++)
+            a->step_ns[s] = tmp[s];
+    uint32_t nc = mks_bench_class_count(cfg);
+    if (!rc && cudaMemcpy(tmp, D.class_counts, nc * sizeof(*tmp), cudaMemcpyDeviceToHost))
+        rc = -EIO;
+    for (uint32_t c = 0; !rc && c < nc; c++)
+        a->class_counts[c] = tmp[c];
+    if (!rc && cudaMemcpy(tmp, D.faulted, sizeof(*tmp), cudaMemcpyDeviceToHost))
+        rc = -EIO;
+    if (!rc)
+        *a->faulted = tmp[0];
+    free(tmp);
+    if (rc)
+        snprintf(H->err, H->err_len, "rank %u: copying results from the device failed", D.rank);
+    return rc;
+}
+
+extern "C" int bg_rank_run(const struct bg_rank_args *a)
+{
+    struct host_rank *H = (struct host_rank *)calloc(1, sizeof(*H));
+    if (!H)
+        return -ENOMEM;
+    H->err = a->err;
+    H->err_len = a->err_len;
+    H->D.rank = a->rank;
+    struct bm_model hm;
+    int rc = bm_model_init(&hm, a->cfg, a->faults, a->n_faults);
+    if (rc) {
+        free(H);
+        snprintf(a->err, a->err_len, "rank %u: out of memory for the model", a->rank);
+        return rc;
+    }
+    int dev = 0, n_sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev);
+    rc = setup(H, a, &hm, (uint32_t)n_sms);
+    if (!rc)
+        rc = a->cfg->cuda_mode == MKS_BENCH_CUDA_PERSISTENT
+                 ? run_persistent(H, a)
+                 : run_per_op(H, a, a->cfg->cuda_mode == MKS_BENCH_CUDA_GRAPH);
+    if (!rc)
+        rc = collect(H, a);
+    /* peers may still read nothing of ours, but must not see our memory
+     * vanish before they are done with theirs */
+    if (H->D.R > 1) {
+        uint8_t dummy = 0, all[MKS_BENCH_MAX_RANKS];
+        a->allgather(a->allgather_ctx, a->rank, &dummy, 1, all);
+    }
+    host_free(H);
+    bm_model_fini(&hm);
+    free(H);
+    return rc;
+}
