@@ -39,6 +39,7 @@
 
 #include "budget.h"
 #include "encode.h"
+#include "escalate.h"
 #include "link.h"
 #include "log.h"
 #include "mkscope/ctl.h"
@@ -49,7 +50,9 @@
 #include "summary.h"
 
 #define AGT_VERSION "mkscope-agent " MKS_AGENT_VERSION
-#define MAX_REPLIES 64
+/* Outgoing requests other than summaries: command replies and raw event
+ * batches of an escalation (whose own budget bounds them further). */
+#define MAX_REPLIES 256
 /* Wait between registration attempts the collector refused. */
 #define REGISTER_RETRY_NS 1000000000ull
 
@@ -92,6 +95,9 @@ struct agent {
     int n_replies;
 
     struct mks_ctl *ctl;
+    struct agt_esc *esc; /* escalation in progress */
+    struct agt_esc_env esc_env;
+    uint64_t raw_dropped; /* batches that found the outgoing queue full */
     struct mks_ctl_info info;
     int have_info;
     uint64_t last_app_start;
@@ -311,6 +317,33 @@ static void queue_reply(struct agent *a, Mkscope__V1__CommandReply *r)
         return;
     }
     a->replies[a->n_replies++] = (struct reply){buf, len};
+}
+
+static void esc_emit(const uint8_t *buf, size_t len, void *arg)
+{
+    struct agent *a = arg;
+    if (a->n_replies == MAX_REPLIES) {
+        a->raw_dropped++;
+        return;
+    }
+    uint8_t *copy = malloc(len);
+    if (!copy) {
+        a->raw_dropped++;
+        return;
+    }
+    memcpy(copy, buf, len);
+    a->replies[a->n_replies++] = (struct reply){copy, len};
+}
+
+static void esc_poll(struct agent *a, uint64_t now, int stop)
+{
+    if (!a->esc)
+        return;
+    if (agt_esc_poll(a->esc, a->ctl, now, stop, &a->esc_env, esc_emit, a) == 1) {
+        agt_log_info("escalation %llu: window closed", (unsigned long long)agt_esc_id(a->esc));
+        agt_esc_free(a->esc);
+        a->esc = NULL;
+    }
 }
 
 static void pop_reply(struct agent *a)
@@ -537,10 +570,26 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
                      b->bytes_per_sec, b->sample_shift, b->insn_budget);
         break;
     }
-    case MKSCOPE__V1__COMMAND__KIND_ESCALATE:
-        snprintf(msg, sizeof(msg), "escalation is not available in this agent");
-        r.error = msg;
+    case MKSCOPE__V1__COMMAND__KIND_ESCALATE: {
+        if (a->esc) {
+            snprintf(msg, sizeof(msg), "escalation %llu is still running",
+                     (unsigned long long)agt_esc_id(a->esc));
+            r.error = msg;
+            break;
+        }
+        uint64_t cost = 0;
+        uint32_t n_insns = 0;
+        int err = agt_esc_start(a->ctl, c->escalate, mono_ns(), &a->esc, &cost, &n_insns, msg,
+                                sizeof(msg));
+        r.ok = err == 0;
+        r.cost = cost;
+        r.n_insns = n_insns;
+        if (err)
+            r.error = msg;
+        else
+            r.verifier_log = msg;
         break;
+    }
     default:
         snprintf(msg, sizeof(msg), "unknown command kind %d", (int)c->kind_case);
         r.error = msg;
@@ -626,6 +675,7 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
 
 static void close_app(struct agent *a)
 {
+    esc_poll(a, mono_ns(), 1); /* the block is still mapped: drain, send the last batch */
     agt_progs_reset(&a->progs);
     mks_ctl_close(a->ctl);
     a->ctl = NULL;
@@ -1030,6 +1080,10 @@ static int setup(struct agent *a)
     if (err)
         return err;
     agt_budget_init(&a->budget, a->o.budget, a->epoch_ns, mono_ns());
+    a->esc_env = (struct agt_esc_env){.job = a->o.job,
+                                      .rank = a->o.rank,
+                                      .incarnation = a->incarnation,
+                                      .key = a->have_key ? &a->key : NULL};
     err = agt_link_create(a->o.collector, a->o.timeout_ms, &a->link);
     if (err)
         return err;
@@ -1129,6 +1183,7 @@ int agt_run(const struct agt_opts *opts)
             mks_ctl_lease(a->ctl, a->o.lease_ms * 1000000ull);
             a->lease_renewed_ns = now;
         }
+        esc_poll(a, now, 0);
         pump(a, now);
         if (a->stopping) {
             struct agt_spool_stats st;
@@ -1145,6 +1200,8 @@ int agt_run(const struct agt_opts *opts)
         int wait = agt_link_wait_ms(a->link, now);
         if (wait < 0 || wait > 50)
             wait = 50; /* retry sends the link could not take */
+        if (a->esc && wait > 10)
+            wait = 10; /* drain raw rings often while an escalation runs */
         if (poll(pf, 4, wait) < 0 && errno != EINTR) {
             agt_log_err("poll: %s", strerror(errno));
             a->exit_code = 1;

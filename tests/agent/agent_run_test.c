@@ -32,6 +32,7 @@
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 
+#include "mkscope/bpf_isa.h"
 #include "mkscope/runtime.h"
 #include "mkscope/wire.h"
 
@@ -73,6 +74,11 @@ struct fake_collector {
     /* commands to hand out with the next ack of a summary */
     Mkscope__V1__Command *cmds[4];
     int n_cmds;
+    /* raw events of escalations */
+    uint64_t raw_events, raw_other, raw_dropped;
+    uint32_t raw_class;     /* class the filter keeps */
+    int raw_last;
+    uint64_t raw_esc_id;
     Mkscope__V1__CommandReply replies[8];
     char reply_err[8][256];
     int n_replies;
@@ -179,6 +185,23 @@ static void fc_handle(struct fake_collector *fc, const void *buf, size_t len)
         ack.up_to_seq = max_seq;
         ack.commands = fc->cmds;
         ack.n_commands = (size_t)fc->n_cmds;
+        out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
+        out.ack = &ack;
+        break;
+    }
+    case MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH: {
+        const Mkscope__V1__RawEventBatch *b = env->raw_event_batch;
+        fc->raw_esc_id = b->escalation_id;
+        for (size_t i = 0; i < b->n_events; i++) {
+            if (b->events[i]->task_class == fc->raw_class &&
+                b->events[i]->event == MKS_EV_TASK_END)
+                fc->raw_events++;
+            else
+                fc->raw_other++;
+        }
+        fc->raw_dropped += b->dropped;
+        fc->raw_last |= b->last;
+        ack.up_to_seq = max_seq;
         out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
         out.ack = &ack;
         break;
@@ -611,6 +634,80 @@ static void test_commands_are_verified_and_answered(void **state)
     fc_close(&fc);
 }
 
+/* A filter keeping task_class == 1, as the query compiler would emit it:
+ * r2 = ctx->task_class; r0 = (r2 == 1). */
+static uint64_t insn_u64(uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm)
+{
+    return (uint64_t)code | (uint64_t)((src << 4) | dst) << 8 | (uint64_t)(uint16_t)off << 16 |
+           (uint64_t)(uint32_t)imm << 32;
+}
+
+static void test_escalation_raw_trace_of_one_class(void **state)
+{
+    (void)state;
+    struct fake_collector fc;
+    fc_init(&fc, "ingest-esc");
+    fc.raw_class = 1;
+    struct mks_rt *rt = app_create(job);
+    const char *extra[] = {"--exit-with-app", NULL};
+    pid_t pid = agent_start(job, fc.url, extra);
+    serve_until_attached(&fc, rt, pid);
+    fire(rt, 1, 25, 0); /* before the window: not in the trace */
+    fc_serve(&fc, 60);
+
+    uint64_t filter[] = {
+        insn_u64(MKS_BPF_LDX | MKS_BPF_MEM | MKS_BPF_W, 2, 1, 20, 0),
+        insn_u64(MKS_BPF_JMP | MKS_BPF_JNE | MKS_BPF_K, 2, 0, 2, 1),
+        insn_u64(MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_K, 0, 0, 0, 1),
+        insn_u64(MKS_BPF_JMP | MKS_BPF_EXIT, 0, 0, 0, 0),
+        insn_u64(MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_K, 0, 0, 0, 0),
+        insn_u64(MKS_BPF_JMP | MKS_BPF_EXIT, 0, 0, 0, 0),
+    };
+    uint32_t hooks[] = {MKS_EV_TASK_END};
+    Mkscope__V1__Escalate esc = MKSCOPE__V1__ESCALATE__INIT;
+    esc.escalation_id = 77;
+    esc.predicate = "class = qkv";
+    esc.filter_insns = filter;
+    esc.n_filter_insns = 6;
+    esc.duration_ms = 1000;
+    esc.budget_bytes = 1u << 20;
+    esc.hooks = hooks;
+    esc.n_hooks = 1;
+    Mkscope__V1__Command c = MKSCOPE__V1__COMMAND__INIT;
+    c.id = 9;
+    c.kind_case = MKSCOPE__V1__COMMAND__KIND_ESCALATE;
+    c.escalate = &esc;
+    fc.cmds[0] = &c;
+    fc.n_cmds = 1;
+    for (int t = 0; t < 3000 && fc.n_replies < 1; t += 5)
+        fc_serve(&fc, 5);
+    assert_int_equal(fc.n_replies, 1);
+    assert_true(fc.replies[0].ok);
+    assert_true(fc.replies[0].cost > 0);
+    /* inside the window: 40 tasks of class 1 among others */
+    for (int i = 0; i < 4; i++) {
+        fire(rt, 0, 7, 1);
+        fire(rt, 1, 10, 1);
+        fire(rt, 2, 3, 1);
+    }
+    for (int t = 0; t < 5000 && !fc.raw_last; t += 10)
+        fc_serve(&fc, 10);
+    assert_true(fc.raw_last);
+    assert_int_equal(fc.raw_esc_id, 77);
+    assert_int_equal(fc.raw_events, 40);
+    assert_int_equal(fc.raw_other, 0);
+    assert_int_equal(fc.raw_dropped, 0);
+    /* after the window the filter is gone */
+    fire(rt, 1, 10, 2);
+    fc_serve(&fc, 100);
+    assert_int_equal(fc.raw_events, 40);
+    mks_rt_destroy(rt);
+    int st = serve_until_exit(&fc, pid, 10000);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(fc.counts[1], 25 + 40 + 10); /* the monitors never stopped */
+    fc_close(&fc);
+}
+
 static void test_restart_and_agent_death(void **state)
 {
     (void)state;
@@ -665,6 +762,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(test_overflow_is_reported_as_lost, setup),
         cmocka_unit_test_setup(test_budget_bounds_bytes_and_says_so, setup),
         cmocka_unit_test_setup(test_commands_are_verified_and_answered, setup),
+        cmocka_unit_test_setup(test_escalation_raw_trace_of_one_class, setup),
         cmocka_unit_test_setup(test_restart_and_agent_death, setup),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
