@@ -55,6 +55,15 @@ struct crow { /* (rank, step, class) */
     uint32_t rank, step, cls;
     double count, run_sum, run_max, queue_sum, queue_count;
 };
+struct erow { /* (epoch, class): task statistics of a whole epoch */
+    uint32_t rank, cls;
+    int64_t epoch_id;
+    double count, run_sum, queue_sum, queue_count;
+};
+struct estep { /* a step reported in an epoch */
+    uint32_t rank, step;
+    int64_t epoch_id;
+};
 struct wrow {
     uint32_t rank, step, peer, cls;
     uint64_t gen, t_begin, t_end;
@@ -72,6 +81,10 @@ struct diag {
     size_t ns;
     struct crow *c;
     size_t nc;
+    struct erow *ec;
+    size_t nec;
+    struct estep *es;
+    size_t nes;
     struct wrow *w;
     size_t nw;
     struct rrow *r;
@@ -213,6 +226,39 @@ static int load(struct diag *d)
         r->count = (double)u64(s, 3), r->run_sum = (double)u64(s, 4);
         r->run_max = (double)u64(s, 5), r->queue_sum = (double)u64(s, 6);
         r->queue_count = (double)u64(s, 7);
+    }
+    sqlite3_finalize(s);
+    /* Per-epoch class statistics and which steps each epoch carried: when an
+     * epoch spans more steps than the agent keeps apart, task statistics
+     * exist per epoch only. */
+    cap = 0;
+    if (prep(d,
+             "SELECT e.rank, t.epoch_id, t.class, SUM(t.count), SUM(CASE WHEN t.run_sum > 0 THEN"
+             " t.run_sum ELSE t.sum_run_ns END), SUM(t.queue_sum), SUM(t.queue_count) FROM"
+             " task_stats t JOIN epochs e ON e.id = t.epoch_id WHERE e.job = ?1"
+             " GROUP BY t.epoch_id, t.class",
+             &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        GROW(d->ec, d->nec, cap);
+        struct erow *r = &d->ec[d->nec++];
+        r->rank = (uint32_t)u64(s, 0), r->epoch_id = sqlite3_column_int64(s, 1);
+        r->cls = (uint32_t)u64(s, 2), r->count = (double)u64(s, 3);
+        r->run_sum = (double)u64(s, 4), r->queue_sum = (double)u64(s, 5);
+        r->queue_count = (double)u64(s, 6);
+    }
+    sqlite3_finalize(s);
+    cap = 0;
+    if (prep(d,
+             "SELECT DISTINCT e.rank, s.epoch_id, s.step FROM steps s JOIN epochs e ON"
+             " e.id = s.epoch_id WHERE e.job = ?1",
+             &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        GROW(d->es, d->nes, cap);
+        struct estep *r = &d->es[d->nes++];
+        r->rank = (uint32_t)u64(s, 0), r->epoch_id = sqlite3_column_int64(s, 1);
+        r->step = (uint32_t)u64(s, 2);
     }
     sqlite3_finalize(s);
     cap = 0;
@@ -408,8 +454,58 @@ static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_
     }
 }
 
+/* Task classes from the statistics of the epochs that carried the step,
+ * when the agent could not keep steps apart.  The norm of a class is the
+ * median of its mean over every rank's epochs (ranks run the same program;
+ * a rank's own few epochs may all hold the fault), and an epoch's excess is
+ * spread evenly over the steps it carried. */
+static void score_epoch_classes(struct diag *d, uint32_t rank, uint32_t step, double nw,
+                                struct verdict *v, double *queue_ex, double *best_q, double *buf)
+{
+    for (size_t k = 0; k < d->nes; k++) {
+        const struct estep *es = &d->es[k];
+        if (es->rank != rank || es->step != step)
+            continue;
+        double steps_in = 0;
+        for (size_t j = 0; j < d->nes; j++)
+            if (d->es[j].epoch_id == es->epoch_id)
+                steps_in++;
+        if (steps_in < 1)
+            steps_in = 1;
+        for (size_t i = 0; i < d->nec; i++) {
+            const struct erow *c = &d->ec[i];
+            if (c->epoch_id != es->epoch_id || c->count <= 0)
+                continue;
+            size_t n = 0, q = 0;
+            double *bm = buf, *bq = buf + d->nec;
+            for (size_t j = 0; j < d->nec; j++) {
+                const struct erow *o = &d->ec[j];
+                if (o->cls != c->cls || o->count <= 0)
+                    continue;
+                bm[n++] = o->run_sum / o->count;
+                if (o->queue_count > 0)
+                    bq[q++] = o->queue_sum / o->queue_count;
+            }
+            double norm_mean = median(bm, n), norm_q = median(bq, q);
+            double per_step = c->count / steps_in;
+            double ex = per_step * (c->run_sum / c->count - norm_mean) / nw;
+            if (ex > v->score[C_SLOW_TASK]) {
+                v->score[C_SLOW_TASK] = ex, v->cls[C_SLOW_TASK] = c->cls;
+                v->detail[C_SLOW_TASK] = norm_mean;
+            }
+            if (c->queue_count > 0) {
+                double qe = per_step * (c->queue_sum / c->queue_count - norm_q) / nw;
+                if (qe > 0)
+                    *queue_ex += qe;
+                if (qe > *best_q)
+                    *best_q = qe, v->cls[C_IMBALANCE] = c->cls;
+            }
+        }
+    }
+}
+
 static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t gen,
-                       struct verdict *v, double *buf)
+                       const bool *visited, struct verdict *v, double *buf)
 {
     memset(v, 0, sizeof(*v));
     for (int i = 0; i < C_N; i++)
@@ -419,6 +515,10 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
     for (size_t i = 0; i < d->nw; i++) {
         const struct wrow *w = &d->w[i];
         if (w->rank != rank || w->step != step)
+            continue;
+        /* A wait on a rank already in the chain cannot explain it (in an
+         * all-reduce every rank waits on every other). */
+        if (visited && w->peer < 4096 && visited[w->peer])
             continue;
         size_t n = 0;
         for (size_t k = 0; k < d->nw; k++) {
@@ -433,10 +533,12 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
     }
     /* Task classes: run time (slow task) and queueing (imbalance). */
     double queue_ex = 0, best_q = 0;
+    bool have_step_rows = false;
     for (size_t i = 0; i < d->nc; i++) {
         const struct crow *c = &d->c[i];
         if (c->rank != rank || c->step != step || c->count <= 0)
             continue;
+        have_step_rows = true;
         size_t n = 0, m = 0, q = 0;
         double *bmean = buf, *bmax = buf + d->nc, *bq = buf + 2 * d->nc;
         for (size_t k = 0; k < d->nc; k++) {
@@ -464,6 +566,8 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
                 best_q = qe, v->cls[C_IMBALANCE] = c->cls;
         }
     }
+    if (!have_step_rows)
+        score_epoch_classes(d, rank, step, nw, v, &queue_ex, &best_q, buf);
     /* Imbalance needs both halves: tasks waiting in queues and workers with
      * nothing to do.  The agent's queued_while_idle measures exactly that;
      * without it, queueing excess is capped by idle excess. */
@@ -550,7 +654,7 @@ static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double exc
         if (rank < 4096)
             visited[rank] = true;
         struct verdict v;
-        score_rank(d, rank, step, gen, &v, buf);
+        score_rank(d, rank, step, gen, visited, &v, buf);
         int best = 0;
         for (int c = 1; c < C_N; c++)
             if (v.score[c] > v.score[best])
@@ -710,7 +814,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         goto out;
     }
     build_clock(&d);
-    size_t bufn = 3 * (d.nc + d.nw + d.nr + d.ns) + 16;
+    size_t bufn = 3 * (d.nc + d.nw + d.nr + d.ns + d.nec) + 16;
     buf = malloc(bufn * sizeof(double));
     /* Distinct steps and their times (slowest rank). */
     steps = malloc((d.ns + 1) * sizeof(uint32_t));
@@ -739,6 +843,11 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     for (size_t k = 0; k < n_steps; k++)
         buf[k] = stime[k];
     double med = median(buf, n_steps);
+    /* Noise floor: four robust standard deviations (1.4826 MAD) of the step
+     * times, so that a noisy run does not turn jitter into slow steps. */
+    for (size_t k = 0; k < n_steps; k++)
+        buf[k] = fabs(stime[k] - med);
+    double noise = 4 * 1.4826 * median(buf, n_steps);
     size_t n_slow = 0;
     json_t *cov_all = NULL;
     bool *used = calloc(n_steps + 1, sizeof(bool));
@@ -753,7 +862,8 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             continue;
         double ex = stime[k] - med;
         if (d.o.only_step < 0 &&
-            (stime[k] <= med * (1 + d.o.slow_frac) || ex < (double)d.o.min_excess_ns))
+            (stime[k] <= med * (1 + d.o.slow_frac) || ex < (double)d.o.min_excess_ns ||
+             ex <= noise))
             continue;
         slow[k] = true;
         n_slow++;
@@ -798,6 +908,8 @@ out:
     free(steps);
     free(d.s);
     free(d.c);
+    free(d.ec);
+    free(d.es);
     free(d.w);
     free(d.r);
     free(d.n_workers);
