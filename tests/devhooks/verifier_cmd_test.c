@@ -105,13 +105,41 @@ static void test_errors(void **state)
     assert_non_null(strstr(r.err, "unknown option '--frobnicate'"));
 }
 
+static void test_json(void **state)
+{
+    (void)state;
+    struct run r;
+    run(&r, 4, (const char *[]){"-f", "json", "@count.bpf.o", "@rejected.bpf.o"});
+    assert_int_equal(r.rc, 1);
+    assert_true(r.out[0] == '[');
+    assert_non_null(strstr(r.out, "\"programs\": ["));
+    assert_non_null(strstr(r.out, "{\"name\": \"count_by_class\", \"type\": \"array\", \"key_size\": 4, "
+                                  "\"value_size\": 8, \"max_entries\": 64}"));
+    assert_non_null(strstr(r.out, "{\"section\": \"mkscope/task_end\", \"name\": \"count\", \"type\": "
+                                  "\"OBSERVE\", \"abi\": 1, \"insns\": "));
+    assert_non_null(strstr(r.out, "\"verdict\": \"accepted\", \"cost\": "));
+    assert_non_null(strstr(r.out, "\"name\": \"reads_reserved\""));
+    char want[96];
+    snprintf(want, sizeof(want), "\"verdict\": \"rejected\", \"code\": %d, \"error\": \"insn ", MKS_VERR_CTX_ACCESS);
+    assert_non_null(strstr(r.out, want));
+    assert_non_null(strstr(r.out, "\n]\n"));
+    /* an unreadable object is an entry with its error */
+    run(&r, 3, (const char *[]){"--format", "json", "@no-such.bpf.o"});
+    assert_int_equal(r.rc, 2);
+    assert_non_null(strstr(r.out, "\"error\": \""));
+    assert_non_null(strstr(r.out, "no-such.bpf.o: cannot open: No such file or directory\"}"));
+    run(&r, 3, (const char *[]){"-f", "yaml", "@count.bpf.o"});
+    assert_int_equal(r.rc, 2);
+    assert_non_null(strstr(r.err, "format 'yaml' unknown; expected text or json"));
+}
+
 static void test_help(void **state)
 {
     (void)state;
     struct run r;
     run(&r, 1, (const char *[]){"--help"});
     assert_int_equal(r.rc, 0);
-    assert_non_null(strstr(r.out, "usage: mkscope verify [-v] OBJ..."));
+    assert_non_null(strstr(r.out, "usage: mkscope verify [-v] [-f text|json] OBJ..."));
     assert_non_null(strstr(r.out, "EXIT STATUS"));
     assert_non_null(strstr(r.out, "EXAMPLES"));
 }
@@ -122,7 +150,7 @@ int main(int argc, char **argv)
         progdir = argv[1];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accepts), cmocka_unit_test(test_rejects), cmocka_unit_test(test_verbose_lists_maps),
-        cmocka_unit_test(test_errors),  cmocka_unit_test(test_help),
+        cmocka_unit_test(test_errors),  cmocka_unit_test(test_json),              cmocka_unit_test(test_help),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
