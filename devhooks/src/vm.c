@@ -173,7 +173,9 @@ MKS_INLINE uint32_t vm_smod32(uint32_t a, uint32_t b)
 
 /* Helper call.  Returns 0 and sets r[0], 1 when the program must stop now
  * (conformance unwind, r[0] set), or a negative enum mks_vm_err. */
-MKS_DEVFN static int vm_helper(const struct mks_vm_env *env, const struct vm_mem *mem, uint64_t id,
+/* mem by value: its address never escapes the run, so the device keeps it
+ * in registers instead of local memory. */
+MKS_DEVFN static int vm_helper(const struct mks_vm_env *env, const struct vm_mem mem, uint64_t id,
                                uint64_t *r)
 {
     const struct mks_map_desc *d;
@@ -211,21 +213,21 @@ MKS_DEVFN static int vm_helper(const struct mks_vm_env *env, const struct vm_mem
     if (id == MKS_HELPER_RINGBUF_OUTPUT) {
         if (d->type != MKS_MAP_RINGBUF)
             return MKS_VM_ECALL;
-        if (r[3] == 0 || r[3] > 0xffffffffull || !vm_mem_ok(mem, r[2], r[3], 0))
+        if (r[3] == 0 || r[3] > 0xffffffffull || !vm_mem_ok(&mem, r[2], r[3], 0))
             return MKS_VM_EMEM;
         r[0] = (uint64_t)(int64_t)mksi_map_ringbuf_output(ms, d, (const void *)(uintptr_t)r[2], r[3]);
         return 0;
     }
     if (d->type == MKS_MAP_RINGBUF)
         return MKS_VM_ECALL;
-    if (!vm_mem_ok(mem, r[2], d->key_size, 0))
+    if (!vm_mem_ok(&mem, r[2], d->key_size, 0))
         return MKS_VM_EMEM;
     switch (id) {
     case MKS_HELPER_MAP_LOOKUP:
         r[0] = (uint64_t)(uintptr_t)mksi_map_lookup(ms, d, (const void *)(uintptr_t)r[2]);
         return 0;
     case MKS_HELPER_MAP_UPDATE:
-        if (!vm_mem_ok(mem, r[3], d->value_size, 0))
+        if (!vm_mem_ok(&mem, r[3], d->value_size, 0))
             return MKS_VM_EMEM;
         r[0] = (uint64_t)(int64_t)mksi_map_update(ms, d, (const void *)(uintptr_t)r[2],
                                                   (const void *)(uintptr_t)r[3], r[4]);
@@ -705,7 +707,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             /* fallthrough */
         case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_X: {
             uint64_t id = (code & MKS_BPF_X) ? r[dst] : (uint64_t)(uint32_t)simm;
-            int rc = vm_helper(env, &mem, id, r);
+            int rc = vm_helper(env, mem, id, r);
             if (rc < 0) {
                 err = rc;
                 goto out;
