@@ -20,6 +20,9 @@
 #include "mkscope/runtime.h"
 
 #define BR_PROF_CAP (1u << 16) /* records per worker; beyond: counted as dropped */
+/* Injected sleeps closer than this belong to one run (one operator's tasks
+ * on a worker): longer than a small task body, shorter than a step. */
+#define BR_SLEEP_RUN_GAP_NS (100ull * 1000ull)
 
 struct br_event {
     _Atomic uint64_t count;
@@ -48,7 +51,8 @@ struct br_worker {
     struct br_prof_rec *prof;
     uint32_t prof_n;
     uint64_t prof_dropped;
-    int64_t sleep_debt; /* ns injected sleeps overshot so far */
+    int64_t sleep_debt;   /* ns the last run of injected sleeps overshot */
+    uint64_t sleep_end;   /* when the last injected sleep ended */
     uint64_t faulted;   /* tasks a fault plan changed */
 };
 
@@ -482,17 +486,24 @@ void br_event_trigger(struct br_rt *rt, uint32_t worker, const struct br_task *b
 void br_fault_sleep(struct br_rt *rt, uint32_t worker, uint64_t ns)
 {
     /* A loaded machine wakes sleepers late; paying the overshoot back from
-     * the worker's next injected sleep keeps a fault's added time close to
-     * its magnitude whatever the number of sleeps it is split into. */
+     * the worker's next injected sleep of the same run (back to back tasks
+     * of one operator) keeps a fault's added time close to its magnitude
+     * whatever the number of sleeps it is split into.  Overshoot of an
+     * earlier operator is forgotten: it may not have been on the critical
+     * path. */
     struct br_worker *w = &rt->w[worker];
+    uint64_t t0 = bb_now_ns();
+    if (t0 - w->sleep_end > BR_SLEEP_RUN_GAP_NS)
+        w->sleep_debt = 0;
     int64_t want = (int64_t)ns - w->sleep_debt;
     if (want <= 0) {
         w->sleep_debt -= (int64_t)ns;
+        w->sleep_end = t0;
         return;
     }
-    uint64_t t0 = bb_now_ns();
     bb_sleep_ns((uint64_t)want);
-    w->sleep_debt = (int64_t)(bb_now_ns() - t0) - want;
+    w->sleep_end = bb_now_ns();
+    w->sleep_debt = (int64_t)(w->sleep_end - t0) - want;
 }
 
 static void run_task(struct br_rt *rt, struct br_worker *w, struct br_task *t, uint32_t depth)
