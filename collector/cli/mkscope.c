@@ -296,6 +296,10 @@ static void render_query(struct mks_cli *cli, json_t *a)
 
 static void render_rows(struct mks_cli *cli, json_t *rows)
 {
+    if (!json_array_size(rows)) {
+        fprintf(cli->out, "(none)\n");
+        return;
+    }
     json_t *cols = json_array();
     json_t *first = json_array_get(rows, 0);
     const char *key;
