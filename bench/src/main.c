@@ -42,6 +42,8 @@ static void usage(FILE *f)
             "  --ffn N --vocab N --tiles N --workers N (per rank) --batch N --max-len N\n"
             "  --seed N             weights and requests (default 1)\n"
             "  --queue-pressure N   worker queue depth raising QUEUE_PRESSURE (default 8)\n"
+            "  --step-interval-us N start steps at most every N us, idling in between\n"
+            "                       (CPU backend; paces long demo runs; default 0)\n"
             "  --fault SPEC         inject a fault; repeat to combine. SPEC is\n"
             "                       TYPE:key=value,... with TYPE one of task-delay, moe-skew,\n"
             "                       notify-delay, queue-oversub, comm-delay, tile-starve and\n"
@@ -63,13 +65,14 @@ static void usage(FILE *f)
             "      --truth truth.json --json out.json --check\n"
             "  mkscope-bench run --ranks 2 --fault task-delay:rank=1,class=attention,"
             "magnitude=1500\n"
+            "  mkscope-bench run --ranks 4 --steps 3000 --step-interval-us 2000 --job demo\n"
             "  srun -n 4 sh -c 'mkscope-bench run --ranks 4 --rank $SLURM_PROCID --job j1'\n");
 }
 
 enum {
     O_BACKEND = 256, O_RANKS, O_RANK, O_JOB, O_STEPS, O_LAYERS, O_HIDDEN, O_HEADS, O_HEAD_DIM,
     O_EXPERTS, O_TOPK, O_FFN, O_VOCAB, O_TILES, O_WORKERS, O_BATCH, O_MAX_LEN, O_SEED, O_QP,
-    O_FAULT, O_TRUTH, O_JSON, O_TRACE, O_CHECK, O_CUDA_MODE,
+    O_FAULT, O_TRUTH, O_JSON, O_TRACE, O_CHECK, O_CUDA_MODE, O_INTERVAL,
 };
 
 static const struct option opts[] = {
@@ -84,6 +87,7 @@ static const struct option opts[] = {
     {"batch", required_argument, NULL, O_BATCH},     {"max-len", required_argument, NULL, O_MAX_LEN},
     {"seed", required_argument, NULL, O_SEED},
     {"queue-pressure", required_argument, NULL, O_QP},
+    {"step-interval-us", required_argument, NULL, O_INTERVAL},
     {"fault", required_argument, NULL, O_FAULT},     {"truth", required_argument, NULL, O_TRUTH},
     {"json", required_argument, NULL, O_JSON},       {"trace", required_argument, NULL, O_TRACE},
     {"check", no_argument, NULL, O_CHECK},           {"cuda-mode", required_argument, NULL, O_CUDA_MODE},           {"quiet", no_argument, NULL, 'q'},
@@ -156,6 +160,7 @@ int main(int argc, char **argv)
             U32(O_BATCH, batch)
             U32(O_MAX_LEN, max_len)
             U32(O_QP, queue_pressure)
+            U32(O_INTERVAL, step_interval_us)
 #undef U32
         case O_SEED:
             if (num(name, optarg, UINT64_MAX, &v))

@@ -90,6 +90,8 @@ int mks_bench_config_check(const struct mks_bench_config *c, char *err, size_t l
     RANGE(steps, 1, MKS_BENCH_MAX_STEPS);
     RANGE(batch, 1, MKS_BENCH_MAX_BATCH);
     RANGE(max_len, 2, 256);
+    if (c->step_interval_us > 10u * 1000 * 1000)
+        return bb_err(err, len, -EINVAL, "step_interval_us %u above 10 s", c->step_interval_us);
     if (c->cuda_mode > MKS_BENCH_CUDA_GRAPH)
         return bb_err(err, len, -EINVAL, "cuda_mode %u unknown", c->cuda_mode);
     if ((uint64_t)c->heads * c->ranks * c->head_dim > 16384)
@@ -163,6 +165,7 @@ int mks_bench_result_write_json(const struct mks_bench_result *res,
     json_object_set_new(c, "steps", json_integer(cfg->steps));
     json_object_set_new(c, "batch", json_integer(cfg->batch));
     json_object_set_new(c, "seed", json_integer((json_int_t)cfg->seed));
+    json_object_set_new(c, "step_interval_us", json_integer(cfg->step_interval_us));
     json_object_set_new(c, "job", json_string(cfg->job));
     static const char *const modes[] = {"persistent", "per-op", "graph"};
     if (!strcmp(backend, "cuda") && cfg->cuda_mode <= MKS_BENCH_CUDA_GRAPH)

@@ -52,6 +52,12 @@ struct bw_rank {
     uint32_t rank, R, L, W, QDr, T, n_own;
     uint32_t step;
     uint64_t step_t0;
+    /* --step-interval: steps start at most this often; between steps the
+     * rank idles outside any task, released by the main thread */
+    uint64_t interval_ns;
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;
+    uint32_t gate_steps; /* steps whose sample has ended */
     struct bm_batch batch;
     float *x, *xn, *q, *o, *partial, *logits, *kc, *vc, *P;
     uint32_t *sel_e; /* [B][topk] */
@@ -428,7 +434,43 @@ static void body_sample(struct br_rt *rt, uint32_t w, struct br_task *t)
         fail(rk, rc);
         return;
     }
+    if (rk->interval_ns) {
+        pthread_mutex_lock(&rk->gate_mu);
+        rk->gate_steps = s + 1;
+        pthread_cond_signal(&rk->gate_cv);
+        pthread_mutex_unlock(&rk->gate_mu);
+        return;
+    }
     rk->step_t0 = bb_now_ns();
+}
+
+/* Paced runs: release each step's first tasks no earlier than interval after
+ * the previous step started.  Returns when the run finished or failed. */
+static int pace_steps(struct bw_rank *rk)
+{
+    uint64_t started = rk->step_t0;
+    for (uint32_t s = 1; s < rk->m.cfg.steps; s++) {
+        pthread_mutex_lock(&rk->gate_mu);
+        while (rk->gate_steps < s && !rk->failed && !atomic_load(bs_abort(rk->shm))) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&rk->gate_cv, &rk->gate_mu, &ts);
+        }
+        pthread_mutex_unlock(&rk->gate_mu);
+        if (rk->failed || atomic_load(bs_abort(rk->shm)))
+            break;
+        uint64_t now = bb_now_ns();
+        if (now < started + rk->interval_ns)
+            bb_sleep_ns(started + rk->interval_ns - now);
+        started = rk->step_t0 = bb_now_ns();
+        br_event_fire(rk->rt, E_STEP);
+    }
+    return br_wait_finish(rk->rt, bs_abort(rk->shm));
 }
 
 /* ---- graph ---------------------------------------------------------------- */
@@ -489,7 +531,7 @@ static int build_step(struct bw_rank *rk, uint32_t s)
     for (uint32_t i = 0; i < m->B; i++)
         n_act += rk->batch.slot[i].active;
     br_graph_begin(rk->rt);
-    if (s > 0)
+    if (s > 0 && !rk->interval_ns)
         br_event_expect(rk->rt, E_STEP, 1); /* released by the previous sample */
     for (uint32_t l = 0; l < rk->L; l++) {
         uint32_t in = l == 0 ? E_STEP : ev_of(rk, l - 1, OP_AR2);
@@ -540,7 +582,7 @@ static int build_step(struct bw_rank *rk, uint32_t s)
         ADD_OR_FAIL(rk, s, BC_LMHEAD, 0, x, 0, ev_of(rk, rk->L - 1, OP_AR2), ev_lm(rk), body_lm);
         plan(rk, t, rk->T, 0);
     }
-    uint32_t trig = s + 1 < m->cfg.steps ? E_STEP : BR_EV_NONE;
+    uint32_t trig = s + 1 < m->cfg.steps && !rk->interval_ns ? E_STEP : BR_EV_NONE;
     /* add() raises E_STEP's target only through build_step's own expect */
     t = br_task_add(rk->rt);
     if (!t)
@@ -582,6 +624,8 @@ static void rank_free(struct bw_rank *rk)
     free(rk->x), free(rk->xn), free(rk->q), free(rk->o), free(rk->partial), free(rk->logits);
     free(rk->kc), free(rk->vc), free(rk->P), free(rk->sel_e), free(rk->sel_g);
     bm_model_fini(&rk->m);
+    pthread_cond_destroy(&rk->gate_cv);
+    pthread_mutex_destroy(&rk->gate_mu);
 }
 
 int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
@@ -596,6 +640,9 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
     rk.L = cfg->layers;
     rk.W = cfg->workers;
     rk.T = cfg->tiles;
+    rk.interval_ns = (uint64_t)cfg->step_interval_us * 1000ull;
+    pthread_mutex_init(&rk.gate_mu, NULL);
+    pthread_cond_init(&rk.gate_cv, NULL);
     bs_result(shm, rank, &rk.res);
     int rc = bm_model_init(&rk.m, cfg, faults, n_faults);
     if (rc)
@@ -679,7 +726,7 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
     }
     rk.step_t0 = bb_now_ns();
     br_event_fire(rk.rt, E_STEP);
-    rc = br_wait_finish(rk.rt, bs_abort(shm));
+    rc = rk.interval_ns ? pace_steps(&rk) : br_wait_finish(rk.rt, bs_abort(shm));
     br_stop(rk.rt);
     if (rc) {
         rank_free(&rk);

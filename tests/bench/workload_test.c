@@ -172,6 +172,26 @@ static void test_two_ranks_uneven_tiles(void **state)
     mks_bench_result_free(ref);
 }
 
+/* Paced steps (--step-interval-us): the same tokens, and steps start no
+ * earlier than the interval allows. */
+static void test_paced_run(void **state)
+{
+    (void)state;
+    struct mks_bench_config c = small(2, job_name("wl4"));
+    c.steps = 6;
+    c.step_interval_us = 3000;
+    struct mks_bench_result *run = NULL, *ref = NULL;
+    char err[256] = "";
+    int rc = mks_bench_run(&c, NULL, 0, &run, err, sizeof(err));
+    if (rc)
+        fail_msg("run: %s", err);
+    assert_int_equal(mks_bench_reference(&c, NULL, 0, &ref), 0);
+    compare(&c, run, ref);
+    assert_true(run->wall_ns >= 5ull * 3000 * 1000);
+    mks_bench_result_free(run);
+    mks_bench_result_free(ref);
+}
+
 static void test_bad_config_refused(void **state)
 {
     (void)state;
@@ -228,6 +248,7 @@ int main(void)
         cmocka_unit_test(test_reference_is_deterministic),
         cmocka_unit_test(test_one_rank_matches_reference),
         cmocka_unit_test(test_two_ranks_uneven_tiles),
+        cmocka_unit_test(test_paced_run),
         cmocka_unit_test(test_bad_config_refused),
         cmocka_unit_test(test_schema),
     };

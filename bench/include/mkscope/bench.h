@@ -59,6 +59,9 @@ struct mks_bench_config {
     const char *trace;      /* native profiler trace path prefix (profiler
                                build only), NULL for none */
     uint32_t cuda_mode;     /* enum mks_bench_cuda_mode (CUDA backend) */
+    uint32_t step_interval_us; /* CPU backend: steps start at most this often
+                                  (the rank idles between steps, outside any
+                                  task); 0 = back to back */
 };
 
 /* How the CUDA backend runs a step. */
