@@ -1,0 +1,36 @@
+#!/bin/sh
+# Build and run the devhooks device tests and cost benchmark on a GPU machine (an H200), from a
+# checkout with the Debian packages of our dependencies in .debs/ (the GPU
+# machines reach no registry; the devhooks module's CMake wants libbpf).
+#   bench/gpu/devhooks_run.sh [OUTDIR]
+# Runs the conformance cases in the VM compiled for the GPU
+# (MKS_CONFORMANCE_DIR, default ../shared/conformance beside the checkout),
+# mkscope-devhooks-cost (short and long tasks) and mkscope-vm-bench (the CPU
+# VM on this machine's processor, against uBPF when MKS_UBPF_LIB names a
+# libubpf.so), and copies the results to OUTDIR when given.
+set -eu
+src=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-}
+work=${TMPDIR:-/tmp}/mkscope-gpu
+prefix=$work/prefix
+mkdir -p "$prefix"
+for f in "$src"/.debs/*.deb; do dpkg -x "$f" "$prefix"; done
+cmake -S "$src" -B "$work/build" -DMKS_MODULES=devhooks -DMKS_BUILD_TESTS=OFF \
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" >"$work/cmake.log"
+cmake --build "$work/build" -j"$(nproc)" \
+      --target mkscope-devhooks-cost mkscope-vm-bench mkscope-vm-conformance-gpu \
+      >"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
+bin=$work/build/devhooks
+{
+  echo "== conformance cases in the GPU VM"
+  MKS_SOURCE_DIR=$src "$bin/mkscope-vm-conformance-gpu" \
+      "${MKS_CONFORMANCE_DIR:-$src/../shared/conformance}" | tail -5
+  echo "== short tasks (64-step body)"
+  "$bin/mkscope-devhooks-cost" 20000 64
+  echo "== long tasks (1024-step body, microseconds like a tile task)"
+  "$bin/mkscope-devhooks-cost" 5000 1024
+  echo "== CPU VM"
+  "$bin/mkscope-vm-bench"
+} 2>&1 | tee "$work/results.txt"
+[ -n "$out" ] && cp "$work/results.txt" "$work/build.log" "$out"/ || true
