@@ -1,5 +1,6 @@
 #!/bin/sh
-# Build and run the devhooks device tests and cost benchmark on a GPU machine (an H200), from a
+# Build and run the devhooks device tests and cost benchmark on a GPU
+# machine (an H200), from a
 # checkout with the Debian packages of our dependencies in .debs/ (the GPU
 # machines reach no registry; the devhooks module's CMake wants libbpf).
 #   bench/gpu/devhooks_run.sh [OUTDIR]
