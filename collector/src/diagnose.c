@@ -734,15 +734,13 @@ static const char *chain_cause(const struct chain *ch)
     return cause_name[root->cause];
 }
 
-static bool same_chain(const struct chain *a, const struct chain *b)
+/* Steps belong to one group when their chains end at the same root: same
+ * cause, rank and task class.  The paths that led there (which rank saw the
+ * stall first) vary from step to step and are shown for the worst step. */
+static bool same_root(const struct chain *a, const struct chain *b)
 {
-    if (a->n != b->n)
-        return false;
-    for (int i = 0; i < a->n; i++)
-        if (a->l[i].rank != b->l[i].rank || a->l[i].cause != b->l[i].cause ||
-            a->l[i].cls != b->l[i].cls)
-            return false;
-    return true;
+    const struct link *x = &a->l[a->n - 1], *y = &b->l[b->n - 1];
+    return x->rank == y->rank && x->cause == y->cause && x->cls == y->cls;
 }
 
 static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank, json_t *steps,
@@ -869,21 +867,23 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         n_slow++;
         build_chain(&d, srank[k], steps[k], ex > 0 ? ex : stime[k], &chains[k], buf);
     }
-    /* Group slow steps with the same chain. */
+    /* Group slow steps with the same root; the group shows the chain of
+     * its worst step. */
     for (size_t k = 0; k < n_steps; k++) {
         if (!slow[k] || used[k])
             continue;
         json_t *sl = json_array();
-        double worst = 0;
+        size_t worst = k;
         for (size_t j = k; j < n_steps; j++) {
-            if (!slow[j] || used[j] || srank[j] != srank[k] || !same_chain(&chains[k], &chains[j]))
+            if (!slow[j] || used[j] || !same_root(&chains[k], &chains[j]))
                 continue;
             used[j] = true;
             json_array_append_new(sl, json_integer(steps[j]));
-            if (stime[j] > worst)
-                worst = stime[j];
+            if (stime[j] > stime[worst])
+                worst = j;
         }
-        json_array_append_new(groups, group_json(&d, &chains[k], srank[k], sl, worst, med));
+        json_array_append_new(groups, group_json(&d, &chains[worst], srank[worst], sl,
+                                                 stime[worst], med));
     }
     (void)cov_all;
     free(used);
