@@ -91,6 +91,7 @@ struct diag {
     size_t nr;
     uint32_t n_ranks;
     uint32_t *n_workers; /* per rank */
+    uint8_t comm_class[256]; /* task class is a communication task (schema) */
     struct mks_clock_model *clock;
 };
 
@@ -298,6 +299,11 @@ static int load(struct diag *d)
     d->n_workers = calloc(d->n_ranks ? d->n_ranks : 1, sizeof(uint32_t));
     if (!d->n_workers)
         return -ENOMEM;
+    if (prep(d, "SELECT DISTINCT id FROM task_classes WHERE job = ?1 AND comm AND id < 256", &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW)
+        d->comm_class[u64(s, 0) & 255] = 1;
+    sqlite3_finalize(s);
     if (prep(d, "SELECT rank, n_workers FROM ranks WHERE job = ?1", &s))
         return -EIO;
     while (sqlite3_step(s) == SQLITE_ROW) {
@@ -674,6 +680,11 @@ static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double exc
                      rank, need / 1e3, cause_name[best], v.score[best] / 1e3);
             break;
         }
+        /* A communication task that runs long is a slow transfer. */
+        if (best == C_SLOW_TASK && v.cls[best] >= 0 && v.cls[best] < 256 &&
+            d->comm_class[v.cls[best]])
+            best = C_TRANSFER, v.score[C_TRANSFER] = v.score[C_SLOW_TASK],
+            v.cls[C_TRANSFER] = v.cls[C_SLOW_TASK];
         L->cause = best;
         L->cls = v.cls[best];
         L->lateness = v.score[best];
@@ -886,6 +897,26 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
                                                  stime[worst], med));
     }
     (void)cov_all;
+    /* Decided groups first, larger first: they are what the run is about;
+     * undecided ones are often noise of a loaded machine. */
+    size_t ng = json_array_size(groups);
+    for (size_t a = 1; a < ng; a++)
+        for (size_t b = a; b > 0; b--) {
+            json_t *x = json_array_get(groups, b - 1), *y = json_array_get(groups, b);
+            size_t kx = json_array_size(json_object_get(x, "steps")) +
+                        (strcmp(json_string_value(json_object_get(x, "cause")), "undecided")
+                             ? 1000000
+                             : 0);
+            size_t ky = json_array_size(json_object_get(y, "steps")) +
+                        (strcmp(json_string_value(json_object_get(y, "cause")), "undecided")
+                             ? 1000000
+                             : 0);
+            if (ky <= kx)
+                break;
+            json_incref(x);
+            json_array_set(groups, b - 1, y);
+            json_array_set_new(groups, b, x);
+        }
     free(used);
     free(slow);
     free(stime);

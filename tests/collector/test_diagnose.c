@@ -197,9 +197,14 @@ static const char *js(json_t *o, const char *k)
 
 /* The single group must blame `cause` at rank 2, class `cls`, through a
  * remote-stall chain 0 -> 1 -> 2, on steps 10..12. */
+/* SQL run on the store before diagnosing (NULL: none). */
+static const char *tweak;
+
 static void expect_root(enum fault f, const char *cause, const char *cls)
 {
     struct mks_store *st = fill(f);
+    if (tweak)
+        assert_int_equal(sqlite3_exec(mks_store_db(st), tweak, NULL, NULL, NULL), SQLITE_OK);
     json_t *d = diagnose(st);
     json_t *groups = json_object_get(d, "groups");
     if (json_array_size(groups) != 1)
@@ -247,6 +252,16 @@ static void test_imbalance_qwi(void **s)
 }
 static void test_notify(void **s) { (void)s; expect_root(NOTIFY, "notify_delay", "attn"); }
 static void test_transfer(void **s) { (void)s; expect_root(TRANSFER, "slow_transfer", "attn"); }
+static void test_comm_class_is_transfer(void **s)
+{
+    (void)s;
+    /* A communication task class that runs long is a slow transfer. */
+    gens_only = false;
+    tweak = "UPDATE task_classes SET comm = 1 WHERE name = 'attn'";
+    expect_root(SLOW_TASK, "slow_transfer", "attn");
+    tweak = NULL;
+}
+
 static void test_gens_only(void **s)
 {
     (void)s;
@@ -313,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_slow_task),   cmocka_unit_test(test_imbalance),
         cmocka_unit_test(test_imbalance_qwi), cmocka_unit_test(test_notify),
         cmocka_unit_test(test_transfer),    cmocka_unit_test(test_gens_only),
+        cmocka_unit_test(test_comm_class_is_transfer),
         cmocka_unit_test(test_clean),
         cmocka_unit_test(test_low_coverage), cmocka_unit_test(test_empty),
     };
