@@ -9,6 +9,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Send an encoded envelope, wait for the reply and decode it. */
+static int send_recv(int sock, const uint8_t *buf, size_t len, mks_envelope **reply)
+{
+    char err[256];
+    if (nn_send(sock, buf, len, 0) < 0)
+        return -nn_errno();
+    void *msg;
+    int n = nn_recv(sock, &msg, NN_MSG, 0);
+    if (n < 0)
+        return -nn_errno();
+    int rc = mks_wire_decode(msg, (size_t)n, NULL, reply, err, sizeof(err));
+    nn_freemsg(msg);
+    if (rc)
+        fprintf(stderr, "fake agent: reply: %s\n", err);
+    return rc;
+}
+
 static int roundtrip(int sock, const mks_envelope *env, mks_envelope **reply)
 {
     uint8_t *buf;
@@ -18,18 +35,8 @@ static int roundtrip(int sock, const mks_envelope *env, mks_envelope **reply)
         fprintf(stderr, "fake agent: encode: %s\n", err);
         return -EINVAL;
     }
-    int rc = nn_send(sock, buf, len, 0);
+    int rc = send_recv(sock, buf, len, reply);
     free(buf);
-    if (rc < 0)
-        return -nn_errno();
-    void *msg;
-    int n = nn_recv(sock, &msg, NN_MSG, 0);
-    if (n < 0)
-        return -nn_errno();
-    rc = mks_wire_decode(msg, (size_t)n, NULL, reply, err, sizeof(err));
-    nn_freemsg(msg);
-    if (rc)
-        fprintf(stderr, "fake agent: reply: %s\n", err);
     return rc;
 }
 
@@ -234,16 +241,12 @@ int fa_encode_summary(const char *job, uint32_t rank, uint64_t inc, uint64_t seq
 int fa_send_summary(int sock, const char *job, uint32_t rank, uint64_t inc, uint64_t seq,
                     const struct fa_summary *s, mks_envelope **reply)
 {
-    struct sum_msgs *m = calloc(1, sizeof(*m));
-    if (!m)
-        return -ENOMEM;
-    build_summary(m, s);
-    mks_envelope env;
-    mks_wire_init(&env, job, rank, seq);
-    env.incarnation = inc;
-    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY;
-    env.epoch_summary = &m->sum;
-    int rc = roundtrip(sock, &env, reply);
-    free(m);
+    uint8_t *buf;
+    size_t len;
+    int rc = fa_encode_summary(job, rank, inc, seq, s, &buf, &len);
+    if (rc)
+        return rc;
+    rc = send_recv(sock, buf, len, reply);
+    free(buf);
     return rc;
 }
