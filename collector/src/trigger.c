@@ -200,11 +200,38 @@ static int64_t resolve_class(const char *name, void *arg)
     return id;
 }
 
+/* A trigger escalates a rank again only after this long: one raw trace per
+ * incident, not one per evaluation while the SLO stays broken. */
+#define ESCALATE_COOLDOWN_NS (10ull * 1000000000ull)
+
+static bool escalated_recently(sqlite3 *db, const char *job, int64_t rank, const char *name,
+                               uint64_t now)
+{
+    sqlite3_stmt *s;
+    bool recent = false;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT 1 FROM commands WHERE job = ? AND rank = ? AND kind = 'escalate'"
+                           " AND name = ? AND created_ns > ? LIMIT 1",
+                           -1, &s, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, rank);
+    sqlite3_bind_text(s, 3, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 4, (int64_t)(now > ESCALATE_COOLDOWN_NS ? now - ESCALATE_COOLDOWN_NS : 0));
+    recent = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    return recent;
+}
+
 /* Queue an Escalate command for one rank with the predicate compiled. */
 static void escalate(const struct mks_serve_env *env, const char *job, int64_t rank,
                      int64_t trigger_id, const char *pred)
 {
     sqlite3 *db = mks_store_db(env->st);
+    char tname[32];
+    snprintf(tname, sizeof(tname), "trigger-%lld", (long long)trigger_id);
+    if (escalated_recently(db, job, rank, tname, env->now_ns))
+        return;
     struct mks_insn *insns = NULL;
     uint32_t n = 0;
     char ptext[600];

@@ -349,6 +349,37 @@ static void test_quantiles(void **state)
     assert_true(isnan(v[0]));
 }
 
+static void test_step_from_generations(void **state)
+{
+    (void)state;
+    /* Rank 9 reports no step times, only generation advances at each
+     * step's end: steps 1..5 end at 10, 13, 20, 21, 29 ms. */
+    static const uint64_t ends[] = {10, 13, 20, 21, 29};
+    for (uint32_t i = 0; i < 5; i++) {
+        mks_envelope env;
+        Mkscope__V1__EpochSummary sum = MKSCOPE__V1__EPOCH_SUMMARY__INIT;
+        Mkscope__V1__StepTime st = MKSCOPE__V1__STEP_TIME__INIT, *stp = &st;
+        Mkscope__V1__GenProgress gp = MKSCOPE__V1__GEN_PROGRESS__INIT, *gpp = &gp;
+        st.step = i + 1, st.tasks = 3;
+        gp.step = i + 1, gp.t_dev_ns = ends[i] * 1000000ull;
+        sum.steps = &stp, sum.n_steps = 1, sum.gens = &gpp, sum.n_gens = 1, sum.epoch = i;
+        mks_wire_init(&env, "q", 9, i + 1);
+        recv_ns = 5000000000ull + i;
+        env.body_case = MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY;
+        env.epoch_summary = &sum;
+        ingest(&env);
+    }
+    double v[16];
+    size_t nc;
+    size_t rows = run("count(step), max(step), min(step), p50(step) where rank = 9", 0, v, 16, &nc);
+    assert_int_equal(rows, 1);
+    /* durations of steps 2..5: 3, 7, 1, 8 ms; step 1 has no begin */
+    assert_true(v[0] == 4);
+    assert_true(v[1] == 8e6);
+    assert_true(v[2] == 1e6);
+    assert_true(v[3] == 3e6); /* nearest rank: 2nd of 1, 3, 7, 8 */
+}
+
 static void test_injection_is_data(void **state)
 {
     (void)state;
@@ -495,6 +526,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_filters, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_quantiles, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_injection_is_data, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_step_from_generations, setup_store, teardown_store),
         cmocka_unit_test(test_filter_agrees_with_c),
         cmocka_unit_test(test_filter_errors),
     };
