@@ -340,6 +340,13 @@ static int cmd_simple(struct mks_cli *cli, const char *verb, char **args, size_t
         render_rows(cli, json_object_get(a, "programs"));
     else if (!strcmp(verb, "trigger-list"))
         render_rows(cli, json_object_get(a, "triggers"));
+    else if (!strcmp(verb, "trigger-add"))
+        fprintf(cli->out, "trigger %lld added: %s\n",
+                (long long)json_integer_value(json_object_get(a, "id")),
+                json_string_value(json_object_get(a, "expr")));
+    else if (!strcmp(verb, "trigger-rm"))
+        fprintf(cli->out, "trigger %lld removed\n",
+                (long long)json_integer_value(json_object_get(a, "removed")));
     else if (!strcmp(verb, "metrics"))
         fputs(json_string_value(json_object_get(a, "text")), cli->out);
     else
