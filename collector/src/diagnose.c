@@ -92,6 +92,8 @@ struct diag {
     uint32_t n_ranks;
     uint32_t *n_workers; /* per rank */
     uint8_t comm_class[256]; /* task class is a communication task (schema) */
+    struct memo *memo;       /* norms computed once per key (open addressing) */
+    size_t memo_cap;
     struct mks_clock_model *clock;
 };
 
@@ -356,6 +358,43 @@ static void build_clock(struct diag *d)
     }
 }
 
+/* ---- norms, computed once per key ------------------------------------------ */
+
+struct memo {
+    uint64_t key;
+    double v[3];
+    uint8_t used;
+};
+
+enum { K_CLASS = 1, K_WAIT, K_RELEASE, K_EPOCH_CLASS, K_RANK };
+
+static uint64_t memo_key(uint64_t tag, uint32_t rank, uint32_t peer, uint32_t cls)
+{
+    return tag << 60 | (uint64_t)(rank & 0xffff) << 44 | (uint64_t)(peer & 0xfff) << 32 | cls;
+}
+
+/* The slot of key; *fresh tells the caller to fill v.  NULL when full (the
+ * caller then computes without caching). */
+static struct memo *memo_get(struct diag *d, uint64_t key, bool *fresh)
+{
+    if (!d->memo_cap)
+        return NULL;
+    size_t mask = d->memo_cap - 1, i = (size_t)(key * 0x9e3779b97f4a7c15ull) & mask;
+    for (size_t n = 0; n < d->memo_cap; n++, i = (i + 1) & mask) {
+        struct memo *m = &d->memo[i];
+        if (m->used && m->key == key) {
+            *fresh = false;
+            return m;
+        }
+        if (!m->used) {
+            m->used = 1, m->key = key;
+            *fresh = true;
+            return m;
+        }
+    }
+    return NULL;
+}
+
 /* ---- statistics helpers ------------------------------------------------------------ */
 
 static int cmp_d(const void *a, const void *b)
@@ -386,14 +425,23 @@ static double step_dur(const struct srow *r)
 }
 
 /* Median over the rank's steps of f(row). */
+static double f_qwi(const struct srow *r);
+
 static double rank_median(struct diag *d, uint32_t rank, double (*f)(const struct srow *),
                           double *buf)
 {
+    bool fresh = true;
+    struct memo *mm = memo_get(d, memo_key(K_RANK, rank, f == f_qwi, 0), &fresh);
+    if (!fresh)
+        return mm->v[0];
     size_t n = 0;
     for (size_t i = 0; i < d->ns; i++)
         if (d->s[i].rank == rank)
             buf[n++] = f(&d->s[i]);
-    return median(buf, n);
+    double v = median(buf, n);
+    if (mm)
+        mm->v[0] = v;
+    return v;
 }
 
 static double f_qwi(const struct srow *r) { return (double)r->qwi; }
@@ -421,9 +469,11 @@ static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_
             continue;
         /* Norms over the same (consumer, class) releases of other steps. */
         double notify = -1, xfer = -1;
+        bool fresh = true;
+        struct memo *mm = memo_get(d, memo_key(K_RELEASE, rank, r->consumer, r->cls), &fresh);
         size_t nn = 0, nx = 0;
         double *bn = buf, *bx = buf + d->nr;
-        for (size_t k = 0; k < d->nr; k++) {
+        for (size_t k = 0; fresh && k < d->nr; k++) {
             const struct rrow *o = &d->r[k];
             if (o->rank != rank || o->consumer != r->consumer || o->cls != r->cls)
                 continue;
@@ -437,7 +487,14 @@ static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_
                 bn[nn++] = g;
             }
         }
-        double nx_med = median(bx, nx), nn_med = median(bn, nn);
+        double nx_med, nn_med;
+        if (fresh) {
+            nx_med = median(bx, nx), nn_med = median(bn, nn);
+            if (mm)
+                mm->v[0] = nx_med, mm->v[1] = nn_med;
+        } else {
+            nx_med = mm->v[0], nn_med = mm->v[1];
+        }
         if (r->t_cb && r->t_ce >= r->t_cb)
             xfer = (double)(r->t_ce - r->t_cb) - nx_med;
         uint64_t base = r->t_ce ? r->t_ce : r->t_end;
@@ -482,17 +539,26 @@ static void score_epoch_classes(struct diag *d, uint32_t rank, uint32_t step, do
             const struct erow *c = &d->ec[i];
             if (c->epoch_id != es->epoch_id || c->count <= 0)
                 continue;
-            size_t n = 0, q = 0;
-            double *bm = buf, *bq = buf + d->nec;
-            for (size_t j = 0; j < d->nec; j++) {
-                const struct erow *o = &d->ec[j];
-                if (o->cls != c->cls || o->count <= 0)
-                    continue;
-                bm[n++] = o->run_sum / o->count;
-                if (o->queue_count > 0)
-                    bq[q++] = o->queue_sum / o->queue_count;
+            bool fresh = true;
+            struct memo *mm = memo_get(d, memo_key(K_EPOCH_CLASS, 0, 0, c->cls), &fresh);
+            double norm_mean, norm_q;
+            if (fresh) {
+                size_t n = 0, q = 0;
+                double *bm = buf, *bq = buf + d->nec;
+                for (size_t j = 0; j < d->nec; j++) {
+                    const struct erow *o = &d->ec[j];
+                    if (o->cls != c->cls || o->count <= 0)
+                        continue;
+                    bm[n++] = o->run_sum / o->count;
+                    if (o->queue_count > 0)
+                        bq[q++] = o->queue_sum / o->queue_count;
+                }
+                norm_mean = median(bm, n), norm_q = median(bq, q);
+                if (mm)
+                    mm->v[0] = norm_mean, mm->v[1] = norm_q;
+            } else {
+                norm_mean = mm->v[0], norm_q = mm->v[1];
             }
-            double norm_mean = median(bm, n), norm_q = median(bq, q);
             double per_step = c->count / steps_in;
             double ex = per_step * (c->run_sum / c->count - norm_mean) / nw;
             if (ex > v->score[C_SLOW_TASK]) {
@@ -526,13 +592,23 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
          * all-reduce every rank waits on every other). */
         if (visited && w->peer < 4096 && visited[w->peer])
             continue;
-        size_t n = 0;
-        for (size_t k = 0; k < d->nw; k++) {
-            const struct wrow *o = &d->w[k];
-            if (o->rank == rank && o->peer == w->peer && o->cls == w->cls)
-                buf[n++] = (double)(o->t_end - o->t_begin);
+        bool fresh = true;
+        struct memo *mm = memo_get(d, memo_key(K_WAIT, rank, w->peer, w->cls), &fresh);
+        double norm;
+        if (fresh) {
+            size_t n = 0;
+            for (size_t k = 0; k < d->nw; k++) {
+                const struct wrow *o = &d->w[k];
+                if (o->rank == rank && o->peer == w->peer && o->cls == w->cls)
+                    buf[n++] = (double)(o->t_end - o->t_begin);
+            }
+            norm = median(buf, n);
+            if (mm)
+                mm->v[0] = norm;
+        } else {
+            norm = mm->v[0];
         }
-        double ex = (double)(w->t_end - w->t_begin) - median(buf, n);
+        double ex = (double)(w->t_end - w->t_begin) - norm;
         if (ex > v->score[C_REMOTE]) {
             v->score[C_REMOTE] = ex, v->wait = w, v->cls[C_REMOTE] = w->cls;
         }
@@ -545,18 +621,27 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
         if (c->rank != rank || c->step != step || c->count <= 0)
             continue;
         have_step_rows = true;
-        size_t n = 0, m = 0, q = 0;
-        double *bmean = buf, *bmax = buf + d->nc, *bq = buf + 2 * d->nc;
-        for (size_t k = 0; k < d->nc; k++) {
-            const struct crow *o = &d->c[k];
-            if (o->rank != rank || o->cls != c->cls || o->count <= 0)
-                continue;
-            bmean[n++] = o->run_sum / o->count;
-            bmax[m++] = o->run_max;
-            if (o->queue_count > 0)
-                bq[q++] = o->queue_sum / o->queue_count;
+        bool fresh = true;
+        struct memo *mm = memo_get(d, memo_key(K_CLASS, rank, 0, c->cls), &fresh);
+        double norm_mean, norm_max, norm_q;
+        if (fresh) {
+            size_t n = 0, m = 0, q = 0;
+            double *bmean = buf, *bmax = buf + d->nc, *bq = buf + 2 * d->nc;
+            for (size_t k = 0; k < d->nc; k++) {
+                const struct crow *o = &d->c[k];
+                if (o->rank != rank || o->cls != c->cls || o->count <= 0)
+                    continue;
+                bmean[n++] = o->run_sum / o->count;
+                bmax[m++] = o->run_max;
+                if (o->queue_count > 0)
+                    bq[q++] = o->queue_sum / o->queue_count;
+            }
+            norm_mean = median(bmean, n), norm_max = median(bmax, m), norm_q = median(bq, q);
+            if (mm)
+                mm->v[0] = norm_mean, mm->v[1] = norm_max, mm->v[2] = norm_q;
+        } else {
+            norm_mean = mm->v[0], norm_max = mm->v[1], norm_q = mm->v[2];
         }
-        double norm_mean = median(bmean, n), norm_max = median(bmax, m), norm_q = median(bq, q);
         double ex_total = (c->run_sum - c->count * norm_mean) / nw;
         double ex_max = c->run_max > 0 ? c->run_max - norm_max : 0;
         double ex = ex_total > ex_max ? ex_total : ex_max;
@@ -823,6 +908,12 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         goto out;
     }
     build_clock(&d);
+    d.memo_cap = 64;
+    while (d.memo_cap < 2 * (d.nc + d.nw + d.nr + d.nec + d.ns) + 64)
+        d.memo_cap *= 2;
+    d.memo = calloc(d.memo_cap, sizeof(*d.memo));
+    if (!d.memo)
+        d.memo_cap = 0; /* no cache: slower, same answers */
     size_t bufn = 3 * (d.nc + d.nw + d.nr + d.ns + d.nec) + 16;
     buf = malloc(bufn * sizeof(double));
     /* Distinct steps and their times (slowest rank). */
@@ -944,6 +1035,7 @@ out:
     free(d.w);
     free(d.r);
     free(d.n_workers);
+    free(d.memo);
     mks_clock_model_destroy(d.clock);
     return rc;
 }
