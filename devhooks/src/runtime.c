@@ -95,6 +95,11 @@ int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p)
 
     if (!opts || !rt_p || opts->sz < min_sz)
         return -EINVAL;
+    for (size_t i = sizeof(*opts); i < opts->sz; i++)
+        if (((const uint8_t *)opts)[i]) {
+            fprintf(stderr, "mkscope: rt_create: unknown non-zero option bytes (newer caller?)\n");
+            return -EOPNOTSUPP;
+        }
     if (opts->n_workers == 0 || opts->n_workers > MKS_CB_MAX_WORKERS ||
         (opts->n_ranks && opts->rank >= opts->n_ranks)) {
         fprintf(stderr, "mkscope: rt_create: need 1..%u workers and rank < n_ranks (got %u "
