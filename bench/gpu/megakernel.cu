@@ -215,6 +215,23 @@ static __device__ int32_t run_hook(const struct bg_dev &D, struct mks_hook_ctx *
 #endif
 }
 
+/* A hook about a remote dependency or transfer, when attached. */
+static __device__ void remote_hook(const struct bg_dev &D, struct bg_hw *h,
+                                   const struct bg_task *t, uint16_t ev, uint32_t peer,
+                                   uint64_t cg, uint64_t dep, uint64_t value)
+{
+    if (!attached(D, h, ev))
+        return;
+    struct mks_hook_ctx c;
+    ctx_fill(D, h->id, t, ev, &c);
+    c.peer_rank = peer;
+    c.comm_gen = cg;
+    c.dep_event = dep;
+    c.dep_class = MKS_DEP_REMOTE;
+    c.value = value;
+    run_hook(D, &c);
+}
+
 static __device__ void prof_rec(const struct bg_dev &D, uint32_t w, uint8_t kind,
                                 const struct bg_task *t)
 {
@@ -280,7 +297,6 @@ static __device__ void body_norm(const struct bg_dev &D, const struct bg_task *t
 static __device__ void body_qkv(const struct bg_dev &D, const struct bg_task *t)
 {
     const struct bm_model *m = &D.m;
-    const struct bm_layer *Ly = &m->layer[t->layer];
     const uint32_t QD = m->QD, QDr = D.QDr, off = D.rank * QDr, ML = m->cfg.max_len;
     uint32_t c0, c1, a, b;
     bm_tile_range(3 * QDr, D.T, t->tile_x, &c0, &c1);
@@ -289,17 +305,10 @@ static __device__ void body_qkv(const struct bg_dev &D, const struct bg_task *t)
         const struct bm_slot *sl = &D.batch->slot[s];
         if (!sl->active)
             continue;
-        const float *xn = D.xn + (size_t)s * m->H;
         size_t kvo = (((size_t)t->layer * m->B + s) * ML + sl->pos) * QD;
-        for (uint32_t which = 0; which < 3; which++) {
-            uint32_t b0 = which * QDr, b1 = b0 + QDr;
-            uint32_t lo = a > b0 ? a : b0, hi = b < b1 ? b : b1;
-            if (lo >= hi)
-                continue;
-            const float *W = which == 0 ? Ly->wq : which == 1 ? Ly->wk : Ly->wv;
-            float *dst = which == 0 ? D.q + (size_t)s * QD : which == 1 ? D.kc + kvo : D.vc + kvo;
-            bm_matvec_cols(xn, W, m->H, QD, off + lo - b0, off + hi - b0, dst + off + lo - b0);
-        }
+        if (a < b)
+            bm_qkv_cols(m, t->layer, off, QDr, D.xn + (size_t)s * m->H, a, b,
+                        D.q + (size_t)s * QD, D.kc + kvo, D.vc + kvo);
     }
 }
 
@@ -334,17 +343,10 @@ static __device__ void body_send(const struct bg_dev &D, const struct bg_task *t
     const struct bm_model *m = &D.m;
     const uint32_t peer = t->tile_x, k = t->tile_y, seq = ar_seq(D, t->step, k);
     const uint32_t n = m->B * m->H;
-    uint64_t cg = comm_gen(t->step, k, D.rank, peer);
-    struct mks_hook_ctx c;
-    if (threadIdx.x == 0 && attached(D, h, MKS_EV_COMM_BEGIN)) {
-        ctx_fill(D, h->id, t, MKS_EV_COMM_BEGIN, &c);
-        c.peer_rank = peer;
-        c.comm_gen = cg;
-        c.dep_event = remote_ev(peer, D.rank);
-        c.dep_class = MKS_DEP_REMOTE;
-        c.value = (uint64_t)n * sizeof(float);
-        run_hook(D, &c);
-    }
+    const uint64_t cg = comm_gen(t->step, k, D.rank, peer), dep = remote_ev(peer, D.rank);
+    const uint64_t bytes = (uint64_t)n * sizeof(float);
+    if (threadIdx.x == 0)
+        remote_hook(D, h, t, MKS_EV_COMM_BEGIN, peer, cg, dep, bytes);
     float *dst = D.peer_data[peer] + (size_t)(seq & 1u) * n;
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
         dst[i] = D.partial[i];
@@ -354,24 +356,8 @@ static __device__ void body_send(const struct bg_dev &D, const struct bg_task *t
             spin_ns(t->comm_delay);
         __threadfence_system(); /* the data before the release, seen over NVLink */
         atomicAdd_system(D.peer_count[peer], 1u);
-        if (attached(D, h, MKS_EV_DEP_RELEASE)) {
-            ctx_fill(D, h->id, t, MKS_EV_DEP_RELEASE, &c);
-            c.peer_rank = peer;
-            c.comm_gen = cg;
-            c.dep_event = remote_ev(peer, D.rank);
-            c.dep_class = MKS_DEP_REMOTE;
-            c.value = seq + 1;
-            run_hook(D, &c);
-        }
-        if (attached(D, h, MKS_EV_COMM_END)) {
-            ctx_fill(D, h->id, t, MKS_EV_COMM_END, &c);
-            c.peer_rank = peer;
-            c.comm_gen = cg;
-            c.dep_event = remote_ev(peer, D.rank);
-            c.dep_class = MKS_DEP_REMOTE;
-            c.value = (uint64_t)n * sizeof(float);
-            run_hook(D, &c);
-        }
+        remote_hook(D, h, t, MKS_EV_DEP_RELEASE, peer, cg, dep, seq + 1);
+        remote_hook(D, h, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
     }
 }
 
@@ -384,31 +370,14 @@ static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task 
         for (uint32_t p = 0; p < D.R; p++) {
             if (p == D.rank)
                 continue;
-            struct mks_hook_ctx c;
-            uint64_t cg = comm_gen(t->step, k, p, D.rank);
-            if (attached(D, h, MKS_EV_DEP_WAIT_BEGIN)) {
-                ctx_fill(D, h->id, t, MKS_EV_DEP_WAIT_BEGIN, &c);
-                c.peer_rank = p;
-                c.comm_gen = cg;
-                c.dep_event = remote_ev(D.rank, p);
-                c.dep_class = MKS_DEP_REMOTE;
-                c.value = seq + 1;
-                run_hook(D, &c);
-            }
+            const uint64_t cg = comm_gen(t->step, k, p, D.rank), dep = remote_ev(D.rank, p);
+            remote_hook(D, h, t, MKS_EV_DEP_WAIT_BEGIN, p, cg, dep, seq + 1);
             prof_rec(D, h->id, BR_PROF_WAIT_BEGIN, t);
             const uint32_t *cnt = &D.inbox_count[p * BG_CSTRIDE];
             while ((int32_t)(vload32(cnt) - (seq + 1)) < 0)
                 __nanosleep(32);
             prof_rec(D, h->id, BR_PROF_WAIT_END, t);
-            if (attached(D, h, MKS_EV_DEP_WAIT_END)) {
-                ctx_fill(D, h->id, t, MKS_EV_DEP_WAIT_END, &c);
-                c.peer_rank = p;
-                c.comm_gen = cg;
-                c.dep_event = remote_ev(D.rank, p);
-                c.dep_class = MKS_DEP_REMOTE;
-                c.value = seq + 1;
-                run_hook(D, &c);
-            }
+            remote_hook(D, h, t, MKS_EV_DEP_WAIT_END, p, cg, dep, seq + 1);
         }
         __threadfence_system();
     }

@@ -37,6 +37,17 @@ int bb_launch_rank(const struct mks_bench_config *cfg, const struct mks_fault *f
                    uint32_t n_faults, uint32_t rank, bb_rank_fn rank_main,
                    struct mks_bench_result **res_p, char *err, size_t err_len);
 
+/* The CLOCK_REALTIME deadline ns from now, for pthread_cond_timedwait. */
+static inline struct timespec bb_deadline(uint64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t abs = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + ns;
+    ts.tv_sec = (time_t)(abs / 1000000000ull);
+    ts.tv_nsec = (long)(abs % 1000000000ull);
+    return ts;
+}
+
 /* Sleep for ns (no CPU burnt: the machine's cores are shared by all ranks). */
 void bb_sleep_ns(uint64_t ns);
 

@@ -42,6 +42,25 @@ static inline BM_HD void bm_matvec_cols(const float *x, const float *W, uint32_t
     }
 }
 
+/* Columns [a, b) of this rank's q|k|v block (3 x QDr columns, the rank's
+ * heads starting at column off of each of q, k, v) for one normed row:
+ * written into q, k, v rows of QD floats at their global columns. */
+static inline BM_HD void bm_qkv_cols(const struct bm_model *m, uint32_t layer, uint32_t off,
+                                     uint32_t QDr, const float *xn, uint32_t a, uint32_t b,
+                                     float *q, float *k, float *v)
+{
+    const struct bm_layer *Ly = &m->layer[layer];
+    for (uint32_t which = 0; which < 3; which++) {
+        uint32_t b0 = which * QDr, b1 = b0 + QDr;
+        uint32_t lo = a > b0 ? a : b0, hi = b < b1 ? b : b1;
+        if (lo >= hi)
+            continue;
+        const float *W = which == 0 ? Ly->wq : which == 1 ? Ly->wk : Ly->wv;
+        float *dst = which == 0 ? q : which == 1 ? k : v;
+        bm_matvec_cols(xn, W, m->H, m->QD, off + lo - b0, off + hi - b0, dst + off + lo - b0);
+    }
+}
+
 static inline BM_HD void bm_attention(const struct bm_model *m, const float *q, const float *kc,
                                       const float *vc, uint32_t pos, uint32_t head, float *out)
 {

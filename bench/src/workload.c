@@ -137,7 +137,6 @@ static void body_qkv(struct br_rt *rt, uint32_t w, struct br_task *t)
     (void)w;
     struct bw_rank *rk = RK(rt);
     const struct bm_model *m = &rk->m;
-    const struct bm_layer *Ly = &m->layer[t->layer];
     const uint32_t QD = m->QD, QDr = rk->QDr, off = rk->rank * QDr, ML = m->cfg.max_len;
     uint32_t c0, c1;
     bm_tile_range(3 * QDr, rk->T, t->tile_x, &c0, &c1);
@@ -145,18 +144,10 @@ static void body_qkv(struct br_rt *rt, uint32_t w, struct br_task *t)
         const struct bm_slot *sl = &rk->batch.slot[s];
         if (!sl->active)
             continue;
-        const float *xn = rk->xn + (size_t)s * m->H;
         size_t kvo = (((size_t)t->layer * m->B + s) * ML + sl->pos) * QD;
         /* the tile may span the q, k and v column blocks */
-        for (uint32_t which = 0; which < 3; which++) {
-            uint32_t b0 = which * QDr, b1 = b0 + QDr;
-            uint32_t lo = c0 > b0 ? c0 : b0, hi = c1 < b1 ? c1 : b1;
-            if (lo >= hi)
-                continue;
-            const float *W = which == 0 ? Ly->wq : which == 1 ? Ly->wk : Ly->wv;
-            float *dst = which == 0 ? rk->q + (size_t)s * QD : which == 1 ? rk->kc + kvo : rk->vc + kvo;
-            bm_matvec_cols(xn, W, m->H, QD, off + lo - b0, off + hi - b0, dst + off + lo - b0);
-        }
+        bm_qkv_cols(m, t->layer, off, QDr, rk->xn + (size_t)s * m->H, c0, c1,
+                    rk->q + (size_t)s * QD, rk->kc + kvo, rk->vc + kvo);
     }
 }
 
@@ -200,33 +191,14 @@ static void body_send(struct br_rt *rt, uint32_t w, struct br_task *t)
     struct bw_rank *rk = RK(rt);
     const uint32_t peer = t->tile_x, k = t->tile_y, seq = ar_seq(rk, t->step, k);
     const size_t bytes = sizeof(float) * rk->m.B * rk->m.H;
-    uint64_t cg = bw_comm_gen(t->step, k, rk->rank, peer);
-    struct mks_hook_ctx ctx;
-    br_ctx_init(rt, w, t, MKS_EV_COMM_BEGIN, &ctx);
-    ctx.peer_rank = peer;
-    ctx.comm_gen = cg;
-    ctx.dep_event = remote_ev(peer, rk->rank);
-    ctx.dep_class = MKS_DEP_REMOTE;
-    ctx.value = bytes;
-    br_hook(rt, &ctx);
+    const uint64_t cg = bw_comm_gen(t->step, k, rk->rank, peer), dep = remote_ev(peer, rk->rank);
+    br_hook_remote(rt, w, t, MKS_EV_COMM_BEGIN, peer, cg, dep, bytes);
     memcpy(bs_inbox_data(rk->shm, peer, rk->rank, seq), rk->partial, bytes);
     if (t->comm_delay_ns)
         br_fault_sleep(rt, w, t->comm_delay_ns);
     bs_inbox_release(rk->shm, peer, rk->rank);
-    br_ctx_init(rt, w, t, MKS_EV_DEP_RELEASE, &ctx);
-    ctx.peer_rank = peer;
-    ctx.comm_gen = cg;
-    ctx.dep_event = remote_ev(peer, rk->rank);
-    ctx.dep_class = MKS_DEP_REMOTE;
-    ctx.value = seq + 1;
-    br_hook(rt, &ctx);
-    br_ctx_init(rt, w, t, MKS_EV_COMM_END, &ctx);
-    ctx.peer_rank = peer;
-    ctx.comm_gen = cg;
-    ctx.dep_event = remote_ev(peer, rk->rank);
-    ctx.dep_class = MKS_DEP_REMOTE;
-    ctx.value = bytes;
-    br_hook(rt, &ctx);
+    br_hook_remote(rt, w, t, MKS_EV_DEP_RELEASE, peer, cg, dep, seq + 1);
+    br_hook_remote(rt, w, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
 }
 
 static void body_reduce(struct br_rt *rt, uint32_t w, struct br_task *t)
@@ -452,13 +424,8 @@ static int pace_steps(struct bw_rank *rk)
     for (uint32_t s = 1; s < rk->m.cfg.steps; s++) {
         pthread_mutex_lock(&rk->gate_mu);
         while (rk->gate_steps < s && !rk->failed && !atomic_load(bs_abort(rk->shm))) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            /* rechecks abort and failure at least every 20 ms */
+            struct timespec ts = bb_deadline(20 * 1000 * 1000);
             pthread_cond_timedwait(&rk->gate_cv, &rk->gate_mu, &ts);
         }
         pthread_mutex_unlock(&rk->gate_mu);

@@ -251,6 +251,19 @@ int32_t br_hook(struct br_rt *rt, struct mks_hook_ctx *ctx)
 #endif
 }
 
+int32_t br_hook_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t, uint16_t ev,
+                       uint32_t peer, uint64_t comm_gen, uint64_t dep_event, uint64_t value)
+{
+    struct mks_hook_ctx ctx;
+    br_ctx_init(rt, worker, t, ev, &ctx);
+    ctx.peer_rank = peer;
+    ctx.comm_gen = comm_gen;
+    ctx.dep_event = dep_event;
+    ctx.dep_class = MKS_DEP_REMOTE;
+    ctx.value = value;
+    return br_hook(rt, &ctx);
+}
+
 static inline void prof_rec(struct br_worker *w, uint8_t kind, const struct br_task *t)
 {
 #ifdef MKS_BENCH_PROFILER
@@ -565,15 +578,9 @@ static void *worker_main(void *arg)
         if (q->n)
             continue;
         if (next) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-            uint64_t wait = next > now ? next - now : 0;
+            uint64_t now = bb_now_ns();
             /* condition variables wait on CLOCK_REALTIME by default */
-            clock_gettime(CLOCK_REALTIME, &ts);
-            uint64_t abs = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + wait;
-            ts.tv_sec = (time_t)(abs / 1000000000ull);
-            ts.tv_nsec = (long)(abs % 1000000000ull);
+            struct timespec ts = bb_deadline(next > now ? next - now : 0);
             pthread_cond_timedwait(&q->cv, &rt->mu, &ts);
         } else {
             pthread_cond_wait(&q->cv, &rt->mu);
@@ -611,13 +618,7 @@ int br_wait_finish(struct br_rt *rt, const _Atomic uint32_t *abort_p)
             pthread_mutex_unlock(&rt->mu);
             return -ECANCELED;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = bb_deadline(20 * 1000 * 1000);
         pthread_cond_timedwait(&rt->finish_cv, &rt->mu, &ts);
     }
     int st = rt->finish_status;
@@ -639,14 +640,7 @@ int br_wait_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t,
                    uint32_t peer, uint64_t comm_gen, const _Atomic uint32_t *abort_p,
                    uint64_t timeout_ns)
 {
-    struct mks_hook_ctx ctx;
-    br_ctx_init(rt, worker, t, MKS_EV_DEP_WAIT_BEGIN, &ctx);
-    ctx.dep_event = dep_event;
-    ctx.dep_class = MKS_DEP_REMOTE;
-    ctx.peer_rank = peer;
-    ctx.comm_gen = comm_gen;
-    ctx.value = target;
-    br_hook(rt, &ctx);
+    br_hook_remote(rt, worker, t, MKS_EV_DEP_WAIT_BEGIN, peer, comm_gen, dep_event, target);
     prof_rec(&rt->w[worker], BR_PROF_WAIT_BEGIN, t);
     int rc = 0;
     uint64_t t0 = 0;
@@ -669,13 +663,7 @@ int br_wait_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t,
         }
         futex_wait(counter, v, 10 * 1000 * 1000);
     }
-    br_ctx_init(rt, worker, t, MKS_EV_DEP_WAIT_END, &ctx);
-    ctx.dep_event = dep_event;
-    ctx.dep_class = MKS_DEP_REMOTE;
-    ctx.peer_rank = peer;
-    ctx.comm_gen = comm_gen;
-    ctx.value = target;
-    br_hook(rt, &ctx);
+    br_hook_remote(rt, worker, t, MKS_EV_DEP_WAIT_END, peer, comm_gen, dep_event, target);
     prof_rec(&rt->w[worker], BR_PROF_WAIT_END, t);
     return rc;
 }

@@ -117,6 +117,10 @@ void br_finish(struct br_rt *rt, int status);
 void br_ctx_init(const struct br_rt *rt, uint32_t worker, const struct br_task *t, uint16_t ev,
                  struct mks_hook_ctx *ctx);
 int32_t br_hook(struct br_rt *rt, struct mks_hook_ctx *ctx);
+/* A hook about a remote dependency or transfer (comm begin/end, remote
+ * release, remote wait begin/end). */
+int32_t br_hook_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t, uint16_t ev,
+                       uint32_t peer, uint64_t comm_gen, uint64_t dep_event, uint64_t value);
 
 /* Wait (as worker, inside task t) until *counter >= target; a remote
  * dependency.  Emits DEP_WAIT_BEGIN/END with dep_event, peer and comm_gen.

@@ -69,7 +69,8 @@ static int name_of(const char *job, char *buf, size_t len)
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-int bs_create(const char *job, const struct bs_layout *lay, struct bs_shm **shm_p)
+/* The handle, not yet mapped: name and layout. */
+static int shm_new(const char *job, const struct bs_layout *lay, struct bs_shm **s_p)
 {
     struct bs_shm *s = calloc(1, sizeof(*s));
     if (!s)
@@ -80,6 +81,16 @@ int bs_create(const char *job, const struct bs_layout *lay, struct bs_shm **shm_
         return rc;
     }
     layout(s, lay);
+    *s_p = s;
+    return 0;
+}
+
+int bs_create(const char *job, const struct bs_layout *lay, struct bs_shm **shm_p)
+{
+    struct bs_shm *s;
+    int rc = shm_new(job, lay, &s);
+    if (rc)
+        return rc;
     shm_unlink(s->name); /* a stale segment of a crashed run */
     int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0) {
@@ -116,15 +127,10 @@ int bs_create(const char *job, const struct bs_layout *lay, struct bs_shm **shm_
 int bs_open(const char *job, const struct bs_layout *lay, uint64_t timeout_ns,
             struct bs_shm **shm_p, char *err, size_t err_len)
 {
-    struct bs_shm *s = calloc(1, sizeof(*s));
-    if (!s)
-        return -ENOMEM;
-    int rc = name_of(job, s->name, sizeof(s->name));
-    if (rc) {
-        free(s);
+    struct bs_shm *s;
+    int rc = shm_new(job, lay, &s);
+    if (rc)
         return rc;
-    }
-    layout(s, lay);
     uint64_t t0 = bb_now_ns();
     for (;;) {
         int fd = shm_open(s->name, O_RDWR, 0);
