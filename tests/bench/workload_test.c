@@ -133,20 +133,28 @@ static void check_counts(const struct mks_bench_config *c, const struct mks_benc
     assert_true(all_experts >= (uint64_t)c->steps * c->layers * c->topk);
 }
 
+/* Run c, compare with the reference, check the class counts; returns the
+ * run's wall time. */
+static uint64_t run_checked(const struct mks_bench_config *c)
+{
+    struct mks_bench_result *run = NULL, *ref = NULL;
+    char err[256] = "";
+    if (mks_bench_run(c, NULL, 0, &run, err, sizeof(err)))
+        fail_msg("run: %s", err);
+    assert_int_equal(mks_bench_reference(c, NULL, 0, &ref), 0);
+    compare(c, run, ref);
+    check_counts(c, run, ref);
+    uint64_t wall = run->wall_ns;
+    mks_bench_result_free(run);
+    mks_bench_result_free(ref);
+    return wall;
+}
+
 static void test_one_rank_matches_reference(void **state)
 {
     (void)state;
     struct mks_bench_config c = small(1, job_name("wl1"));
-    struct mks_bench_result *run = NULL, *ref = NULL;
-    char err[256] = "";
-    int rc = mks_bench_run(&c, NULL, 0, &run, err, sizeof(err));
-    if (rc)
-        fail_msg("run: %s", err);
-    assert_int_equal(mks_bench_reference(&c, NULL, 0, &ref), 0);
-    compare(&c, run, ref);
-    check_counts(&c, run, ref);
-    mks_bench_result_free(run);
-    mks_bench_result_free(ref);
+    run_checked(&c);
 }
 
 static void test_two_ranks_uneven_tiles(void **state)
@@ -160,16 +168,7 @@ static void test_two_ranks_uneven_tiles(void **state)
     c.workers = 3;
     c.hidden = 40;
     c.vocab = 100;
-    struct mks_bench_result *run = NULL, *ref = NULL;
-    char err[256] = "";
-    int rc = mks_bench_run(&c, NULL, 0, &run, err, sizeof(err));
-    if (rc)
-        fail_msg("run: %s", err);
-    assert_int_equal(mks_bench_reference(&c, NULL, 0, &ref), 0);
-    compare(&c, run, ref);
-    check_counts(&c, run, ref);
-    mks_bench_result_free(run);
-    mks_bench_result_free(ref);
+    run_checked(&c);
 }
 
 /* Paced steps (--step-interval-us): the same tokens, and steps start no
@@ -180,16 +179,7 @@ static void test_paced_run(void **state)
     struct mks_bench_config c = small(2, job_name("wl4"));
     c.steps = 6;
     c.step_interval_us = 3000;
-    struct mks_bench_result *run = NULL, *ref = NULL;
-    char err[256] = "";
-    int rc = mks_bench_run(&c, NULL, 0, &run, err, sizeof(err));
-    if (rc)
-        fail_msg("run: %s", err);
-    assert_int_equal(mks_bench_reference(&c, NULL, 0, &ref), 0);
-    compare(&c, run, ref);
-    assert_true(run->wall_ns >= 5ull * 3000 * 1000);
-    mks_bench_result_free(run);
-    mks_bench_result_free(ref);
+    assert_true(run_checked(&c) >= 5ull * 3000 * 1000);
 }
 
 static void test_bad_config_refused(void **state)
