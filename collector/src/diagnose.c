@@ -456,7 +456,7 @@ struct verdict {
     int64_t cls[C_N];       /* task class behind each score, -1 none */
     const struct wrow *wait; /* the remote wait behind C_REMOTE */
     const struct rrow *rel;  /* the release behind C_NOTIFY / C_TRANSFER */
-    double detail[C_N];     /* the observed value (for the reason text) */
+    double detail[C_N];     /* the norm the score is measured against */
 };
 
 /* The release a consumer's wait (or a step) points at on this rank. */
@@ -611,6 +611,7 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
         double ex = (double)(w->t_end - w->t_begin) - norm;
         if (ex > v->score[C_REMOTE]) {
             v->score[C_REMOTE] = ex, v->wait = w, v->cls[C_REMOTE] = w->cls;
+            v->detail[C_REMOTE] = norm;
         }
     }
     /* Task classes: run time (slow task) and queueing (imbalance). */
@@ -690,6 +691,7 @@ struct link {
     uint64_t gen;
     uint32_t peer;
     double cov_ratio; /* -1 unknown */
+    double norm;      /* the rank's usual value of what was late (0 unknown) */
 };
 
 struct chain {
@@ -769,10 +771,11 @@ static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double exc
         if (best == C_SLOW_TASK && v.cls[best] >= 0 && v.cls[best] < 256 &&
             d->comm_class[v.cls[best]])
             best = C_TRANSFER, v.score[C_TRANSFER] = v.score[C_SLOW_TASK],
-            v.cls[C_TRANSFER] = v.cls[C_SLOW_TASK];
+            v.cls[C_TRANSFER] = v.cls[C_SLOW_TASK], v.detail[C_TRANSFER] = v.detail[C_SLOW_TASK];
         L->cause = best;
         L->cls = v.cls[best];
         L->lateness = v.score[best];
+        L->norm = v.detail[best];
         if (best != C_REMOTE) {
             if (v.rel) {
                 L->gen = v.rel->gen;
@@ -850,6 +853,8 @@ static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank,
                               L->cause < 0 ? "undecided" : cause_name[L->cause], "lateness_ns",
                               (json_int_t)(L->lateness > 0 ? L->lateness : 0));
         json_object_set_new(o, "task_class", class_json(d, L->rank, L->cls));
+        if (L->norm > 0)
+            json_object_set_new(o, "norm_ns", json_integer((json_int_t)L->norm));
         if (L->cause == C_REMOTE) {
             json_object_set_new(o, "peer", json_integer(L->peer));
             json_object_set_new(o, "comm_gen", gen_json(L->gen));
@@ -949,7 +954,6 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         buf[k] = fabs(stime[k] - med);
     double noise = 4 * 1.4826 * median(buf, n_steps);
     size_t n_slow = 0;
-    json_t *cov_all = NULL;
     bool *used = calloc(n_steps + 1, sizeof(bool));
     bool *slow = calloc(n_steps + 1, sizeof(bool));
     if (!used || !slow) {
@@ -987,7 +991,6 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         json_array_append_new(groups, group_json(&d, &chains[worst], srank[worst], sl,
                                                  stime[worst], med));
     }
-    (void)cov_all;
     /* Decided groups first, larger first: they are what the run is about;
      * undecided ones are often noise of a loaded machine. */
     size_t ng = json_array_size(groups);

@@ -228,6 +228,13 @@ static void expect_root(enum fault f, const char *cause, const char *cls)
         if (late < (json_int_t)(FAULT / 2) || late > (json_int_t)(2 * FAULT))
             fail_msg("link %d lateness %lld", i, (long long)late);
     }
+    /* links carry the norm they were judged against: the waits' usual 10 us,
+     * and for a slow task the class's usual mean run time (attn: 30 us) */
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(chain, 0), "norm_ns")),
+                     10 * US);
+    if (f == SLOW_TASK)
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(chain, 2), "norm_ns")),
+                         30 * US);
     json_t *steps = json_object_get(g, "steps");
     assert_int_equal(json_array_size(steps), F_HI - F_LO + 1);
     for (size_t i = 0; i < json_array_size(steps); i++)
