@@ -149,6 +149,12 @@ static void push_programs(struct mks_rt *rt, struct cuda_pump *p)
                      pr->load_seq != p->prog_seq[i];
         reuse |= rewrite[i] && p->prog_seq[i] != 0;
     }
+    /* So does arena space of a map the device knew that is gone or remade:
+     * a program still running there could write into its successor. */
+    for (uint32_t id = 0; id < MKS_MAX_MAPS; id++)
+        reuse |= p->maps[id].state == MKS_MAPSTATE_LIVE &&
+                 (__atomic_load_n(&cb->maps[id].state, __ATOMIC_ACQUIRE) != MKS_MAPSTATE_LIVE ||
+                  cb->maps[id].gen != p->maps[id].gen);
     if (reuse && (!push_hooks(rt, p, rewrite) || !device_grace(rt, p)))
         return;
     for (uint32_t i = 0; i < MKS_CB_MAX_PROGS; i++) {
