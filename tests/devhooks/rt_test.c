@@ -429,6 +429,69 @@ static void test_ring_drain_while_running(void **state)
     assert_true(total_dropped > 0 || d.gaps == 0);
 }
 
+/* An array map with an initial image (.rodata-like), read through a map
+ * value reference (lddw src 6), and a second program sharing the counter
+ * map of the first. */
+static void test_map_init_and_sharing(void **state)
+{
+    struct fixture *f = *state;
+    /* r6 = *(u64 *)(&konst + 0); *(u64 *)lookup(count, 0) += r6 */
+    struct mks_insn p[] = {LD_MAPVAL(1, 0, 0), LDX_DW(6, 1, 0), ST_W(10, -4, 0), LD_MAP(1, 1),
+                           MOV64_REG(2, 10), ADD64_IMM(2, -4), CALL(MKS_HELPER_MAP_LOOKUP),
+                           JEQ_IMM(0, 0, 1), ATOMIC_ADD64(0, 6, 0), MOV64_IMM(0, 0), EXIT()};
+    static const struct mks_map_spec maps[2] = {{"konst", MKS_MAP_ARRAY, 4, 8, 1},
+                                                {"count", MKS_MAP_ARRAY, 4, 8, 1}};
+    const uint64_t five = 5, seven = 7;
+    const void *init_a[2] = {&five, NULL}, *init_b[2] = {&seven, NULL};
+    const size_t init_len[2] = {8, 0};
+    int32_t share[2] = {-1, -1};
+    struct mks_prog_spec s;
+    struct mks_epoch_snapshot *snap = NULL;
+    uint32_t a, b, konst_a, count_a, konst_b, count_b;
+
+    memset(&s, 0, sizeof(s));
+    s.sz = sizeof(s);
+    s.prog_type = MKS_PROG_OBSERVE;
+    s.abi_version = 1;
+    s.insns = p;
+    s.n_insns = N(p);
+    s.n_maps = 2;
+    s.maps = maps;
+    s.cost = N(p);
+    s.map_init = init_a;
+    s.map_init_len = init_len;
+    assert_int_equal(mks_ctl_prog_load(f->ctl, &s, &a), 0);
+    assert_int_equal(mks_ctl_prog_map(f->ctl, a, 0, &konst_a), 0);
+    assert_int_equal(mks_ctl_prog_map(f->ctl, a, 1, &count_a), 0);
+    share[1] = (int32_t)count_a;
+    s.share_maps = share;
+    s.map_init = init_b;
+    assert_int_equal(mks_ctl_prog_load(f->ctl, &s, &b), 0);
+    assert_int_equal(mks_ctl_prog_map(f->ctl, b, 0, &konst_b), 0);
+    assert_int_equal(mks_ctl_prog_map(f->ctl, b, 1, &count_b), 0);
+    assert_int_not_equal(konst_a, konst_b);
+    assert_int_equal(count_a, count_b);
+    assert_int_equal(mks_ctl_attach(f->ctl, a, MKS_EV_GEN_ADVANCE, -1, NULL), 0);
+    assert_int_equal(mks_ctl_attach(f->ctl, b, MKS_EV_GEN_ADVANCE, -1, NULL), 0);
+    for (int epoch = 0; epoch < 2; epoch++) {
+        for (int i = 0; i < 3; i++)
+            fire(f, 0, MKS_EV_GEN_ADVANCE);
+        assert_int_equal(mks_ctl_epoch_advance(f->ctl, &snap), 0);
+        /* 3 events x (5 + 7); the initial images come back every epoch */
+        assert_int_equal(snap_count(snap, count_a), 36);
+        assert_int_equal(snap_count(snap, konst_a), 5);
+        assert_int_equal(snap_count(snap, konst_b), 7);
+        mks_epoch_snapshot_free(snap);
+    }
+    /* A shared map lives until its last program is unloaded. */
+    assert_int_equal(mks_ctl_detach(f->ctl, a, MKS_EV_GEN_ADVANCE, NULL), 0);
+    assert_int_equal(mks_ctl_prog_unload(f->ctl, a), 0);
+    fire(f, 0, MKS_EV_GEN_ADVANCE);
+    assert_int_equal(mks_ctl_epoch_advance(f->ctl, &snap), 0);
+    assert_int_equal(snap_count(snap, count_b), 7);
+    mks_epoch_snapshot_free(snap);
+}
+
 static void test_lease_expiry_detaches(void **state)
 {
     struct fixture *f = *state;
@@ -544,6 +607,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_control_hint_and_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ring_drain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ring_drain_while_running, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_map_init_and_sharing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_expiry_detaches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_swap_under_load, setup, teardown),
     };
