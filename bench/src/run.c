@@ -97,10 +97,22 @@ int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults
         pids[started++] = p;
     }
     int cause_rank = -1, cause_sig = 0, any_bad = 0;
-    for (uint32_t i = 0; i < started; i++) {
+    /* reap in the order ranks end, so the first to die stops the others at
+     * once instead of at their remote-wait timeout */
+    for (uint32_t left = started; left > 0;) {
         int st;
-        while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR)
-            ;
+        pid_t p = waitpid(-1, &st, 0);
+        if (p < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        uint32_t i = 0;
+        while (i < started && pids[i] != p)
+            i++;
+        if (i == started)
+            continue; /* not a rank of ours */
+        left--;
         if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
             continue;
         /* a rank that failed or died: the others stop at their next wait */

@@ -560,6 +560,9 @@ static void *worker_main(void *arg)
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     pthread_mutex_lock(&rt->mu);
     for (;;) {
+        /* stop first: after a failure the queues may still hold tasks */
+        if (rt->stop)
+            break;
         if (q->n) {
             struct br_task *t = q->ring[q->head];
             q->head = (q->head + 1) % rt->o.max_tasks;
@@ -572,8 +575,6 @@ static void *worker_main(void *arg)
             q->busy = 0;
             continue;
         }
-        if (rt->stop)
-            break;
         uint64_t next = rt->n_ready ? dispatch(rt) : 0;
         if (q->n)
             continue;
