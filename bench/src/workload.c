@@ -50,7 +50,6 @@ struct bw_rank {
     struct bs_shm *shm;
     struct bs_result res;
     uint32_t rank, R, L, W, QDr, T, n_own;
-    uint32_t step;
     uint64_t step_t0;
     /* --step-interval: steps start at most this often; between steps the
      * rank idles outside any task, released by the main thread */
@@ -62,7 +61,7 @@ struct bw_rank {
     float *x, *xn, *q, *o, *partial, *logits, *kc, *vc, *P;
     uint32_t *sel_e; /* [B][topk] */
     float *sel_g;
-    int failed;
+    _Atomic int failed; /* first error of a task body, read by the main thread */
 };
 
 static inline uint32_t ev_of(const struct bw_rank *rk, uint32_t l, uint32_t op)
@@ -90,10 +89,10 @@ static uint64_t remote_ev(uint32_t dst, uint32_t src)
 
 static void fail(struct bw_rank *rk, int rc)
 {
-    if (!rk->failed) {
-        rk->failed = rc ? rc : -EIO;
+    int none = 0;
+    if (atomic_compare_exchange_strong(&rk->failed, &none, rc ? rc : -EIO)) {
         atomic_store(bs_abort(rk->shm), 1);
-        br_finish(rk->rt, rk->failed);
+        br_finish(rk->rt, rc ? rc : -EIO);
     }
 }
 
@@ -423,13 +422,14 @@ static int pace_steps(struct bw_rank *rk)
     uint64_t started = rk->step_t0;
     for (uint32_t s = 1; s < rk->m.cfg.steps; s++) {
         pthread_mutex_lock(&rk->gate_mu);
-        while (rk->gate_steps < s && !rk->failed && !atomic_load(bs_abort(rk->shm))) {
+        while (rk->gate_steps < s && !atomic_load(&rk->failed) &&
+               !atomic_load(bs_abort(rk->shm))) {
             /* rechecks abort and failure at least every 20 ms */
             struct timespec ts = bb_deadline(20 * 1000 * 1000);
             pthread_cond_timedwait(&rk->gate_cv, &rk->gate_mu, &ts);
         }
         pthread_mutex_unlock(&rk->gate_mu);
-        if (rk->failed || atomic_load(bs_abort(rk->shm)))
+        if (atomic_load(&rk->failed) || atomic_load(bs_abort(rk->shm)))
             break;
         uint64_t now = bb_now_ns();
         if (now < started + rk->interval_ns)
@@ -612,8 +612,10 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
     pthread_cond_init(&rk.gate_cv, NULL);
     bs_result(shm, rank, &rk.res);
     int rc = bm_model_init(&rk.m, cfg, faults, n_faults);
-    if (rc)
+    if (rc) {
+        rank_free(&rk);
         return bb_err(err, err_len, rc, "rank %u: out of memory for the model", rank);
+    }
     const struct bm_model *m = &rk.m;
     rk.QDr = cfg->heads * cfg->head_dim;
     rk.n_own = (m->E + rk.R - 1 - rank) / rk.R;
