@@ -82,7 +82,7 @@ struct agent {
     struct agt_spool *spool;
     uint64_t seq;      /* last seq given to a summary */
     uint64_t acked;    /* highest seq acknowledged */
-    uint32_t refusals[1]; /* consecutive refusals of the head summary */
+    uint32_t refusals;    /* consecutive refusals of the head summary */
     uint64_t refused;     /* summaries dropped because the collector refused them */
     uint64_t lost_reported;
     struct agt_budget budget;
@@ -235,7 +235,7 @@ static int send_heartbeat(struct agent *a, uint64_t now)
     hb.last_seq = a->seq;
     hb.app_alive = a->app_alive;
     hb.unacked = st.entries;
-    hb.lost_summaries = st.lost;
+    hb.lost_summaries = st.lost + st.stale + a->refused;
     for (uint32_t i = 0; i < a->progs.n; i++) {
         const struct agt_prog *p = &a->progs.progs[i];
         mkscope__v1__program_state__init(&ps[i]);
@@ -281,7 +281,8 @@ static void pump(struct agent *a, uint64_t now)
     const void *buf;
     size_t len;
     if (agt_spool_head(a->spool, &seq, &buf, &len) == 0) {
-        send_buf(a, buf, len, IF_SUMMARY, seq, now);
+        if (send_buf(a, buf, len, IF_SUMMARY, seq, now) == 0)
+            agt_spool_pin(a->spool, seq);
         return;
     }
     if (a->final_heartbeat || now - a->last_send_ns >= a->o.heartbeat_ms * 1000000ull) {
@@ -610,6 +611,7 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
     char why[256];
     enum inflight was = a->inflight;
     a->inflight = IF_NONE;
+    agt_spool_pin(a->spool, 0);
     int err = mks_wire_decode(buf, len, a->have_key ? &a->key : NULL, &env, why, sizeof(why));
     if (err) {
         agt_log_warn("collector reply rejected: %s", why);
@@ -642,11 +644,11 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
         agt_log_warn("collector refused %s seq %" PRIu64 ": %s",
                      was == IF_SUMMARY ? "summary" : "request", a->inflight_seq,
                      env->register_ack->reason);
-        if (was == IF_SUMMARY && ++a->refusals[0] >= 3) {
+        if (was == IF_SUMMARY && ++a->refusals >= 3) {
             agt_log_err("dropping summary seq %" PRIu64 " the collector refuses", a->inflight_seq);
             agt_spool_ack(a->spool, a->inflight_seq);
             a->refused++;
-            a->refusals[0] = 0;
+            a->refusals = 0;
         } else if (was == IF_REPLY) {
             pop_reply(a);
         }
@@ -658,7 +660,7 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
         mks_wire_free(env);
         return;
     }
-    a->refusals[0] = 0;
+    a->refusals = 0;
     /* Only the reply to a summary speaks for this incarnation's summaries:
      * the collector answers other requests with what it last stored for the
      * rank, which may belong to an earlier agent. */
@@ -1038,12 +1040,13 @@ static void write_stats(struct agent *a)
             ",\"unacked\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"held_epochs\":%" PRIu64
             ",\"bytes_sent\":%" PRIu64 ",\"sending_seconds\":%.3f,\"sends\":%" PRIu64
             ",\"resends\":%" PRIu64
-            ",\"attaches\":%" PRIu64 ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64
+            ",\"attaches\":%" PRIu64 ",\"raw_batches_dropped\":%" PRIu64
+            ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64
             "],\"class_counts\":{",
             a->o.rank, a->incarnation, secs, a->n_epochs, a->n_summaries, a->acked, a->seq,
             st.entries, st.lost + st.stale + a->refused, a->n_held, a->budget.sent,
             (double)(a->last_send_ns - a->first_send_ns) / 1e9, a->n_sends, a->n_resends,
-            a->n_attaches, a->tiers[AGT_TIER_COUNTS], a->tiers[AGT_TIER_HIST],
+            a->n_attaches, a->raw_dropped, a->tiers[AGT_TIER_COUNTS], a->tiers[AGT_TIER_HIST],
             a->tiers[AGT_TIER_FULL]);
     int first = 1;
     for (int c = 0; c < MKS_MON_MAX_CLASSES; c++) {
@@ -1175,6 +1178,7 @@ int agt_run(const struct agt_opts *opts)
             }
             /* it may have restarted: register again, then replay */
             a->inflight = IF_NONE;
+            agt_spool_pin(a->spool, 0);
             a->registered = 0;
         }
         /* Renew the lease on every wake-up, not only at epoch ticks: on a

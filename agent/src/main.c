@@ -65,8 +65,9 @@ static void usage(FILE *f)
             "  --monitors DIR        built-in monitor objects (default %s)\n"
             "  --attach LIST         built-in monitors to attach, comma-separated\n"
             "                        (default count,latency,depwait,queue,genprog)\n"
-            "  --lease-ms MS         lease on the hooks (default 3 epochs): if the agent stops,\n"
-            "                        the hooks detach this long after its last renewal\n"
+            "  --lease-ms MS         lease on the hooks (default 3 epochs, at least 1000): if\n"
+            "                        the agent stops, the hooks detach this long after its\n"
+            "                        last renewal\n"
             "  --heartbeat-ms MS     heartbeat when nothing else was sent (default 1000)\n"
             "  --timeout-ms MS       reply timeout before resending (default 1000)\n"
             "  --drain-ms MS         at exit, time to deliver what is buffered (default 3000)\n"
@@ -243,7 +244,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "mkscope-agent: --job '%s': expected [A-Za-z0-9_.-]{1,64}\n", o.job);
         return 2;
     }
+    /* Long enough that an agent starved of CPU for a moment (a busy node,
+     * a sanitizer build) does not cost its rank the monitors; short enough
+     * that a dead agent's hooks detach soon. */
     if (!o.lease_ms)
-        o.lease_ms = 3 * o.epoch_ms;
+        o.lease_ms = 3 * o.epoch_ms > 1000 ? 3 * o.epoch_ms : 1000;
     return agt_run(&o);
 }

@@ -38,6 +38,7 @@ struct agt_spool {
     uint64_t mem_used, disk_used, lost, lost_tags, stale, last_seq;
     int have_seq;
     uint64_t last_tag; /* tag of the entry drop_head() removed last */
+    uint64_t pinned;   /* seq of the entry in flight, 0 for none */
     void *scratch;     /* head payload read back from disk */
     size_t scratch_cap;
 };
@@ -125,6 +126,36 @@ static void drop_head(struct agt_spool *sp)
     sp->n--;
 }
 
+/* Drop the oldest entry that is not in flight, counting it as lost. */
+static void drop_lost(struct agt_spool *sp)
+{
+    if (sp->n >= 2 && sp->pinned && at(sp, 0)->seq == sp->pinned) {
+        /* Remove the second entry: drop it as the head, then put the
+         * pinned entry back in front.  The disk prefix stays a prefix. */
+        struct entry keep = *at(sp, 0);
+        int keep_on_disk = keep.mem == NULL;
+        sp->head = (sp->head + 1) % sp->cap;
+        sp->n--;
+        if (keep_on_disk)
+            sp->n_disk--;
+        drop_head(sp);
+        sp->head = (sp->head + sp->cap - 1) % sp->cap;
+        *at(sp, 0) = keep;
+        sp->n++;
+        if (keep_on_disk)
+            sp->n_disk++;
+    } else {
+        drop_head(sp);
+    }
+    sp->lost++;
+    sp->lost_tags += sp->last_tag;
+}
+
+void agt_spool_pin(struct agt_spool *sp, uint64_t seq)
+{
+    sp->pinned = seq;
+}
+
 void agt_spool_destroy(struct agt_spool *sp)
 {
     if (!sp)
@@ -182,14 +213,14 @@ static int spill_one(struct agt_spool *sp)
     if (!sp->dir || sp->n_disk >= sp->n)
         return -ENOSPC;
     struct entry *e = at(sp, sp->n_disk);
-    while (sp->disk_used + e->len > sp->disk_limit && sp->n_disk > 0) {
-        drop_head(sp);
-        sp->lost++;
-        sp->lost_tags += sp->last_tag;
-        e = at(sp, sp->n_disk);
+    while (sp->disk_used + e->len > sp->disk_limit) {
+        /* make room by dropping the oldest on disk, never the one in flight */
+        int only_pinned = sp->n_disk == 1 && sp->pinned && at(sp, 0)->seq == sp->pinned;
+        if (sp->n_disk == 0 || only_pinned)
+            return -ENOSPC;
+        drop_lost(sp);
+        e = at(sp, sp->n_disk); /* the same entry, one place further front */
     }
-    if (sp->disk_used + e->len > sp->disk_limit)
-        return -ENOSPC;
     char path[4096];
     entry_path(sp, e->seq, path, sizeof(path));
     int err = write_file(path, e->mem, e->len);
@@ -231,9 +262,7 @@ int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t l
         if (spill_one(sp) == 0)
             continue;
         /* No room on disk either: the oldest entry is lost (counted). */
-        drop_head(sp);
-        sp->lost++;
-        sp->lost_tags += sp->last_tag;
+        drop_lost(sp);
     }
     return 0;
 }

@@ -48,6 +48,11 @@ int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t l
  * until the next call on the spool. */
 int agt_spool_head(struct agt_spool *sp, uint64_t *seq_p, const void **buf_p, size_t *len_p);
 
+/* Mark the entry of seq as in flight (0: none).  Overflow then drops the
+ * next oldest instead: the collector may be storing that very entry, and
+ * counting it lost would over-report. */
+void agt_spool_pin(struct agt_spool *sp, uint64_t seq);
+
 /* Cumulative acknowledgement: drops every entry with seq <= up_to.  Returns
  * the number of entries dropped. */
 uint64_t agt_spool_ack(struct agt_spool *sp, uint64_t up_to);

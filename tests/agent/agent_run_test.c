@@ -346,6 +346,8 @@ static pid_t agent_start(const char *job, const char *url, const char *extra[])
     argv[n++] = "200";
     argv[n++] = "--heartbeat-ms";
     argv[n++] = "200";
+    argv[n++] = "--lease-ms"; /* later arguments may shorten it */
+    argv[n++] = "2000";
     for (int i = 0; extra && extra[i]; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
@@ -708,7 +710,7 @@ static void test_escalation_raw_trace_of_one_class(void **state)
     fc_close(&fc);
 }
 
-static void test_restart_and_agent_death(void **state)
+static void test_restart_is_followed(void **state)
 {
     (void)state;
     struct fake_collector fc;
@@ -730,7 +732,26 @@ static void test_restart_and_agent_death(void **state)
     assert_true(fc.last_app_start != start1);
     assert_int_equal(fc.counts[0], 10);
     assert_int_equal(fc.counts[1], 20);
-    /* the agent dies: within a few epochs the hooks are detached and the
+    kill(pid, SIGTERM);
+    int st = serve_until_exit(&fc, pid, 10000);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_false(attached(rt, MKS_EV_TASK_END)); /* it left the rank as it found it */
+    mks_rt_destroy(rt);
+    fc_close(&fc);
+}
+
+static void test_agent_death_detaches_hooks(void **state)
+{
+    (void)state;
+    struct fake_collector fc;
+    fc_init(&fc, "ingest-death");
+    struct mks_rt *rt = app_create(job);
+    const char *extra[] = {"--lease-ms", "100", NULL};
+    pid_t pid = agent_start(job, fc.url, extra);
+    serve_until_attached(&fc, rt, pid);
+    fire(rt, 0, 10, 0);
+    /* the agent dies: the lease runs out, the hooks detach and the
      * application runs on */
     kill(pid, SIGKILL);
     int st;
@@ -739,7 +760,7 @@ static void test_restart_and_agent_death(void **state)
     while (attached(rt, MKS_EV_TASK_END) && now_ns() - t0 < 2000000000ull)
         usleep(5000);
     assert_false(attached(rt, MKS_EV_TASK_END));
-    assert_true(now_ns() - t0 < 500000000ull); /* lease of 2 epochs, plus scheduling */
+    assert_true(now_ns() - t0 < 1000000000ull); /* a lease of 100 ms, plus scheduling */
     fire(rt, 1, 20, 1);
     mks_rt_destroy(rt);
     fc_close(&fc);
@@ -763,7 +784,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(test_budget_bounds_bytes_and_says_so, setup),
         cmocka_unit_test_setup(test_commands_are_verified_and_answered, setup),
         cmocka_unit_test_setup(test_escalation_raw_trace_of_one_class, setup),
-        cmocka_unit_test_setup(test_restart_and_agent_death, setup),
+        cmocka_unit_test_setup(test_restart_is_followed, setup),
+        cmocka_unit_test_setup(test_agent_death_detaches_hooks, setup),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];

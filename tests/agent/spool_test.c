@@ -226,6 +226,60 @@ static void test_stale_files_removed_and_counted(void **state)
     unlink(path);
 }
 
+/* The entry in flight is never the one an overflow drops. */
+static void test_pinned_head_survives_overflow(void **state)
+{
+    (void)state;
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 100};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 5, 20);
+    agt_spool_pin(sp, 1);
+    push_n(sp, 6, 2, 20); /* two over: 2 and 3 go, 1 stays */
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.lost, 2);
+    assert_int_equal(st.lost_tags, 2 % 3 + 3 % 3);
+    uint64_t seq;
+    const void *b;
+    size_t l;
+    assert_int_equal(agt_spool_head(sp, &seq, &b, &l), 0);
+    assert_int_equal(seq, 1);
+    assert_int_equal(agt_spool_ack(sp, 1), 1);
+    agt_spool_pin(sp, 0);
+    drain_check(sp, 4, 4, 20);
+    agt_spool_destroy(sp);
+}
+
+static void test_pinned_head_on_disk(void **state)
+{
+    (void)state;
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 40, .dir = tmpdir,
+                               .disk_bytes = 60};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 5, 20); /* 1..3 on disk, 4..5 in memory */
+    agt_spool_pin(sp, 1);
+    push_n(sp, 6, 3, 20); /* the disk is full: 2, 3, 4 go as 4, 5, 6 spill */
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.lost, 3);
+    assert_int_equal(st.entries, 5);
+    assert_true(st.disk_bytes <= 60);
+    uint64_t seq;
+    const void *b;
+    size_t l;
+    uint8_t ref[20];
+    assert_int_equal(agt_spool_head(sp, &seq, &b, &l), 0);
+    assert_int_equal(seq, 1);
+    payload(1, ref, 20);
+    assert_memory_equal(b, ref, 20);
+    assert_int_equal(agt_spool_ack(sp, 1), 1);
+    drain_check(sp, 5, 4, 20);
+    assert_int_equal(count_files(), 0);
+    agt_spool_destroy(sp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,6 +293,8 @@ int main(void)
                                         setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_stale_files_removed_and_counted, setup_dir,
                                         teardown_dir),
+        cmocka_unit_test(test_pinned_head_survives_overflow),
+        cmocka_unit_test_setup_teardown(test_pinned_head_on_disk, setup_dir, teardown_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
