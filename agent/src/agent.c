@@ -198,6 +198,19 @@ static int send_buf(struct agent *a, const uint8_t *buf, size_t len, enum inflig
     return 0;
 }
 
+/* Encode and send a request made on the spot (registration, heartbeat). */
+static int send_env(struct agent *a, mks_envelope *env, enum inflight kind, uint64_t now)
+{
+    uint8_t *buf;
+    size_t len;
+    int err = encode_env(a, env, &buf, &len);
+    if (err)
+        return err;
+    err = send_buf(a, buf, len, kind, 0, now);
+    free(buf);
+    return err;
+}
+
 static int send_register(struct agent *a, uint64_t now)
 {
     Mkscope__V1__Register r = MKSCOPE__V1__REGISTER__INIT;
@@ -215,14 +228,24 @@ static int send_register(struct agent *a, uint64_t now)
     env_init(a, &env, a->seq);
     env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
     env.register_ = &r;
-    uint8_t *buf;
-    size_t len;
-    int err = encode_env(a, &env, &buf, &len);
-    if (err)
-        return err;
-    err = send_buf(a, buf, len, IF_REGISTER, 0, now);
-    free(buf);
-    return err;
+    return send_env(a, &env, IF_REGISTER, now);
+}
+
+/* The attached programs as wire messages (ps and psp hold AGT_MAX_PROGS). */
+static size_t fill_programs(const struct agent *a, Mkscope__V1__ProgramState *ps,
+                            Mkscope__V1__ProgramState **psp)
+{
+    for (uint32_t i = 0; i < a->progs.n; i++) {
+        const struct agt_prog *p = &a->progs.progs[i];
+        mkscope__v1__program_state__init(&ps[i]);
+        ps[i].name = (char *)p->name;
+        ps[i].hook = (uint32_t)p->hook;
+        ps[i].prog_gen = p->gen;
+        ps[i].cost = p->cost;
+        ps[i].prog_type = p->prog_type;
+        psp[i] = &ps[i];
+    }
+    return a->progs.n;
 }
 
 static int send_heartbeat(struct agent *a, uint64_t now)
@@ -236,30 +259,13 @@ static int send_heartbeat(struct agent *a, uint64_t now)
     hb.app_alive = a->app_alive;
     hb.unacked = st.entries;
     hb.lost_summaries = st.lost + st.stale + a->refused;
-    for (uint32_t i = 0; i < a->progs.n; i++) {
-        const struct agt_prog *p = &a->progs.progs[i];
-        mkscope__v1__program_state__init(&ps[i]);
-        ps[i].name = (char *)p->name;
-        ps[i].hook = (uint32_t)p->hook;
-        ps[i].prog_gen = p->gen;
-        ps[i].cost = p->cost;
-        ps[i].prog_type = p->prog_type;
-        psp[i] = &ps[i];
-    }
     hb.programs = psp;
-    hb.n_programs = a->progs.n;
+    hb.n_programs = fill_programs(a, ps, psp);
     mks_envelope env;
     env_init(a, &env, a->seq);
     env.body_case = MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
-    uint8_t *buf;
-    size_t len;
-    int err = encode_env(a, &env, &buf, &len);
-    if (err)
-        return err;
-    err = send_buf(a, buf, len, IF_HEARTBEAT, 0, now);
-    free(buf);
-    return err;
+    return send_env(a, &env, IF_HEARTBEAT, now);
 }
 
 /* Send the next request if the link is idle.  Order: registration, command
@@ -981,31 +987,11 @@ static void on_survey(struct agent *a)
     r.ok = 1;
     r.epoch = a->last_epoch;
     r.last_seq = a->seq;
-    for (uint32_t e = 0; e < MKS_EV_COUNT; e++) {
-        mkscope__v1__coverage__init(&cov[e]);
-        cov[e].hook = e;
-        cov[e].eligible = a->last_cov[e].eligible;
-        cov[e].ran = a->last_cov[e].ran <= a->last_cov[e].eligible ? a->last_cov[e].ran
-                                                                   : a->last_cov[e].eligible;
-        cov[e].throttled = a->last_cov[e].throttled;
-        cov[e].lost = a->last_cov[e].lost;
-        cov[e].prog_gen = a->last_cov[e].prog_gen;
-        covp[e] = &cov[e];
-    }
+    agt_coverage_fill(a->last_cov, cov, covp);
     r.coverage = covp;
     r.n_coverage = MKS_EV_COUNT;
-    for (uint32_t i = 0; i < a->progs.n; i++) {
-        const struct agt_prog *p = &a->progs.progs[i];
-        mkscope__v1__program_state__init(&ps[i]);
-        ps[i].name = (char *)p->name;
-        ps[i].hook = (uint32_t)p->hook;
-        ps[i].prog_gen = p->gen;
-        ps[i].cost = p->cost;
-        ps[i].prog_type = p->prog_type;
-        psp[i] = &ps[i];
-    }
     r.programs = psp;
-    r.n_programs = a->progs.n;
+    r.n_programs = fill_programs(a, ps, psp);
     mks_envelope out;
     env_init(a, &out, env->seq);
     out.body_case = MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY;

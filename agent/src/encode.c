@@ -344,6 +344,21 @@ static int add_rest(struct arena *a, const struct agt_summary *s, Mkscope__V1__E
     return 0;
 }
 
+void agt_coverage_fill(const struct mks_coverage cov[MKS_EV_COUNT], Mkscope__V1__Coverage *out,
+                       Mkscope__V1__Coverage **outp)
+{
+    for (uint32_t ev = 0; ev < MKS_EV_COUNT; ev++) {
+        mkscope__v1__coverage__init(&out[ev]);
+        out[ev].hook = ev;
+        out[ev].eligible = cov[ev].eligible;
+        out[ev].ran = cov[ev].ran <= cov[ev].eligible ? cov[ev].ran : cov[ev].eligible;
+        out[ev].throttled = cov[ev].throttled;
+        out[ev].lost = cov[ev].lost;
+        out[ev].prog_gen = cov[ev].prog_gen;
+        outp[ev] = &out[ev];
+    }
+}
+
 int agt_summary_encode(const struct agt_summary *s, enum agt_tier tier,
                        const struct agt_encode_meta *meta, const struct mks_wire_key *key,
                        uint8_t **buf_p, size_t *len_p)
@@ -373,16 +388,7 @@ int agt_summary_encode(const struct agt_summary *s, enum agt_tier tier,
         err = add_rest(&a, s, &es);
 
     Mkscope__V1__Coverage cov[MKS_EV_COUNT], *covp[MKS_EV_COUNT];
-    for (uint32_t ev = 0; ev < MKS_EV_COUNT; ev++) {
-        mkscope__v1__coverage__init(&cov[ev]);
-        cov[ev].hook = ev;
-        cov[ev].eligible = s->cov[ev].eligible;
-        cov[ev].ran = s->cov[ev].ran <= s->cov[ev].eligible ? s->cov[ev].ran : s->cov[ev].eligible;
-        cov[ev].throttled = s->cov[ev].throttled;
-        cov[ev].lost = s->cov[ev].lost;
-        cov[ev].prog_gen = s->cov[ev].prog_gen;
-        covp[ev] = &cov[ev];
-    }
+    agt_coverage_fill(s->cov, cov, covp);
     es.coverage = covp;
     es.n_coverage = MKS_EV_COUNT;
     if (a.oom)

@@ -25,6 +25,11 @@ struct agt_encode_meta {
     uint32_t n_prog_names;
 };
 
+/* Coverage of every hook as wire messages (out and outp hold MKS_EV_COUNT;
+ * ran is capped at eligible, which validation requires). */
+void agt_coverage_fill(const struct mks_coverage cov[MKS_EV_COUNT], Mkscope__V1__Coverage *out,
+                       Mkscope__V1__Coverage **outp);
+
 /* Wire value of detail_tier for an agent tier. */
 uint32_t agt_tier_wire(enum agt_tier tier);
 
