@@ -23,6 +23,20 @@ static void set_id_name(struct agt_progs *ps, uint32_t id, const char *name)
     ps->names_by_id[id] = name ? strdup(name) : NULL;
 }
 
+/* Maps of objects none of whose programs is installed any more. */
+static void forget_unused_maps(struct agt_progs *ps)
+{
+    uint32_t mw = 0;
+    for (uint32_t j = 0; j < ps->n_maps; j++) {
+        int used = 0;
+        for (uint32_t k = 0; k < ps->n; k++)
+            used |= ps->progs[k].group == ps->maps[j].prog_id;
+        if (used)
+            ps->maps[mw++] = ps->maps[j];
+    }
+    ps->n_maps = mw;
+}
+
 int agt_progs_install(struct agt_progs *ps, struct mks_ctl *ctl, const struct mks_obj *obj,
                       const char *name, int builtin, int32_t hook, const char *replace_name,
                       struct agt_install_result *res)
@@ -197,16 +211,7 @@ int agt_progs_install(struct agt_progs *ps, struct mks_ctl *ctl, const struct mk
         ps->progs[w++] = ps->progs[k];
     }
     ps->n = w;
-    /* maps of groups that no longer have a program */
-    uint32_t mw = 0;
-    for (uint32_t j = 0; j < ps->n_maps; j++) {
-        int used = 0;
-        for (uint32_t k = 0; k < ps->n; k++)
-            used |= ps->progs[k].group == ps->maps[j].prog_id;
-        if (used)
-            ps->maps[mw++] = ps->maps[j];
-    }
-    ps->n_maps = mw;
+    forget_unused_maps(ps);
     snprintf(res->log, sizeof(res->log), "%s: %u program%s verified and attached, cost %llu insns",
              name, n, n == 1 ? "" : "s", (unsigned long long)res->cost);
     return 0;
@@ -234,15 +239,7 @@ int agt_progs_remove(struct agt_progs *ps, struct mks_ctl *ctl, const char *name
         ps->progs[w++] = *p;
     }
     ps->n = w;
-    uint32_t mw = 0;
-    for (uint32_t j = 0; j < ps->n_maps; j++) {
-        int used = 0;
-        for (uint32_t k = 0; k < ps->n; k++)
-            used |= ps->progs[k].group == ps->maps[j].prog_id;
-        if (used)
-            ps->maps[mw++] = ps->maps[j];
-    }
-    ps->n_maps = mw;
+    forget_unused_maps(ps);
     return removed ? removed : -ENOENT;
 }
 
