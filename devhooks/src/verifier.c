@@ -57,6 +57,9 @@
 /* States kept per join point for pruning; beyond it paths are explored
  * without storing (slower, still correct). */
 #define VF_MAX_KEPT_PER_INSN 32u
+/* Instructions one path may execute: bounds how far a loop is unrolled
+ * during exploration, and so the cost of a program with loops. */
+#define VF_MAX_PATH 32768u
 /* Past this many kept states at one instruction, new states are widened
  * (ranges joined) with a kept one: a chain of branches that each change a
  * scalar would otherwise double the paths at every branch. */
@@ -99,15 +102,31 @@ struct vf_frame {
     int32_t callsite;                          /* insn of the call; -1 for the entry frame */
 };
 
+struct vf_kept;
+
 struct vf_state {
     uint32_t insn;
     uint32_t nframes;
+    uint64_t steps;          /* instructions this path has executed */
+    int64_t last_back;       /* last jump back this path took, -1: none */
+    struct vf_kept *parent;  /* the last state kept on this path */
     struct vf_frame fr[];
 };
 
+/* A state kept at a join point.  It is complete when every path through it
+ * has ended; only complete states prune others (a loop can bring a path
+ * back to a state still being explored).  branches counts the paths and
+ * incomplete kept states whose nearest kept ancestor it is. */
 struct vf_kept {
-    struct vf_kept *next;
+    struct vf_kept *next;     /* at the same instruction */
+    struct vf_kept *all_next; /* every kept state, for freeing */
+    struct vf_kept *parent;
     struct vf_state *st;
+    uint32_t branches;
+    bool complete;
+    bool has_path;            /* some path through it reached an exit */
+    uint64_t depth;           /* steps of the path when it was kept */
+    uint64_t remaining;       /* longest continuation to an exit */
 };
 
 struct idmap {
@@ -139,6 +158,11 @@ struct vf {
     uint64_t *cost;      /* longest path from insn to its function's exit */
     struct vf_kept **kept;
     uint32_t *n_kept;
+    struct vf_kept *all_kept;
+    bool has_loops;        /* back-edges: cost from paths, not the graph */
+    uint64_t max_cost;     /* longest explored path */
+    bool path_has_len;     /* set by step() when a path ends at an exit */
+    uint64_t path_len;
     struct vf_state **stack;
     uint32_t stack_len, stack_cap;
     uint32_t next_id;
@@ -791,6 +815,7 @@ static int static_pass(struct vf *v)
         uint32_t entry = v->funcs[forder[k]], sp = 0;
         stk[sp++] = entry;
         color[entry] = 1;
+        v->info[entry] |= VI_SEEN;
         while (sp > 0) {
             uint32_t i = stk[sp - 1], succ[2];
             int ns = successors(v, i, succ);
@@ -799,9 +824,10 @@ static int static_pass(struct vf *v)
                 v->info[s] |= (v->info[s] & VI_SEEN) ? VI_JOIN : 0;
                 v->info[s] |= VI_SEEN;
                 if (color[s] == 1) {
-                    rc = verr(v, i, MKS_VERR_LOOP, "back-edge from insn %u to insn %u: loops are not supported; expected a loop-free program (unroll it, e.g. #pragma unroll)",
-                              i, s);
-                    break;
+                    /* a loop: explored iteration by iteration, its cost
+                     * taken from the paths */
+                    v->has_loops = true;
+                    continue;
                 }
                 if (color[s] == 0) {
                     color[s] = 1;
@@ -815,13 +841,12 @@ static int static_pass(struct vf *v)
             if (is_local_call(&v->insns[i]))
                 c += v->cost[i + 1 + v->insns[i].imm];
             for (int q = 0; q < ns; q++)
-                if (v->cost[succ[q]] > best)
+                if (color[succ[q]] == 2 && v->cost[succ[q]] > best)
                     best = v->cost[succ[q]];
             v->cost[i] = c + best;
             color[i] = 2;
             sp--;
         }
-        v->info[entry] |= VI_SEEN;
     }
     free(stk);
     free(color);
@@ -1716,26 +1741,38 @@ static int step(struct vf *v, struct vf_state *st)
     if (++v->steps > VF_MAX_STEPS)
         return verr(v, i, MKS_VERR_COMPLEXITY, "program too complex: %u instructions processed; expected fewer branches that multiply paths",
                     VF_MAX_STEPS);
+    if (st->steps >= VF_MAX_PATH) {
+        if (st->last_back >= 0) {
+            uint32_t b = (uint32_t)st->last_back;
+            return verr(v, b, MKS_VERR_LOOP, "loop back to insn %" PRId64 " still running after %u instructions on some path; expected a bound the verifier can see (compare the counter with a constant or a masked value)",
+                        jump_target(&v->insns[b], b), VF_MAX_PATH);
+        }
+        return verr(v, i, MKS_VERR_LOOP, "a path runs more than %u instructions; expected at most that many per run",
+                    VF_MAX_PATH);
+    }
 
     if (v->info[i] & VI_JOIN) {
-        for (struct vf_kept *k = v->kept[i]; k; k = k->next)
-            if (state_covers(&v->idmap, k->st, st))
+        /* A complete kept state that covers this one: the path ends here,
+         * as long as the longest way on from the kept state. */
+        for (struct vf_kept *k = v->kept[i]; k; k = k->next) {
+            if (k->complete && state_covers(&v->idmap, k->st, st)) {
+                v->path_has_len = k->has_path;
+                v->path_len = st->steps + k->remaining;
                 return 1;
-        /* Many distinct states here: widen the new one over a kept one
-         * and explore the union instead, which covers both.  The kept one
-         * is replaced: the union is explored to the end before this
-         * instruction can be reached again (acyclic graph). */
+            }
+        }
+        /* Many distinct states here: widen the new one over a complete
+         * kept one and explore the union, which covers both. */
         if (v->n_kept[i] >= VF_WIDEN_AFTER) {
             for (struct vf_kept *k = v->kept[i]; k; k = k->next) {
-                if (state_mergeable(st, k->st)) {
+                if (k->complete && state_mergeable(st, k->st)) {
                     state_merge(st, k->st);
-                    memcpy(k->st, st, st_size(st->nframes));
-                    goto kept;
+                    break;
                 }
             }
         }
         if (v->n_kept[i] < VF_MAX_KEPT_PER_INSN) {
-            struct vf_kept *k = malloc(sizeof(*k));
+            struct vf_kept *k = calloc(1, sizeof(*k));
             struct vf_state *c = st_dup(st);
             if (!k || !c) {
                 free(k);
@@ -1745,11 +1782,18 @@ static int step(struct vf *v, struct vf_state *st)
             k->st = c;
             k->next = v->kept[i];
             v->kept[i] = k;
+            k->all_next = v->all_kept;
+            v->all_kept = k;
+            /* this path now counts against k instead of its old parent */
+            k->parent = st->parent;
+            k->branches = 1;
+            k->depth = st->steps;
+            st->parent = k;
             v->n_kept[i]++;
             v->states++;
         }
     }
-kept:
+    st->steps++;
 
     switch (cls) {
     case MKS_BPF_ALU:
@@ -1846,10 +1890,14 @@ kept:
         if (v->prog_type == MKS_PROG_CONTROL && (r0->smin < 0 || r0->smax > MKS_PRIO_HINT_MAX))
             return verr(v, i, MKS_VERR_R0_EXIT, "CONTROL program returns r0 in [%" PRId64 ", %" PRId64 "]; expected a priority hint in [0, %d] (clamp or mask it)",
                         r0->smin, r0->smax, MKS_PRIO_HINT_MAX);
+        v->path_has_len = true;
+        v->path_len = st->steps;
         return 1;
     }
     int64_t t = jump_target(in, i);
     if (op == MKS_BPF_JA) {
+        if (t <= (int64_t)i)
+            st->last_back = i;
         st->insn = (uint32_t)t;
         return 0;
     }
@@ -1865,6 +1913,8 @@ kept:
     bool take = branch_apply(other, in, true);
     bool fall = branch_apply(st, in, false);
     rc = 0;
+    if (take && t <= (int64_t)i)
+        other->last_back = i;
     if (take && fall) {
         other->insn = (uint32_t)t;
         if (v->stack_len == v->stack_cap) {
@@ -1878,6 +1928,8 @@ kept:
             v->stack_cap = ncap;
         }
         v->stack[v->stack_len++] = other;
+        if (st->parent)
+            st->parent->branches++;
         st->insn = i + 1;
         return 0;
     }
@@ -1888,9 +1940,27 @@ kept:
         st->insn = i + 1;
     } else {
         rc = 1; /* neither side feasible: the state itself was impossible */
+        v->path_has_len = false;
     }
     free(other);
     return rc;
+}
+
+/* A path ended: its length counts for every kept state on it, and kept
+ * states with no path left below them are complete. */
+static void path_done(struct vf *v, const struct vf_state *st)
+{
+    if (v->path_has_len) {
+        if (v->path_len > v->max_cost)
+            v->max_cost = v->path_len;
+        for (struct vf_kept *k = st->parent; k; k = k->parent) {
+            if (!k->has_path || v->path_len - k->depth > k->remaining)
+                k->remaining = v->path_len - k->depth;
+            k->has_path = true;
+        }
+    }
+    for (struct vf_kept *k = st->parent; k && --k->branches == 0; k = k->parent)
+        k->complete = true;
 }
 
 static int explore(struct vf *v)
@@ -1901,7 +1971,8 @@ static int explore(struct vf *v)
     if (!st)
         return -ENOMEM;
     memset(st, 0, st_size(1));
-    st->nframes = 1;
+    st->nframes = 1; /* steps 0, no parent */
+    st->last_back = -1;
     frame_init(&st->fr[0], 0, -1);
     st->fr[0].regs[1].type = VT_CTX;
     rc = push_state(v, st, 0);
@@ -1909,10 +1980,13 @@ static int explore(struct vf *v)
         struct vf_state *cur = v->stack[--v->stack_len];
         memcpy(st, cur, st_size(cur->nframes));
         free(cur);
+        v->path_has_len = false;
         while ((rc = step(v, st)) == 0)
             ;
-        if (rc == 1)
+        if (rc == 1) {
+            path_done(v, st);
             rc = 0;
+        }
     }
     free(st);
     return rc;
@@ -2000,20 +2074,21 @@ int mks_verify(const struct mks_insn *insns, uint32_t n_insns, const struct mks_
         rc = explore(&v);
     if (rc == -ENOMEM && log && log_len)
         snprintf(log, log_len, "mks_verify: out of memory");
+    /* Without loops the cost is the graph's longest path; every explored
+     * path must fit in it, or the bookkeeping is wrong. */
+    if (rc == 0 && !v.has_loops && v.max_cost > v.cost[0])
+        rc = verr(&v, UINT32_MAX, MKS_VERR_INTERNAL, "verifier bug: explored path of %" PRIu64 " instructions, graph says at most %" PRIu64,
+                  v.max_cost, v.cost[0]);
     if (rc == 0 && res) {
-        res->cost = v.cost[0];
+        res->cost = v.has_loops ? v.max_cost : v.cost[0];
         res->n_insns = n_insns;
         res->states = v.states;
     }
 out:
-    for (uint32_t i = 0; v.kept && i < n_insns; i++) {
-        struct vf_kept *k = v.kept[i];
-        while (k) {
-            struct vf_kept *nx = k->next;
-            free(k->st);
-            free(k);
-            k = nx;
-        }
+    for (struct vf_kept *k = v.all_kept, *nx; k; k = nx) {
+        nx = k->all_next;
+        free(k->st);
+        free(k);
     }
     for (uint32_t s = 0; s < v.stack_len; s++)
         free(v.stack[s]);

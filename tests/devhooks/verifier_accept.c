@@ -228,6 +228,56 @@ static void test_branch_chain_pruned(void **state)
     assert_true(r.states < 1000);
 }
 
+/* Loops run iteration by iteration; the cost is the longest path. */
+static void test_loops(void **state)
+{
+    (void)state;
+    struct mks_verify_result r = {0};
+    /* r0 counts to 10: 1 + 10 * 2 + 1 */
+    struct mks_insn count10[] = {MOV_IMM(0, 0), ALU64_IMM(ADD, 0, 1), JMP_IMM(MKS_BPF_JLT, 0, 10, -2), EXIT()};
+    ACCEPT(count10, MKS_PROG_OBSERVE, MKS_EV_TASK_END, &r);
+    assert_int_equal(r.cost, 22);
+    /* bound from the context, masked to 15: at most 15 iterations */
+    struct mks_insn masked[] = {LDX(W, 2, 1, CTX_STEP),         ALU64_IMM(MKS_BPF_AND, 2, 15), MOV_IMM(3, 0),
+                                ALU64_IMM(ADD, 3, 1),           JMP_REG(MKS_BPF_JLT, 3, 2, -2), MOV_IMM(0, 0),
+                                EXIT()};
+    ACCEPT(masked, MKS_PROG_OBSERVE, MKS_EV_TASK_END, &r);
+    assert_int_equal(r.cost, 3 + 15 * 2 + 2);
+    /* 4 x 3 nested: 1 + 4 * (1 + 3 * 2 + 2) + 2 */
+    struct mks_insn nested[] = {MOV_IMM(6, 0),
+                                MOV_IMM(7, 0),
+                                ALU64_IMM(ADD, 7, 1),
+                                JMP_IMM(MKS_BPF_JLT, 7, 3, -2),
+                                ALU64_IMM(ADD, 6, 1),
+                                JMP_IMM(MKS_BPF_JLT, 6, 4, -5),
+                                MOV_IMM(0, 0),
+                                EXIT()};
+    ACCEPT(nested, MKS_PROG_OBSERVE, MKS_EV_TASK_END, &r);
+    assert_int_equal(r.cost, 1 + 4 * (1 + 3 * 2 + 2) + 2);
+    /* a loop indexing a map value, bounded by the value's size */
+    struct mks_insn sum[] = {LOOKUP_ARR0,
+                             JMP_IMM(MKS_BPF_JEQ, 0, 0, 8),
+                             MOV_IMM(2, 0),
+                             MOV_IMM(3, 0),
+                             MOV_REG(4, 0),
+                             ALU64_REG(ADD, 4, 2),
+                             LDX(B, 5, 4, 0),
+                             ALU64_REG(ADD, 3, 5),
+                             ALU64_IMM(ADD, 2, 1),
+                             JMP_IMM(MKS_BPF_JLT, 2, 16, -6),
+                             MOV_IMM(0, 0),
+                             EXIT()};
+    ACCEPT(sum, MKS_PROG_OBSERVE, MKS_EV_TASK_END, &r);
+    assert_int_equal(r.cost, 5 + 1 + 2 + 16 * 6 + 2);
+    /* the same loop one byte too far is refused */
+    sum[14].imm = 17;
+    char log[256];
+    assert_int_equal(verify(sum, sizeof(sum) / sizeof(sum[0]), MKS_PROG_OBSERVE, MKS_EV_TASK_END, NULL, log,
+                            sizeof(log)),
+                     -MKS_VERR_MAP_BOUNDS);
+    assert_non_null(strstr(log, "offset 16..16 of map 'arr' value out of bounds"));
+}
+
 /* The standard monitors the agent attaches. */
 static void verify_object(const char *file, uint32_t want_progs, int has_calls)
 {
@@ -283,7 +333,7 @@ static void test_compiled_rejections(void **state)
         {"good", 0, ""},
         {"reads_reserved", -MKS_VERR_CTX_ACCESS, "touches reserved bytes"},
         {"control_at_end", -MKS_VERR_HOOK, "CONTROL program at hook task_end"},
-        {"loops", -MKS_VERR_LOOP, "loops are not supported"},
+        {"loops", -MKS_VERR_LOOP, "still running after 32768 instructions"},
     };
     assert_int_equal(mks_obj_prog_count(obj), 4);
     for (uint32_t i = 0; i < 4; i++) {
@@ -342,6 +392,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_control),
         cmocka_unit_test(test_observe_helpers),
         cmocka_unit_test(test_branch_chain_pruned),
+        cmocka_unit_test(test_loops),
         cmocka_unit_test(test_monitors),
         cmocka_unit_test(test_compiled_rejections),
         cmocka_unit_test(test_multi_object),

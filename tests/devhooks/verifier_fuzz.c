@@ -61,7 +61,7 @@ static uint32_t gen_insn(struct mks_insn *p, uint32_t i, uint32_t end)
 {
     struct mks_insn in = {0};
     uint8_t dst = GP(), src = GP();
-    switch (rnd(13)) {
+    switch (rnd(14)) {
     case 0: case 1: case 2: {
         uint8_t op = alu_ops[rnd(sizeof(alu_ops))];
         uint8_t cls = rnd(2) ? MKS_BPF_ALU64 : MKS_BPF_ALU;
@@ -153,6 +153,35 @@ static uint32_t gen_insn(struct mks_insn *p, uint32_t i, uint32_t end)
                 break;
             }
         }
+        return k - i;
+    }
+    case 12: { /* a counted loop around a few body instructions */
+        uint32_t body = 1 + rnd(3);
+        if (i + body + 4 > end)
+            return 0;
+        uint32_t k = i;
+        uint8_t c = gp[rnd(sizeof(gp))];
+        p[k++] = (struct mks_insn)MOV_IMM(c, (int32_t)rnd(3));
+        uint32_t top = k;
+        for (uint32_t b = 0; b < body;) {
+            uint32_t used = rnd(3) ? gen_insn(p, k, k + 1) : 0; /* one slot: no branch out */
+            if (used == 0 || MKS_BPF_CLASS(p[k].code) == MKS_BPF_JMP || MKS_BPF_CLASS(p[k].code) == MKS_BPF_JMP32)
+                p[k] = (struct mks_insn)ALU64_IMM(MKS_BPF_ADD, GP(), rnd_imm());
+            k++;
+            b++;
+        }
+        p[k++] = (struct mks_insn)ALU64_IMM(MKS_BPF_ADD, c, (int32_t)(1 + rnd(3)));
+        if (rnd(3)) {
+            p[k] = (struct mks_insn)JMP_IMM(rnd(2) ? MKS_BPF_JLT : MKS_BPF_JLE, c, (int32_t)rnd(24), 0);
+        } else { /* bound from a masked context field */
+            uint8_t b = c == 9 ? 8 : 9;
+            p[k - 1] = (struct mks_insn)ALU64_IMM(MKS_BPF_ADD, c, 1);
+            p[k++] = (struct mks_insn)LDX(W, b, 6, CTX_STEP);
+            p[k++] = (struct mks_insn)ALU64_IMM(MKS_BPF_AND, b, (int32_t)rnd(32));
+            p[k] = (struct mks_insn)JMP_REG(MKS_BPF_JLT, c, b, 0);
+        }
+        p[k].off = (int16_t)((int32_t)top - (int32_t)k - 1);
+        k++;
         return k - i;
     }
     default: /* 64-bit immediate */
@@ -259,6 +288,7 @@ static void run_in_vm(const struct mks_insn *p, uint32_t n, uint64_t cost, uint3
 {
     static const uint32_t ids[FZ_NMAPS] = {0};
     uint8_t ctx[128];
+    assert_true(cost >= 1); /* 0 would mean "no limit" to the VM */
     for (size_t b = 0; b < sizeof(ctx); b++)
         ctx[b] = (uint8_t)rnd(256);
     struct mks_vm_env env = {.insns = p, .n_insns = n, .insn_limit = cost, .ctx = ctx, .ctx_len = sizeof(ctx),
@@ -285,7 +315,7 @@ static void test_random_programs(void **state)
     (void)state;
     enum { N = 20000, CAP = 80 };
     struct mks_insn p[CAP];
-    int accepted = 0, rejected = 0, with_map = 0;
+    int accepted = 0, rejected = 0, with_map = 0, with_loop = 0;
 
     for (int iter = 0; iter < N; iter++) {
         uint32_t n = gen_prog(p, CAP);
@@ -304,6 +334,13 @@ static void test_random_programs(void **state)
             continue;
         }
         accepted++;
+        for (uint32_t i = 0; i < n; i++) {
+            uint8_t cls = MKS_BPF_CLASS(p[i].code);
+            if ((cls == MKS_BPF_JMP || cls == MKS_BPF_JMP32) && p[i].off < 0 && (p[i].code & 0xf0) != MKS_BPF_CALL) {
+                with_loop++;
+                break;
+            }
+        }
         for (uint32_t i = 0; i < n; i++)
             if (p[i].code == (MKS_BPF_JMP | MKS_BPF_CALL) && p[i].imm == MKS_HELPER_MAP_LOOKUP &&
                 mks_insn_src(&p[i]) == 0) {
@@ -312,11 +349,12 @@ static void test_random_programs(void **state)
             }
         run_in_vm(p, n, res.cost, type, iter);
     }
-    print_message("random programs: %d accepted and run (%d with map accesses), %d rejected\n", accepted, with_map,
-                  rejected);
+    print_message("random programs: %d accepted and run (%d with map accesses, %d with loops), %d rejected\n",
+                  accepted, with_map, with_loop, rejected);
     /* the generator must exercise both sides */
     assert_true(accepted > N / 20);
     assert_true(with_map > N / 100);
+    assert_true(with_loop > N / 100);
     assert_true(rejected > N / 20);
 }
 
