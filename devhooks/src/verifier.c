@@ -9,12 +9,10 @@
  * fields are rejected), splits the program into functions at local-call
  * targets, checks jump and call targets (in range, inside their function,
  * never into the second half of a 64-bit immediate), walks the control-flow
- * graph depth first to find unreachable instructions and back-edges (loops
- * are rejected: clang -O2 unrolls constant-trip loops with #pragma unroll, and
- * a loop-free program has a cost we can state), rejects recursion, and
- * computes the cost as the longest path through the DAG, a local call
- * costing its callee's longest path.  A ld_imm64 counts as one instruction,
- * as the VM executes it.
+ * graph depth first to find unreachable instructions, back-edges (loops) and
+ * recursion (rejected), and for a loop-free program computes the cost as the
+ * longest path through the graph, a local call costing its callee's longest
+ * path.  A ld_imm64 counts as one instruction, as the VM executes it.
  *
  * The abstract pass interprets the program over register and stack states:
  * each register is uninitialised, a scalar with unsigned and signed bounds,
@@ -24,14 +22,22 @@
  * or part of an 8-byte spilled register.  Conditional jumps narrow bounds on
  * both branches and drop infeasible ones; a null check turns "map value or
  * NULL" into a map value on one side and 0 on the other, for every copy of
- * the pointer.  All paths are explored depth first.  At instructions where
- * paths join, explored states are kept and a new state that one of them
- * covers (every register and stack byte at least as constrained) is pruned:
- * the kept state was explored to the end and found safe, so the new one is
- * safe too.  That is sound here because the graph is acyclic, so a kept
- * state is always fully explored before an equal program point is reached
- * again.
+ * the pointer.  All paths are explored depth first, loops iteration by
+ * iteration, each path's length counted; a path longer than VF_MAX_PATH is a
+ * loop without a visible bound and is rejected.  With loops, the cost is the
+ * longest explored path.
  *
+ * Pruning: at instructions where paths join, explored states are kept.  A
+ * kept state is complete once every path through it has ended (each kept
+ * state counts the live paths and incomplete kept states below it).  A new
+ * state that a complete kept state covers (every register and stack byte at
+ * least as constrained) is pruned: the kept state was explored to the end
+ * and found safe, so the new one is safe too, and its longest continuation
+ * is at most the kept state's.  Incomplete states never prune: in a loop the
+ * path comes back to them.  Past a few kept states, a new state is widened
+ * over a complete compatible one (ranges joined), trading precision for
+ * paths that would otherwise double at every branch.
+
  * Every rejection is one line in the caller's log:
  *   insn <idx> (<disassembly>): <what was found>; expected <what>
  * with a distinct code (enum mks_verify_err).
