@@ -36,7 +36,7 @@ enum mks_verify_err {
     MKS_VERR_JUMP_RANGE,    /* jump or call target outside the program */
     MKS_VERR_JUMP_MIDDLE,   /* jump or call into the second half of a ld_imm64 */
     MKS_VERR_UNREACHABLE,   /* instruction no path reaches */
-    MKS_VERR_LOOP,          /* back-edge or recursion */
+    MKS_VERR_LOOP,          /* loop without a bound the verifier sees, or recursion */
     MKS_VERR_FALLTHROUGH,   /* function runs off its end */
     MKS_VERR_UNINIT_REG,    /* read of an uninitialised register */
     MKS_VERR_UNINIT_STACK,  /* read of uninitialised stack bytes */
