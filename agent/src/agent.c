@@ -48,6 +48,7 @@
 #include "progs.h"
 #include "spool.h"
 #include "summary.h"
+#include "ucx.h"
 
 #define AGT_VERSION "mkscope-agent " MKS_AGENT_VERSION
 /* Outgoing requests other than summaries: command replies and raw event
@@ -96,6 +97,7 @@ struct agent {
 
     struct mks_ctl *ctl;
     struct agt_esc *esc; /* escalation in progress */
+    struct agt_ucx *ucx; /* its raw events' transport, when the command named one */
     struct agt_esc_env esc_env;
     uint64_t raw_dropped; /* batches that found the outgoing queue full */
     struct mks_ctl_info info;
@@ -329,6 +331,9 @@ static void queue_reply(struct agent *a, Mkscope__V1__CommandReply *r)
 static void esc_emit(const uint8_t *buf, size_t len, void *arg)
 {
     struct agent *a = arg;
+    if (a->ucx && agt_ucx_send(a->ucx, buf, len) == 0)
+        return;
+    /* no UCX endpoint, or it failed: the ingest socket takes raw batches too */
     if (a->n_replies == MAX_REPLIES) {
         a->raw_dropped++;
         return;
@@ -344,6 +349,13 @@ static void esc_emit(const uint8_t *buf, size_t len, void *arg)
 
 static void esc_poll(struct agent *a, uint64_t now, int stop)
 {
+    if (a->ucx) {
+        agt_ucx_progress(a->ucx);
+        if (!a->esc && (agt_ucx_pending(a->ucx) == 0 || agt_ucx_failed(a->ucx) || stop)) {
+            agt_ucx_destroy(a->ucx, 1000);
+            a->ucx = NULL;
+        }
+    }
     if (!a->esc)
         return;
     if (agt_esc_poll(a->esc, a->ctl, now, stop, &a->esc_env, esc_emit, a) == 1) {
@@ -588,6 +600,16 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
         uint32_t n_insns = 0;
         int err = agt_esc_start(a->ctl, c->escalate, mono_ns(), &a->esc, &cost, &n_insns, msg,
                                 sizeof(msg));
+        const char *ep = c->escalate->ucx_endpoint;
+        if (!err && ep && *ep && !a->ucx) {
+            char why[256];
+            size_t l = strlen(msg);
+            if (agt_ucx_connect(ep, &a->ucx, why, sizeof(why)) == 0)
+                snprintf(msg + l, sizeof(msg) - l, "; raw events over UCX to %s", ep);
+            else
+                snprintf(msg + l, sizeof(msg) - l, "; %s: raw events go on the ingest socket",
+                         why);
+        }
         r.ok = err == 0;
         r.cost = cost;
         r.n_insns = n_insns;
@@ -1123,6 +1145,7 @@ static void teardown(struct agent *a)
     if (a->spool)
         write_stats(a);
     close_app(a);
+    agt_ucx_destroy(a->ucx, 1000);
     agt_summary_free(a->pending);
     mks_wire_schema_free(a->schema);
     for (int i = 0; i < a->n_replies; i++)
@@ -1173,7 +1196,8 @@ int agt_run(const struct agt_opts *opts)
             mks_ctl_lease(a->ctl, a->o.lease_ms * 1000000ull);
             a->lease_renewed_ns = now;
         }
-        esc_poll(a, now, 0);
+        if (a->esc || a->ucx)
+            esc_poll(a, now, 0);
         pump(a, now);
         if (a->stopping) {
             struct agt_spool_stats st;
@@ -1190,8 +1214,8 @@ int agt_run(const struct agt_opts *opts)
         int wait = agt_link_wait_ms(a->link, now);
         if (wait < 0 || wait > 50)
             wait = 50; /* retry sends the link could not take */
-        if (a->esc && wait > 10)
-            wait = 10; /* drain raw rings often while an escalation runs */
+        if ((a->esc || a->ucx) && wait > 10)
+            wait = 10; /* drain raw rings and drive UCX often during an escalation */
         if (poll(pf, 4, wait) < 0 && errno != EINTR) {
             agt_log_err("poll: %s", strerror(errno));
             a->exit_code = 1;

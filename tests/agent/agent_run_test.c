@@ -29,8 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
+#include <ucp/api/ucp.h>
 
 #include "mkscope/bpf_isa.h"
 #include "mkscope/runtime.h"
@@ -76,6 +78,7 @@ struct fake_collector {
     int n_cmds;
     /* raw events of escalations */
     uint64_t raw_events, raw_other, raw_dropped;
+    uint64_t raw_batches_ingest, raw_batches_ucx;
     uint32_t raw_class;     /* class the filter keeps */
     int raw_last;
     uint64_t raw_esc_id;
@@ -117,6 +120,133 @@ static void fc_reply(struct fake_collector *fc, mks_envelope *out)
     assert_int_equal(mks_wire_encode(out, NULL, &buf, &len, err, sizeof(err)), 0);
     assert_true(nn_send(fc->sock, buf, len, 0) == (int)len);
     free(buf);
+}
+
+static void fc_raw(struct fake_collector *fc, const Mkscope__V1__RawEventBatch *b)
+{
+    fc->raw_esc_id = b->escalation_id;
+    for (size_t i = 0; i < b->n_events; i++) {
+        if (b->events[i]->task_class == fc->raw_class && b->events[i]->event == MKS_EV_TASK_END)
+            fc->raw_events++;
+        else
+            fc->raw_other++;
+    }
+    fc->raw_dropped += b->dropped;
+    fc->raw_last |= b->last;
+}
+
+/* ---- a UCX listener standing in for the collector's raw-event endpoint -------
+ * Stream framing: 4-byte little-endian length, then an encoded Envelope. */
+
+struct ucx_srv {
+    ucp_context_h ctx;
+    ucp_worker_h w;
+    ucp_listener_h l;
+    ucp_ep_h ep;
+    uint16_t port;
+    uint8_t *buf;
+    size_t have, cap;
+};
+
+static void srv_err(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+    (void)arg;
+    (void)ep;
+    (void)st;
+}
+
+static void srv_conn(ucp_conn_request_h req, void *arg)
+{
+    struct ucx_srv *s = arg;
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                          .conn_request = req,
+                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = {.cb = srv_err, .arg = s}};
+    if (!s->ep)
+        assert_int_equal(ucp_ep_create(s->w, &ep, &s->ep), UCS_OK);
+}
+
+static void srv_start(struct ucx_srv *s)
+{
+    memset(s, 0, sizeof(*s));
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_STREAM};
+    assert_int_equal(ucp_init(&p, NULL, &s->ctx), UCS_OK);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    assert_int_equal(ucp_worker_create(s->ctx, &wp, &s->w), UCS_OK);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    ucp_listener_params_t lp = {
+        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr = {.addr = (struct sockaddr *)&sa, .addrlen = sizeof(sa)},
+        .conn_handler = {.cb = srv_conn, .arg = s}};
+    assert_int_equal(ucp_listener_create(s->w, &lp, &s->l), UCS_OK);
+    ucp_listener_attr_t la = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+    assert_int_equal(ucp_listener_query(s->l, &la), UCS_OK);
+    s->port = ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port);
+}
+
+/* Progress, read whatever arrived and hand complete frames to fc. */
+static void srv_poll(struct ucx_srv *s, struct fake_collector *fc)
+{
+    while (ucp_worker_progress(s->w))
+        ;
+    if (!s->ep)
+        return;
+    for (;;) {
+        size_t len = 0;
+        ucs_status_ptr_t data = ucp_stream_recv_data_nb(s->ep, &len);
+        if (data == NULL || UCS_PTR_IS_ERR(data))
+            break;
+        if (s->have + len > s->cap) {
+            s->cap = (s->have + len) * 2;
+            s->buf = realloc(s->buf, s->cap);
+            assert_non_null(s->buf);
+        }
+        memcpy(s->buf + s->have, data, len);
+        s->have += len;
+        ucp_stream_data_release(s->ep, data);
+    }
+    size_t off = 0;
+    while (s->have - off >= 4) {
+        const uint8_t *h = s->buf + off;
+        uint32_t n = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
+                     (uint32_t)h[3] << 24;
+        if (s->have - off - 4 < n)
+            break;
+        mks_envelope *env;
+        char err[256];
+        if (mks_wire_decode(h + 4, n, NULL, &env, err, sizeof(err)))
+            fail_msg("bad frame over UCX: %s", err);
+        assert_int_equal(env->body_case, MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH);
+        fc->raw_batches_ucx++;
+        fc_raw(fc, env->raw_event_batch);
+        mks_wire_free(env);
+        off += 4 + n;
+    }
+    if (off) {
+        memmove(s->buf, s->buf + off, s->have - off);
+        s->have -= off;
+    }
+}
+
+static void srv_stop(struct ucx_srv *s)
+{
+    if (s->ep) {
+        ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t r = ucp_ep_close_nbx(s->ep, &rp);
+        while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
+            ucp_worker_progress(s->w);
+        if (UCS_PTR_IS_PTR(r))
+            ucp_request_free(r);
+    }
+    ucp_listener_destroy(s->l);
+    ucp_worker_destroy(s->w);
+    ucp_cleanup(s->ctx);
+    free(s->buf);
 }
 
 static void fc_handle(struct fake_collector *fc, const void *buf, size_t len)
@@ -189,23 +319,13 @@ static void fc_handle(struct fake_collector *fc, const void *buf, size_t len)
         out.ack = &ack;
         break;
     }
-    case MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH: {
-        const Mkscope__V1__RawEventBatch *b = env->raw_event_batch;
-        fc->raw_esc_id = b->escalation_id;
-        for (size_t i = 0; i < b->n_events; i++) {
-            if (b->events[i]->task_class == fc->raw_class &&
-                b->events[i]->event == MKS_EV_TASK_END)
-                fc->raw_events++;
-            else
-                fc->raw_other++;
-        }
-        fc->raw_dropped += b->dropped;
-        fc->raw_last |= b->last;
+    case MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH:
+        fc->raw_batches_ingest++;
+        fc_raw(fc, env->raw_event_batch);
         ack.up_to_seq = max_seq;
         out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
         out.ack = &ack;
         break;
-    }
     case MKSCOPE__V1__ENVELOPE__BODY_COMMAND_REPLY:
         if (fc->n_replies < 8) {
             Mkscope__V1__CommandReply *r = &fc->replies[fc->n_replies];
@@ -644,10 +764,15 @@ static uint64_t insn_u64(uint8_t code, uint8_t dst, uint8_t src, int16_t off, in
            (uint64_t)(uint32_t)imm << 32;
 }
 
-static void test_escalation_raw_trace_of_one_class(void **state)
+static void escalation_run(int over_ucx)
 {
-    (void)state;
     struct fake_collector fc;
+    struct ucx_srv srv;
+    char endpoint[64] = "";
+    if (over_ucx) {
+        srv_start(&srv);
+        snprintf(endpoint, sizeof(endpoint), "127.0.0.1:%u", srv.port);
+    }
     fc_init(&fc, "ingest-esc");
     fc.raw_class = 1;
     struct mks_rt *rt = app_create(job);
@@ -675,6 +800,7 @@ static void test_escalation_raw_trace_of_one_class(void **state)
     esc.budget_bytes = 1u << 20;
     esc.hooks = hooks;
     esc.n_hooks = 1;
+    esc.ucx_endpoint = endpoint;
     Mkscope__V1__Command c = MKSCOPE__V1__COMMAND__INIT;
     c.id = 9;
     c.kind_case = MKSCOPE__V1__COMMAND__KIND_ESCALATE;
@@ -692,9 +818,18 @@ static void test_escalation_raw_trace_of_one_class(void **state)
         fire(rt, 1, 10, 1);
         fire(rt, 2, 3, 1);
     }
-    for (int t = 0; t < 5000 && !fc.raw_last; t += 10)
+    for (int t = 0; t < 5000 && !fc.raw_last; t += 10) {
         fc_serve(&fc, 10);
+        if (over_ucx)
+            srv_poll(&srv, &fc);
+    }
     assert_true(fc.raw_last);
+    if (over_ucx) {
+        assert_true(fc.raw_batches_ucx > 0);
+        assert_int_equal(fc.raw_batches_ingest, 0);
+    } else {
+        assert_true(fc.raw_batches_ingest > 0);
+    }
     assert_int_equal(fc.raw_esc_id, 77);
     assert_int_equal(fc.raw_events, 40);
     assert_int_equal(fc.raw_other, 0);
@@ -708,6 +843,20 @@ static void test_escalation_raw_trace_of_one_class(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(fc.counts[1], 25 + 40 + 10); /* the monitors never stopped */
     fc_close(&fc);
+    if (over_ucx)
+        srv_stop(&srv);
+}
+
+static void test_escalation_raw_trace_of_one_class(void **state)
+{
+    (void)state;
+    escalation_run(0);
+}
+
+static void test_escalation_over_ucx(void **state)
+{
+    (void)state;
+    escalation_run(1);
 }
 
 static void test_restart_is_followed(void **state)
@@ -784,6 +933,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(test_budget_bounds_bytes_and_says_so, setup),
         cmocka_unit_test_setup(test_commands_are_verified_and_answered, setup),
         cmocka_unit_test_setup(test_escalation_raw_trace_of_one_class, setup),
+        cmocka_unit_test_setup(test_escalation_over_ucx, setup),
         cmocka_unit_test_setup(test_restart_is_followed, setup),
         cmocka_unit_test_setup(test_agent_death_detaches_hooks, setup),
     };
