@@ -17,6 +17,7 @@
 
 #include "mkscope/loader.h"
 #include "mkscope/verifier.h"
+#include "mkscope/vm.h"
 #include "verifier_insn.h"
 
 #define ADD MKS_BPF_ADD
@@ -278,6 +279,46 @@ static void test_loops(void **state)
     assert_non_null(strstr(log, "offset 16..16 of map 'arr' value out of bounds"));
 }
 
+/* Loops compiled by clang (unrolling disabled): accepted, with a cost that
+ * covers every iteration; the popcount loop then runs in the VM within that
+ * cost and counts right. */
+static void test_compiled_loops(void **state)
+{
+    (void)state;
+    char path[512], err[512], log[512];
+    struct mks_obj *obj = NULL;
+    snprintf(path, sizeof(path), "%s/loops.bpf.o", progdir);
+    assert_int_equal(mks_obj_open_file(path, &obj, err, sizeof(err)), 0);
+    assert_int_equal(mks_obj_prog_count(obj), 3);
+    static const uint64_t min_cost[3] = {16 * 3, 3, 64 * 4}; /* iterations x a body of at least that */
+    for (uint32_t i = 0; i < 3; i++) {
+        const struct mks_obj_prog *p = mks_obj_prog(obj, i);
+        struct mks_verify_opts o = {.sz = sizeof(o), .prog_type = p->prog_type, .abi_version = p->abi_version,
+                                    .hook = p->hook, .maps = mks_obj_maps(obj), .n_maps = mks_obj_map_count(obj)};
+        struct mks_verify_result r = {0};
+        int rc = mks_verify(p->insns, p->n_insns, &o, &r, log, sizeof(log));
+        if (rc)
+            print_error("%s: %s\n", p->name, log);
+        assert_int_equal(rc, 0);
+        assert_true(r.cost >= min_cost[i]);
+        assert_true(r.cost > p->n_insns); /* the loop body counts once per iteration */
+        if (strcmp(p->name, "popcount") != 0)
+            continue;
+        struct mks_hook_ctx ctx = {.abi_version = 1, .size = sizeof(ctx)};
+        static const uint64_t values[] = {0, 1, 0x8000000000000001ull, UINT64_MAX, 0x0123456789abcdefull};
+        for (size_t v = 0; v < sizeof(values) / sizeof(values[0]); v++) {
+            ctx.value = values[v];
+            struct mks_vm_env env = {.insns = p->insns, .n_insns = p->n_insns, .insn_limit = r.cost, .ctx = &ctx,
+                                     .ctx_len = sizeof(ctx)};
+            uint64_t r0 = 0, ran = 0;
+            assert_int_equal(mks_vm_run(&env, (uint64_t)(uintptr_t)&ctx, 0, &r0, &ran), 0);
+            assert_int_equal(r0, (uint64_t)__builtin_popcountll(values[v]));
+            assert_true(ran <= r.cost);
+        }
+    }
+    mks_obj_close(obj);
+}
+
 /* The standard monitors the agent attaches. */
 static void verify_object(const char *file, uint32_t want_progs, int has_calls)
 {
@@ -393,6 +434,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_observe_helpers),
         cmocka_unit_test(test_branch_chain_pruned),
         cmocka_unit_test(test_loops),
+        cmocka_unit_test(test_compiled_loops),
         cmocka_unit_test(test_monitors),
         cmocka_unit_test(test_compiled_rejections),
         cmocka_unit_test(test_multi_object),

@@ -11,6 +11,7 @@ set(MKS_VERIFIER_PROG_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/abi_v2.bpf.c
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/rejected.bpf.c
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/extern.bpf.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/loops.bpf.c
   ${PROJECT_SOURCE_DIR}/agent/monitors/count.bpf.c
   ${PROJECT_SOURCE_DIR}/agent/monitors/latency.bpf.c
   ${PROJECT_SOURCE_DIR}/agent/monitors/depwait.bpf.c
