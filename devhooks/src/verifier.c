@@ -2015,7 +2015,7 @@ int mks_verify(const struct mks_insn *insns, uint32_t n_insns, const struct mks_
     if (log && log_len)
         log[0] = '\0';
     if (!opts || opts->sz < offsetof(struct mks_verify_opts, n_allowed_helpers) + sizeof(uint32_t) ||
-        (n_insns && !insns) || (opts->n_maps && !opts->maps))
+        (n_insns && !insns) || (opts->n_maps && !opts->maps) || opts->n_maps > UINT16_MAX)
         return verr(&v, UINT32_MAX, EINVAL, "mks_verify: invalid arguments");
     if (opts->sz > sizeof(*opts)) {
         for (size_t b = sizeof(*opts); b < opts->sz; b++)
