@@ -114,7 +114,7 @@ struct agent {
     struct mks_coverage last_cov[MKS_EV_COUNT];
     uint64_t last_epoch;
 
-    uint64_t last_send_ns, first_send_ns;
+    uint64_t last_send_ns, first_send_ns, last_heartbeat_ns;
     int final_heartbeat; /* tell the collector at once that the application ended */
     int app_alive;       /* as last seen (kept when the agent stops on a signal) */
     int stopping;
@@ -271,7 +271,8 @@ static int send_heartbeat(struct agent *a, uint64_t now)
 }
 
 /* Send the next request if the link is idle.  Order: registration, command
- * replies, buffered summaries (oldest first), heartbeat when due. */
+ * replies and raw batches, a heartbeat when due, buffered summaries (oldest
+ * first). */
 static void pump(struct agent *a, uint64_t now)
 {
     if (agt_link_busy(a->link) || !a->have_info)
@@ -285,17 +286,21 @@ static void pump(struct agent *a, uint64_t now)
         send_buf(a, a->replies[0].buf, a->replies[0].len, IF_REPLY, 0, now);
         return;
     }
+    /* Heartbeats go out on their own clock, also while summaries flow: they
+     * carry the attached programs and liveness, which summaries do not. */
+    if (a->final_heartbeat || now - a->last_heartbeat_ns >= a->o.heartbeat_ms * 1000000ull) {
+        if (send_heartbeat(a, now) == 0) {
+            a->final_heartbeat = 0;
+            a->last_heartbeat_ns = now;
+        }
+        return;
+    }
     uint64_t seq;
     const void *buf;
     size_t len;
     if (agt_spool_head(a->spool, &seq, &buf, &len) == 0) {
         if (send_buf(a, buf, len, IF_SUMMARY, seq, now) == 0)
             agt_spool_pin(a->spool, seq);
-        return;
-    }
-    if (a->final_heartbeat || now - a->last_send_ns >= a->o.heartbeat_ms * 1000000ull) {
-        if (send_heartbeat(a, now) == 0)
-            a->final_heartbeat = 0;
     }
 }
 

@@ -68,6 +68,9 @@ struct fake_collector {
     int n_seqs;
     int duplicates;
     int registers;
+    int heartbeats;
+    size_t hb_programs; /* programs listed in the last heartbeat */
+    int hb_app_dead;    /* a heartbeat said the application ended */
     uint64_t last_app_start;
     uint32_t schema_classes;
     int tiers[4];
@@ -319,6 +322,14 @@ static void fc_handle(struct fake_collector *fc, const void *buf, size_t len)
         out.ack = &ack;
         break;
     }
+    case MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT:
+        fc->heartbeats++;
+        fc->hb_programs = env->heartbeat->n_programs;
+        fc->hb_app_dead |= !env->heartbeat->app_alive;
+        ack.up_to_seq = max_seq;
+        out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
+        out.ack = &ack;
+        break;
     case MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH:
         fc->raw_batches_ingest++;
         fc_raw(fc, env->raw_event_batch);
@@ -552,8 +563,10 @@ static void test_counts_equal_hooks_fired(void **state)
     for (int round = 0; round < 5; round++) {
         for (uint32_t c = 0; c < N_CLASSES; c++)
             fire(rt, c, want[c] / 5 + (round == 0 ? want[c] % 5 : 0), (uint32_t)round);
-        fc_serve(&fc, 30);
+        fc_serve(&fc, 60);
     }
+    assert_true(fc.heartbeats >= 1);
+    assert_int_equal(fc.hb_programs, 10);
     mks_rt_destroy(rt);
     int st = serve_until_exit(&fc, pid, 10000);
     assert_true(WIFEXITED(st));
@@ -570,6 +583,10 @@ static void test_counts_equal_hooks_fired(void **state)
     assert_true(fc.n_seqs >= 2);
     check_in_order(&fc);
     assert_int_equal(fc.min_tier, 2); /* no budget: full detail */
+    /* heartbeats flow beside the summaries, list the 10 monitor programs
+     * while attached, and the last one says the application ended */
+    assert_true(fc.heartbeats >= 2);
+    assert_true(fc.hb_app_dead);
     fc_close(&fc);
 }
 
