@@ -44,6 +44,8 @@ static void usage(FILE *f)
             "  --queue-pressure N   worker queue depth raising QUEUE_PRESSURE (default 8)\n"
             "  --step-interval-us N start steps at most every N us, idling in between\n"
             "                       (CPU backend; paces long demo runs; default 0)\n"
+            "  --wait-agents MS     before the first step each rank waits up to MS ms for an\n"
+            "                       agent to attach programs (hooks build; default 0)\n"
             "  --fault SPEC         inject a fault; repeat to combine. SPEC is\n"
             "                       TYPE:key=value,... with TYPE one of task-delay, moe-skew,\n"
             "                       notify-delay, queue-oversub, comm-delay, tile-starve and\n"
@@ -72,7 +74,7 @@ static void usage(FILE *f)
 enum {
     O_BACKEND = 256, O_RANKS, O_RANK, O_JOB, O_STEPS, O_LAYERS, O_HIDDEN, O_HEADS, O_HEAD_DIM,
     O_EXPERTS, O_TOPK, O_FFN, O_VOCAB, O_TILES, O_WORKERS, O_BATCH, O_MAX_LEN, O_SEED, O_QP,
-    O_FAULT, O_TRUTH, O_JSON, O_TRACE, O_CHECK, O_CUDA_MODE, O_INTERVAL,
+    O_FAULT, O_TRUTH, O_JSON, O_TRACE, O_CHECK, O_CUDA_MODE, O_INTERVAL, O_WAIT_AGENTS,
 };
 
 static const struct option opts[] = {
@@ -88,6 +90,7 @@ static const struct option opts[] = {
     {"seed", required_argument, NULL, O_SEED},
     {"queue-pressure", required_argument, NULL, O_QP},
     {"step-interval-us", required_argument, NULL, O_INTERVAL},
+    {"wait-agents", required_argument, NULL, O_WAIT_AGENTS},
     {"fault", required_argument, NULL, O_FAULT},     {"truth", required_argument, NULL, O_TRUTH},
     {"json", required_argument, NULL, O_JSON},       {"trace", required_argument, NULL, O_TRACE},
     {"check", no_argument, NULL, O_CHECK},           {"cuda-mode", required_argument, NULL, O_CUDA_MODE},           {"quiet", no_argument, NULL, 'q'},
@@ -161,6 +164,7 @@ int main(int argc, char **argv)
             U32(O_MAX_LEN, max_len)
             U32(O_QP, queue_pressure)
             U32(O_INTERVAL, step_interval_us)
+            U32(O_WAIT_AGENTS, wait_agents_ms)
 #undef U32
         case O_SEED:
             if (num(name, optarg, UINT64_MAX, &v))

@@ -90,6 +90,8 @@ int mks_bench_config_check(const struct mks_bench_config *c, char *err, size_t l
     RANGE(steps, 1, MKS_BENCH_MAX_STEPS);
     RANGE(batch, 1, MKS_BENCH_MAX_BATCH);
     RANGE(max_len, 2, 256);
+    if (c->wait_agents_ms > 600u * 1000)
+        return bb_err(err, len, -EINVAL, "wait_agents_ms %u above 600 s", c->wait_agents_ms);
     if (c->step_interval_us > 10u * 1000 * 1000)
         return bb_err(err, len, -EINVAL, "step_interval_us %u above 10 s", c->step_interval_us);
     if (c->cuda_mode > MKS_BENCH_CUDA_GRAPH)

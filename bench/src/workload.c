@@ -576,6 +576,32 @@ static uint32_t max_tasks(const struct bw_rank *rk)
 
 /* ---- the rank's life --------------------------------------------------------- */
 
+#ifndef MKS_HOOKS_DISABLED
+/* Let an agent attach before the first task, so its counts cover the whole
+ * run: wait until programs are attached and the attach mask has not changed
+ * for a while (an agent attaches its monitors one after another), at most
+ * wait_ms.  Returns 1 when an agent attached. */
+static int wait_agent(struct mks_rt *hooks, uint32_t wait_ms, const _Atomic uint32_t *abort_p)
+{
+    const volatile uint32_t *mask = ((const struct mks_rt_hot *)(const void *)hooks)->mask;
+    const uint64_t settle = 50ull * 1000 * 1000, t0 = bb_now_ns();
+    const uint64_t limit = (uint64_t)wait_ms * 1000 * 1000;
+    uint32_t last = *mask;
+    uint64_t since = t0;
+    while (bb_now_ns() - t0 < limit && !atomic_load(abort_p)) {
+        uint32_t m = *mask;
+        if (m != last) {
+            last = m;
+            since = bb_now_ns();
+        } else if (m && bb_now_ns() - since >= settle) {
+            return 1;
+        }
+        bb_sleep_ns(2 * 1000 * 1000);
+    }
+    return last != 0;
+}
+#endif
+
 static const char *cls_name_cb(void *user, uint32_t cls)
 {
     static _Thread_local char buf[32];
@@ -661,6 +687,10 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
         return bb_err(err, err_len, rc, "rank %u: publishing the task schema: %s", rank,
                       strerror(-rc));
     }
+    if (cfg->wait_agents_ms && !wait_agent(rk.hooks, cfg->wait_agents_ms, bs_abort(shm)))
+        fprintf(stderr,
+                "mkscope-bench: rank %u: no agent attached within %u ms; running unobserved\n",
+                rank, cfg->wait_agents_ms);
 #endif
     struct br_opts ro = {.rank = rank,
                          .n_ranks = rk.R,

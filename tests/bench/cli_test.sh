@@ -45,6 +45,10 @@ grep -q '"type": "comm-delay"' "$tmp/truth.json" || { echo "FAIL: truth lacks th
 grep -q '"class_counts"' "$tmp/out.json" || { echo "FAIL: results lack class counts"; fails=$((fails + 1)); }
 grep -q "match" "$tmp/out" || { echo "FAIL: --check did not report a match"; fails=$((fails + 1)); }
 
+# --wait-agents with no agent: waits its time, says so, runs unobserved
+expect 0 "no agent attached within 100 ms" run --ranks 2 --steps 3 --job "clw$$" --wait-agents 100
+expect 2 "wait_agents_ms" run --wait-agents 999999999
+
 # --rank mode: two ranks started separately meet in shared memory
 job="clr$$"
 "$bench" run --ranks 2 --steps 6 --rank 1 --job "$job" -q 2>"$tmp/r1.err" &

@@ -62,6 +62,9 @@ struct mks_bench_config {
     uint32_t step_interval_us; /* CPU backend: steps start at most this often
                                   (the rank idles between steps, outside any
                                   task); 0 = back to back */
+    uint32_t wait_agents_ms;   /* before the first step, wait up to this long
+                                  for an agent to attach programs to the
+                                  rank's control block; 0 = do not wait */
 };
 
 /* How the CUDA backend runs a step. */
