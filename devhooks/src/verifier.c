@@ -147,6 +147,7 @@ enum {
     VI_FUNC = 1 << 1,     /* function entry */
     VI_JOIN = 1 << 2,     /* two or more predecessors */
     VI_SEEN = 1 << 3,     /* reachable */
+    VI_INLOOP = 1 << 4,   /* on a loop: a back-edge's natural loop */
 };
 
 struct vf {
@@ -169,6 +170,7 @@ struct vf {
     uint64_t max_cost;     /* longest explored path */
     bool path_has_len;     /* set by step() when a path ends at an exit */
     uint64_t path_len;
+    uint16_t *need;        /* per insn: registers whose scalar range matters */
     struct vf_state **stack;
     uint32_t stack_len, stack_cap;
     uint32_t next_id;
@@ -692,6 +694,38 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Marks the natural loop of the back-edge tail -> head: the head and every
+ * instruction that reaches the tail without passing through the head.
+ * Predecessors are found by scanning (programs are small, loops few). */
+static void mark_loop(struct vf *v, uint32_t tail, uint32_t head)
+{
+    uint32_t *work = malloc(sizeof(uint32_t) * v->n), nw = 0;
+    if (!work)
+        return; /* only a loss of precision: widening stays allowed there */
+    v->info[head] |= VI_INLOOP;
+    if (!(v->info[tail] & VI_INLOOP)) {
+        v->info[tail] |= VI_INLOOP;
+        work[nw++] = tail;
+    }
+    while (nw > 0) {
+        uint32_t x = work[--nw];
+        for (uint32_t p = v->funcs[v->func_of[x]]; p < v->n && v->func_of[p] == v->func_of[x]; p++) {
+            uint32_t succ[2];
+            if ((v->info[p] & (VI_LDIMM_HI | VI_INLOOP)))
+                continue;
+            int ns = successors(v, p, succ);
+            for (int k = 0; k < ns; k++) {
+                if (succ[k] == x) {
+                    v->info[p] |= VI_INLOOP;
+                    work[nw++] = p;
+                    break;
+                }
+            }
+        }
+    }
+    free(work);
+}
+
 static int static_pass(struct vf *v)
 {
     int rc;
@@ -833,6 +867,7 @@ static int static_pass(struct vf *v)
                     /* a loop: explored iteration by iteration, its cost
                      * taken from the paths */
                     v->has_loops = true;
+                    mark_loop(v, i, s);
                     continue;
                 }
                 if (color[s] == 0) {
@@ -870,6 +905,249 @@ out:
     free(forder);
     free(fs);
     return rc;
+}
+
+
+/* ---- precision -----------------------------------------------------------
+ *
+ * Which registers' scalar ranges can change what the verifier decides from
+ * an instruction on.  A range matters where it decides a branch, becomes a
+ * pointer offset, sizes a ring buffer record, is a CONTROL program's hint
+ * or a subprogram's result, and wherever a value flows into one of those:
+ * through ALU operations, copies, and the stack (if a value loaded from the
+ * stack matters, every value stored to the stack does; map values and the
+ * context are not tracked by the verifier, so what is stored there matters
+ * to nothing).  Pruning ignores the ranges of the other scalar registers of
+ * the current frame: two states that differ only there behave the same,
+ * which lets a loop's iterations prune each other when only an accumulator
+ * differs.
+ *
+ * Telling a pointer offset from plain arithmetic, and a stack access from
+ * another one, needs to know which registers may hold pointers, and stack
+ * pointers; a forward pass computes that first, over every path (a union:
+ * a register that may be one on any path counts as one).
+ */
+
+#define RBIT(r) ((uint16_t)(1u << (r)))
+#define ARGS_R1_R5 ((uint16_t)0x3e)
+
+struct mayptr {
+    uint16_t ptr;   /* may hold a pointer */
+    uint16_t stack; /* may hold a stack pointer */
+};
+
+static void mp_set(struct mayptr *m, uint8_t r, bool ptr, bool stack)
+{
+    m->ptr = ptr ? (m->ptr | RBIT(r)) : (m->ptr & ~RBIT(r));
+    m->stack = stack ? (m->stack | RBIT(r)) : (m->stack & ~RBIT(r));
+}
+
+/* May-pointer registers after insn i, given those before it; *mem_ptr and
+ * *mem_stack: a pointer (a stack pointer) may have been stored to memory. */
+static struct mayptr mayptr_step(const struct vf *v, uint32_t i, struct mayptr in, bool *mem_ptr, bool *mem_stack)
+{
+    const struct mks_insn *x = &v->insns[i];
+    uint8_t cls = MKS_BPF_CLASS(x->code), op = x->code & 0xf0, dst = mks_insn_dst(x), src = mks_insn_src(x);
+    bool isx = (x->code & MKS_BPF_X) != 0;
+    struct mayptr out = in;
+
+    switch (cls) {
+    case MKS_BPF_ALU64:
+        if (op == MKS_BPF_MOV)
+            mp_set(&out, dst, isx && x->off == 0 && (in.ptr & RBIT(src)), isx && x->off == 0 && (in.stack & RBIT(src)));
+        else if ((op == MKS_BPF_ADD || op == MKS_BPF_SUB) && isx)
+            mp_set(&out, dst, (in.ptr & (RBIT(dst) | RBIT(src))) != 0, (in.stack & (RBIT(dst) | RBIT(src))) != 0);
+        else if (op != MKS_BPF_ADD && op != MKS_BPF_SUB)
+            mp_set(&out, dst, false, false);
+        break;
+    case MKS_BPF_ALU:
+        mp_set(&out, dst, false, false);
+        break;
+    case MKS_BPF_LDX: {
+        bool dw = (x->code & 0x18) == MKS_BPF_DW;
+        mp_set(&out, dst, dw && *mem_ptr, dw && *mem_stack);
+        break;
+    }
+    case MKS_BPF_STX:
+        if ((x->code & 0xe0) == MKS_BPF_MEM) {
+            if (in.ptr & RBIT(src))
+                *mem_ptr = true;
+            if (in.stack & RBIT(src))
+                *mem_stack = true;
+        } else if (x->imm == MKS_BPF_CMPXCHG) {
+            mp_set(&out, 0, false, false);
+        } else if (x->imm & MKS_BPF_FETCH) {
+            mp_set(&out, src, false, false);
+        }
+        break;
+    case MKS_BPF_LD:
+        mp_set(&out, dst, src != 0, false);
+        break;
+    case MKS_BPF_JMP:
+        if (op == MKS_BPF_CALL) {
+            out.ptr &= (uint16_t)~(ARGS_R1_R5 | RBIT(0));
+            out.stack &= (uint16_t)~(ARGS_R1_R5 | RBIT(0));
+            /* a subprogram may return any pointer it was given */
+            mp_set(&out, 0, is_local_call(x) || x->imm == MKS_HELPER_MAP_LOOKUP, is_local_call(x));
+        }
+        break;
+    default:
+        break;
+    }
+    out.ptr |= RBIT(10);
+    out.stack |= RBIT(10);
+    return out;
+}
+
+/* Registers that matter before insn i, given those that matter after it
+ * and the may-pointers before it.  *stack_needed: a value loaded from the
+ * stack matters; stack_need: the same, from the previous sweep. */
+static uint16_t need_step(const struct vf *v, uint32_t i, uint16_t out, struct mayptr mp, bool stack_need,
+                          bool *stack_needed)
+{
+    const struct mks_insn *x = &v->insns[i];
+    uint8_t cls = MKS_BPF_CLASS(x->code), op = x->code & 0xf0, dst = mks_insn_dst(x), src = mks_insn_src(x);
+    bool isx = (x->code & MKS_BPF_X) != 0;
+    uint16_t in = out;
+
+    switch (cls) {
+    case MKS_BPF_ALU:
+    case MKS_BPF_ALU64:
+        if (op == MKS_BPF_MOV) {
+            in = out & ~RBIT(dst);
+            if ((out & RBIT(dst)) && isx)
+                in |= RBIT(src);
+            break;
+        }
+        if ((out & RBIT(dst)) && isx && op != MKS_BPF_END)
+            in |= RBIT(src);
+        if (isx && cls == MKS_BPF_ALU64 && (op == MKS_BPF_ADD || op == MKS_BPF_SUB)) {
+            if (mp.ptr & RBIT(dst))
+                in |= RBIT(src); /* an offset added to a pointer */
+            if (mp.ptr & RBIT(src))
+                in |= RBIT(dst);
+        }
+        break;
+    case MKS_BPF_LDX:
+        if ((out & RBIT(dst)) && (mp.stack & RBIT(src)))
+            *stack_needed = true;
+        in = out & ~RBIT(dst);
+        break;
+    case MKS_BPF_STX:
+        if ((x->code & 0xe0) == MKS_BPF_ATOMIC) {
+            uint8_t r = x->imm == MKS_BPF_CMPXCHG ? 0 : src;
+            if ((x->imm & MKS_BPF_FETCH) && (out & RBIT(r)) && (mp.stack & RBIT(dst)))
+                *stack_needed = true;
+            if (x->imm & MKS_BPF_FETCH)
+                in = out & ~RBIT(r);
+            if (stack_need && (mp.stack & RBIT(dst)))
+                in |= RBIT(src) | (x->imm == MKS_BPF_CMPXCHG ? RBIT(0) : 0);
+        } else if (stack_need && (mp.stack & RBIT(dst))) {
+            in |= RBIT(src);
+        }
+        break;
+    case MKS_BPF_LD:
+        in = out & ~RBIT(dst);
+        break;
+    case MKS_BPF_JMP:
+    case MKS_BPF_JMP32:
+        if (op == MKS_BPF_CALL) {
+            in = out & ~(ARGS_R1_R5 | RBIT(0));
+            if (is_local_call(x))
+                in |= ARGS_R1_R5;
+            else if (x->imm == MKS_HELPER_RINGBUF_OUTPUT)
+                in |= RBIT(3);
+        } else if (op == MKS_BPF_EXIT) {
+            in = (v->func_of[i] != 0 || v->prog_type == MKS_PROG_CONTROL) ? RBIT(0) : 0;
+        } else if (op != MKS_BPF_JA) {
+            in |= RBIT(dst) | (isx ? RBIT(src) : 0);
+        }
+        break;
+    default:
+        break;
+    }
+    return in & (uint16_t)~RBIT(10);
+}
+
+/* Fills v->need.  Both passes iterate to a fixed point (loops, and the
+ * memory flags that make other accesses matter); if that takes unusually
+ * long, every register matters, which is always safe. */
+static int precision_pass(struct vf *v)
+{
+    struct mayptr *mp = calloc(v->n + 2, sizeof(*mp));
+    uint8_t *reach = calloc(v->n + 2, 1);
+    if (!mp || !reach) {
+        free(mp);
+        free(reach);
+        return -ENOMEM;
+    }
+    bool mem_ptr = false, mem_stack = false, changed = true;
+    for (uint32_t f = 0; f < v->n_funcs; f++) {
+        uint32_t e = v->funcs[f];
+        /* callee arguments may be any pointer of the caller */
+        mp[e].ptr = f == 0 ? (RBIT(1) | RBIT(10)) : (ARGS_R1_R5 | RBIT(10));
+        mp[e].stack = f == 0 ? RBIT(10) : (ARGS_R1_R5 | RBIT(10));
+        reach[e] = 1;
+    }
+    for (int sweep = 0; changed; sweep++) {
+        if (sweep > 64)
+            goto all;
+        changed = false;
+        bool m0 = mem_ptr, m1 = mem_stack;
+        for (uint32_t i = 0; i < v->n; i++) {
+            uint32_t succ[2];
+            if (!reach[i] || (v->info[i] & VI_LDIMM_HI))
+                continue;
+            struct mayptr out = mayptr_step(v, i, mp[i], &mem_ptr, &mem_stack);
+            int ns = successors(v, i, succ);
+            for (int k = 0; k < ns; k++) {
+                struct mayptr *t = &mp[succ[k]];
+                if (succ[k] >= v->n)
+                    continue;
+                if (!reach[succ[k]] || (t->ptr | out.ptr) != t->ptr || (t->stack | out.stack) != t->stack) {
+                    t->ptr |= out.ptr;
+                    t->stack |= out.stack;
+                    reach[succ[k]] = 1;
+                    changed = true;
+                }
+            }
+        }
+        changed = changed || m0 != mem_ptr || m1 != mem_stack;
+    }
+
+    bool stack_need = false;
+    changed = true;
+    for (int sweep = 0; changed; sweep++) {
+        if (sweep > 64)
+            goto all;
+        changed = false;
+        bool sn = stack_need;
+        for (uint32_t j = v->n; j-- > 0;) {
+            uint32_t succ[2];
+            if (v->info[j] & VI_LDIMM_HI)
+                continue;
+            uint16_t out = 0;
+            int ns = successors(v, j, succ);
+            for (int k = 0; k < ns; k++)
+                if (succ[k] < v->n)
+                    out |= v->need[succ[k]];
+            uint16_t in = need_step(v, j, out, mp[j], sn, &stack_need);
+            if ((in | v->need[j]) != v->need[j]) {
+                v->need[j] |= in;
+                changed = true;
+            }
+        }
+        changed = changed || sn != stack_need;
+    }
+    free(mp);
+    free(reach);
+    return 0;
+all:
+    for (uint32_t i = 0; i < v->n; i++)
+        v->need[i] = 0x7ff;
+    free(mp);
+    free(reach);
+    return 0;
 }
 
 /* ---- memory access ------------------------------------------------------ */
@@ -1596,7 +1874,9 @@ static bool reg_covers(const struct vf_reg *t, const struct vf_reg *s, struct id
     }
 }
 
-static bool state_covers(struct idmap *mp, const struct vf_state *t, const struct vf_state *s)
+/* need: registers of the current frame whose scalar ranges matter here
+ * (see the precision pass); the others need only agree in kind. */
+static bool state_covers(struct idmap *mp, const struct vf_state *t, const struct vf_state *s, uint16_t need)
 {
     if (t->nframes != s->nframes)
         return false;
@@ -1605,9 +1885,13 @@ static bool state_covers(struct idmap *mp, const struct vf_state *t, const struc
         const struct vf_frame *tf = &t->fr[f], *sf = &s->fr[f];
         if (tf->callsite != sf->callsite)
             return false;
-        for (uint32_t r = 0; r < MKS_BPF_NREGS; r++)
+        for (uint32_t r = 0; r < MKS_BPF_NREGS; r++) {
+            if (f + 1 == t->nframes && !(need & RBIT(r)) && tf->regs[r].type == VT_SCALAR &&
+                sf->regs[r].type == VT_SCALAR)
+                continue;
             if (!reg_covers(&tf->regs[r], &sf->regs[r], mp))
                 return false;
+        }
         for (uint32_t b = 0; b < MKS_BPF_STACK; b++) {
             if (b % 8 == 0) {
                 /* fast path over whole 8-byte slots: unwritten, or the
@@ -1761,15 +2045,17 @@ static int step(struct vf *v, struct vf_state *st)
         /* A complete kept state that covers this one: the path ends here,
          * as long as the longest way on from the kept state. */
         for (struct vf_kept *k = v->kept[i]; k; k = k->next) {
-            if (k->complete && state_covers(&v->idmap, k->st, st)) {
+            if (k->complete && state_covers(&v->idmap, k->st, st, v->need[i])) {
                 v->path_has_len = k->has_path;
                 v->path_len = st->steps + k->remaining;
                 return 1;
             }
         }
         /* Many distinct states here: widen the new one over a complete
-         * kept one and explore the union, which covers both. */
-        if (v->n_kept[i] >= VF_WIDEN_AFTER) {
+         * kept one and explore the union, which covers both.  Not inside
+         * loops: there the kept states are earlier iterations, and joining
+         * the counter's values would lose the loop's bound. */
+        if (v->n_kept[i] >= VF_WIDEN_AFTER && !(v->info[i] & VI_INLOOP)) {
             for (struct vf_kept *k = v->kept[i]; k; k = k->next) {
                 if (k->complete && state_mergeable(st, k->st)) {
                     state_merge(st, k->st);
@@ -2071,11 +2357,14 @@ int mks_verify(const struct mks_insn *insns, uint32_t n_insns, const struct mks_
     v.cost = calloc(n_insns + 2, sizeof(*v.cost));
     v.kept = calloc(n_insns, sizeof(*v.kept));
     v.n_kept = calloc(n_insns, sizeof(*v.n_kept));
-    if (!v.info || !v.func_of || !v.funcs || !v.cost || !v.kept || !v.n_kept) {
+    v.need = calloc(n_insns, sizeof(*v.need));
+    if (!v.info || !v.func_of || !v.funcs || !v.cost || !v.kept || !v.n_kept || !v.need) {
         rc = verr(&v, UINT32_MAX, ENOMEM, "mks_verify: out of memory");
         goto out;
     }
     rc = static_pass(&v);
+    if (rc == 0)
+        rc = precision_pass(&v);
     if (rc == 0)
         rc = explore(&v);
     if (rc == -ENOMEM && log && log_len)
@@ -2105,5 +2394,6 @@ out:
     free(v.cost);
     free(v.kept);
     free(v.n_kept);
+    free(v.need);
     return rc;
 }

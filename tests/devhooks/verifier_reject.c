@@ -171,6 +171,25 @@ static const struct rcase cases[] = {
      P(MOV_REG(6, 1), LOOKUP_ARR0, JMP_IMM(MKS_BPF_JEQ, 0, 0, 4), LDX(W, 2, 6, CTX_TASK_CLASS),
        JMP_IMM(MKS_BPF_JGT, 2, 9, 2), ALU64_REG(ADD, 0, 2), LDX(DW, 1, 0, 0), MOV_IMM(0, 0), EXIT()),
      OBS, END, MKS_VERR_MAP_BOUNDS, "offset 0..9 of map 'arr' value out of bounds", NULL},
+    /* Two paths join with r3 = 0 (explored first) and r3 = 100: the join must
+     * not prune the second, since r3 becomes a pointer offset. */
+    {"join_keeps_offset_range",
+     P(MOV_REG(6, 1), LOOKUP_ARR0, JMP_IMM(MKS_BPF_JEQ, 0, 0, 7), LDX(W, 2, 6, CTX_STEP), MOV_IMM(3, 0),
+       JMP_IMM(MKS_BPF_JEQ, 2, 7, 1), JA(1), MOV_IMM(3, 100), ALU64_REG(ADD, 0, 3), LDX(DW, 1, 0, 0), MOV_IMM(0, 0),
+       EXIT()),
+     OBS, END, MKS_VERR_MAP_BOUNDS, "insn 14 (", "offset 100..100 of map 'arr' value out of bounds"},
+    /* The same through a spill: the offset goes to the stack and back. */
+    {"join_keeps_spilled_offset_range",
+     P(MOV_REG(6, 1), LOOKUP_ARR0, JMP_IMM(MKS_BPF_JEQ, 0, 0, 9), LDX(W, 2, 6, CTX_STEP), MOV_IMM(3, 0),
+       JMP_IMM(MKS_BPF_JEQ, 2, 7, 1), JA(1), MOV_IMM(3, 100), STX(DW, 10, 3, -8), LDX(DW, 4, 10, -8),
+       ALU64_REG(ADD, 0, 4), LDX(DW, 1, 0, 0), MOV_IMM(0, 0), EXIT()),
+     OBS, END, MKS_VERR_MAP_BOUNDS, "insn 16 (", "offset 100..100 of map 'arr' value out of bounds"},
+    /* ... and through a branch: r3 decides whether the access happens. */
+    {"join_keeps_branch_range",
+     P(MOV_REG(6, 1), LOOKUP_ARR0, JMP_IMM(MKS_BPF_JEQ, 0, 0, 7), LDX(W, 2, 6, CTX_STEP), MOV_IMM(3, 0),
+       JMP_IMM(MKS_BPF_JEQ, 2, 7, 1), JA(1), MOV_IMM(3, 100), JMP_IMM(MKS_BPF_JLT, 3, 50, 1), LDX(DW, 1, 0, 16),
+       MOV_IMM(0, 0), EXIT()),
+     OBS, END, MKS_VERR_MAP_BOUNDS, "insn 14 (", "offset 16..16 of map 'arr' value out of bounds"},
     {"rodata_write", P(LD_MAPVAL(1, M_RODATA, 0), ST(DW, 1, 0, 1), MOV_IMM(0, 0), EXIT()), OBS, END,
      MKS_VERR_MAP_WRITE, "write to read-only map '.rodata'", NULL},
     {"control_map_write", P(LOOKUP_ARR0, JMP_IMM(MKS_BPF_JEQ, 0, 0, 1), ST(DW, 0, 0, 1), MOV_IMM(0, 0), EXIT()), CTL,

@@ -57,3 +57,31 @@ int popcount(const struct mks_hook_ctx *ctx)
     }
     return c;
 }
+
+/* A loop entered from several paths (the branches above it leave different
+ * scales), with a data-dependent branch in the body: iterations differ only
+ * in the accumulator, which decides nothing the verifier checks. */
+SEC("mkscope/task_assign")
+int weighted(const struct mks_hook_ctx *ctx)
+{
+    __u32 k = 0;
+    __u64 scale = 1, s = 0;
+    __u64 *t;
+
+    if (ctx->flags & 1)
+        scale = 3;
+    if (ctx->flags & 2)
+        scale += 5;
+    t = mks_map_lookup(&tab, &k);
+    if (!t)
+        return 0;
+#pragma clang loop unroll(disable)
+    for (int i = 0; i < 16; i++) {
+        if (t[i] > 100)
+            s += t[i] * scale;
+        else
+            s += 1;
+    }
+    t[0] = s;
+    return 0;
+}
