@@ -27,6 +27,10 @@
  * loop without a visible bound and is rejected.  With loops, the cost is the
  * longest explored path.
  *
+ * A precision pass between the two finds, per instruction, which registers'
+ * scalar ranges can still change a decision (see "precision" below);
+ * pruning ignores the ranges of the others.
+ *
  * Pruning: at instructions where paths join, explored states are kept.  A
  * kept state is complete once every path through it has ended (each kept
  * state counts the live paths and incomplete kept states below it).  A new
