@@ -354,11 +354,19 @@ static __device__ void body_send(const struct bg_dev &D, const struct bg_task *t
     if (threadIdx.x == 0) {
         if (t->comm_delay)
             spin_ns(t->comm_delay);
-        __threadfence_system(); /* the data before the release, seen over NVLink */
-        atomicAdd_system(D.peer_count[peer], 1u);
-        remote_hook(D, h, t, MKS_EV_DEP_RELEASE, peer, cg, dep, seq + 1);
         remote_hook(D, h, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
     }
+}
+
+/* The send's notification, after the task's end (thread 0). */
+static __device__ void release_send(const struct bg_dev &D, const struct bg_task *t,
+                                    struct bg_hw *h)
+{
+    const uint32_t peer = t->tile_x, k = t->tile_y, seq = ar_seq(D, t->step, k);
+    __threadfence_system(); /* the data before the release, seen over NVLink */
+    atomicAdd_system(D.peer_count[peer], 1u);
+    remote_hook(D, h, t, MKS_EV_DEP_RELEASE, peer, comm_gen(t->step, k, D.rank, peer),
+                remote_ev(peer, D.rank), seq + 1);
 }
 
 static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task *t,
@@ -566,6 +574,8 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
             atomicAdd(&D.class_counts[t->cls], 1ull);
             if (t->notify_delay)
                 spin_ns(t->notify_delay);
+            if (t->cls == BC_AR_SEND)
+                release_send(D, t, &h);
             __threadfence(); /* the task's writes before its release */
             unsigned long long v = atomicAdd(&D.ev_count[t->trig_ev], 1ull) + 1;
             if (attached(D, &h, MKS_EV_DEP_RELEASE)) {

@@ -192,6 +192,9 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
             f.cls = BC_OPROJ;
         break;
     case MKS_FAULT_NOTIFY_DELAY:
+        if (f.cls < 0)
+            f.cls = BC_AR_SEND; /* the peers' notification comes late */
+        break;
     case MKS_FAULT_QUEUE_OVERSUB:
         if (f.cls < 0)
             f.cls = BC_QKV;

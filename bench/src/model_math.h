@@ -251,7 +251,8 @@ static inline BM_HD uint32_t bm_class_occurrences(uint32_t cls, uint32_t layers)
  * whatever the fault type:
  *   task-delay, moe-skew  each task runs magnitude / (occurrences x waves)
  *                          longer, waves = ceil(n_op / W) tasks per worker;
- *   notify-delay          each task's release waits as long after its end;
+ *   notify-delay          each task's release waits magnitude / occurrences
+ *                          after its end while its worker goes on;
  *   queue-oversub         the operator's tasks all go to one worker, each
  *                          held magnitude / (occurrences x n_op) in its queue;
  *   tile-starve           the scheduler passes the tile over for
@@ -282,7 +283,8 @@ static inline BM_HD void bm_fault_plan(const struct mks_fault *faults, uint32_t 
             fx->run_delay_ns += mag / (occ * waves);
             break;
         case MKS_FAULT_NOTIFY_DELAY:
-            fx->notify_delay_ns += mag / (occ * waves);
+            /* releases wait side by side, not one after another */
+            fx->notify_delay_ns += mag / occ;
             break;
         case MKS_FAULT_QUEUE_OVERSUB:
             fx->force_worker = f->worker;

@@ -195,9 +195,18 @@ static void body_send(struct br_rt *rt, uint32_t w, struct br_task *t)
     memcpy(bs_inbox_data(rk->shm, peer, rk->rank, seq), rk->partial, bytes);
     if (t->comm_delay_ns)
         br_fault_sleep(rt, w, t->comm_delay_ns);
-    bs_inbox_release(rk->shm, peer, rk->rank);
-    br_hook_remote(rt, w, t, MKS_EV_DEP_RELEASE, peer, cg, dep, seq + 1);
     br_hook_remote(rt, w, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
+}
+
+/* The send's notification: the peer's remote event, once the data is there
+ * (after the task's end: a notify-delay postpones it). */
+static void release_send(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    struct bw_rank *rk = RK(rt);
+    const uint32_t peer = t->tile_x, k = t->tile_y, seq = ar_seq(rk, t->step, k);
+    bs_inbox_release(rk->shm, peer, rk->rank);
+    br_hook_remote(rt, w, t, MKS_EV_DEP_RELEASE, peer, bw_comm_gen(t->step, k, rk->rank, peer),
+                   remote_ev(peer, rk->rank), seq + 1);
 }
 
 static void body_reduce(struct br_rt *rt, uint32_t w, struct br_task *t)
@@ -479,6 +488,7 @@ static int add_allreduce(struct bw_rank *rk, uint32_t s, uint32_t l, uint32_t k,
             if (p == rk->rank)
                 continue;
             ADD_OR_FAIL(rk, s, BC_AR_SEND, l, p, k, wait, ev_send, body_send);
+            t->release = release_send;
             t->flags |= MKS_CTX_F_COMM;
             plan(rk, t, rk->R - 1, k);
         }

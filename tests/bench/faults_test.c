@@ -28,7 +28,8 @@ struct fcase {
 static const struct fcase cases[] = {
     {"task-delay:rank=1,class=attention,magnitude=400,steps=3-6", "task-delay", 1, "attention"},
     {"moe-skew:rank=2,magnitude=400,steps=3-6", "moe-skew", 2, "expert.2"},
-    {"notify-delay:rank=3,class=o_proj,magnitude=400,steps=3-6", "notify-delay", 3, "o_proj"},
+    {"notify-delay:rank=3,magnitude=400,steps=3-6", "notify-delay", 3, "allreduce_send"},
+    {"notify-delay:rank=1,class=o_proj,magnitude=400,steps=3-6", "notify-delay", 1, "o_proj"},
     {"queue-oversub:rank=0,class=qkv_proj,worker=1,magnitude=400,steps=3-6", "queue-oversub", 0,
      "qkv_proj"},
     {"comm-delay:rank=2,gen=1,magnitude=400,steps=3-6", "comm-delay", 2, "allreduce_send"},
@@ -102,6 +103,7 @@ CASE(2)
 CASE(3)
 CASE(4)
 CASE(5)
+CASE(6)
 
 /* Several faults combine in one run. */
 static void test_combined(void **state)
@@ -137,6 +139,7 @@ int main(void)
         cmocka_unit_test(test_fault_0), cmocka_unit_test(test_fault_1),
         cmocka_unit_test(test_fault_2), cmocka_unit_test(test_fault_3),
         cmocka_unit_test(test_fault_4), cmocka_unit_test(test_fault_5),
+        cmocka_unit_test(test_fault_6),
         cmocka_unit_test(test_combined),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -25,13 +25,15 @@ struct ctx {
     uint32_t finish_after;
     uint32_t workers_seen[8];
     _Atomic uint32_t n_dyn;
+    uint64_t started[8]; /* by tile_x */
 };
 
 static void body_count(struct br_rt *rt, uint32_t w, struct br_task *t)
 {
     struct ctx *c = br_user(rt);
-    (void)t;
     c->workers_seen[w]++;
+    if (t->tile_x < 8)
+        c->started[t->tile_x] = bb_now_ns();
     if (atomic_fetch_add(&c->ran, 1) + 1 == c->finish_after)
         br_finish(rt, 0);
 }
@@ -258,6 +260,33 @@ static void test_oversubscribed_queue(void **state)
     br_destroy(rt);
 }
 
+/* notify-delay: a task's release is postponed while its worker goes on with
+ * the next task; the dependent starts only after the postponed release. */
+static void test_postponed_release_frees_worker(void **state)
+{
+    (void)state;
+    struct ctx c = {0};
+    struct br_rt *rt = make(&c, 1, 3, 64);
+    c.finish_after = 3;
+    const uint64_t delay = 50 * 1000 * 1000;
+    br_graph_begin(rt);
+    for (uint32_t i = 0; i < 2; i++)
+        add(rt, 0, i, 0, 1)->notify_delay_ns = delay;
+    add(rt, 1, 2, 1, 2);
+    br_graph_commit(rt);
+    br_event_fire(rt, 0);
+    uint64_t t0 = bb_now_ns();
+    assert_int_equal(br_start(rt), 0);
+    assert_int_equal(br_wait_finish(rt, NULL), 0);
+    br_stop(rt);
+    /* the one worker did not sit out the first delay before the second task */
+    assert_true(c.started[1] - c.started[0] < delay);
+    /* the dependent waited for the releases */
+    assert_true(c.started[2] - t0 >= delay);
+    assert_int_equal(br_event_count(rt, 1), 2);
+    br_destroy(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_dynamic_tasks),
         cmocka_unit_test(test_starved_tile_passed_over),
         cmocka_unit_test(test_oversubscribed_queue),
+        cmocka_unit_test(test_postponed_release_frees_worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,6 +69,8 @@ struct br_rt {
     uint32_t build; /* graph being built */
     struct br_task **ready;
     uint32_t n_ready;
+    struct br_task **deferred; /* ended tasks whose release is postponed */
+    uint32_t n_deferred;
     uint32_t rr;
     uint64_t passovers;
     int stop, finished, finish_status;
@@ -127,6 +129,7 @@ void br_destroy(struct br_rt *rt)
     free(rt->w);
     free(rt->ev);
     free(rt->ready);
+    free(rt->deferred);
     free(rt->order);
     free(rt);
 }
@@ -146,13 +149,14 @@ int br_create(const struct br_opts *opts, struct br_rt **rt_p)
     rt->w = calloc(W, sizeof(*rt->w));
     rt->ev = calloc(opts->n_events, sizeof(*rt->ev));
     rt->ready = calloc(T, sizeof(*rt->ready));
+    rt->deferred = calloc(T, sizeof(*rt->deferred));
     rt->hook_mu = calloc(W + 1, sizeof(*rt->hook_mu));
     if (rt->hook_mu)
         for (uint32_t i = 0; i <= W; i++)
             pthread_mutex_init(&rt->hook_mu[i], NULL);
     if (opts->order_cap)
         rt->order = calloc(opts->order_cap, sizeof(*rt->order));
-    int bad = !rt->q || !rt->w || !rt->ev || !rt->ready || !rt->hook_mu ||
+    int bad = !rt->q || !rt->w || !rt->ev || !rt->ready || !rt->deferred || !rt->hook_mu ||
               (opts->order_cap && !rt->order);
     for (uint32_t i = 0; i < W && !bad; i++) {
         pthread_cond_init(&rt->q[i].cv, NULL);
@@ -519,6 +523,16 @@ void br_fault_sleep(struct br_rt *rt, uint32_t worker, uint64_t ns)
     w->sleep_debt = (int64_t)(w->sleep_end - t0) - want;
 }
 
+/* What a task releases when it is done: its remote events (the task's own
+ * release step), then its local event. */
+static void release(struct br_rt *rt, uint32_t worker, struct br_task *t)
+{
+    if (t->release)
+        t->release(rt, worker, t);
+    if (t->trig_ev != BR_EV_NONE)
+        br_event_trigger(rt, worker, t, t->trig_ev);
+}
+
 static void run_task(struct br_rt *rt, struct br_worker *w, struct br_task *t, uint32_t depth)
 {
     if (t->hold_ns | t->run_delay_ns | t->notify_delay_ns | t->starve_ns | t->comm_delay_ns)
@@ -544,10 +558,36 @@ static void run_task(struct br_rt *rt, struct br_worker *w, struct br_task *t, u
     br_hook(rt, &ctx);
     prof_rec(w, BR_PROF_END, t);
     w->class_count[t->cls]++;
-    if (t->notify_delay_ns)
-        br_fault_sleep(rt, w->id, t->notify_delay_ns);
-    if (t->trig_ev != BR_EV_NONE)
-        br_event_trigger(rt, w->id, t, t->trig_ev);
+    if (t->notify_delay_ns && (t->trig_ev != BR_EV_NONE || t->release)) {
+        /* notify-delay: the task has ended and its worker moves on; the
+         * release waits in the deferred list until due (worker loop) */
+        t->release_at = bb_now_ns() + t->notify_delay_ns;
+        pthread_mutex_lock(&rt->mu);
+        rt->deferred[rt->n_deferred++] = t;
+        for (uint32_t i = 0; i < rt->o.n_workers; i++)
+            pthread_cond_signal(&rt->q[i].cv);
+        pthread_mutex_unlock(&rt->mu);
+        return;
+    }
+    release(rt, w->id, t);
+}
+
+/* A postponed release that is due, removed from the list; NULL if none.
+ * *next_p gets the earliest due time still waiting (0 if none). */
+static struct br_task *take_due(struct br_rt *rt, uint64_t now, uint64_t *next_p)
+{
+    uint64_t next = 0;
+    for (uint32_t i = 0; i < rt->n_deferred; i++) {
+        struct br_task *t = rt->deferred[i];
+        if (t->release_at <= now) {
+            rt->deferred[i] = rt->deferred[--rt->n_deferred];
+            return t;
+        }
+        if (!next || t->release_at < next)
+            next = t->release_at;
+    }
+    *next_p = next;
+    return NULL;
 }
 
 static void *worker_main(void *arg)
@@ -563,6 +603,16 @@ static void *worker_main(void *arg)
         /* stop first: after a failure the queues may still hold tasks */
         if (rt->stop)
             break;
+        uint64_t next_release = 0;
+        if (rt->n_deferred) {
+            struct br_task *t = take_due(rt, bb_now_ns(), &next_release);
+            if (t) {
+                pthread_mutex_unlock(&rt->mu);
+                release(rt, w->id, t);
+                pthread_mutex_lock(&rt->mu);
+                continue;
+            }
+        }
         if (q->n) {
             struct br_task *t = q->ring[q->head];
             q->head = (q->head + 1) % rt->o.max_tasks;
@@ -578,6 +628,8 @@ static void *worker_main(void *arg)
         uint64_t next = rt->n_ready ? dispatch(rt) : 0;
         if (q->n)
             continue;
+        if (next_release && (!next || next_release < next))
+            next = next_release;
         if (next) {
             uint64_t now = bb_now_ns();
             /* condition variables wait on CLOCK_REALTIME by default */

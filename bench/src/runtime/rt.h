@@ -49,9 +49,12 @@ struct br_task {
     uint32_t layer;
     uint32_t wait_ev, trig_ev;
     br_body_fn body;
+    br_body_fn release; /* optional: releases remote events after the task ends,
+                           before trig_ev (communication tasks signal peers) */
     /* fault plan, set by the graph builder (0: none) */
     uint64_t run_delay_ns;    /* task-delay, moe-skew: body runs long */
-    uint64_t notify_delay_ns; /* notify-delay: release postponed after END */
+    uint64_t notify_delay_ns; /* notify-delay: release postponed after END while
+                                 the worker moves on */
     uint64_t hold_ns;         /* queue-oversub: backlog ahead of the task */
     uint64_t starve_ns;       /* tile-starve: scheduler passes it over */
     uint64_t comm_delay_ns;   /* comm-delay: the body's transfer is slow */
@@ -60,6 +63,7 @@ struct br_task {
     int32_t prio;
     uint32_t worker;
     uint64_t t_ready, t_start;
+    uint64_t release_at; /* notify-delay: when the postponed release is due */
     uint32_t next_dep; /* index of the next dependent of wait_ev */
 };
 
