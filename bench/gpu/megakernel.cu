@@ -1385,9 +1385,19 @@ extern "C" int bg_rank_run(const struct bg_rank_args *a)
         snprintf(a->err, a->err_len, "rank %u: out of memory for the model", a->rank);
         return rc;
     }
-    int dev = 0, n_sms = 0;
+    int dev = 0, n_sms = 0, n_dev = 0;
     cudaGetDevice(&dev);
+    cudaGetDeviceCount(&n_dev);
     cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev);
+    if (a->cfg->ranks > (uint32_t)n_dev) {
+        /* two persistent kernels that fill every SM of one GPU would wait on
+         * each other forever; NCCL refuses two ranks on one GPU too */
+        snprintf(a->err, a->err_len, "rank %u: %u ranks need %u GPUs, %d visible", a->rank,
+                 a->cfg->ranks, a->cfg->ranks, n_dev);
+        bm_model_fini(&hm);
+        free(H);
+        return -EINVAL;
+    }
     rc = setup(H, a, &hm, (uint32_t)n_sms);
     if (!rc)
         rc = a->cfg->cuda_mode == MKS_BENCH_CUDA_PERSISTENT
