@@ -119,7 +119,8 @@ static void body_nop(struct br_rt *rt, uint32_t w, struct br_task *t)
 static void run_tiles(struct fx *f, uint32_t order[6])
 {
     struct br_opts o = {.rank = 0, .n_ranks = 1, .n_workers = 1, .n_events = 2,
-                        .n_classes = 4, .max_tasks = 16, .order_cap = 16, .hooks = f->hooks};
+                        .n_classes = 4, .max_tasks = 16, .order_cap = 16, .queue_pressure = 4,
+                        .hooks = f->hooks};
     struct br_rt *rt;
     assert_int_equal(br_create(&o, &rt), 0);
     br_graph_begin(rt);
@@ -209,6 +210,8 @@ static void test_observers_see_every_transition(void **state)
     assert_int_equal(v[MKS_EV_TASK_START], 6);
     assert_int_equal(v[MKS_EV_TASK_END], 6);
     assert_int_equal(v[MKS_EV_DEP_RELEASE], 6);
+    /* six tasks onto one queue cross the depth of 4 once */
+    assert_int_equal(v[MKS_EV_QUEUE_PRESSURE], 1);
     struct mks_coverage cov;
     assert_int_equal(mks_epoch_snapshot_coverage(snap, MKS_EV_TASK_END, &cov), 0);
     assert_int_equal(cov.eligible, 6);

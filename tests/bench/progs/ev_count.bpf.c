@@ -52,3 +52,9 @@ int c_release(const struct mks_hook_ctx *ctx)
 {
     return bump(ctx);
 }
+
+SEC("mkscope/queue_pressure")
+int c_pressure(const struct mks_hook_ctx *ctx)
+{
+    return bump(ctx);
+}
