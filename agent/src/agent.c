@@ -936,6 +936,21 @@ static void begin_stop(struct agent *a, const char *why)
     close_app(a);
 }
 
+/* The runtime may publish its task schema after the agent attached (or only
+ * just before it exits): pick it up and register again, so that the
+ * collector learns the class names. */
+static void refresh_schema(struct agent *a)
+{
+    struct mks_ctl_info info;
+    if (a->schema || mks_ctl_info(a->ctl, &info) != 0 || !info.schema || !info.schema_len)
+        return;
+    char why[256];
+    if (mks_wire_schema_decode(info.schema, info.schema_len, &a->schema, why, sizeof(why)) == 0)
+        a->registered = 0;
+    else if (!a->schema_err_logged++)
+        agt_log_warn("task schema of rank %u is not valid: %s", a->o.rank, why);
+}
+
 static void tick(struct agent *a, uint64_t now)
 {
     agt_budget_refill(&a->budget, now);
@@ -945,6 +960,7 @@ static void tick(struct agent *a, uint64_t now)
         try_open(a, now);
         return;
     }
+    refresh_schema(a);
     if (!mks_ctl_alive(a->ctl)) {
         /* The application ended or restarted.  Its control block is still
          * mapped here: take what the last epoch counted, if the block still
@@ -962,15 +978,6 @@ static void tick(struct agent *a, uint64_t now)
     if (err)
         agt_log_warn("lease renewal failed: %s", strerror(-err));
     struct mks_ctl_info info;
-    if (!a->schema && mks_ctl_info(a->ctl, &info) == 0 && info.schema && info.schema_len) {
-        /* The runtime published its task schema after we attached:
-         * register again so that the collector learns the class names. */
-        char why[256];
-        if (mks_wire_schema_decode(info.schema, info.schema_len, &a->schema, why, sizeof(why)) == 0)
-            a->registered = 0;
-        else if (!a->schema_err_logged++)
-            agt_log_warn("task schema of rank %u is not valid: %s", a->o.rank, why);
-    }
     if (mks_ctl_info(a->ctl, &info) == 0 && info.lease_lapses != a->lease_lapses) {
         /* We were too slow once and the application detached everything;
          * the programs are still loaded, put them back. */

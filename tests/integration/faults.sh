@@ -57,8 +57,8 @@ for r in 0 1; do
     --epoch-ms 50 --monitors "$MKS_MONITORS_DIR" -v
   eval "agent$r=$started"
 done
-start "$d2/bench.log" "$MKS_BENCH_BIN" run --ranks 2 --job "$job" --steps 4000 --json "$d2/bench.json" \
-  $(bench_waits && echo --wait-agents 10000)
+bench_argv "$job" --ranks 2 --steps 4000 --json "$d2/bench.json"
+start "$d2/bench.log" "${bench_cmd[@]}"
 bench=$started
 sleep 1
 kill -KILL -- "-$agent1"
