@@ -185,6 +185,11 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
                       spec, f.step_lo, cfg->steps);
     if (f.step_hi >= cfg->steps)
         f.step_hi = cfg->steps - 1;
+    if (f.type != MKS_FAULT_COMM_DELAY && f.gen != MKS_FAULT_ANY &&
+        (f.gen < 1 || (uint64_t)f.gen > cfg->steps))
+        return bb_err(err, err_len, -EINVAL,
+                      "fault '%s': gen is the task generation (the decode iteration), 1..%u",
+                      spec, cfg->steps);
     /* each type's class: given, or the class the fault is about */
     switch (f.type) {
     case MKS_FAULT_TASK_DELAY:

@@ -101,6 +101,8 @@ static void test_errors(void **state)
     expect_bad(&c, "tile-starve:class=attention", "tiled class");
     expect_bad(&c, "tile-starve:tile=4", "tile 4 not in 0..3");
     expect_bad(&c, "comm-delay:gen=4", "all-reduce index");
+    expect_bad(&c, "task-delay:gen=0", "task generation");
+    expect_bad(&c, "task-delay:gen=21", "1..20");
     expect_bad(&c, "comm-delay:class=qkv_proj", "allreduce_send");
     expect_bad(&c, "moe-skew:rank=1,expert=2", "expert 2 lives on rank 2");
     expect_bad(&c, "queue-oversub:worker=2", "worker '2' not in 0..1");
