@@ -614,6 +614,15 @@ static __device__ struct bg_task *new_task(const struct bg_dev &D, struct sched 
     return t;
 }
 
+/* A task that exists for the request in slot i (batch shape). */
+static __device__ void req_task(const struct bg_dev &D, struct sched *S, struct bg_task *t,
+                                uint32_t i)
+{
+    (void)S;
+    t->req_gen = D.batch->slot[i].req_gen;
+    t->flags |= MKS_CTX_F_DYNAMIC;
+}
+
 static __device__ void plan(const struct bg_dev &D, struct bg_task *t, uint32_t n_op, uint32_t k,
                             int32_t *force, uint64_t *starve)
 {
@@ -781,8 +790,7 @@ static __device__ void scheduler_main(const struct bg_dev &D)
             uint32_t first = S.n;
             for (uint32_t i = 0; i < m->B; i++)
                 if (D.batch->slot[i].active)
-                    new_task(D, &S, BC_NORM, l, i, 0, ev_of(l, OP_NORM))->req_gen =
-                        D.batch->slot[i].req_gen;
+                    req_task(D, &S, new_task(D, &S, BC_NORM, l, i, 0, ev_of(l, OP_NORM)), i);
             dispatch(D, &S, first, n_act, ev_of(l, OP_NORM), n_act, 0);
             first = S.n;
             for (uint32_t x = 0; x < D.T; x++)
@@ -792,8 +800,8 @@ static __device__ void scheduler_main(const struct bg_dev &D)
             for (uint32_t i = 0; i < m->B; i++)
                 if (D.batch->slot[i].active)
                     for (uint32_t hd = 0; hd < m->cfg.heads; hd++)
-                        new_task(D, &S, BC_ATTN, l, hd, i, ev_of(l, OP_ATTN))->req_gen =
-                            D.batch->slot[i].req_gen;
+                        req_task(D, &S, new_task(D, &S, BC_ATTN, l, hd, i, ev_of(l, OP_ATTN)),
+                                 i);
             dispatch(D, &S, first, n_act * m->cfg.heads, ev_of(l, OP_ATTN),
                      n_act * m->cfg.heads, 0);
             first = S.n;

@@ -517,6 +517,7 @@ static int build_step(struct bw_rank *rk, uint32_t s)
                 continue;
             ADD_OR_FAIL(rk, s, BC_NORM, l, i, 0, in, ev_of(rk, l, OP_NORM), body_norm);
             t->req_gen = rk->batch.slot[i].req_gen;
+            t->flags |= MKS_CTX_F_DYNAMIC; /* exists for this request (batch shape) */
             plan(rk, t, n_act, 0);
         }
         for (uint32_t x = 0; x < rk->T; x++) {
@@ -531,6 +532,7 @@ static int build_step(struct bw_rank *rk, uint32_t s)
                 ADD_OR_FAIL(rk, s, BC_ATTN, l, h, i, ev_of(rk, l, OP_QKV), ev_of(rk, l, OP_ATTN),
                             body_attn);
                 t->req_gen = rk->batch.slot[i].req_gen;
+                t->flags |= MKS_CTX_F_DYNAMIC;
                 plan(rk, t, n_act * m->cfg.heads, 0);
             }
         }
