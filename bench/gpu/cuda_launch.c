@@ -82,8 +82,8 @@ static int cuda_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg
 }
 
 int mks_bench_cuda_run(const struct mks_bench_config *cfg, const struct mks_fault *faults,
-                       uint32_t n_faults, int32_t rank, struct mks_bench_result **res_p,
-                       char *err, size_t err_len)
+                       uint32_t n_faults, int32_t rank, struct mks_bench_result **res_p, char *err,
+                       size_t err_len)
 {
     if (cfg->cuda_mode != MKS_BENCH_CUDA_PERSISTENT) {
         /* without the megakernel's scheduler there is no queue, notification

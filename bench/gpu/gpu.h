@@ -19,8 +19,7 @@ extern "C" {
 struct mks_rt;
 
 /* All-gather through the launcher's shared memory. */
-typedef int (*bg_allgather_fn)(void *ctx, uint32_t rank, const void *mine, size_t len,
-                               void *all);
+typedef int (*bg_allgather_fn)(void *ctx, uint32_t rank, const void *mine, size_t len, void *all);
 
 struct bg_rank_args {
     const struct mks_bench_config *cfg;

@@ -49,17 +49,28 @@ extern "C" {
 #include "mkscope/devhook.cuh"
 #endif
 
-#define BG_THREADS 128
-#define BG_QCAP    4096u         /* per-worker queue slots */
-#define BG_STOP    0xffffffffu   /* task index that ends a worker */
-#define BG_CSTRIDE 32u           /* u32 words between inbox counters (own line) */
-#define BG_PROF_CAP (1u << 14)   /* profiler records per worker block */
-#define BG_EVL     11u           /* events per layer, as in workload.c */
-#define BG_CH_ATTN 1u
-#define BG_CH_MOE  2u
+#define BG_THREADS  128
+#define BG_QCAP     4096u       /* per-worker queue slots */
+#define BG_STOP     0xffffffffu /* task index that ends a worker */
+#define BG_CSTRIDE  32u         /* u32 words between inbox counters (own line) */
+#define BG_PROF_CAP (1u << 14)  /* profiler records per worker block */
+#define BG_EVL      11u         /* events per layer, as in workload.c */
+#define BG_CH_ATTN  1u
+#define BG_CH_MOE   2u
 
-enum { OP_NORM, OP_QKV, OP_ATTN, OP_OPROJ, OP_SEND1, OP_AR1, OP_ROUTER, OP_EXPERT, OP_COMB,
-       OP_SEND2, OP_AR2 };
+enum {
+    OP_NORM,
+    OP_QKV,
+    OP_ATTN,
+    OP_OPROJ,
+    OP_SEND1,
+    OP_AR1,
+    OP_ROUTER,
+    OP_EXPERT,
+    OP_COMB,
+    OP_SEND2,
+    OP_AR2
+};
 
 struct bg_task {
     uint16_t cls, flags;
@@ -85,14 +96,14 @@ struct bg_dev {
     float *sel_g;
     struct bm_batch *batch;
     int32_t *sampled;
-    uint32_t *d_step; /* per-op modes: the step the kernels run */
-    uint32_t *inbox_count; /* [R * BG_CSTRIDE]: releases from each source */
-    float *inbox_data;     /* [R][2][B * H] */
+    uint32_t *d_step;                          /* per-op modes: the step the kernels run */
+    uint32_t *inbox_count;                     /* [R * BG_CSTRIDE]: releases from each source */
+    float *inbox_data;                         /* [R][2][B * H] */
     uint32_t *peer_count[MKS_BENCH_MAX_RANKS]; /* my counter in each peer's inbox */
     float *peer_data[MKS_BENCH_MAX_RANKS];
     struct bg_task *tasks; /* two step buffers of max_tasks */
     uint32_t max_tasks;
-    uint32_t *order;       /* scheduler scratch */
+    uint32_t *order; /* scheduler scratch */
     unsigned long long *ev_count, *ev_target;
     struct bg_queue *queues;
     uint32_t *hook_lock; /* per hook worker slot (workers, scheduler) */
@@ -159,8 +170,7 @@ static __device__ void hw_init(const struct bg_dev &D, struct bg_hw *h, uint32_t
 #endif
 }
 
-static __device__ __forceinline__ int attached(const struct bg_dev &D, struct bg_hw *h,
-                                               uint32_t ev)
+static __device__ __forceinline__ int attached(const struct bg_dev &D, struct bg_hw *h, uint32_t ev)
 {
 #ifdef MKS_HOOKS_DISABLED
     (void)D, (void)h, (void)ev;
@@ -216,9 +226,9 @@ static __device__ int32_t run_hook(const struct bg_dev &D, struct mks_hook_ctx *
 }
 
 /* A hook about a remote dependency or transfer, when attached. */
-static __device__ void remote_hook(const struct bg_dev &D, struct bg_hw *h,
-                                   const struct bg_task *t, uint16_t ev, uint32_t peer,
-                                   uint64_t cg, uint64_t dep, uint64_t value)
+static __device__ void remote_hook(const struct bg_dev &D, struct bg_hw *h, const struct bg_task *t,
+                                   uint16_t ev, uint32_t peer, uint64_t cg, uint64_t dep,
+                                   uint64_t value)
 {
     if (!attached(D, h, ev))
         return;
@@ -258,8 +268,7 @@ static __device__ __forceinline__ uint32_t ev_of(uint32_t l, uint32_t op)
     return 1 + l * BG_EVL + op;
 }
 
-static __device__ __forceinline__ uint32_t ar_seq(const struct bg_dev &D, uint32_t step,
-                                                  uint32_t k)
+static __device__ __forceinline__ uint32_t ar_seq(const struct bg_dev &D, uint32_t step, uint32_t k)
 {
     return step * 2 * D.L + k;
 }
@@ -307,8 +316,8 @@ static __device__ void body_qkv(const struct bg_dev &D, const struct bg_task *t)
             continue;
         size_t kvo = (((size_t)t->layer * m->B + s) * ML + sl->pos) * QD;
         if (a < b)
-            bm_qkv_cols(m, t->layer, off, QDr, D.xn + (size_t)s * m->H, a, b,
-                        D.q + (size_t)s * QD, D.kc + kvo, D.vc + kvo);
+            bm_qkv_cols(m, t->layer, off, QDr, D.xn + (size_t)s * m->H, a, b, D.q + (size_t)s * QD,
+                        D.kc + kvo, D.vc + kvo);
     }
 }
 
@@ -369,8 +378,7 @@ static __device__ void release_send(const struct bg_dev &D, const struct bg_task
                 remote_ev(peer, D.rank), seq + 1);
 }
 
-static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task *t,
-                                   struct bg_hw *h)
+static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h)
 {
     const struct bm_model *m = &D.m;
     const uint32_t k = t->tile_y, seq = ar_seq(D, t->step, k), n = m->B * m->H;
@@ -508,17 +516,39 @@ static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t,
                                 float *sh)
 {
     switch (t->cls) {
-    case BC_NORM: body_norm(D, t); break;
-    case BC_QKV: body_qkv(D, t); break;
-    case BC_ATTN: body_attn(D, t); break;
-    case BC_OPROJ: body_oproj(D, t); break;
-    case BC_AR_SEND: body_send(D, t, h); break;
-    case BC_AR_REDUCE: body_reduce(D, t, h); break;
-    case BC_ROUTER: body_router(D, t); break;
-    case BC_COMBINE: body_combine(D, t); break;
-    case BC_LMHEAD: body_lm(D, t, sh); break;
-    case BC_SAMPLE: body_sample(D, t); break;
-    default: body_expert(D, t, sh); break;
+    case BC_NORM:
+        body_norm(D, t);
+        break;
+    case BC_QKV:
+        body_qkv(D, t);
+        break;
+    case BC_ATTN:
+        body_attn(D, t);
+        break;
+    case BC_OPROJ:
+        body_oproj(D, t);
+        break;
+    case BC_AR_SEND:
+        body_send(D, t, h);
+        break;
+    case BC_AR_REDUCE:
+        body_reduce(D, t, h);
+        break;
+    case BC_ROUTER:
+        body_router(D, t);
+        break;
+    case BC_COMBINE:
+        body_combine(D, t);
+        break;
+    case BC_LMHEAD:
+        body_lm(D, t, sh);
+        break;
+    case BC_SAMPLE:
+        body_sample(D, t);
+        break;
+    default:
+        body_expert(D, t, sh);
+        break;
     }
 }
 
@@ -599,8 +629,7 @@ struct sched {
 };
 
 static __device__ struct bg_task *new_task(const struct bg_dev &D, struct sched *S, uint16_t cls,
-                                           uint32_t layer, uint32_t tx, uint32_t ty,
-                                           uint32_t trig)
+                                           uint32_t layer, uint32_t tx, uint32_t ty, uint32_t trig)
 {
     struct bg_task *t = &D.tasks[(size_t)S->buf * D.max_tasks + S->n++];
     memset(t, 0, sizeof(*t));
@@ -627,8 +656,8 @@ static __device__ void plan(const struct bg_dev &D, struct bg_task *t, uint32_t 
                             int32_t *force, uint64_t *starve)
 {
     struct bm_fault_effect fx;
-    bm_fault_plan(D.m.faults, D.m.n_faults, D.rank, D.W, D.L, t->cls, t->step, t->tile_x, n_op,
-                  k, &fx);
+    bm_fault_plan(D.m.faults, D.m.n_faults, D.rank, D.W, D.L, t->cls, t->step, t->tile_x, n_op, k,
+                  &fx);
     t->run_delay = fx.run_delay_ns;
     t->notify_delay = fx.notify_delay_ns;
     t->hold = fx.hold_ns;
@@ -671,8 +700,8 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
 
 /* Make tasks [first, first + n) of the step buffer ready, order them by the
  * CONTROL hint, assign them, and wait for their event. */
-static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_t first,
-                                uint32_t n, uint32_t ev, uint32_t n_op, uint32_t k)
+static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_t first, uint32_t n,
+                                uint32_t ev, uint32_t n_op, uint32_t k)
 {
     D.ev_target[ev] += n;
     uint64_t now = now_ns();
@@ -800,10 +829,9 @@ static __device__ void scheduler_main(const struct bg_dev &D)
             for (uint32_t i = 0; i < m->B; i++)
                 if (D.batch->slot[i].active)
                     for (uint32_t hd = 0; hd < m->cfg.heads; hd++)
-                        req_task(D, &S, new_task(D, &S, BC_ATTN, l, hd, i, ev_of(l, OP_ATTN)),
-                                 i);
-            dispatch(D, &S, first, n_act * m->cfg.heads, ev_of(l, OP_ATTN),
-                     n_act * m->cfg.heads, 0);
+                        req_task(D, &S, new_task(D, &S, BC_ATTN, l, hd, i, ev_of(l, OP_ATTN)), i);
+            dispatch(D, &S, first, n_act * m->cfg.heads, ev_of(l, OP_ATTN), n_act * m->cfg.heads,
+                     0);
             first = S.n;
             for (uint32_t x = 0; x < D.T; x++)
                 new_task(D, &S, BC_OPROJ, l, x, 0, ev_of(l, OP_OPROJ));
@@ -823,8 +851,7 @@ static __device__ void scheduler_main(const struct bg_dev &D)
             for (uint32_t e = D.rank; e < m->E; e += D.R)
                 if (chosen & (1ull << e))
                     for (uint32_t tile = 0; tile < D.Te; tile++, n_exp++)
-                        new_task(D, &S, (uint16_t)(BC_EXPERT0 + e), l, e, tile,
-                                 ev_of(l, OP_EXPERT))
+                        new_task(D, &S, (uint16_t)(BC_EXPERT0 + e), l, e, tile, ev_of(l, OP_EXPERT))
                             ->flags = MKS_CTX_F_DYNAMIC;
             if (n_exp)
                 dispatch(D, &S, first, n_exp, ev_of(l, OP_EXPERT), D.Te, 0);
@@ -872,8 +899,8 @@ __global__ void __launch_bounds__(BG_THREADS) bg_megakernel(struct bg_dev D)
 
 /* A block of an operator kernel is one task of the persistent graph; it
  * builds the descriptor from its index and the device's step. */
-__global__ void __launch_bounds__(BG_THREADS) bg_op_kernel(struct bg_dev D, uint16_t cls,
-                                                            uint32_t layer, uint32_t n_tiles)
+__global__ void __launch_bounds__(BG_THREADS)
+    bg_op_kernel(struct bg_dev D, uint16_t cls, uint32_t layer, uint32_t n_tiles)
 {
     extern __shared__ float sh[];
     __shared__ struct bg_task t;
@@ -1058,8 +1085,8 @@ static int upload_model(struct host_rank *H, const struct bm_model *hm)
     return 0;
 }
 
-extern "C" int bg_device_select(uint32_t rank, char *uuid, size_t len, uint32_t *n_sms,
-                                char *err, size_t err_len)
+extern "C" int bg_device_select(uint32_t rank, char *uuid, size_t len, uint32_t *n_sms, char *err,
+                                size_t err_len)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -1076,9 +1103,8 @@ extern "C" int bg_device_select(uint32_t rank, char *uuid, size_t len, uint32_t 
         return -ENODEV;
     }
     const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
-    snprintf(uuid, len,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+    snprintf(uuid, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
              u[14], u[15]);
     *n_sms = (uint32_t)prop.multiProcessorCount;
     return 0;
@@ -1145,8 +1171,8 @@ static int setup(struct host_rank *H, const struct bg_rank_args *a, const struct
     TRY(dalloc(H, &D.batch, 1));
     TRY(dalloc(H, &D.sampled, B));
     TRY(dalloc(H, &D.d_step, 1));
-    uint32_t per_layer = (uint32_t)(B + 2 * D.T + B * cfg->heads + 2 * (D.R - 1) + 4 +
-                                    D.n_own * D.Te);
+    uint32_t per_layer =
+        (uint32_t)(B + 2 * D.T + B * cfg->heads + 2 * (D.R - 1) + 4 + D.n_own * D.Te);
     D.max_tasks = D.L * per_layer + D.T + 1;
     TRY(dalloc(H, &D.tasks, 2 * (size_t)D.max_tasks));
     TRY(dalloc(H, &D.order, 3 * (size_t)D.max_tasks));
@@ -1219,8 +1245,8 @@ static int run_persistent(struct host_rank *H, const struct bg_rank_args *a)
             *a->prof_dropped = dropped;
             char path[4096];
             snprintf(path, sizeof(path), "%s.rank%u.json", a->cfg->trace, D.rank);
-            rc = br_prof_write(path, D.rank, D.W, recs, BG_PROF_CAP, counts, dropped,
-                               cls_name_cb, (void *)a->cfg);
+            rc = br_prof_write(path, D.rank, D.W, recs, BG_PROF_CAP, counts, dropped, cls_name_cb,
+                               (void *)a->cfg);
         }
         free(recs);
         free(counts);
@@ -1276,8 +1302,7 @@ static int run_per_op(struct host_rank *H, const struct bg_rank_args *a, int gra
     struct bg_dev &D = H->D;
     const struct bm_model *m = &D.m;
     size_t shmem = (size_t)(m->F > m->H ? m->F : m->H) * sizeof(float);
-    CK(cudaFuncSetAttribute(bg_op_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            (int)shmem));
+    CK(cudaFuncSetAttribute(bg_op_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
     ncclUniqueId id, all[MKS_BENCH_MAX_RANKS];
     if (D.rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
         snprintf(H->err, H->err_len, "rank 0: ncclGetUniqueId failed");

@@ -30,9 +30,8 @@ typedef int (*bb_rank_fn)(struct bs_shm *shm, const struct mks_bench_config *cfg
                           char *err, size_t err_len);
 /* Fork every rank around a new segment and collect (mks_bench_run), or run
  * one rank of a job launched elsewhere (mks_bench_run_rank). */
-int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults,
-              uint32_t n_faults, bb_rank_fn rank_main, struct mks_bench_result **res_p, char *err,
-              size_t err_len);
+int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults, uint32_t n_faults,
+              bb_rank_fn rank_main, struct mks_bench_result **res_p, char *err, size_t err_len);
 int bb_launch_rank(const struct mks_bench_config *cfg, const struct mks_fault *faults,
                    uint32_t n_faults, uint32_t rank, bb_rank_fn rank_main,
                    struct mks_bench_result **res_p, char *err, size_t err_len);

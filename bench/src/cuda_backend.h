@@ -7,7 +7,7 @@
 
 /* All ranks (rank < 0, forked) or one rank of a job launched elsewhere. */
 int mks_bench_cuda_run(const struct mks_bench_config *cfg, const struct mks_fault *faults,
-                       uint32_t n_faults, int32_t rank, struct mks_bench_result **res_p,
-                       char *err, size_t err_len);
+                       uint32_t n_faults, int32_t rank, struct mks_bench_result **res_p, char *err,
+                       size_t err_len);
 
 #endif

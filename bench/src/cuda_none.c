@@ -5,8 +5,8 @@
 #include "cuda_backend.h"
 
 int mks_bench_cuda_run(const struct mks_bench_config *cfg, const struct mks_fault *faults,
-                       uint32_t n_faults, int32_t rank, struct mks_bench_result **res_p,
-                       char *err, size_t err_len)
+                       uint32_t n_faults, int32_t rank, struct mks_bench_result **res_p, char *err,
+                       size_t err_len)
 {
     (void)cfg, (void)faults, (void)n_faults, (void)rank, (void)res_p;
     return bb_err(err, err_len, -ENOTSUP,

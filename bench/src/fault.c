@@ -20,7 +20,7 @@
 #include "workload.h"
 
 static const char *const fixed_names[BC_EXPERT0] = {
-    "rmsnorm",     "qkv_proj",         "attention",  "o_proj",  "allreduce_send",
+    "rmsnorm",          "qkv_proj",   "attention",   "o_proj",  "allreduce_send",
     "allreduce_reduce", "moe_router", "moe_combine", "lm_head", "sample",
 };
 
@@ -54,10 +54,15 @@ int mks_bench_class_find(const struct mks_bench_config *cfg, const char *name)
     return -1;
 }
 
-static const char *const type_names[] = {NULL, "task-delay", "moe-skew", "notify-delay",
-                                         "queue-oversub", "comm-delay", "tile-starve"};
-static const char *const causes[] = {NULL, "slow_task", "slow_task", "notify_delay",
-                                     "local_imbalance", "slow_transfer", "local_imbalance"};
+static const char *const type_names[] = {
+    NULL, "task-delay", "moe-skew", "notify-delay", "queue-oversub", "comm-delay", "tile-starve"};
+static const char *const causes[] = {NULL,
+                                     "slow_task",
+                                     "slow_task",
+                                     "notify_delay",
+                                     "local_imbalance",
+                                     "slow_transfer",
+                                     "local_imbalance"};
 
 const char *mks_fault_type_name(uint32_t type)
 {
@@ -93,9 +98,15 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
     char *colon = strchr(buf, ':');
     if (colon)
         *colon = 0;
-    struct mks_fault f = {.rank = 0, .cls = MKS_FAULT_ANY, .gen = MKS_FAULT_ANY,
-                          .magnitude_us = 1000, .step_lo = 0, .step_hi = UINT32_MAX,
-                          .worker = 0, .tile = 0, .expert = -1};
+    struct mks_fault f = {.rank = 0,
+                          .cls = MKS_FAULT_ANY,
+                          .gen = MKS_FAULT_ANY,
+                          .magnitude_us = 1000,
+                          .step_lo = 0,
+                          .step_hi = UINT32_MAX,
+                          .worker = 0,
+                          .tile = 0,
+                          .expert = -1};
     for (uint32_t t = 1; t <= MKS_FAULT_TILE_STARVE; t++)
         if (!strcmp(buf, type_names[t]))
             f.type = t;
@@ -116,8 +127,8 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
         uint64_t x;
         if (!strcmp(k, "rank")) {
             if (parse_u64(v, cfg->ranks - 1, &x))
-                return bb_err(err, err_len, -EINVAL, "fault '%s': rank '%s' not in 0..%u", spec,
-                              v, cfg->ranks - 1);
+                return bb_err(err, err_len, -EINVAL, "fault '%s': rank '%s' not in 0..%u", spec, v,
+                              cfg->ranks - 1);
             f.rank = (int32_t)x;
             rank_set = 1;
         } else if (!strcmp(k, "class")) {
@@ -131,8 +142,8 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
             f.cls = c;
         } else if (!strcmp(k, "gen")) {
             if (parse_u64(v, INT64_MAX, &x))
-                return bb_err(err, err_len, -EINVAL, "fault '%s': gen '%s' is not a number",
-                              spec, v);
+                return bb_err(err, err_len, -EINVAL, "fault '%s': gen '%s' is not a number", spec,
+                              v);
             f.gen = (int64_t)x;
         } else if (!strcmp(k, "magnitude")) {
             if (parse_u64(v, 10ull * 1000 * 1000, &x))
@@ -160,8 +171,8 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
             f.step_hi = (uint32_t)hi;
         } else if (!strcmp(k, "worker")) {
             if (parse_u64(v, cfg->workers - 1, &x))
-                return bb_err(err, err_len, -EINVAL, "fault '%s': worker '%s' not in 0..%u",
-                              spec, v, cfg->workers - 1);
+                return bb_err(err, err_len, -EINVAL, "fault '%s': worker '%s' not in 0..%u", spec,
+                              v, cfg->workers - 1);
             f.worker = (int32_t)x;
         } else if (!strcmp(k, "tile")) {
             if (parse_u64(v, MKS_BENCH_MAX_TILES - 1, &x))
@@ -170,8 +181,8 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
             f.tile = (int32_t)x;
         } else if (!strcmp(k, "expert")) {
             if (parse_u64(v, cfg->experts - 1, &x))
-                return bb_err(err, err_len, -EINVAL, "fault '%s': expert '%s' not in 0..%u",
-                              spec, v, cfg->experts - 1);
+                return bb_err(err, err_len, -EINVAL, "fault '%s': expert '%s' not in 0..%u", spec,
+                              v, cfg->experts - 1);
             f.expert = (int32_t)x;
         } else {
             return bb_err(err, err_len, -EINVAL,
@@ -181,15 +192,15 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
         }
     }
     if (f.step_lo >= cfg->steps)
-        return bb_err(err, err_len, -EINVAL, "fault '%s': steps start at %u, the run has %u",
-                      spec, f.step_lo, cfg->steps);
+        return bb_err(err, err_len, -EINVAL, "fault '%s': steps start at %u, the run has %u", spec,
+                      f.step_lo, cfg->steps);
     if (f.step_hi >= cfg->steps)
         f.step_hi = cfg->steps - 1;
     if (f.type != MKS_FAULT_COMM_DELAY && f.gen != MKS_FAULT_ANY &&
         (f.gen < 1 || (uint64_t)f.gen > cfg->steps))
         return bb_err(err, err_len, -EINVAL,
-                      "fault '%s': gen is the task generation (the decode iteration), 1..%u",
-                      spec, cfg->steps);
+                      "fault '%s': gen is the task generation (the decode iteration), 1..%u", spec,
+                      cfg->steps);
     /* each type's class: given, or the class the fault is about */
     switch (f.type) {
     case MKS_FAULT_TASK_DELAY:
@@ -213,8 +224,8 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
                           "lm_head)",
                           spec);
         if ((uint32_t)f.tile >= cfg->tiles)
-            return bb_err(err, err_len, -EINVAL, "fault '%s': tile %d not in 0..%u", spec,
-                          f.tile, cfg->tiles - 1);
+            return bb_err(err, err_len, -EINVAL, "fault '%s': tile %d not in 0..%u", spec, f.tile,
+                          cfg->tiles - 1);
         break;
     case MKS_FAULT_COMM_DELAY:
         if (f.cls >= 0 && f.cls != BC_AR_SEND)
@@ -222,8 +233,8 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
                           "fault '%s': comm-delay delays allreduce_send tasks", spec);
         f.cls = BC_AR_SEND;
         if (cfg->ranks < 2)
-            return bb_err(err, err_len, -EINVAL,
-                          "fault '%s': comm-delay needs at least 2 ranks", spec);
+            return bb_err(err, err_len, -EINVAL, "fault '%s': comm-delay needs at least 2 ranks",
+                          spec);
         if (f.gen != MKS_FAULT_ANY && (uint64_t)f.gen >= 2ull * cfg->layers)
             return bb_err(err, err_len, -EINVAL,
                           "fault '%s': gen is the all-reduce index in a step, 0..%u", spec,
@@ -231,8 +242,7 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
         break;
     case MKS_FAULT_MOE_SKEW:
         if (f.cls >= 0 && f.cls < BC_EXPERT0)
-            return bb_err(err, err_len, -EINVAL, "fault '%s': moe-skew's class is expert.N",
-                          spec);
+            return bb_err(err, err_len, -EINVAL, "fault '%s': moe-skew's class is expert.N", spec);
         if (f.cls >= 0 && f.expert < 0)
             f.expert = f.cls - BC_EXPERT0;
         if (f.expert < 0)
@@ -267,8 +277,8 @@ int mks_bench_truth_write(const struct mks_bench_config *cfg, const struct mks_f
         json_object_set_new(o, "type", json_string(mks_fault_type_name(f->type)));
         json_object_set_new(o, "cause", json_string(mks_fault_cause(f)));
         json_object_set_new(o, "rank", json_integer(f->rank));
-        json_object_set_new(o, "class",
-                            json_string(mks_bench_class_name(cfg, (uint32_t)f->cls, nb, sizeof(nb))));
+        json_object_set_new(
+            o, "class", json_string(mks_bench_class_name(cfg, (uint32_t)f->cls, nb, sizeof(nb))));
         json_object_set_new(o, "class_id", json_integer(f->cls));
         json_object_set_new(o, "magnitude_us", json_integer((json_int_t)f->magnitude_us));
         json_t *st = json_array();
@@ -280,15 +290,14 @@ int mks_bench_truth_write(const struct mks_bench_config *cfg, const struct mks_f
              * index selected, each affected step */
             uint32_t k0 = f->gen == MKS_FAULT_ANY ? 0 : (uint32_t)f->gen;
             uint32_t k1 = f->gen == MKS_FAULT_ANY ? 2 * cfg->layers - 1 : (uint32_t)f->gen;
-            json_object_set_new(o, "allreduce", f->gen == MKS_FAULT_ANY
-                                                    ? json_null()
-                                                    : json_integer(f->gen));
+            json_object_set_new(o, "allreduce",
+                                f->gen == MKS_FAULT_ANY ? json_null() : json_integer(f->gen));
             for (uint32_t s = f->step_lo; s <= f->step_hi; s++)
                 for (uint32_t k = k0; k <= k1; k++)
                     for (uint32_t p = 0; p < cfg->ranks; p++)
                         if (p != (uint32_t)f->rank)
-                            json_array_append_new(
-                                gens, json_integer((json_int_t)bw_comm_gen(s, k, (uint32_t)f->rank, p)));
+                            json_array_append_new(gens, json_integer((json_int_t)bw_comm_gen(
+                                                            s, k, (uint32_t)f->rank, p)));
             json_object_set_new(o, "comm_gens", gens);
         } else {
             for (uint32_t s = f->step_lo; s <= f->step_hi; s++)

@@ -72,29 +72,66 @@ static void usage(FILE *f)
 }
 
 enum {
-    O_BACKEND = 256, O_RANKS, O_RANK, O_JOB, O_STEPS, O_LAYERS, O_HIDDEN, O_HEADS, O_HEAD_DIM,
-    O_EXPERTS, O_TOPK, O_FFN, O_VOCAB, O_TILES, O_WORKERS, O_BATCH, O_MAX_LEN, O_SEED, O_QP,
-    O_FAULT, O_TRUTH, O_JSON, O_TRACE, O_CHECK, O_CUDA_MODE, O_INTERVAL, O_WAIT_AGENTS,
+    O_BACKEND = 256,
+    O_RANKS,
+    O_RANK,
+    O_JOB,
+    O_STEPS,
+    O_LAYERS,
+    O_HIDDEN,
+    O_HEADS,
+    O_HEAD_DIM,
+    O_EXPERTS,
+    O_TOPK,
+    O_FFN,
+    O_VOCAB,
+    O_TILES,
+    O_WORKERS,
+    O_BATCH,
+    O_MAX_LEN,
+    O_SEED,
+    O_QP,
+    O_FAULT,
+    O_TRUTH,
+    O_JSON,
+    O_TRACE,
+    O_CHECK,
+    O_CUDA_MODE,
+    O_INTERVAL,
+    O_WAIT_AGENTS,
 };
 
 static const struct option opts[] = {
-    {"backend", required_argument, NULL, O_BACKEND}, {"ranks", required_argument, NULL, O_RANKS},
-    {"rank", required_argument, NULL, O_RANK},       {"job", required_argument, NULL, O_JOB},
-    {"steps", required_argument, NULL, O_STEPS},     {"layers", required_argument, NULL, O_LAYERS},
-    {"hidden", required_argument, NULL, O_HIDDEN},   {"heads", required_argument, NULL, O_HEADS},
+    {"backend", required_argument, NULL, O_BACKEND},
+    {"ranks", required_argument, NULL, O_RANKS},
+    {"rank", required_argument, NULL, O_RANK},
+    {"job", required_argument, NULL, O_JOB},
+    {"steps", required_argument, NULL, O_STEPS},
+    {"layers", required_argument, NULL, O_LAYERS},
+    {"hidden", required_argument, NULL, O_HIDDEN},
+    {"heads", required_argument, NULL, O_HEADS},
     {"head-dim", required_argument, NULL, O_HEAD_DIM},
-    {"experts", required_argument, NULL, O_EXPERTS}, {"topk", required_argument, NULL, O_TOPK},
-    {"ffn", required_argument, NULL, O_FFN},         {"vocab", required_argument, NULL, O_VOCAB},
-    {"tiles", required_argument, NULL, O_TILES},     {"workers", required_argument, NULL, O_WORKERS},
-    {"batch", required_argument, NULL, O_BATCH},     {"max-len", required_argument, NULL, O_MAX_LEN},
+    {"experts", required_argument, NULL, O_EXPERTS},
+    {"topk", required_argument, NULL, O_TOPK},
+    {"ffn", required_argument, NULL, O_FFN},
+    {"vocab", required_argument, NULL, O_VOCAB},
+    {"tiles", required_argument, NULL, O_TILES},
+    {"workers", required_argument, NULL, O_WORKERS},
+    {"batch", required_argument, NULL, O_BATCH},
+    {"max-len", required_argument, NULL, O_MAX_LEN},
     {"seed", required_argument, NULL, O_SEED},
     {"queue-pressure", required_argument, NULL, O_QP},
     {"step-interval-us", required_argument, NULL, O_INTERVAL},
     {"wait-agents", required_argument, NULL, O_WAIT_AGENTS},
-    {"fault", required_argument, NULL, O_FAULT},     {"truth", required_argument, NULL, O_TRUTH},
-    {"json", required_argument, NULL, O_JSON},       {"trace", required_argument, NULL, O_TRACE},
-    {"check", no_argument, NULL, O_CHECK},           {"cuda-mode", required_argument, NULL, O_CUDA_MODE},           {"quiet", no_argument, NULL, 'q'},
-    {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0},
+    {"fault", required_argument, NULL, O_FAULT},
+    {"truth", required_argument, NULL, O_TRUTH},
+    {"json", required_argument, NULL, O_JSON},
+    {"trace", required_argument, NULL, O_TRACE},
+    {"check", no_argument, NULL, O_CHECK},
+    {"cuda-mode", required_argument, NULL, O_CUDA_MODE},
+    {"quiet", no_argument, NULL, 'q'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
 };
 
 static int num(const char *opt, const char *v, uint64_t max, uint64_t *out)
@@ -178,8 +215,7 @@ int main(int argc, char **argv)
             break;
         case O_BACKEND:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-                fprintf(stderr, "mkscope-bench: --backend must be cpu or cuda, got '%s'\n",
-                        optarg);
+                fprintf(stderr, "mkscope-bench: --backend must be cpu or cuda, got '%s'\n", optarg);
                 return 2;
             }
             backend = optarg;
@@ -195,9 +231,10 @@ int main(int argc, char **argv)
             else if (!strcmp(optarg, "graph"))
                 cfg.cuda_mode = MKS_BENCH_CUDA_GRAPH;
             else {
-                fprintf(stderr,
-                        "mkscope-bench: --cuda-mode must be persistent, per-op or graph, got '%s'\n",
-                        optarg);
+                fprintf(
+                    stderr,
+                    "mkscope-bench: --cuda-mode must be persistent, per-op or graph, got '%s'\n",
+                    optarg);
                 return 2;
             }
             break;

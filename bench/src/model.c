@@ -65,8 +65,8 @@ int bm_model_init(struct bm_model *m, const struct mks_bench_config *cfg,
         L->wr = fill(s, t + 6, (size_t)m->H * m->E, 1.0f, 0.0f);
         L->w1 = fill(s, t + 7, (size_t)m->E * m->H * m->F, sh, 0.0f);
         L->w2 = fill(s, t + 8, (size_t)m->E * m->F * m->H, sf, 0.0f);
-        if (!L->norm1 || !L->wq || !L->wk || !L->wv || !L->wo || !L->norm2 || !L->wr ||
-            !L->w1 || !L->w2)
+        if (!L->norm1 || !L->wq || !L->wk || !L->wv || !L->wo || !L->norm2 || !L->wr || !L->w1 ||
+            !L->w2)
             goto fail;
     }
     return 0;
@@ -90,4 +90,3 @@ void bm_model_fini(struct bm_model *m)
     free(m->lmhead);
     memset(m, 0, sizeof(*m));
 }
-

@@ -60,8 +60,7 @@ int mks_bench_reference(const struct mks_bench_config *cfg, const struct mks_fau
                 float gate[MKS_BENCH_MAX_EXPERTS];
                 bm_route(&m, l, s, xn, ex, gate);
                 memset(y, 0, sizeof(float) * H);
-                for (uint32_t k = 0; k < cfg->topk; k++)
-                {
+                for (uint32_t k = 0; k < cfg->topk; k++) {
                     bm_expert_hidden(&m, l, ex[k], xn, 0, m.F, hid);
                     bm_expert_out(&m, l, ex[k], hid, gate[k], 0, H, y);
                 }

@@ -69,7 +69,7 @@ static int job_ok(const char *j)
 
 #define RANGE(field, lo, hi)                                                                       \
     if (c->field < (lo) || c->field > (hi))                                                        \
-    return bb_err(err, len, -EINVAL, #field " %u not in %u..%u", (unsigned)c->field,             \
+    return bb_err(err, len, -EINVAL, #field " %u not in %u..%u", (unsigned)c->field,               \
                   (unsigned)(lo), (unsigned)(hi))
 
 int mks_bench_config_check(const struct mks_bench_config *c, char *err, size_t len)
@@ -214,8 +214,8 @@ int mks_bench_result_write_json(const struct mks_bench_result *res,
         json_t *o = json_object(), *tok = json_array(), *rg = json_array();
         for (uint32_t i = 0; i < res->batch; i++) {
             json_array_append_new(tok, json_integer(res->tokens[(size_t)s * res->batch + i]));
-            json_array_append_new(rg,
-                                  json_integer((json_int_t)res->req_gen[(size_t)s * res->batch + i]));
+            json_array_append_new(
+                rg, json_integer((json_int_t)res->req_gen[(size_t)s * res->batch + i]));
         }
         json_object_set_new(o, "step", json_integer(s));
         json_object_set_new(o, "tokens", tok);

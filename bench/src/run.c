@@ -59,9 +59,8 @@ static int collect(struct bs_shm *shm, const struct mks_bench_config *cfg, uint6
     return 0;
 }
 
-int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults,
-              uint32_t n_faults, bb_rank_fn rank_main, struct mks_bench_result **res_p, char *err,
-              size_t err_len)
+int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults, uint32_t n_faults,
+              bb_rank_fn rank_main, struct mks_bench_result **res_p, char *err, size_t err_len)
 {
     int rc = mks_bench_config_check(cfg, err, err_len);
     if (rc)
@@ -71,8 +70,7 @@ int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults
     struct bs_shm *shm;
     rc = bs_create(cfg->job, &lay, &shm);
     if (rc)
-        return bb_err(err, err_len, rc, "shared memory /mksbench.%s: %s", cfg->job,
-                      strerror(-rc));
+        return bb_err(err, err_len, rc, "shared memory /mksbench.%s: %s", cfg->job, strerror(-rc));
     uint64_t t0 = bb_now_ns();
     pid_t pids[MKS_BENCH_MAX_RANKS];
     uint32_t started = 0;
@@ -127,8 +125,8 @@ int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults
         if (cause_sig)
             rc = bb_err(err, err_len, -ECHILD, "rank %d died of signal %d", cause_rank, cause_sig);
         else
-            rc = bb_err(err, err_len, -ECHILD, "rank %d failed (see its message above)",
-                        cause_rank);
+            rc =
+                bb_err(err, err_len, -ECHILD, "rank %d failed (see its message above)", cause_rank);
     }
     if (!rc)
         rc = collect(shm, cfg, t0, res_p, err, err_len);
@@ -177,8 +175,7 @@ int bb_launch_rank(const struct mks_bench_config *cfg, const struct mks_fault *f
         while (!(d = bs_result_done(shm, r))) {
             if (bb_now_ns() - t0 > COLLECT_NS || atomic_load(bs_abort(shm))) {
                 bs_close(shm, 1);
-                return bb_err(err, err_len, -ETIMEDOUT, "rank %u did not report its results",
-                              r);
+                return bb_err(err, err_len, -ETIMEDOUT, "rank %u did not report its results", r);
             }
             bb_sleep_ns(1000 * 1000);
         }
@@ -199,8 +196,8 @@ int mks_bench_run(const struct mks_bench_config *cfg, const struct mks_fault *fa
 }
 
 int mks_bench_run_rank(const struct mks_bench_config *cfg, const struct mks_fault *faults,
-                       uint32_t n_faults, uint32_t rank, struct mks_bench_result **res_p,
-                       char *err, size_t err_len)
+                       uint32_t n_faults, uint32_t rank, struct mks_bench_result **res_p, char *err,
+                       size_t err_len)
 {
     return bb_launch_rank(cfg, faults, n_faults, rank, bw_rank_main, res_p, err, err_len);
 }

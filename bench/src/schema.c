@@ -79,11 +79,25 @@ static void f_msg(struct pb *b, uint32_t field, struct pb *m)
 }
 
 /* Dependency classes: what a task waits on. */
-enum { DC_STEP, DC_NORM, DC_QKV, DC_ATTN, DC_OPROJ, DC_SENT, DC_REMOTE, DC_REDUCED, DC_ROUTED,
-       DC_EXPERT, DC_COMBINED, DC_LOGITS, DC_COUNT };
+enum {
+    DC_STEP,
+    DC_NORM,
+    DC_QKV,
+    DC_ATTN,
+    DC_OPROJ,
+    DC_SENT,
+    DC_REMOTE,
+    DC_REDUCED,
+    DC_ROUTED,
+    DC_EXPERT,
+    DC_COMBINED,
+    DC_LOGITS,
+    DC_COUNT
+};
 static const char *const dc_names[DC_COUNT] = {
-    "step_start", "rmsnorm_out", "qkv_out",    "attention_out", "o_proj_out", "allreduce_sent",
-    "allreduce_remote", "allreduce_out", "router_out", "expert_out", "combine_out", "logits"};
+    "step_start", "rmsnorm_out",    "qkv_out",          "attention_out",
+    "o_proj_out", "allreduce_sent", "allreduce_remote", "allreduce_out",
+    "router_out", "expert_out",     "combine_out",      "logits"};
 
 struct cls_info {
     const char *op, *fn, *region;
@@ -95,7 +109,9 @@ static const struct cls_info infos[BC_EXPERT0] = {
     [BC_ATTN] = {"attention.decode", "bm_attention", "attention.out+kv_cache", {DC_QKV, -1, -1}},
     [BC_OPROJ] = {"linear.o", "bm_matvec_cols", "partial_sum", {DC_ATTN, -1, -1}},
     [BC_AR_SEND] = {"allreduce", "copy_to_peer", "peer.inbox", {DC_OPROJ, DC_COMBINED, -1}},
-    [BC_AR_REDUCE] = {"allreduce", "sum_in_rank_order", "activation.residual",
+    [BC_AR_REDUCE] = {"allreduce",
+                      "sum_in_rank_order",
+                      "activation.residual",
                       {DC_SENT, DC_REMOTE, -1}},
     [BC_ROUTER] = {"moe.router", "bm_route", "routing", {DC_REDUCED, -1, -1}},
     [BC_COMBINE] = {"moe.combine", "sum_experts", "partial_sum", {DC_EXPERT, DC_ROUTED, -1}},

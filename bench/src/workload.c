@@ -39,8 +39,19 @@
 #define REMOTE_TIMEOUT_NS (60ull * 1000000000ull) /* a peer that died */
 #define RENDEZVOUS_NS     (60ull * 1000000000ull)
 
-enum { OP_NORM, OP_QKV, OP_ATTN, OP_OPROJ, OP_SEND1, OP_AR1, OP_ROUTER, OP_EXPERT, OP_COMB,
-       OP_SEND2, OP_AR2 };
+enum {
+    OP_NORM,
+    OP_QKV,
+    OP_ATTN,
+    OP_OPROJ,
+    OP_SEND1,
+    OP_AR1,
+    OP_ROUTER,
+    OP_EXPERT,
+    OP_COMB,
+    OP_SEND2,
+    OP_AR2
+};
 #define E_STEP 0u
 
 struct bw_rank {
@@ -102,8 +113,8 @@ static void fail(struct bw_rank *rk, int rc)
 static void plan(const struct bw_rank *rk, struct br_task *t, uint32_t n_op, uint32_t k)
 {
     struct bm_fault_effect fx;
-    bm_fault_plan(rk->m.faults, rk->m.n_faults, rk->rank, rk->W, rk->L, t->cls, t->step,
-                  t->tile_x, n_op, k, &fx);
+    bm_fault_plan(rk->m.faults, rk->m.n_faults, rk->rank, rk->W, rk->L, t->cls, t->step, t->tile_x,
+                  n_op, k, &fx);
     t->run_delay_ns += fx.run_delay_ns;
     t->notify_delay_ns += fx.notify_delay_ns;
     t->hold_ns += fx.hold_ns;
@@ -158,8 +169,8 @@ static void body_attn(struct br_rt *rt, uint32_t w, struct br_task *t)
     const uint32_t s = t->tile_y, gh = rk->rank * m->cfg.heads + t->tile_x;
     const uint32_t ML = m->cfg.max_len;
     size_t kvo = ((size_t)t->layer * m->B + s) * ML * m->QD;
-    bm_attention(m, rk->q + (size_t)s * m->QD, rk->kc + kvo, rk->vc + kvo,
-                 rk->batch.slot[s].pos, gh, rk->o + (size_t)s * m->QD + gh * m->HD);
+    bm_attention(m, rk->q + (size_t)s * m->QD, rk->kc + kvo, rk->vc + kvo, rk->batch.slot[s].pos,
+                 gh, rk->o + (size_t)s * m->QD + gh * m->HD);
 }
 
 static void body_oproj(struct br_rt *rt, uint32_t w, struct br_task *t)
@@ -222,8 +233,8 @@ static void body_reduce(struct br_rt *rt, uint32_t w, struct br_task *t)
                                 bs_abort(rk->shm), REMOTE_TIMEOUT_NS);
         if (rc) {
             if (rc == -ETIMEDOUT)
-                fprintf(stderr, "mkscope-bench: rank %u: no data from rank %u for 60 s\n",
-                        rk->rank, p);
+                fprintf(stderr, "mkscope-bench: rank %u: no data from rank %u for 60 s\n", rk->rank,
+                        p);
             fail(rk, rc);
             return;
         }
@@ -235,8 +246,8 @@ static void body_reduce(struct br_rt *rt, uint32_t w, struct br_task *t)
         for (uint32_t j = 0; j < m->H; j++) {
             float sum = 0.0f;
             for (uint32_t p = 0; p < rk->R; p++) {
-                const float *src = p == rk->rank ? rk->partial
-                                                 : bs_inbox_data(rk->shm, rk->rank, p, seq);
+                const float *src =
+                    p == rk->rank ? rk->partial : bs_inbox_data(rk->shm, rk->rank, p, seq);
                 sum += src[(size_t)s * m->H + j];
             }
             x[j] += sum;
@@ -387,7 +398,8 @@ static void body_sample(struct br_rt *rt, uint32_t w, struct br_task *t)
     double lsum = 0.0;
     for (uint32_t i = 0; i < B; i++) {
         sampled[i] = -1;
-        rk->res.req_gen[(size_t)s * B + i] = rk->batch.slot[i].active ? rk->batch.slot[i].req_gen : 0;
+        rk->res.req_gen[(size_t)s * B + i] =
+            rk->batch.slot[i].active ? rk->batch.slot[i].req_gen : 0;
         if (!rk->batch.slot[i].active)
             continue;
         const float *lg = rk->logits + (size_t)i * m->V;
@@ -431,8 +443,7 @@ static int pace_steps(struct bw_rank *rk)
     uint64_t started = rk->step_t0;
     for (uint32_t s = 1; s < rk->m.cfg.steps; s++) {
         pthread_mutex_lock(&rk->gate_mu);
-        while (rk->gate_steps < s && !atomic_load(&rk->failed) &&
-               !atomic_load(bs_abort(rk->shm))) {
+        while (rk->gate_steps < s && !atomic_load(&rk->failed) && !atomic_load(bs_abort(rk->shm))) {
             /* rechecks abort and failure at least every 20 ms */
             struct timespec ts = bb_deadline(20 * 1000 * 1000);
             pthread_cond_timedwait(&rk->gate_cv, &rk->gate_mu, &ts);
@@ -451,8 +462,8 @@ static int pace_steps(struct bw_rank *rk)
 
 /* ---- graph ---------------------------------------------------------------- */
 
-static struct br_task *add(struct bw_rank *rk, uint32_t s, uint16_t cls, uint32_t l,
-                           uint32_t tx, uint32_t ty, uint32_t wait, uint32_t trig, br_body_fn body)
+static struct br_task *add(struct bw_rank *rk, uint32_t s, uint16_t cls, uint32_t l, uint32_t tx,
+                           uint32_t ty, uint32_t wait, uint32_t trig, br_body_fn body)
 {
     struct br_task *t = br_task_add(rk->rt);
     if (!t)
@@ -581,8 +592,8 @@ static uint32_t max_tasks(const struct bw_rank *rk)
 {
     const struct bm_model *m = &rk->m;
     uint32_t Te = rk->T < m->H ? rk->T : m->H;
-    uint32_t per_layer = m->B + 2 * rk->T + m->B * m->cfg.heads + 2 * (rk->R - 1) + 2 + 2 +
-                         rk->n_own * Te;
+    uint32_t per_layer =
+        m->B + 2 * rk->T + m->B * m->cfg.heads + 2 * (rk->R - 1) + 2 + 2 + rk->n_own * Te;
     return rk->L * per_layer + rk->T + 1;
 }
 
@@ -732,8 +743,8 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
     if (rc) {
         atomic_store(bs_abort(shm), 1);
         rank_free(&rk);
-        return bb_err(err, err_len, rc, "rank %u: rendezvous with the other ranks failed: %s",
-                      rank, strerror(-rc));
+        return bb_err(err, err_len, rc, "rank %u: rendezvous with the other ranks failed: %s", rank,
+                      strerror(-rc));
     }
     rk.step_t0 = bb_now_ns();
     br_event_fire(rk.rt, E_STEP);

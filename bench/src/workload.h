@@ -27,7 +27,7 @@ int bw_schema_encode(const struct mks_bench_config *cfg, uint32_t rank, uint8_t 
 #define BW_CH_AR_ATTN 1u
 #define BW_CH_AR_MOE  2u
 /* Operators per layer in the graph (comm-ids op = layer * BW_OPS + op). */
-#define BW_OPS 11u
+#define BW_OPS      11u
 #define BW_OP_SEND1 4u
 #define BW_OP_SEND2 9u
 

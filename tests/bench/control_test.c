@@ -42,8 +42,8 @@ static int setup(void **state)
     if (!f)
         return -1;
     snprintf(f->job, sizeof(f->job), "bctl%d-%d", (int)getpid(), seq++);
-    struct mks_rt_opts o = {.sz = sizeof(o), .job = f->job, .rank = 0, .n_ranks = 1,
-                            .n_workers = 2};
+    struct mks_rt_opts o = {
+        .sz = sizeof(o), .job = f->job, .rank = 0, .n_ranks = 1, .n_workers = 2};
     if (mks_rt_create(&o, &f->hooks) || mks_ctl_open(f->job, 0, &f->ctl))
         return -1;
     *state = f;
@@ -75,16 +75,25 @@ static void load_obj(struct fx *f, const char *name)
     assert_true(f->n_progs <= 8);
     for (uint32_t i = 0; i < f->n_progs; i++) {
         const struct mks_obj_prog *p = mks_obj_prog(f->obj, i);
-        struct mks_verify_opts vo = {.sz = sizeof(vo), .prog_type = p->prog_type,
-                                     .abi_version = p->abi_version, .hook = p->hook,
-                                     .maps = maps, .n_maps = n_maps};
+        struct mks_verify_opts vo = {.sz = sizeof(vo),
+                                     .prog_type = p->prog_type,
+                                     .abi_version = p->abi_version,
+                                     .hook = p->hook,
+                                     .maps = maps,
+                                     .n_maps = n_maps};
         struct mks_verify_result vr;
         if (mks_verify(p->insns, p->n_insns, &vo, &vr, err, sizeof(err)))
             fail_msg("verify %s: %s", p->name, err);
-        struct mks_prog_spec s = {.sz = sizeof(s), .name = p->name, .prog_type = p->prog_type,
-                                  .abi_version = p->abi_version, .insns = p->insns,
-                                  .n_insns = p->n_insns, .n_maps = n_maps, .maps = maps,
-                                  .share_maps = i ? share : NULL, .cost = vr.cost};
+        struct mks_prog_spec s = {.sz = sizeof(s),
+                                  .name = p->name,
+                                  .prog_type = p->prog_type,
+                                  .abi_version = p->abi_version,
+                                  .insns = p->insns,
+                                  .n_insns = p->n_insns,
+                                  .n_maps = n_maps,
+                                  .maps = maps,
+                                  .share_maps = i ? share : NULL,
+                                  .cost = vr.cost};
         assert_int_equal(mks_ctl_prog_load(f->ctl, &s, &f->prog_id[i]), 0);
         if (i == 0)
             for (uint32_t m = 0; m < n_maps; m++) {
@@ -100,9 +109,8 @@ static void attach(struct fx *f, const char *prog_name)
     for (uint32_t i = 0; i < f->n_progs; i++) {
         const struct mks_obj_prog *p = mks_obj_prog(f->obj, i);
         if (!prog_name || !strcmp(p->name, prog_name))
-            assert_int_equal(mks_ctl_attach(f->ctl, f->prog_id[i], (enum mks_hook_event)p->hook,
-                                            -1, NULL),
-                             0);
+            assert_int_equal(
+                mks_ctl_attach(f->ctl, f->prog_id[i], (enum mks_hook_event)p->hook, -1, NULL), 0);
     }
 }
 
@@ -118,8 +126,14 @@ static void body_nop(struct br_rt *rt, uint32_t w, struct br_task *t)
  * order they ran in. */
 static void run_tiles(struct fx *f, uint32_t order[6])
 {
-    struct br_opts o = {.rank = 0, .n_ranks = 1, .n_workers = 1, .n_events = 2,
-                        .n_classes = 4, .max_tasks = 16, .order_cap = 16, .queue_pressure = 4,
+    struct br_opts o = {.rank = 0,
+                        .n_ranks = 1,
+                        .n_workers = 1,
+                        .n_events = 2,
+                        .n_classes = 4,
+                        .max_tasks = 16,
+                        .order_cap = 16,
+                        .queue_pressure = 4,
                         .hooks = f->hooks};
     struct br_rt *rt;
     assert_int_equal(br_create(&o, &rt), 0);

@@ -47,7 +47,8 @@ static void test_types_and_defaults(void **state)
     assert_string_equal(mks_fault_cause(&f), "slow_task");
 
     /* steps past the run are clipped to it; no steps means all */
-    assert_int_equal(mks_fault_parse("notify-delay:rank=1,steps=3-1000", &c, &f, err, sizeof(err)), 0);
+    assert_int_equal(mks_fault_parse("notify-delay:rank=1,steps=3-1000", &c, &f, err, sizeof(err)),
+                     0);
     assert_int_equal(f.step_hi, 19);
     assert_string_equal(mks_fault_cause(&f), "notify_delay");
     assert_int_equal(mks_fault_parse("queue-oversub", &c, &f, err, sizeof(err)), 0);
@@ -62,10 +63,12 @@ static void test_types_and_defaults(void **state)
     assert_string_equal(mks_bench_class_name(&c, (uint32_t)f.cls, nb, sizeof(nb)), "expert.3");
     assert_int_equal(mks_fault_parse("moe-skew:expert=6", &c, &f, err, sizeof(err)), 0);
     assert_int_equal(f.rank, 2);
-    assert_int_equal(mks_fault_parse("comm-delay:rank=1,gen=3,magnitude=10", &c, &f, err, sizeof(err)), 0);
+    assert_int_equal(
+        mks_fault_parse("comm-delay:rank=1,gen=3,magnitude=10", &c, &f, err, sizeof(err)), 0);
     assert_int_equal(f.gen, 3);
     assert_string_equal(mks_fault_cause(&f), "slow_transfer");
-    assert_int_equal(mks_fault_parse("tile-starve:rank=1,class=o_proj,tile=3", &c, &f, err, sizeof(err)), 0);
+    assert_int_equal(
+        mks_fault_parse("tile-starve:rank=1,class=o_proj,tile=3", &c, &f, err, sizeof(err)), 0);
     assert_int_equal(f.tile, 3);
 }
 
@@ -157,7 +160,8 @@ static void test_truth_file(void **state)
     assert_int_equal(json_integer_value(json_array_get(st, 0)), 5);
     assert_int_equal(json_integer_value(json_array_get(st, 1)), 9);
     json_decref(root);
-    assert_int_not_equal(mks_bench_truth_write(&c, f, 2, "/nonexistent/dir/t.json", err, sizeof(err)), 0);
+    assert_int_not_equal(
+        mks_bench_truth_write(&c, f, 2, "/nonexistent/dir/t.json", err, sizeof(err)), 0);
 }
 
 static void test_config_check(void **state)

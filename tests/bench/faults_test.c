@@ -117,12 +117,11 @@ static void test_combined(void **state)
     c.steps = 8;
     c.job = job;
     struct mks_fault f[2];
-    assert_int_equal(mks_fault_parse("task-delay:rank=1,magnitude=300,steps=2-3", &c, &f[0], err,
-                                     sizeof(err)),
-                     0);
-    assert_int_equal(mks_fault_parse("comm-delay:rank=3,magnitude=300,steps=5", &c, &f[1], err,
-                                     sizeof(err)),
-                     0);
+    assert_int_equal(
+        mks_fault_parse("task-delay:rank=1,magnitude=300,steps=2-3", &c, &f[0], err, sizeof(err)),
+        0);
+    assert_int_equal(
+        mks_fault_parse("comm-delay:rank=3,magnitude=300,steps=5", &c, &f[1], err, sizeof(err)), 0);
     struct mks_bench_result *run = NULL;
     if (mks_bench_run(&c, f, 2, &run, err, sizeof(err)))
         fail_msg("run failed: %s", err);
@@ -139,8 +138,7 @@ int main(void)
         cmocka_unit_test(test_fault_0), cmocka_unit_test(test_fault_1),
         cmocka_unit_test(test_fault_2), cmocka_unit_test(test_fault_3),
         cmocka_unit_test(test_fault_4), cmocka_unit_test(test_fault_5),
-        cmocka_unit_test(test_fault_6),
-        cmocka_unit_test(test_combined),
+        cmocka_unit_test(test_fault_6), cmocka_unit_test(test_combined),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,28 +37,28 @@ extern "C" {
 #define MKS_BENCH_MAX_FAULTS  16u
 
 struct mks_bench_config {
-    size_t sz;              /* sizeof(struct mks_bench_config) */
-    uint32_t ranks;         /* tensor-parallel ranks (processes) */
+    size_t sz;      /* sizeof(struct mks_bench_config) */
+    uint32_t ranks; /* tensor-parallel ranks (processes) */
     uint32_t layers;
-    uint32_t hidden;        /* model width */
-    uint32_t heads;         /* attention heads per rank */
+    uint32_t hidden; /* model width */
+    uint32_t heads;  /* attention heads per rank */
     uint32_t head_dim;
-    uint32_t experts;       /* MoE experts, expert e lives on rank e % ranks */
-    uint32_t topk;          /* experts per token */
-    uint32_t ffn;           /* expert inner width */
+    uint32_t experts; /* MoE experts, expert e lives on rank e % ranks */
+    uint32_t topk;    /* experts per token */
+    uint32_t ffn;     /* expert inner width */
     uint32_t vocab;
-    uint32_t tiles;         /* tiles per tiled operator (QKV, O, expert, LM head) */
-    uint32_t workers;       /* workers per rank (threads on the CPU) */
-    uint32_t steps;         /* decode steps */
-    uint32_t batch;         /* request slots */
-    uint32_t max_len;       /* longest request, tokens (KV cache length) */
-    uint32_t queue_pressure; /* worker queue depth that raises QUEUE_PRESSURE */
-    uint64_t seed;          /* weights and requests */
-    const char *job;        /* names the shared memory of the ranks and the
-                               devhooks control blocks: [A-Za-z0-9_.-]{1,48} */
-    const char *trace;      /* native profiler trace path prefix (profiler
-                               build only), NULL for none */
-    uint32_t cuda_mode;     /* enum mks_bench_cuda_mode (CUDA backend) */
+    uint32_t tiles;            /* tiles per tiled operator (QKV, O, expert, LM head) */
+    uint32_t workers;          /* workers per rank (threads on the CPU) */
+    uint32_t steps;            /* decode steps */
+    uint32_t batch;            /* request slots */
+    uint32_t max_len;          /* longest request, tokens (KV cache length) */
+    uint32_t queue_pressure;   /* worker queue depth that raises QUEUE_PRESSURE */
+    uint64_t seed;             /* weights and requests */
+    const char *job;           /* names the shared memory of the ranks and the
+                                  devhooks control blocks: [A-Za-z0-9_.-]{1,48} */
+    const char *trace;         /* native profiler trace path prefix (profiler
+                                  build only), NULL for none */
+    uint32_t cuda_mode;        /* enum mks_bench_cuda_mode (CUDA backend) */
     uint32_t step_interval_us; /* CPU backend: steps start at most this often
                                   (the rank idles between steps, outside any
                                   task); 0 = back to back */
@@ -79,28 +79,28 @@ void mks_bench_config_default(struct mks_bench_config *cfg);
 int mks_bench_config_check(const struct mks_bench_config *cfg, char *err, size_t err_len);
 
 enum mks_fault_type {
-    MKS_FAULT_TASK_DELAY = 1,   /* one class's tasks on one rank run long */
-    MKS_FAULT_MOE_SKEW = 2,     /* router sends most tokens to one expert */
-    MKS_FAULT_NOTIFY_DELAY = 3, /* task ends on time, its release is postponed */
+    MKS_FAULT_TASK_DELAY = 1,    /* one class's tasks on one rank run long */
+    MKS_FAULT_MOE_SKEW = 2,      /* router sends most tokens to one expert */
+    MKS_FAULT_NOTIFY_DELAY = 3,  /* task ends on time, its release is postponed */
     MKS_FAULT_QUEUE_OVERSUB = 4, /* one worker's queue gets the ready tasks */
-    MKS_FAULT_COMM_DELAY = 5,   /* one communication generation is slow */
-    MKS_FAULT_TILE_STARVE = 6,  /* one ready tile is passed over repeatedly */
+    MKS_FAULT_COMM_DELAY = 5,    /* one communication generation is slow */
+    MKS_FAULT_TILE_STARVE = 6,   /* one ready tile is passed over repeatedly */
 };
 
 #define MKS_FAULT_ANY (-1)
 
 struct mks_fault {
-    uint32_t type;        /* enum mks_fault_type */
-    int32_t rank;         /* the faulty rank */
-    int32_t cls;          /* task class id, MKS_FAULT_ANY for the type's default */
-    int64_t gen;          /* task generation (1-based decode iteration), or for
-                             comm-delay the all-reduce index within a step;
-                             MKS_FAULT_ANY for all */
-    uint64_t magnitude_us; /* time the fault adds to each affected step */
+    uint32_t type;             /* enum mks_fault_type */
+    int32_t rank;              /* the faulty rank */
+    int32_t cls;               /* task class id, MKS_FAULT_ANY for the type's default */
+    int64_t gen;               /* task generation (1-based decode iteration), or for
+                                  comm-delay the all-reduce index within a step;
+                                  MKS_FAULT_ANY for all */
+    uint64_t magnitude_us;     /* time the fault adds to each affected step */
     uint32_t step_lo, step_hi; /* affected decode steps, inclusive */
-    int32_t worker;       /* queue-oversub: the oversubscribed worker */
-    int32_t tile;         /* tile-starve: the starved tile */
-    int32_t expert;       /* moe-skew: the hot expert (lives on `rank`) */
+    int32_t worker;            /* queue-oversub: the oversubscribed worker */
+    int32_t tile;              /* tile-starve: the starved tile */
+    int32_t expert;            /* moe-skew: the hot expert (lives on `rank`) */
 };
 
 /* Parse "TYPE:key=value,..." against cfg (class names and ranges depend on
@@ -120,15 +120,15 @@ int mks_bench_class_find(const struct mks_bench_config *cfg, const char *name);
 
 struct mks_bench_result {
     uint32_t ranks, steps, batch, n_classes;
-    uint64_t *step_ns;       /* [rank * steps + step]: decode step time */
-    uint64_t *class_counts;  /* [rank * n_classes + cls]: tasks the runtime ran */
-    int32_t *tokens;         /* [step * batch + slot]: sampled token, -1 idle */
-    double *logit_sum;       /* [step]: sum of the logits of the active slots */
-    uint64_t *req_gen;       /* [step * batch + slot]: request generation */
-    uint64_t *faulted;       /* [rank]: tasks a fault plan delayed, held or
-                                passed over (the injector's own count) */
-    uint64_t wall_ns;        /* launch to last rank done */
-    uint64_t prof_dropped;   /* native profiler records dropped (all ranks) */
+    uint64_t *step_ns;      /* [rank * steps + step]: decode step time */
+    uint64_t *class_counts; /* [rank * n_classes + cls]: tasks the runtime ran */
+    int32_t *tokens;        /* [step * batch + slot]: sampled token, -1 idle */
+    double *logit_sum;      /* [step]: sum of the logits of the active slots */
+    uint64_t *req_gen;      /* [step * batch + slot]: request generation */
+    uint64_t *faulted;      /* [rank]: tasks a fault plan delayed, held or
+                               passed over (the injector's own count) */
+    uint64_t wall_ns;       /* launch to last rank done */
+    uint64_t prof_dropped;  /* native profiler records dropped (all ranks) */
 };
 
 void mks_bench_result_free(struct mks_bench_result *res); /* accepts NULL */
@@ -142,8 +142,8 @@ int mks_bench_run(const struct mks_bench_config *cfg, const struct mks_fault *fa
  * ranks rendezvous in shared memory named from cfg->job.  Rank 0 returns the
  * collected result in *res_p (others get NULL). */
 int mks_bench_run_rank(const struct mks_bench_config *cfg, const struct mks_fault *faults,
-                       uint32_t n_faults, uint32_t rank, struct mks_bench_result **res_p,
-                       char *err, size_t err_len);
+                       uint32_t n_faults, uint32_t rank, struct mks_bench_result **res_p, char *err,
+                       size_t err_len);
 
 /* The same model computed plainly in one process, no tasks, no threads:
  * tokens and logit sums (step_ns and class_counts are NULL). */

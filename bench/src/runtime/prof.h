@@ -13,7 +13,12 @@
 extern "C" {
 #endif
 
-enum br_prof_kind { BR_PROF_BEGIN = 0, BR_PROF_END = 1, BR_PROF_WAIT_BEGIN = 2, BR_PROF_WAIT_END = 3 };
+enum br_prof_kind {
+    BR_PROF_BEGIN = 0,
+    BR_PROF_END = 1,
+    BR_PROF_WAIT_BEGIN = 2,
+    BR_PROF_WAIT_END = 3
+};
 
 struct br_prof_rec {
     uint64_t t; /* ns, the rank's clock */
@@ -27,8 +32,7 @@ struct br_prof_rec {
  * recs[w * stride .. + counts[w]).  0 or a negative errno. */
 int br_prof_write(const char *path, uint32_t rank, uint32_t n_workers,
                   const struct br_prof_rec *recs, uint32_t stride, const uint32_t *counts,
-                  uint64_t dropped, const char *(*cls_name)(void *user, uint32_t cls),
-                  void *user);
+                  uint64_t dropped, const char *(*cls_name)(void *user, uint32_t cls), void *user);
 
 #ifdef __cplusplus
 }

@@ -51,8 +51,8 @@ struct br_worker {
     struct br_prof_rec *prof;
     uint32_t prof_n;
     uint64_t prof_dropped;
-    int64_t sleep_debt;   /* ns the last run of injected sleeps overshot */
-    uint64_t sleep_end;   /* when the last injected sleep ended */
+    int64_t sleep_debt; /* ns the last run of injected sleeps overshot */
+    uint64_t sleep_end; /* when the last injected sleep ended */
     uint64_t faulted;   /* tasks a fault plan changed */
 };
 
@@ -547,8 +547,8 @@ static void run_task(struct br_rt *rt, struct br_worker *w, struct br_task *t, u
     if (rt->order) {
         uint32_t k = atomic_fetch_add(&rt->n_order, 1);
         if (k < rt->o.order_cap)
-            rt->order[k] = (struct br_order){t->cls, (uint16_t)w->id, t->tile_x, t->tile_y,
-                                             t->prio};
+            rt->order[k] =
+                (struct br_order){t->cls, (uint16_t)w->id, t->tile_x, t->tile_y, t->prio};
     }
     prof_rec(w, BR_PROF_BEGIN, t);
     t->body(rt, w->id, t);
@@ -689,9 +689,8 @@ static long futex_wait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
 }
 
 int br_wait_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t,
-                   _Atomic uint32_t *counter, uint32_t target, uint64_t dep_event,
-                   uint32_t peer, uint64_t comm_gen, const _Atomic uint32_t *abort_p,
-                   uint64_t timeout_ns)
+                   _Atomic uint32_t *counter, uint32_t target, uint64_t dep_event, uint32_t peer,
+                   uint64_t comm_gen, const _Atomic uint32_t *abort_p, uint64_t timeout_ns)
 {
     br_hook_remote(rt, worker, t, MKS_EV_DEP_WAIT_BEGIN, peer, comm_gen, dep_event, target);
     prof_rec(&rt->w[worker], BR_PROF_WAIT_BEGIN, t);
@@ -788,8 +787,9 @@ int br_prof_write(const char *path, uint32_t rank, uint32_t n_workers,
     if (!f)
         return -errno;
     static const char *const ph[] = {"B", "E", "B", "E"};
-    fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"rank\":%u,\"dropped\":%" PRIu64
-               "},\"traceEvents\":[\n",
+    fprintf(f,
+            "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"rank\":%u,\"dropped\":%" PRIu64
+            "},\"traceEvents\":[\n",
             rank, dropped);
     int first = 1;
     for (uint32_t i = 0; i < n_workers; i++) {

@@ -41,7 +41,7 @@ typedef void (*br_body_fn)(struct br_rt *rt, uint32_t worker, struct br_task *t)
 
 struct br_task {
     uint16_t cls;
-    uint16_t flags;   /* MKS_CTX_F_* */
+    uint16_t flags; /* MKS_CTX_F_* */
     uint32_t step;
     uint64_t gen;     /* task generation */
     uint64_t req_gen; /* request generation of the slot, 0 if none */
@@ -64,7 +64,7 @@ struct br_task {
     uint32_t worker;
     uint64_t t_ready, t_start;
     uint64_t release_at; /* notify-delay: when the postponed release is due */
-    uint32_t next_dep; /* index of the next dependent of wait_ev */
+    uint32_t next_dep;   /* index of the next dependent of wait_ev */
 };
 
 struct br_opts {
@@ -131,9 +131,8 @@ int32_t br_hook_remote(struct br_rt *rt, uint32_t worker, const struct br_task *
  * Returns 0, or -ECANCELED when *abort_p became nonzero, -ETIMEDOUT after
  * timeout_ns. */
 int br_wait_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t,
-                   _Atomic uint32_t *counter, uint32_t target, uint64_t dep_event,
-                   uint32_t peer, uint64_t comm_gen, const _Atomic uint32_t *abort_p,
-                   uint64_t timeout_ns);
+                   _Atomic uint32_t *counter, uint32_t target, uint64_t dep_event, uint32_t peer,
+                   uint64_t comm_gen, const _Atomic uint32_t *abort_p, uint64_t timeout_ns);
 
 /* An injected delay of ns on worker (fault plans; task bodies for delays
  * inside a transfer). */

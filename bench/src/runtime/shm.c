@@ -58,8 +58,8 @@ static void layout(struct bs_shm *s, const struct bs_layout *lay)
     s->blob_off = s->inbox_off + (size_t)lay->ranks * lay->ranks * s->inbox_stride;
     s->res_off = s->blob_off + (size_t)lay->ranks * BS_BLOB_MAX;
     size_t st = lay->steps, sb = (size_t)lay->steps * lay->batch;
-    s->res_stride = align_up(BS_ALIGN + st * 8 + lay->n_classes * 8 + sb * 4 + sb * 8 + st * 8 +
-                             4 * BS_ALIGN);
+    s->res_stride =
+        align_up(BS_ALIGN + st * 8 + lay->n_classes * 8 + sb * 4 + sb * 8 + st * 8 + 4 * BS_ALIGN);
     s->size = s->res_off + (size_t)lay->ranks * s->res_stride;
 }
 
@@ -146,8 +146,7 @@ int bs_open(const char *job, const struct bs_layout *lay, uint64_t timeout_ns,
                 }
                 s->hdr = (struct bs_hdr *)s->base;
                 if (atomic_load(&s->hdr->ready) && s->hdr->magic == BS_MAGIC &&
-                    s->hdr->version == BS_VERSION &&
-                    !memcmp(&s->hdr->lay, lay, sizeof(*lay)) &&
+                    s->hdr->version == BS_VERSION && !memcmp(&s->hdr->lay, lay, sizeof(*lay)) &&
                     kill(s->hdr->creator_pid, 0) == 0) {
                     *shm_p = s;
                     return 0;
@@ -229,7 +228,8 @@ _Atomic uint32_t *bs_inbox_count(struct bs_shm *shm, uint32_t dst, uint32_t src)
 
 float *bs_inbox_data(struct bs_shm *shm, uint32_t dst, uint32_t src, uint32_t parity)
 {
-    return (float *)(inbox(shm, dst, src) + BS_ALIGN) + (size_t)(parity & 1u) * shm->lay.slot_floats;
+    return (float *)(inbox(shm, dst, src) + BS_ALIGN) +
+           (size_t)(parity & 1u) * shm->lay.slot_floats;
 }
 
 void bs_inbox_release(struct bs_shm *shm, uint32_t dst, uint32_t src)
@@ -280,8 +280,8 @@ int bs_allgather(struct bs_shm *shm, uint32_t rank, const void *mine, size_t len
     if (rc)
         return rc;
     for (uint32_t r = 0; r < shm->lay.ranks; r++)
-        memcpy((uint8_t *)all + (size_t)r * len, shm->base + shm->blob_off + (size_t)r * BS_BLOB_MAX,
-               len);
+        memcpy((uint8_t *)all + (size_t)r * len,
+               shm->base + shm->blob_off + (size_t)r * BS_BLOB_MAX, len);
     /* nobody rewrites the area before everyone has read it */
     return bs_barrier(shm, timeout_ns);
 }
