@@ -57,6 +57,9 @@ extern "C" {
 #define BG_EVL      11u         /* events per layer, as in workload.c */
 #define BG_CH_ATTN  1u
 #define BG_CH_MOE   2u
+/* A peer that delivers nothing for this long is gone: the kernel stops and
+ * the rank reports it instead of spinning forever. */
+#define BG_PEER_TIMEOUT_NS (30ull * 1000000000ull)
 
 enum {
     OP_NORM,
@@ -108,6 +111,7 @@ struct bg_dev {
     struct bg_queue *queues;
     uint32_t *hook_lock; /* per hook worker slot (workers, scheduler) */
     unsigned long long *step_ns, *class_counts, *faulted, *req_gen_out;
+    uint32_t *abort; /* set when a peer timed out: everyone stops */
     int32_t *tokens;
     double *logit_sum;
     struct br_prof_rec *prof;
@@ -390,8 +394,12 @@ static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task 
             remote_hook(D, h, t, MKS_EV_DEP_WAIT_BEGIN, p, cg, dep, seq + 1);
             prof_rec(D, h->id, BR_PROF_WAIT_BEGIN, t);
             const uint32_t *cnt = &D.inbox_count[p * BG_CSTRIDE];
-            while ((int32_t)(vload32(cnt) - (seq + 1)) < 0)
+            const uint64_t t0 = now_ns();
+            while ((int32_t)(vload32(cnt) - (seq + 1)) < 0 && !vload32(D.abort)) {
+                if (now_ns() - t0 > BG_PEER_TIMEOUT_NS)
+                    atomicExch(D.abort, 1u);
                 __nanosleep(32);
+            }
             prof_rec(D, h->id, BR_PROF_WAIT_END, t);
             remote_hook(D, h, t, MKS_EV_DEP_WAIT_END, p, cg, dep, seq + 1);
         }
@@ -563,12 +571,16 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
     struct bg_queue *q = &D.queues[w];
     for (;;) {
         if (threadIdx.x == 0) {
-            while (vload32(&q->tail) == head)
+            while (vload32(&q->tail) == head && !vload32(D.abort))
                 __nanosleep(64);
-            __threadfence();
-            s_idx = vload32(&q->slot[head % BG_QCAP]);
-            head++;
-            *(volatile uint32_t *)&q->head = head;
+            if (vload32(&q->tail) == head) {
+                s_idx = BG_STOP; /* aborted */
+            } else {
+                __threadfence();
+                s_idx = vload32(&q->slot[head % BG_QCAP]);
+                head++;
+                *(volatile uint32_t *)&q->head = head;
+            }
         }
         __syncthreads();
         const uint32_t idx = s_idx;
@@ -691,8 +703,11 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
         }
     }
     uint32_t tail = q->tail;
-    while (tail - vload32(&q->head) >= BG_QCAP)
+    while (tail - vload32(&q->head) >= BG_QCAP) {
+        if (vload32(D.abort))
+            return;
         __nanosleep(64);
+    }
     q->slot[tail % BG_QCAP] = idx;
     __threadfence();
     *(volatile uint32_t *)&q->tail = tail + 1;
@@ -752,7 +767,7 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
             assign(D, S, ord[n + i], force);
         }
     }
-    while (vload64(&D.ev_count[ev]) < D.ev_target[ev])
+    while (vload64(&D.ev_count[ev]) < D.ev_target[ev] && !vload32(D.abort))
         __nanosleep(128);
     __threadfence();
 }
@@ -802,7 +817,7 @@ static __device__ void scheduler_main(const struct bg_dev &D)
     hw_init(D, &S.h, D.W);
     const struct bm_model *m = &D.m;
     bm_batch_init(m, D.batch);
-    for (uint32_t s = 0; s < m->cfg.steps; s++) {
+    for (uint32_t s = 0; s < m->cfg.steps && !vload32(D.abort); s++) {
         uint64_t t0 = now_ns();
         S.step = s;
         S.buf = s & 1u;
@@ -876,7 +891,7 @@ static __device__ void scheduler_main(const struct bg_dev &D)
     for (uint32_t w = 0; w < D.W; w++) {
         struct bg_queue *q = &D.queues[w];
         uint32_t tail = q->tail;
-        while (tail - vload32(&q->head) >= BG_QCAP)
+        while (tail - vload32(&q->head) >= BG_QCAP && !vload32(D.abort))
             __nanosleep(64);
         q->slot[tail % BG_QCAP] = BG_STOP;
         __threadfence();
@@ -1184,6 +1199,7 @@ static int setup(struct host_rank *H, const struct bg_rank_args *a, const struct
     TRY(dalloc(H, &D.step_ns, cfg->steps));
     TRY(dalloc(H, &D.class_counts, mks_bench_class_count(cfg)));
     TRY(dalloc(H, &D.faulted, 1));
+    TRY(dalloc(H, &D.abort, 1));
     TRY(dalloc(H, &D.req_gen_out, (size_t)cfg->steps * B));
     TRY(dalloc(H, &D.tokens, (size_t)cfg->steps * B));
     TRY(dalloc(H, &D.logit_sum, cfg->steps));
@@ -1226,6 +1242,13 @@ static int run_persistent(struct host_rank *H, const struct bg_rank_args *a)
     CK(cudaLaunchCooperativeKernel((void *)bg_megakernel, dim3(D.W + 1), dim3(BG_THREADS), args,
                                    shmem, 0));
     CK(cudaDeviceSynchronize());
+    uint32_t aborted = 0;
+    CK(cudaMemcpy(&aborted, D.abort, sizeof(aborted), cudaMemcpyDeviceToHost));
+    if (aborted) {
+        snprintf(H->err, H->err_len, "rank %u: a peer delivered nothing for %llu s; stopped",
+                 D.rank, BG_PEER_TIMEOUT_NS / 1000000000ull);
+        return -ETIMEDOUT;
+    }
 #ifdef MKS_BENCH_PROFILER
     if (a->cfg->trace) {
         const size_t n = (size_t)D.W * BG_PROF_CAP;
