@@ -91,7 +91,8 @@ for f in sorted(os.listdir(out)):
         continue
     d = json.load(open(os.path.join(out, f)))
     meds = [statistics.median(r["step_ns"][5:] or r["step_ns"]) / 1e3 for r in d["ranks"]]
-    rows.append((f[:-5], " ".join("%9.1f" % m for m in meds)))
+    tps = sum(r.get("tasks_per_s", 0) for r in d["ranks"]) / max(len(d["ranks"]), 1)
+    rows.append((f[:-5], " ".join("%9.1f" % m for m in meds) + "   %.3g tasks/s/rank" % tps))
 w = max(len(r[0]) for r in rows) if rows else 10
 for name, meds in rows:
     print(f"{name:<{w}}  {meds}")

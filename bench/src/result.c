@@ -196,11 +196,16 @@ int mks_bench_result_write_json(const struct mks_bench_result *res,
             json_array_append_new(st, json_integer((json_int_t)v));
         }
         char nb[32];
+        uint64_t tasks = 0;
         for (uint32_t k = 0; k < res->n_classes; k++) {
             uint64_t n = res->class_counts[(size_t)r * res->n_classes + k];
+            tasks += n;
             json_object_set_new(cc, mks_bench_class_name(cfg, k, nb, sizeof(nb)),
                                 json_integer((json_int_t)n));
         }
+        /* the scale of a configuration: tasks per second of step time */
+        json_object_set_new(o, "tasks", json_integer((json_int_t)tasks));
+        json_object_set_new(o, "tasks_per_s", json_real(tot ? (double)tasks * 1e9 / tot : 0.0));
         json_object_set_new(o, "rank", json_integer(r));
         json_object_set_new(o, "step_ns", st);
         json_object_set_new(o, "total_ns", json_integer((json_int_t)tot));
