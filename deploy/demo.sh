@@ -120,7 +120,7 @@ fi
 kill -TERM -- "-$collector" 2>/dev/null || true
 for _ in $(seq 50); do kill -0 -- "-$collector" 2>/dev/null || break; sleep 0.1; done
 collector=""
-left=$(pgrep -f "$dir" | wc -l)
+left=$( (pgrep -f "$dir" || true) | wc -l)
 if [ "$fmt" = json ]; then
   printf '{"ranks": %s, "steps": %s, "status": ' "$ranks" "$steps"
   cat "$dir/status.json"
