@@ -6,9 +6,15 @@
  * the task body) with two events per task (start, end).  Variants, each
  * timed with CUDA events, median of REPS launches:
  *   out       hooks compiled out
- *   detached  hooks compiled in, nothing attached (cached attach mask)
+ *   detached  hooks compiled in, nothing attached: MKS_DEV_HOOK_IF (a bit
+ *             of the cached attach mask) per event, mks_dev_worker_task()
+ *             per task
+ *   detached-cnt  the same with mks_dev_attached() (per-event countdown)
  *   inline    the 31-instruction histogram monitor (bench/vm/monitor_prog.h)
  *             attached at task start and end, run by the worker thread
+ *             through its cache (mks_dev_hook_run_cached())
+ *   inline-unc  the same through mks_dev_hook_run(): epoch entry, fence and
+ *             acquire on every event
  *   monitor   the same, run off the critical path by a monitor thread in a
  *             second warp fed through a shared-memory queue
  *   raw       no hooks; two 16-byte records per task into per-block buffers
@@ -42,7 +48,7 @@
 
 #define REPS 7
 
-enum { MODE_OUT = 0, MODE_HOOK = 1, MODE_QUEUE = 2, MODE_RAW = 3 };
+enum { MODE_OUT = 0, MODE_HOOK = 1, MODE_QUEUE = 2, MODE_RAW = 3, MODE_OLD = 4 };
 
 struct raw_rec {
     uint32_t tag, task;
@@ -97,13 +103,17 @@ static __device__ __noinline__ uint64_t task_body(uint64_t acc, uint32_t task, u
 }
 
 /* The attached paths. */
-static __device__ __noinline__ uint64_t hook_inline(const struct mks_dev_rt *rt, uint32_t ev,
+static __device__ __noinline__ uint64_t hook_inline(const struct mks_dev_rt *rt,
+                                                    struct mks_dev_hcache *hc, uint32_t ev,
                                                     uint32_t w, uint32_t task, uint64_t t0)
 {
     struct mks_hook_ctx c;
     uint64_t now = gtimer();
     fill_ctx(&c, ev, w, task, now, ev == MKS_EV_TASK_START ? now : t0);
-    mks_dev_hook_run(rt, &c);
+    if (hc)
+        mks_dev_hook_run_cached(rt, hc, &c);
+    else
+        mks_dev_hook_run(rt, &c);
     return now;
 }
 
@@ -137,7 +147,11 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
     if (threadIdx.x != 0)
         return;
     struct mks_dev_worker wk;
-    mks_dev_worker_init(&rt, &wk);
+    struct mks_dev_hcache hc;
+    if (MODE == MODE_HOOK)
+        mks_dev_worker_init_cached(&rt, &wk, &hc);
+    else
+        mks_dev_worker_init(&rt, &wk);
     uint64_t acc = w;
     const uint32_t *my = tasks + (uint64_t)w * T;
     uint32_t next = my[0]; /* the scheduler fetches the next task ahead */
@@ -145,9 +159,14 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
         uint32_t task = next;
         uint64_t t0 = 0;
         next = my[i + 1 < T ? i + 1 : i];
+        if (MODE == MODE_HOOK || MODE == MODE_QUEUE)
+            mks_dev_worker_task(&rt, &wk); /* where the scheduler takes its next task */
         if (MODE == MODE_HOOK) {
             MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START)
-                t0 = hook_inline(&rt, MKS_EV_TASK_START, w, task, 0);
+                t0 = hook_inline(&rt, &hc, MKS_EV_TASK_START, w, task, 0);
+        } else if (MODE == MODE_OLD) {
+            if (mks_dev_attached(&rt, &wk, MKS_EV_TASK_START))
+                t0 = hook_inline(&rt, NULL, MKS_EV_TASK_START, w, task, 0);
         } else if (MODE == MODE_QUEUE) {
             MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START)
                 t0 = hook_queue(&q, MKS_EV_TASK_START, w, task, 0);
@@ -158,7 +177,10 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
         acc = task_body(acc, task, K);
         if (MODE == MODE_HOOK) {
             MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END)
-                hook_inline(&rt, MKS_EV_TASK_END, w, task, t0);
+                hook_inline(&rt, &hc, MKS_EV_TASK_END, w, task, t0);
+        } else if (MODE == MODE_OLD) {
+            if (mks_dev_attached(&rt, &wk, MKS_EV_TASK_END))
+                hook_inline(&rt, NULL, MKS_EV_TASK_END, w, task, t0);
         } else if (MODE == MODE_QUEUE) {
             MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END)
                 hook_queue(&q, MKS_EV_TASK_END, w, task, t0);
@@ -169,6 +191,8 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
     }
     if (MODE == MODE_QUEUE)
         mks_dev_queue_stop(&q);
+    if (MODE == MODE_HOOK)
+        mks_dev_worker_exit(&rt, &wk);
     out[w] = acc;
 }
 
@@ -200,6 +224,9 @@ static void launch(struct bench *b, int mode)
         break;
     case MODE_QUEUE:
         megakernel<MODE_QUEUE><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
+        break;
+    case MODE_OLD:
+        megakernel<MODE_OLD><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
         break;
     default:
         megakernel<MODE_RAW><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
@@ -270,9 +297,28 @@ static void wait_pump(void)
 /* Attach prog at task start and end, time the inline and the monitor-thread
  * variants, detach; check the totals (counting: the histogram sums to the
  * events) and the coverage against the events fired. */
+/* Time an inline variant (mode) with programs attached; check its totals. */
+static int measure_inline(struct bench *b, struct monitor_state *m, int mode, int counting,
+                          const char *name, uint64_t fired, float *t)
+{
+    m->counted = m->eligible = m->ran = m->lost = m->snaps = 0;
+    *t = time_mode(b, mode, advance, m);
+    advance(m);
+    printf("%s %s:  total %llu, coverage eligible %llu ran %llu lost %llu; fired %llu "
+           "(%llu epochs)\n", name, mode == MODE_OLD ? "inline-uncached" : "inline",
+           (unsigned long long)m->counted, (unsigned long long)m->eligible,
+           (unsigned long long)m->ran, (unsigned long long)m->lost, (unsigned long long)fired,
+           (unsigned long long)m->snaps);
+    if ((counting && m->counted != fired) || m->eligible != fired || m->ran != fired) {
+        printf("FAIL: %s inline totals differ from the events fired\n", name);
+        return 1;
+    }
+    return 0;
+}
+
 static int measure_attached(struct bench *b, struct monitor_state *m, uint32_t prog_id,
                             int counting, const char *name, uint64_t fired, float *t_inline,
-                            float *t_queue, uint64_t *ran_queue)
+                            float *t_queue, uint64_t *ran_queue, float *t_old)
 {
     int rc = 0;
     if (mks_ctl_attach(m->ctl, prog_id, MKS_EV_TASK_START, -1, NULL) != 0 ||
@@ -280,17 +326,9 @@ static int measure_attached(struct bench *b, struct monitor_state *m, uint32_t p
         exit(1);
     wait_pump();
     advance(m); /* start from a clean epoch */
-    m->counted = m->eligible = m->ran = m->lost = m->snaps = 0;
-    *t_inline = time_mode(b, MODE_HOOK, advance, m);
-    advance(m);
-    printf("%s inline:  total %llu, coverage eligible %llu ran %llu lost %llu; fired %llu "
-           "(%llu epochs)\n", name, (unsigned long long)m->counted,
-           (unsigned long long)m->eligible, (unsigned long long)m->ran,
-           (unsigned long long)m->lost, (unsigned long long)fired, (unsigned long long)m->snaps);
-    if ((counting && m->counted != fired) || m->eligible != fired || m->ran != fired) {
-        printf("FAIL: %s inline totals differ from the events fired\n", name);
-        rc = 1;
-    }
+    rc |= measure_inline(b, m, MODE_HOOK, counting, name, fired, t_inline);
+    if (t_old)
+        rc |= measure_inline(b, m, MODE_OLD, counting, name, fired, t_old);
     m->counted = m->eligible = m->ran = m->lost = m->snaps = 0;
     *t_queue = time_mode(b, MODE_QUEUE, advance, m);
     advance(m);
@@ -323,6 +361,7 @@ int main(int argc, char **argv)
     char job[64];
     uint32_t prog_id;
     float t_out, t_det, t_inline, t_queue, t_raw, t_inline_nop, t_queue_nop, t_out2;
+    float t_det_old, t_inline_old;
     uint64_t events, fired, ran_queue = 0, ran_queue_nop = 0;
     uint32_t nop_id;
     int rc = 0;
@@ -396,13 +435,15 @@ int main(int argc, char **argv)
 
     t_out = time_mode(&b, MODE_OUT, NULL, NULL);
     t_det = time_mode(&b, MODE_HOOK, NULL, NULL);
+    t_det_old = time_mode(&b, MODE_OLD, NULL, NULL);
     t_raw = time_mode(&b, MODE_RAW, NULL, NULL);
 
     events = (uint64_t)b.n_sm * b.T * 2;
     fired = events * (REPS + 1); /* the warm-up launch too */
-    rc |= measure_attached(&b, &m, prog_id, 1, "hist", fired, &t_inline, &t_queue, &ran_queue);
+    rc |= measure_attached(&b, &m, prog_id, 1, "hist", fired, &t_inline, &t_queue, &ran_queue,
+                           &t_inline_old);
     rc |= measure_attached(&b, &m, nop_id, 0, "nop", fired, &t_inline_nop, &t_queue_nop,
-                           &ran_queue_nop);
+                           &ran_queue_nop, NULL);
 
     t_out2 = time_mode(&b, MODE_OUT, NULL, NULL); /* drift over the run */
     printf("\n%-12s %10s %12s %12s\n", "variant", "ms", "ns/task", "ns/event");
@@ -411,8 +452,10 @@ int main(int argc, char **argv)
            ((t) - t_out) * 1e6 / (2.0 * b.T))
     ROW("out", t_out);
     ROW("detached", t_det);
+    ROW("detached-cnt", t_det_old);
     ROW("raw", t_raw);
     ROW("inline", t_inline);
+    ROW("inline-unc", t_inline_old);
     ROW("monitor", t_queue);
     ROW("inline-nop", t_inline_nop);
     ROW("monitor-nop", t_queue_nop);

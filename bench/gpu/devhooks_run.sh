@@ -8,7 +8,8 @@
 # (MKS_CONFORMANCE_DIR, default ../shared/conformance beside the checkout),
 # mkscope-devhooks-cost (short and long tasks) and mkscope-vm-bench (the CPU
 # VM on this machine's processor, against uBPF when MKS_UBPF_LIB names a
-# libubpf.so), and copies the results to OUTDIR when given.
+# libubpf.so), and copies the results (and the benchmark's SASS) to OUTDIR
+# when given.
 set -eu
 src=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-}
@@ -34,4 +35,8 @@ bin=$work/build/devhooks
   echo "== CPU VM"
   "$bin/mkscope-vm-bench"
 } 2>&1 | tee "$work/results.txt"
-[ -n "$out" ] && cp "$work/results.txt" "$work/build.log" "$out"/ || true
+if [ -n "$out" ]; then
+  cp "$work/results.txt" "$work/build.log" "$out"/
+  # The machine code of the hook paths, for reading beside the numbers.
+  cuobjdump -sass "$bin/mkscope-devhooks-cost" 2>/dev/null | gzip >"$out/devhooks_cost.sass.gz" || true
+fi

@@ -102,7 +102,9 @@ struct mks_cb {
     MKS_ALIGN64 uint64_t epoch;
     uint64_t lease_deadline_ns; /* CLOCK_MONOTONIC; 0 = no lease taken yet */
     uint32_t on_device;         /* programs run on the GPU: the pump copies banks */
-    uint32_t pad0;
+    uint32_t dev_gen;           /* device mirror only: bumped by the pump after each
+                                 * change of hooks, mask or epoch there (workers poll
+                                 * it once per task); unused in shared memory */
     uint64_t pump_epoch;        /* GPU: last epoch whose old bank the pump copied back */
     uint64_t ctl_seq;           /* bumped by every change the device must see */
 
@@ -162,6 +164,8 @@ MKS_DEVFN uint64_t mksi_hook_enter(struct mks_cb *cb, uint32_t w);
 MKS_DEVFN void mksi_hook_leave(struct mks_cb *cb, uint32_t w, uint64_t epoch);
 MKS_DEVFN int32_t mksi_hook_exec(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
                                  uint64_t epoch, uint64_t word);
+MKS_DEVFN int32_t mksi_hook_exec_cov(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
+                                     uint64_t epoch, uint64_t word, struct mks_cb_cov *cov);
 MKS_DEVFN void mksi_hook_lost(struct mks_cb *cb, uint32_t worker, uint32_t ev, uint32_t n);
 
 #endif /* MKS_DEVHOOKS_CB_H */

@@ -50,12 +50,13 @@ MKS_DEVFN void mksi_hook_leave(struct mks_cb *cb, uint32_t w, uint64_t epoch)
 
 /* Run the programs of `word` (the hook's program list, read by the caller
  * with acquire semantics or known unchanged since such a read) for ctx on
- * worker ctx->worker inside `epoch`. */
-MKS_DEVFN int32_t mksi_hook_exec(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
-                                 uint64_t epoch, uint64_t word)
+ * worker ctx->worker inside `epoch`, counting coverage into *cov: the
+ * block's counters of the worker, bank and event, or a device worker's
+ * private copy that it adds to them before it leaves the epoch. */
+MKS_DEVFN int32_t mksi_hook_exec_cov(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
+                                     uint64_t epoch, uint64_t word, struct mks_cb_cov *cov)
 {
     struct mks_cb_hook *h;
-    struct mks_cb_cov *cov;
     struct mks_maps maps;
     uint64_t used_total = 0;
     uint32_t ev = ctx->event, w = ctx->worker, bank = (uint32_t)(epoch & 1u), shift;
@@ -65,7 +66,6 @@ MKS_DEVFN int32_t mksi_hook_exec(struct mks_cb *cb, uint32_t rank, struct mks_ho
     if (!word)
         return 0;
     h = &cb->hooks[ev];
-    cov = mks_cb_cov(cb, bank, w, ev);
     cov->eligible++;
     shift = h->sample_shift;
     if (shift && (mks_cb_workers(cb)[w].sample_ctr[ev]++ & ((1u << shift) - 1u)) != 0) {
@@ -134,6 +134,15 @@ MKS_DEVFN int32_t mksi_hook_exec(struct mks_cb *cb, uint32_t rank, struct mks_ho
     cov->ran++;
     cov->lost += lost + maps.lost;
     return hint;
+}
+
+MKS_DEVFN int32_t mksi_hook_exec(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
+                                 uint64_t epoch, uint64_t word)
+{
+    if (!word)
+        return 0;
+    return mksi_hook_exec_cov(cb, rank, ctx, epoch, word,
+                              mks_cb_cov(cb, (uint32_t)(epoch & 1u), ctx->worker, ctx->event));
 }
 
 MKS_DEVFN int32_t mksi_hook_run(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx)

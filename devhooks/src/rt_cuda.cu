@@ -32,6 +32,11 @@
  * kernel is gone or hung, and the agent must not wait forever. */
 #define GRACE_TIMEOUT_NS (1000ull * 1000000ull)
 
+/* A device worker's sequence word: epoch << 1 | inside, and in the top 16
+ * bits an entry count (mks_dev_hook_run_cached() stays inside across events
+ * and re-enters the same epoch after a program change). */
+#define SEQ_EPOCH_MASK ((1ull << 48) - 1u)
+
 struct cuda_pump {
     uint8_t *dev;
     cudaStream_t stream;
@@ -42,6 +47,7 @@ struct cuda_pump {
     uint64_t tail_pushed[MKS_MAX_MAPS];  /* sum of tails last pushed (change detector) */
     struct mks_cb_worker *seqs;          /* staging for the device workers' words */
     struct mks_ring *hdrs;               /* staging for ring headers */
+    uint32_t dev_gen;                    /* last value of the device's dev_gen */
     int failed;
     int registered;                      /* the shared block is pinned for the GPU */
 };
@@ -77,6 +83,15 @@ static int d2h(struct cuda_pump *p, void *dst, uint64_t off, size_t len)
 static int sync_stream(struct cuda_pump *p)
 {
     return CU(p, cudaStreamSynchronize(p->stream));
+}
+
+/* Tell the device workers that hooks, mask or epoch changed: each compares
+ * this word once per task (mks_dev_worker_task()).  After the change's own
+ * copies in stream order. */
+static int bump_gen(struct cuda_pump *p)
+{
+    p->dev_gen++;
+    return h2d(p, offsetof(struct mks_cb, dev_gen), &p->dev_gen, sizeof(p->dev_gen));
 }
 
 static uint64_t map_bytes(const struct mks_map_desc *d)
@@ -130,7 +145,8 @@ static int push_hooks(struct mks_rt *rt, struct cuda_pump *p, const uint8_t *rew
             return 0;
     }
     mask &= __atomic_load_n(&cb->attach_mask, __ATOMIC_ACQUIRE) | (rewrite ? 0u : ~0u);
-    return h2d(p, offsetof(struct mks_cb, attach_mask), &mask, sizeof(mask)) && sync_stream(p);
+    return h2d(p, offsetof(struct mks_cb, attach_mask), &mask, sizeof(mask)) && bump_gen(p) &&
+           sync_stream(p);
 }
 
 static void push_programs(struct mks_rt *rt, struct cuda_pump *p)
@@ -208,7 +224,7 @@ static void flip_epoch(struct mks_rt *rt, struct cuda_pump *p, uint64_t n)
                         offsetof(struct mks_cb_hook, budget_used) + b * sizeof(uint64_t),
                  &zero, sizeof(zero)))
             return;
-    if (!h2d(p, offsetof(struct mks_cb, epoch), &n, sizeof(n)) || !sync_stream(p))
+    if (!h2d(p, offsetof(struct mks_cb, epoch), &n, sizeof(n)) || !bump_gen(p) || !sync_stream(p))
         return;
     /* Grace period: no device worker still inside epoch n - 1. */
     deadline = mono_ns() + GRACE_TIMEOUT_NS;
@@ -218,7 +234,7 @@ static void flip_epoch(struct mks_rt *rt, struct cuda_pump *p, uint64_t n)
             return;
         inside = 0;
         for (uint32_t w = 0; w < cb->n_workers && !inside; w++)
-            inside = p->seqs[w].seq == busy;
+            inside = (p->seqs[w].seq & SEQ_EPOCH_MASK) == busy;
     } while (inside && mono_ns() < deadline);
     for (uint32_t id = 0; id < MKS_MAX_MAPS; id++) {
         const struct mks_map_desc *d = &p->maps[id];
@@ -355,6 +371,8 @@ extern "C" int mks_rt_cuda_enable(struct mks_rt *rt, struct mks_dev_rt *dev_p)
     dev_p->cb = p->dev;
     dev_p->mask = (const uint32_t *)(p->dev + offsetof(struct mks_cb, attach_mask));
     dev_p->rank = rt->rank;
+    dev_p->gen = (const uint32_t *)(p->dev + offsetof(struct mks_cb, dev_gen));
+    p->dev_gen = cb->dev_gen;
     rt->pump_ext_free = cuda_pump_free;
     {
         void (*run)(struct mks_rt *) = cuda_pump_run;

@@ -261,7 +261,9 @@ MKS_INLINE uint64_t vm_map_ref(const struct mks_vm_env *env, uint32_t src, uint3
 }
 
 /* An atomic read-modify-write of size 4 or 8 at a; returns the old value
- * (zero-extended) in *old_p.  The device has no atomics on thread-local
+ * (zero-extended) in *old_p for the fetching forms (cmpxchg, xchg, FETCH);
+ * the others leave it unset, so the device issues them without waiting for
+ * the old value (a reduction, not a round trip to L2).  The device has no atomics on thread-local
  * memory, where the VM's stack lives, and needs none there: the stack is
  * private to the run. */
 MKS_INLINE int vm_atomic(uint64_t a, uint32_t size, uint32_t op, uint64_t v, uint64_t expect,
@@ -292,13 +294,13 @@ MKS_INLINE int vm_atomic(uint64_t a, uint32_t size, uint32_t op, uint64_t v, uin
     if (size == 4) {
         uint32_t *p = (uint32_t *)(uintptr_t)a, w = (uint32_t)v;
         switch (op) {
-        case MKS_BPF_ADD:
+        case MKS_BPF_ADD: (void)MKS_A_ADD32(p, w); return 0;
         case MKS_BPF_ADD | MKS_BPF_FETCH: *old_p = MKS_A_ADD32(p, w); return 0;
-        case MKS_BPF_OR:
+        case MKS_BPF_OR: (void)MKS_A_OR32(p, w); return 0;
         case MKS_BPF_OR | MKS_BPF_FETCH: *old_p = MKS_A_OR32(p, w); return 0;
-        case MKS_BPF_AND:
+        case MKS_BPF_AND: (void)MKS_A_AND32(p, w); return 0;
         case MKS_BPF_AND | MKS_BPF_FETCH: *old_p = MKS_A_AND32(p, w); return 0;
-        case MKS_BPF_XOR:
+        case MKS_BPF_XOR: (void)MKS_A_XOR32(p, w); return 0;
         case MKS_BPF_XOR | MKS_BPF_FETCH: *old_p = MKS_A_XOR32(p, w); return 0;
         case MKS_BPF_XCHG: *old_p = MKS_A_XCHG32(p, w); return 0;
         case MKS_BPF_CMPXCHG: *old_p = MKS_A_CAS32(p, (uint32_t)expect, w); return 0;
@@ -308,13 +310,13 @@ MKS_INLINE int vm_atomic(uint64_t a, uint32_t size, uint32_t op, uint64_t v, uin
     {
         uint64_t *p = (uint64_t *)(uintptr_t)a;
         switch (op) {
-        case MKS_BPF_ADD:
+        case MKS_BPF_ADD: (void)MKS_A_ADD64(p, v); return 0;
         case MKS_BPF_ADD | MKS_BPF_FETCH: *old_p = MKS_A_ADD64(p, v); return 0;
-        case MKS_BPF_OR:
+        case MKS_BPF_OR: (void)MKS_A_OR64(p, v); return 0;
         case MKS_BPF_OR | MKS_BPF_FETCH: *old_p = MKS_A_OR64(p, v); return 0;
-        case MKS_BPF_AND:
+        case MKS_BPF_AND: (void)MKS_A_AND64(p, v); return 0;
         case MKS_BPF_AND | MKS_BPF_FETCH: *old_p = MKS_A_AND64(p, v); return 0;
-        case MKS_BPF_XOR:
+        case MKS_BPF_XOR: (void)MKS_A_XOR64(p, v); return 0;
         case MKS_BPF_XOR | MKS_BPF_FETCH: *old_p = MKS_A_XOR64(p, v); return 0;
         case MKS_BPF_XCHG: *old_p = MKS_A_XCHG64(p, v); return 0;
         case MKS_BPF_CMPXCHG: *old_p = MKS_A_CAS64(p, expect, v); return 0;
@@ -604,7 +606,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         case MKS_BPF_STX | MKS_BPF_ATOMIC | MKS_BPF_W:
         case MKS_BPF_STX | MKS_BPF_ATOMIC | MKS_BPF_DW: {
             const uint32_t size = (code & 0x18) == MKS_BPF_DW ? 8u : 4u;
-            uint64_t a = r[dst] + (uint64_t)(int64_t)off, old;
+            uint64_t a = r[dst] + (uint64_t)(int64_t)off, old = 0;
             int rc;
             MEM_CHECK(a, size, 1);
             if (MKS_UNLIKELY(a & (size - 1u))) {

@@ -16,6 +16,89 @@ extern "C" __device__ int32_t mks_dev_hook_run(const struct mks_dev_rt *rt,
     return mksi_hook_run((struct mks_cb *)rt->cb, rt->rank, ctx);
 }
 
+/* ---- inline runs through the worker's cache ---- */
+
+MKS_STATIC_ASSERT(sizeof(((struct mks_dev_hcache *)0)->cov[0]) == sizeof(struct mks_cb_cov),
+                  "the cache's coverage counters are a struct mks_cb_cov each");
+
+/* Enter the current epoch and read every hook's program list.  The
+ * sequence word carries the entry count in its top 16 bits, so the pump
+ * tells a worker that left and came back into the same epoch from one that
+ * never left (rt_cuda.cu masks them off when it compares epochs). */
+static __device__ void dev_hc_enter(struct mks_cb *cb, struct mks_dev_hcache *hc, uint32_t w)
+{
+    struct mks_cb_worker *wk = &mks_cb_workers(cb)[w];
+    uint64_t epoch, tag;
+    hc->entries++;
+    tag = (uint64_t)(hc->entries & 0xffffu) << 48;
+    for (;;) {
+        epoch = MKS_A_LOAD64(&cb->epoch);
+        MKS_A_STORE64(&wk->seq, tag | (epoch << 1) | 1u);
+        MKS_FENCE();
+        if (MKS_A_LOAD64(&cb->epoch) == epoch)
+            break;
+    }
+    for (uint32_t e = 0; e < MKS_EV_COUNT; e++)
+        hc->word[e] = MKS_A_LOAD64(&cb->hooks[e].progs);
+    /* Acquire for all of them at once: the programs, tables and maps the
+     * words name were published before them; later plain loads see them. */
+    MKS_FENCE();
+    hc->epoch = epoch;
+    hc->worker = w;
+    hc->inside = 1;
+}
+
+/* Add the cache's coverage to the block's counters of the bank, then leave
+ * (release: the counters and the programs' map writes before the word the
+ * pump's grace period waits on). */
+static __device__ void dev_hc_leave(struct mks_cb *cb, struct mks_dev_hcache *hc)
+{
+    uint32_t bank = (uint32_t)(hc->epoch & 1u);
+    for (uint32_t e = 0; e < MKS_EV_COUNT; e++) {
+        uint64_t *c = hc->cov[e];
+        if (!(c[0] | c[1] | c[2] | c[3]))
+            continue;
+        volatile uint64_t *g = (volatile uint64_t *)mks_cb_cov(cb, bank, hc->worker, e);
+        for (uint32_t i = 0; i < 4; i++) {
+            g[i] = g[i] + c[i];
+            c[i] = 0;
+        }
+    }
+    mksi_hook_leave(cb, hc->worker, hc->epoch);
+    hc->inside = 0;
+}
+
+extern "C" __device__ int32_t mks_dev_hook_run_cached(const struct mks_dev_rt *rt,
+                                                      struct mks_dev_hcache *hc,
+                                                      struct mks_hook_ctx *ctx)
+{
+    struct mks_cb *cb = (struct mks_cb *)rt->cb;
+    uint32_t ev = ctx->event, w = ctx->worker;
+    uint64_t word;
+    ctx->abi_version = MKS_HOOK_ABI_VERSION;
+    ctx->size = (uint16_t)sizeof(*ctx);
+    if (ev >= MKS_EV_COUNT || w >= cb->n_workers)
+        return 0;
+    if (MKS_UNLIKELY(!hc->inside || hc->worker != w)) {
+        if (hc->inside)
+            dev_hc_leave(cb, hc);
+        dev_hc_enter(cb, hc, w);
+    }
+    word = hc->word[ev];
+    if (!word)
+        return 0;
+    return mksi_hook_exec_cov(cb, rt->rank, ctx, hc->epoch, word,
+                              (struct mks_cb_cov *)hc->cov[ev]);
+}
+
+extern "C" __device__ uint32_t mks_dev_worker_changed(const struct mks_dev_rt *rt,
+                                                      struct mks_dev_hcache *hc)
+{
+    if (hc && hc->inside)
+        dev_hc_leave((struct mks_cb *)rt->cb, hc);
+    return *(const volatile uint32_t *)rt->mask;
+}
+
 extern "C" __device__ void mks_dev_hook_lost(const struct mks_dev_rt *rt, uint32_t worker,
                                              uint32_t ev, uint32_t n)
 {

@@ -9,16 +9,20 @@
  * to the kernel by value.
  *
  * Device: each worker keeps a struct mks_dev_worker in registers.  The hook
- * checks the worker's cached copy of the attach mask, a register test and a
- * predicted branch; the cached mask is refreshed from global memory only
- * every MKS_DEV_REFRESH events (or when the runtime calls
- * mks_dev_worker_refresh() at a point where it touches global memory
- * anyway), so a detached hook never costs a global load per event.  A newly
- * attached program therefore starts within MKS_DEV_REFRESH events of each
- * worker.
+ * test, MKS_DEV_HOOK_IF, is a bit test of the worker's cached attach mask,
+ * nothing else: no load, no counter, and no context is built unless the bit
+ * is set.  The cache is kept current by mks_dev_worker_task(), which the
+ * scheduler calls once per task (also while it waits for work): it issues
+ * one load of a device word the pump bumps after every change of hooks,
+ * mask or epoch, and compares the value loaded at the previous call, so the
+ * load's latency hides behind the task.  A newly attached program therefore
+ * starts within two tasks of each worker.  (mks_dev_attached() is the older
+ * test that counts events and re-reads the mask every MKS_DEV_REFRESH of
+ * them, for schedulers that do not call mks_dev_worker_task().)
  *
  * Attached programs run in one of two places:
- *   inline     the worker thread calls mks_dev_hook_run() itself;
+ *   inline     the worker thread calls mks_dev_hook_run_cached() (or the
+ *              older mks_dev_hook_run()) itself;
  *   off-path   the worker writes the context into a slot of a shared-memory
  *              queue (mks_dev_queue_slot/push, a few shared stores) and a
  *              spare "monitor" thread of the block, in another warp, runs
@@ -27,14 +31,27 @@
  *              reported as eligible and lost in coverage.
  *
  *     struct mks_dev_worker w;
- *     mks_dev_worker_init(&rt, &w);
+ *     struct mks_dev_hcache hc;                // thread-local, for inline runs
+ *     mks_dev_worker_init_cached(&rt, &w, &hc);
  *     for (each task) {
+ *         mks_dev_worker_task(&rt, &w);
  *         MKS_DEV_HOOK_IF(&rt, &w, MKS_EV_TASK_START) {
  *             struct mks_hook_ctx c = {...};   // filled only when attached
- *             mks_dev_hook_run(&rt, &c);
+ *             mks_dev_hook_run_cached(&rt, &hc, &c);
  *         }
  *         ...
  *     }
+ *     mks_dev_worker_exit(&rt, &w);            // before the thread returns
+ *
+ * Inline runs through the cache: the worker enters the epoch (a fence) and
+ * reads every hook's program list once, then stays inside the epoch and
+ * keeps coverage in the cache.  After the pump's word moved (an epoch flip,
+ * a program change), the first hook site the worker passes, attached or
+ * not, adds the cache's coverage to the block's counters and leaves, so the
+ * pump's grace period ends then.  Per event nothing then waits on a fence
+ * or an uncached load: programs, tables and map descriptors stay in L1.  A
+ * worker that stops passing hook sites while inside holds up the next epoch
+ * flip (the pump gives up after a second), hence mks_dev_worker_exit().
  */
 #ifndef MKSCOPE_DEVHOOK_CUH
 #define MKSCOPE_DEVHOOK_CUH
@@ -53,17 +70,51 @@ struct mks_dev_rt {
     void *cb;          /* device mirror of the control block */
     const uint32_t *mask; /* its attach mask word */
     uint32_t rank;
+    const uint32_t *gen; /* its change counter, bumped by the pump */
+};
+
+/* The inline runner's per-worker state (mks_dev_hook_run_cached()); plain
+ * data in the worker thread's memory, zeroed by mks_dev_hcache_init(). */
+struct mks_dev_hcache {
+    uint64_t word[MKS_EV_COUNT]; /* hook program lists read at entry */
+    uint64_t cov[MKS_EV_COUNT][4]; /* eligible, ran, throttled, lost since entry */
+    uint64_t epoch;  /* the epoch entered */
+    uint32_t inside; /* 1 while the worker is inside `epoch` */
+    uint32_t worker;
+    uint32_t entries; /* entries so far: makes each entry's sequence word new */
+    uint32_t pad;
 };
 
 struct mks_dev_worker {
-    uint32_t mask;
-    uint32_t left; /* events until the next refresh */
+    uint32_t mask;     /* attach mask, and MKS_DEV_SYNC after a change */
+    uint32_t left;     /* mks_dev_attached(): events until the next refresh */
+    uint32_t gen;      /* change counter the mask was read at */
+    uint32_t next_gen; /* loaded at the previous mks_dev_worker_task() */
+    struct mks_dev_hcache *hc; /* NULL: no inline cache */
+    const uint32_t *maskp, *genp; /* rt's words, kept in registers */
 };
+
+/* Set in a worker's mask after the pump's word moved: the next event, of
+ * any kind, takes the slow path once to flush and leave the cache's epoch.
+ * Above every event bit. */
+#define MKS_DEV_SYNC 0x80000000u
 
 /* Run the attached programs of ctx->event on this thread; returns the
  * clamped priority hint of CONTROL programs. */
 extern "C" __device__ int32_t mks_dev_hook_run(const struct mks_dev_rt *rt,
                                                struct mks_hook_ctx *ctx);
+
+/* The same through the worker's cache: no fence and no uncached load per
+ * event once the worker is inside the epoch (see above).  ctx->worker must
+ * be the worker the cache belongs to. */
+extern "C" __device__ int32_t mks_dev_hook_run_cached(const struct mks_dev_rt *rt,
+                                                      struct mks_dev_hcache *hc,
+                                                      struct mks_hook_ctx *ctx);
+
+/* The pump's word moved: flush and leave (when inside); returns the attach
+ * mask, read again. */
+extern "C" __device__ uint32_t mks_dev_worker_changed(const struct mks_dev_rt *rt,
+                                                      struct mks_dev_hcache *hc);
 
 /* Run one program in the VM on this thread (tests, tools). */
 struct mks_vm_env;
@@ -135,10 +186,81 @@ static __device__ __forceinline__ void mks_dev_worker_refresh(const struct mks_d
     w->left = MKS_DEV_REFRESH;
 }
 
+/* A word the pump writes, from the L2 (never a stale L1 line). */
+static __device__ __forceinline__ uint32_t mks_dev_ld_gpu(const uint32_t *p)
+{
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+static __device__ __forceinline__ void mks_dev_hcache_init(struct mks_dev_hcache *hc)
+{
+    uint64_t *z = (uint64_t *)hc;
+    for (uint32_t i = 0; i < sizeof(*hc) / 8; i++)
+        z[i] = 0;
+}
+
 static __device__ __forceinline__ void mks_dev_worker_init(const struct mks_dev_rt *rt,
                                                            struct mks_dev_worker *w)
 {
+    /* The change counter before the mask: a change between the two reads
+     * is seen again at the next tasks. */
+    w->gen = w->next_gen = rt->gen ? *(const volatile uint32_t *)rt->gen : 0u;
+    w->hc = 0;
+    w->maskp = rt->mask;
+    w->genp = rt->gen;
     mks_dev_worker_refresh(rt, w);
+}
+
+/* For inline runs through hc (mks_dev_hook_run_cached()). */
+static __device__ __forceinline__ void mks_dev_worker_init_cached(const struct mks_dev_rt *rt,
+                                                                  struct mks_dev_worker *w,
+                                                                  struct mks_dev_hcache *hc)
+{
+    mks_dev_hcache_init(hc);
+    mks_dev_worker_init(rt, w);
+    w->hc = hc;
+}
+
+/* Once per task: the change counter loaded last time is compared now, and
+ * the next is loaded for the next task.  No call and no branch region: on a
+ * change the mask is re-read (predicated loads) and marked MKS_DEV_SYNC;
+ * the flush waits for the next event's slow path. */
+static __device__ __forceinline__ void mks_dev_worker_task(const struct mks_dev_rt *rt,
+                                                           struct mks_dev_worker *w)
+{
+    uint32_t g = w->next_gen;
+    (void)rt;
+    w->next_gen = mks_dev_ld_gpu(w->genp);
+    if (__builtin_expect(g != w->gen, 0)) {
+        w->gen = g;
+        w->mask = mks_dev_ld_gpu(w->maskp) | MKS_DEV_SYNC;
+    }
+}
+
+/* Leave the epoch with the cache's coverage counted; call before the worker
+ * thread returns (the queue's monitor thread needs nothing). */
+static __device__ __forceinline__ void mks_dev_worker_exit(const struct mks_dev_rt *rt,
+                                                           struct mks_dev_worker *w)
+{
+    if (w->hc)
+        w->mask = mks_dev_worker_changed(rt, w->hc);
+}
+
+/* The per-event test of MKS_DEV_HOOK_IF: one bit test on the fast path. */
+static __device__ __forceinline__ int mks_dev_hook_test(const struct mks_dev_rt *rt,
+                                                        struct mks_dev_worker *w, uint32_t ev)
+{
+    if (__builtin_expect((w->mask & ((1u << ev) | MKS_DEV_SYNC)) != 0, 0)) {
+        if (w->mask & MKS_DEV_SYNC) {
+            w->mask &= ~MKS_DEV_SYNC;
+            if (w->hc)
+                mks_dev_worker_changed(rt, w->hc);
+        }
+        return (w->mask >> ev) & 1u;
+    }
+    return 0;
 }
 
 /* True when programs may be attached at ev: the cheap check. */
@@ -153,7 +275,7 @@ static __device__ __forceinline__ int mks_dev_attached(const struct mks_dev_rt *
 #ifdef MKS_HOOKS_DISABLED
 #define MKS_DEV_HOOK_IF(rt, w, ev) if (0)
 #else
-#define MKS_DEV_HOOK_IF(rt, w, ev) if (mks_dev_attached((rt), (w), (ev)))
+#define MKS_DEV_HOOK_IF(rt, w, ev) if (mks_dev_hook_test((rt), (w), (ev)))
 #endif
 
 #ifdef __cplusplus
