@@ -1137,6 +1137,9 @@ static int setup_inboxes(struct host_rank *H, const struct bg_rank_args *a)
     D.inbox_data = (float *)(base + cnt_bytes);
     if (D.R == 1)
         return 0;
+    /* the zeroed counters must be in place before any peer can write them:
+     * cudaMemset may still be queued when it returns */
+    CK(cudaDeviceSynchronize());
     cudaIpcMemHandle_t mine, all[MKS_BENCH_MAX_RANKS];
     CK(cudaIpcGetMemHandle(&mine, base));
     int rc = a->allgather(a->allgather_ctx, D.rank, &mine, sizeof(mine), all);
