@@ -48,6 +48,7 @@ struct cuda_pump {
     struct mks_cb_worker *seqs;          /* staging for the device workers' words */
     struct mks_ring *hdrs;               /* staging for ring headers */
     uint32_t dev_gen;                    /* last value of the device's dev_gen */
+    int device;                          /* the kernel's GPU: current in the pump thread too */
     int failed;
     int registered;                      /* the shared block is pinned for the GPU */
 };
@@ -306,6 +307,9 @@ static void cuda_pump_run(struct mks_rt *rt)
     uint64_t e;
     if (p->failed)
         return;
+    /* the pump thread starts on device 0; a rank on another GPU needs its own */
+    if (!CU(p, cudaSetDevice(p->device)))
+        return;
     push_programs(rt, p);
     e = __atomic_load_n(&rt->cb->epoch, __ATOMIC_ACQUIRE);
     while (p->epoch < e && !p->failed)
@@ -341,7 +345,8 @@ extern "C" int mks_rt_cuda_enable(struct mks_rt *rt, struct mks_dev_rt *dev_p)
     if (!p)
         return -ENOMEM;
     rt->ext = p;
-    if (!CU(p, cudaMallocHost((void **)&p->seqs, cb->n_workers * sizeof(*p->seqs))) ||
+    if (!CU(p, cudaGetDevice(&p->device)) ||
+        !CU(p, cudaMallocHost((void **)&p->seqs, cb->n_workers * sizeof(*p->seqs))) ||
         !CU(p, cudaMallocHost((void **)&p->hdrs, cb->n_workers * sizeof(*p->hdrs)))) {
         cuda_pump_free(rt);
         return -ENODEV;
