@@ -248,19 +248,26 @@ static __device__ __forceinline__ void mks_dev_worker_exit(const struct mks_dev_
         w->mask = mks_dev_worker_changed(rt, w->hc);
 }
 
-/* The per-event test of MKS_DEV_HOOK_IF: one bit test on the fast path. */
-static __device__ __forceinline__ int mks_dev_hook_test(const struct mks_dev_rt *rt,
+/* The per-event test of MKS_DEV_HOOK_IF, in two steps so that the fast path
+ * is one bit test and one branch around everything else (the compiler
+ * wraps each branch around a call in a reconvergence region, which costs
+ * tens of cycles even when not taken): mks_dev_hook_hit() tests the event's
+ * bit and MKS_DEV_SYNC together; mks_dev_hook_slow(), reached only then,
+ * flushes after a change and says whether the event's bit is set. */
+static __device__ __forceinline__ int mks_dev_hook_hit(const struct mks_dev_worker *w, uint32_t ev)
+{
+    return __builtin_expect((w->mask & ((1u << ev) | MKS_DEV_SYNC)) != 0, 0);
+}
+
+static __device__ __forceinline__ int mks_dev_hook_slow(const struct mks_dev_rt *rt,
                                                         struct mks_dev_worker *w, uint32_t ev)
 {
-    if (__builtin_expect((w->mask & ((1u << ev) | MKS_DEV_SYNC)) != 0, 0)) {
-        if (w->mask & MKS_DEV_SYNC) {
-            w->mask &= ~MKS_DEV_SYNC;
-            if (w->hc)
-                mks_dev_worker_changed(rt, w->hc);
-        }
-        return (w->mask >> ev) & 1u;
+    if (w->mask & MKS_DEV_SYNC) {
+        w->mask &= ~MKS_DEV_SYNC;
+        if (w->hc)
+            mks_dev_worker_changed(rt, w->hc);
     }
-    return 0;
+    return (w->mask >> ev) & 1u;
 }
 
 /* True when programs may be attached at ev: the cheap check. */
@@ -275,7 +282,11 @@ static __device__ __forceinline__ int mks_dev_attached(const struct mks_dev_rt *
 #ifdef MKS_HOOKS_DISABLED
 #define MKS_DEV_HOOK_IF(rt, w, ev) if (0)
 #else
-#define MKS_DEV_HOOK_IF(rt, w, ev) if (mks_dev_hook_test((rt), (w), (ev)))
+/* Two nested ifs, the statement after the macro the inner one's body: do
+ * not follow it with `else`. */
+#define MKS_DEV_HOOK_IF(rt, w, ev)                                                                 \
+    if (mks_dev_hook_hit((w), (ev)))                                                               \
+        if (mks_dev_hook_slow((rt), (w), (ev)))
 #endif
 
 #ifdef __cplusplus
