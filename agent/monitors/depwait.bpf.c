@@ -2,9 +2,16 @@
  * depwait: dependency waits split local/remote.  A wait's begin time is kept
  * per worker at dep_wait_begin; at dep_wait_end the duration goes into a
  * histogram by (local/remote, task class), and a remote wait also into a
- * record keyed by (comm_gen, producer rank).  On the producer side comm_end
- * records the release of each (comm_gen, consumer rank), so the collector can
- * join both ends of a transfer.  Maps in monitors.h.
+ * record keyed by (comm_gen, producer rank).  On the producer side one
+ * record per (comm_gen, consumer rank) holds the times of a release: the
+ * sending task's start, comm_end (the data is there) and the remote
+ * dep_release (the consumer's event is raised).  A runtime may postpone the
+ * release after the transfer and the task ended; only the last time shows
+ * it, so the collector can tell a late notification from a slow transfer.
+ * The send's task_end carries no comm_gen and comes right after comm_end,
+ * and task_end already runs three standard programs of the four a hook
+ * takes (the last is kept for escalations): t_end stays 0 and the collector
+ * takes comm_end as the task's end.  Maps in monitors.h.
  */
 #include "mkscope/mkscope.bpf.h"
 
@@ -114,32 +121,44 @@ int wait_end(const struct mks_hook_ctx *ctx)
     return 0;
 }
 
+/* The release record of key, inserted when missing; NULL (and counted) when
+ * the table is full. */
+static __always_inline struct mks_mon_release *release_rec(struct mks_mon_comm_key *key)
+{
+    __u32 zero = 0;
+    struct mks_mon_release *rel = mks_map_lookup(&remote_releases, key);
+    struct mks_mon_wait_stats *st;
+
+    if (rel)
+        return rel;
+    {
+        struct mks_mon_release init = {};
+
+        mks_map_update(&remote_releases, key, &init, MKS_NOEXIST);
+    }
+    rel = mks_map_lookup(&remote_releases, key);
+    if (!rel) {
+        st = mks_map_lookup(&wait_stats, &zero);
+        if (st)
+            __sync_fetch_and_add(&st->remote_dropped, 1);
+    }
+    return rel;
+}
+
 SEC("mkscope/comm_end")
 int release(const struct mks_hook_ctx *ctx)
 {
-    __u32 zero = 0;
     struct mks_mon_comm_key key;
     struct mks_mon_release *rel;
-    struct mks_mon_wait_stats *st;
 
     if (ctx->comm_gen == 0)
         return 0;
     key.comm_gen = ctx->comm_gen;
     key.peer = ctx->peer_rank;
     key.pad = 0;
-    rel = mks_map_lookup(&remote_releases, &key);
-    if (!rel) {
-        struct mks_mon_release init = {};
-
-        mks_map_update(&remote_releases, &key, &init, MKS_NOEXIST);
-        rel = mks_map_lookup(&remote_releases, &key);
-        if (!rel) {
-            st = mks_map_lookup(&wait_stats, &zero);
-            if (st)
-                __sync_fetch_and_add(&st->remote_dropped, 1);
-            return 0;
-        }
-    }
+    rel = release_rec(&key);
+    if (!rel)
+        return 0;
     __sync_fetch_and_add(&rel->count, 1);
     rel->t_release = ctx->t_now;
     rel->t_start = ctx->t_start;
@@ -147,5 +166,25 @@ int release(const struct mks_hook_ctx *ctx)
     rel->worker = ctx->worker;
     rel->step = ctx->step;
     rel->bytes = ctx->value;
+    return 0;
+}
+
+SEC("mkscope/dep_release")
+int rel_notify(const struct mks_hook_ctx *ctx)
+{
+    struct mks_mon_comm_key key;
+    struct mks_mon_release *rel;
+
+    if (ctx->dep_class != MKS_DEP_REMOTE || ctx->comm_gen == 0)
+        return 0;
+    key.comm_gen = ctx->comm_gen;
+    key.peer = ctx->peer_rank;
+    key.pad = 0;
+    rel = release_rec(&key);
+    if (!rel)
+        return 0;
+    rel->t_notify = ctx->t_now;
+    rel->task_class = ctx->task_class;
+    rel->step = ctx->step;
     return 0;
 }

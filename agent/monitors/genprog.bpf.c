@@ -31,6 +31,8 @@ static __always_inline struct mks_mon_gen *slot_of(const struct mks_hook_ctx *ct
         g->t_last = 0;
         g->max_gen = 0;
         g->tasks_done = 0;
+        g->t_task_first = 0;
+        g->t_task_last = 0;
     }
     return g;
 }
@@ -58,7 +60,18 @@ int gen_task(const struct mks_hook_ctx *ctx)
 {
     struct mks_mon_gen *g = slot_of(ctx);
 
-    if (g)
-        __sync_fetch_and_add(&g->tasks_done, 1);
+    __u64 t0 = ctx->t_start, t1 = ctx->t_now;
+
+    if (!g)
+        return 0;
+    __sync_fetch_and_add(&g->tasks_done, 1);
+    /* The step's busy span: its first task's start to its last task's end
+     * (not the generation advances, which include any idle time the
+     * runtime inserts between steps).  Plain stores: a concurrent update
+     * on another worker may win, off by one task's time at most. */
+    if (t0 && (g->t_task_first == 0 || t0 < g->t_task_first))
+        g->t_task_first = t0;
+    if (t1 > g->t_task_last)
+        g->t_task_last = t1;
     return 0;
 }

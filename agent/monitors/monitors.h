@@ -18,6 +18,7 @@
  *                   wait_end    mkscope/dep_wait_end    wait_hist, remote_waits,
  *                                                       wait_stats
  *                   release     mkscope/comm_end        remote_releases
+ *                   rel_notify  mkscope/dep_release     remote_releases
  *   queue.bpf.o     q_assign    mkscope/task_assign     queue_by_worker
  *                   q_pressure  mkscope/queue_pressure  queue_by_worker
  *   genprog.bpf.o   gen_adv     mkscope/gen_advance     gen_by_step
@@ -76,6 +77,8 @@
  *   rank), value struct mks_mon_remote_wait.
  * remote_releases: MKS_MAP_HASH on the producer side, key struct
  *   mks_mon_comm_key (peer = consumer rank), value struct mks_mon_release.
+ *   Filled at comm_end and at the remote dep_release (which may come in a
+ *   later epoch: the collector merges records by key).
  * wait_stats: MKS_MAP_ARRAY, key u32 0, value struct mks_mon_wait_stats. */
 #define MKS_MON_WAIT_BEGIN_MAP "wait_begin_ts"
 #define MKS_MON_WAIT_HIST_MAP  "wait_hist"
@@ -112,6 +115,8 @@ struct mks_mon_release {
     uint64_t worker;     /* producer worker */
     uint64_t step;       /* decode step */
     uint64_t bytes;      /* ctx.value: bytes moved by the last transfer */
+    uint64_t t_end;      /* task_end of the sending task (0: not recorded) */
+    uint64_t t_notify;   /* remote dep_release: the consumer's event raised (0: not seen) */
 };
 
 struct mks_mon_wait_stats {
@@ -148,6 +153,8 @@ struct mks_mon_gen {
     uint64_t t_last;     /* last gen_advance of the step */
     uint64_t max_gen;    /* largest new generation (ctx.value) */
     uint64_t tasks_done; /* task_end events of this step */
+    uint64_t t_task_first; /* earliest task start of the step (ctx.t_start at task_end) */
+    uint64_t t_task_last;  /* latest task_end of the step */
 };
 
 #endif /* MKSCOPE_AGENT_MONITORS_H */

@@ -217,11 +217,16 @@ static int add_waits(struct arena *a, const struct agt_summary *s, Mkscope__V1__
         m->task_class = (uint32_t)r->v.task_class;
         m->step = (uint32_t)r->v.step;
         m->worker = (uint32_t)r->v.worker;
-        /* The release monitor runs at comm_end of the communication task:
-         * its start is the transfer's begin, comm_end the release. */
+        /* The release monitor's record: comm_end (t_release; the task's
+         * start is the transfer's begin), the task's end, and the remote
+         * dep_release that raised the consumer's event.  Without that last
+         * one (an older monitor, or it comes in a later epoch) the data's
+         * arrival is the best estimate of the release. */
+        m->t_start_dev_ns = r->v.t_start;
         m->t_comm_begin_dev_ns = r->v.t_start <= r->v.t_release ? r->v.t_start : 0;
         m->t_comm_end_dev_ns = r->v.t_release;
-        m->t_release_dev_ns = r->v.t_release;
+        m->t_end_dev_ns = r->v.t_end;
+        m->t_release_dev_ns = r->v.t_notify ? r->v.t_notify : r->v.t_release;
         m->bytes = r->v.bytes;
         es->releases[es->n_releases++] = m;
     }
@@ -332,6 +337,10 @@ static int add_rest(struct arena *a, const struct agt_summary *s, Mkscope__V1__E
         mkscope__v1__step_time__init(st);
         st->step = (uint32_t)g->step;
         st->tasks = g->tasks_done;
+        if (g->t_task_first && g->t_task_last >= g->t_task_first) {
+            st->t_begin_dev_ns = g->t_task_first;
+            st->t_end_dev_ns = g->t_task_last;
+        }
         es->steps[es->n_steps++] = st;
         if (g->advances) {
             mkscope__v1__gen_progress__init(gp);

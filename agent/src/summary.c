@@ -414,10 +414,17 @@ int agt_summary_merge(struct agt_summary *d, const struct agt_summary *s)
             *e = *r;
             continue;
         }
-        uint64_t n = e->v.count + r->v.count;
-        if (r->v.t_release >= e->v.t_release)
-            e->v = r->v;
-        e->v.count = n;
+        /* The parts of one release may come in different epochs (a
+         * postponed dep_release): keep each time, the latest where both
+         * have one. */
+        struct mks_mon_release m = r->v.t_release >= e->v.t_release ? r->v : e->v;
+        const struct mks_mon_release *o = r->v.t_release >= e->v.t_release ? &e->v : &r->v;
+        m.count = e->v.count + r->v.count;
+        if (o->t_end > m.t_end)
+            m.t_end = o->t_end;
+        if (o->t_notify > m.t_notify)
+            m.t_notify = o->t_notify;
+        e->v = m;
     }
     for (size_t i = 0; i < s->n_queue; i++) {
         const struct agt_queue *q = &s->queue[i];
@@ -463,6 +470,10 @@ int agt_summary_merge(struct agt_summary *d, const struct agt_summary *s)
             e->t_last = g->t_last;
         if (g->max_gen > e->max_gen)
             e->max_gen = g->max_gen;
+        if (g->t_task_first && (!e->t_task_first || g->t_task_first < e->t_task_first))
+            e->t_task_first = g->t_task_first;
+        if (g->t_task_last > e->t_task_last)
+            e->t_task_last = g->t_task_last;
     }
     /* User map entries of several epochs are kept side by side: their
      * meaning (counter, gauge, last value) is the program's, so the agent

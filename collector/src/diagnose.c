@@ -155,8 +155,10 @@ static int load(struct diag *d)
             d->n_ranks = r->rank + 1;
     }
     sqlite3_finalize(s);
-    /* Ranks whose steps carry no times: the step ends at its last
-     * generation advance and begins where the previous step ended. */
+    /* Ranks whose steps carry no times: a generation advance labelled K
+     * starts decode step K (the runtimes raise it as step K begins, or as
+     * step K - 1 ends), so step K - 1 lasts from the last advance labelled
+     * K - 1 to the last labelled K. */
     if (prep(d,
              "SELECT e.rank, g.step, MAX(g.t_dev) FROM gens g JOIN epochs e ON e.id = g.epoch_id"
              " WHERE e.job = ?1 AND g.t_dev > 0 GROUP BY e.rank, g.step ORDER BY e.rank, g.step",
@@ -175,7 +177,7 @@ static int load(struct diag *d)
             GROW(d->s, d->ns, cap);
             struct srow *r = &d->s[d->ns++];
             memset(r, 0, sizeof(*r));
-            r->rank = rank, r->step = step, r->t_begin = prev_t, r->t_end = t;
+            r->rank = rank, r->step = prev_step, r->t_begin = prev_t, r->t_end = t;
             if (r->rank + 1 > d->n_ranks)
                 d->n_ranks = r->rank + 1;
         }
@@ -279,11 +281,14 @@ static int load(struct diag *d)
         r->t_end = u64(s, 6);
     }
     sqlite3_finalize(s);
+    /* One release may be reported in parts by consecutive epochs (its
+     * notification postponed past the epoch's end): merge them per key. */
     cap = 0;
     if (prep(d,
-             "SELECT e.rank, r.step, r.consumer_rank, r.class, r.comm_gen, r.t_ready, r.t_start,"
-             " r.t_end, r.t_comm_begin, r.t_comm_end, r.t_release FROM releases r JOIN epochs e"
-             " ON e.id = r.epoch_id WHERE e.job = ?1",
+             "SELECT e.rank, MAX(r.step), r.consumer_rank, MAX(r.class), r.comm_gen,"
+             " MAX(r.t_ready), MAX(r.t_start), MAX(r.t_end), MAX(r.t_comm_begin),"
+             " MAX(r.t_comm_end), MAX(r.t_release) FROM releases r JOIN epochs e"
+             " ON e.id = r.epoch_id WHERE e.job = ?1 GROUP BY e.rank, r.comm_gen, r.consumer_rank",
              &s))
         return -EIO;
     while (sqlite3_step(s) == SQLITE_ROW) {
@@ -459,6 +464,13 @@ struct verdict {
     double detail[C_N];     /* the norm the score is measured against */
 };
 
+/* When a release was due: the later of the data's arrival and the end of
+ * the task that produced it.  What comes after is notification delay. */
+static uint64_t release_base(const struct rrow *r)
+{
+    return r->t_ce > r->t_end ? r->t_ce : r->t_end;
+}
+
 /* The release a consumer's wait (or a step) points at on this rank. */
 static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_t gen,
                            struct verdict *v, double *buf)
@@ -479,7 +491,7 @@ static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_
                 continue;
             if (o->t_cb && o->t_ce >= o->t_cb)
                 bx[nx++] = (double)(o->t_ce - o->t_cb);
-            uint64_t base = o->t_ce ? o->t_ce : o->t_end;
+            uint64_t base = release_base(o);
             if (base && o->t_rel >= base) {
                 double g = (double)(o->t_rel - base);
                 if (o->t_end && o->t_cb && o->t_cb >= o->t_end)
@@ -497,7 +509,7 @@ static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_
         }
         if (r->t_cb && r->t_ce >= r->t_cb)
             xfer = (double)(r->t_ce - r->t_cb) - nx_med;
-        uint64_t base = r->t_ce ? r->t_ce : r->t_end;
+        uint64_t base = release_base(r);
         if (base && r->t_rel >= base) {
             double g = (double)(r->t_rel - base);
             if (r->t_end && r->t_cb && r->t_cb >= r->t_end)

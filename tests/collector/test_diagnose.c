@@ -94,12 +94,13 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
     sum->n_steps = 1;
     if (gens_only) {
         /* Steps back to back: a step ends where the next begins, so only
-         * the generation advance at each step's end is needed. */
+         * the generation advance at each step's end is needed; it is
+         * labelled with the step it starts (as the runtimes do). */
         uint64_t done = 0;
         for (uint32_t k = F_LO; k <= F_HI && k <= s; k++)
             done += (f != NONE && f != LOW_COVERAGE) ? FAULT : 0;
         sum->steps[0].t_begin = sum->steps[0].t_end = 0;
-        sum->gen_step = s;
+        sum->gen_step = s + 1;
         sum->t_gen = 1000000000ull + s * 1000 * US + done + (2 - r) * 5 * US;
     }
     /* remote wait on the next rank */
