@@ -26,6 +26,7 @@ struct mks_cli {
     bool have_key;
     struct mks_wire_key key;
     FILE *out;
+    const char *outfile; /* -o FILE, or NULL for stdout */
 };
 
 /* One request; *answer gets the JSON (caller decrefs).  Returns the exit

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "perfetto.h"
 
 #ifdef MKS_HAVE_VERIFY
 #include "mkscope/verifier.h"
@@ -319,17 +321,62 @@ int mks_cli_attach(struct mks_cli *cli, const char *cmd, char **args, size_t npo
 
 /* ---- trace export ------------------------------------------------------------------- */
 
+/* Perfetto when asked (--as perfetto) or when the output file is named
+ * like a Perfetto trace; Chrome JSON otherwise. */
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
 int mks_cli_trace(struct mks_cli *cli, char **args, size_t n)
 {
+    const char *as = named(args, n, "as");
+    if (as && strcmp(as, "perfetto") && strcmp(as, "json")) {
+        fprintf(stderr, "mkscope trace export: --as takes perfetto or json, got '%s'\n", as);
+        return MKS_EXIT_USAGE;
+    }
+    bool perfetto = as ? !strcmp(as, "perfetto")
+                       : cli->outfile && (ends_with(cli->outfile, ".pftrace") ||
+                                          ends_with(cli->outfile, ".perfetto-trace"));
+    /* --as is for this side only; the collector sends Chrome JSON. */
+    char *fwd[130];
+    size_t nf = 0;
+    for (size_t i = 0; i < n && nf < 130; i++)
+        if (strncmp(args[i], "--as=", 5))
+            fwd[nf++] = args[i];
     json_t *a;
-    int rc = mks_cli_call(cli, "trace", args, n, NULL, 0, &a);
+    int rc = mks_cli_call(cli, "trace", fwd, nf, NULL, 0, &a);
     if (rc)
         return rc;
-    json_dumpf(a, cli->out, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    fputc('\n', cli->out);
+    size_t events = json_array_size(json_object_get(a, "traceEvents"));
+    if (perfetto) {
+        uint8_t *buf;
+        size_t len;
+        rc = mks_trace_perfetto(a, &buf, &len);
+        if (rc) {
+            fprintf(stderr, "mkscope trace export: cannot encode the Perfetto trace: %s\n",
+                    strerror(-rc));
+            json_decref(a);
+            return MKS_EXIT_ERROR;
+        }
+        if (cli->out == stdout && isatty(STDOUT_FILENO)) {
+            fprintf(stderr, "mkscope trace export: a Perfetto trace is binary: pass -o FILE\n");
+            free(buf);
+            json_decref(a);
+            return MKS_EXIT_USAGE;
+        }
+        fwrite(buf, 1, len, cli->out);
+        free(buf);
+    } else {
+        json_dumpf(a, cli->out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        fputc('\n', cli->out);
+    }
     if (cli->out != stdout)
-        fprintf(stderr, "mkscope trace: %zu events written\n",
-                json_array_size(json_object_get(a, "traceEvents")));
+        fprintf(stderr, "mkscope trace: %zu events of escalation %lld written as %s\n", events,
+                (long long)json_integer_value(
+                    json_object_get(json_object_get(a, "otherData"), "escalation_id")),
+                perfetto ? "Perfetto protobuf" : "Chrome JSON");
     json_decref(a);
     return 0;
 }

@@ -310,6 +310,34 @@ static void render_rows(struct mks_cli *cli, json_t *rows)
     json_decref(cols);
 }
 
+static void render_survey(struct mks_cli *cli, json_t *a)
+{
+    json_t *rows = json_array(), *r;
+    size_t i;
+    json_array_foreach(json_object_get(a, "answers"), i, r)
+    {
+        json_t *row = json_pack("{s:O, s:O, s:O, s:i, s:O}", "rank", json_object_get(r, "rank"),
+                                "ok", json_object_get(r, "ok"), "epoch",
+                                json_object_get(r, "epoch"), "programs",
+                                (int)json_array_size(json_object_get(r, "programs")), "error",
+                                json_object_get(r, "error"));
+        if (row)
+            json_array_append_new(rows, row);
+    }
+    json_t *cols = colnames("rank", "ok", "epoch", "programs", "error", NULL);
+    fprintf(cli->out, "job %s: %zu agents answered\n", json_string_value(json_object_get(a, "job")),
+            json_array_size(rows));
+    mks_cli_table(cli->out, cols, rows);
+    json_decref(cols);
+    json_decref(rows);
+    json_t *miss = json_object_get(a, "missing");
+    if (json_array_size(miss)) {
+        fprintf(cli->out, "did not answer before the deadline: rank");
+        json_array_foreach(miss, i, r) fprintf(cli->out, " %lld", (long long)json_integer_value(r));
+        fputc('\n', cli->out);
+    }
+}
+
 /* ---- subcommands ----------------------------------------------------------------------- */
 
 static int print_json(struct mks_cli *cli, json_t *a)
@@ -347,6 +375,8 @@ static int cmd_simple(struct mks_cli *cli, const char *verb, char **args, size_t
     else if (!strcmp(verb, "trigger-rm"))
         fprintf(cli->out, "trigger %lld removed\n",
                 (long long)json_integer_value(json_object_get(a, "removed")));
+    else if (!strcmp(verb, "survey"))
+        render_survey(cli, a);
     else if (!strcmp(verb, "metrics"))
         fputs(json_string_value(json_object_get(a, "text")), cli->out);
     else
@@ -445,6 +475,7 @@ int main(int argc, char **argv)
         return MKS_EXIT_USAGE;
     }
     if (outfile) {
+        cli.outfile = outfile;
         cli.out = fopen(outfile, "w");
         if (!cli.out) {
             fprintf(stderr, "mkscope: cannot write %s: %s\n", outfile, strerror(errno));

@@ -23,12 +23,16 @@ enum mks_exit {
 /* Counters of the ingest path, for metrics. */
 struct mks_ingest_stats {
     uint64_t messages, decode_errors, store_errors, cli_requests;
+    uint64_t ucx_batches; /* raw event batches received over UCX */
 };
 
 struct mks_serve_env {
     struct mks_store *st;
     const struct mks_ingest_stats *stats;
     uint64_t now_ns;
+    /* "host:port" of the collector's UCX listener for raw events, named in
+     * Escalate commands; NULL or "" when there is none. */
+    const char *ucx_endpoint;
 };
 
 /* Serve one CLI request: returns the exit status; *out gets the JSON answer

@@ -1,11 +1,12 @@
 /*
  * mkscope-collector: receives agents' registrations, heartbeats and epoch
  * summaries over nanomsg, stores them in SQLite, answers the mkscope CLI,
- * fans live queries out to agents (survey) and serves Prometheus metrics.
+ * fans live queries out to agents (survey), receives escalations' raw event
+ * batches over UCX and serves Prometheus metrics.
  *
  * One thread, one poll() loop over: the ingest socket (NN_REP), the CLI
- * socket (NN_REP), the survey socket (NN_SURVEYOR), libmicrohttpd's epoll
- * fd and a signalfd for SIGINT/SIGTERM.  Every request is answered before
+ * socket (NN_REP), the survey socket (NN_SURVEYOR), the UCX worker's event
+ * fd, libmicrohttpd's epoll fd and a signalfd for SIGINT/SIGTERM.  Every request is answered before
  * the next one on the same socket is read, except a live survey, during
  * which the CLI socket is left unread until the survey's deadline.
  */
@@ -28,14 +29,17 @@
 #include <unistd.h>
 
 #include "collector.h"
+#include "perfetto.h"
 #include "trace.h"
 #include "trigger.h"
+#include "ucx_rx.h"
 
 #define DEFAULT_INGEST  "tcp://127.0.0.1:7400"
 #define DEFAULT_SURVEY  "tcp://127.0.0.1:7401"
 #define DEFAULT_CLI     "tcp://127.0.0.1:7402"
 #define DEFAULT_METRICS "127.0.0.1:7403"
 #define DEFAULT_DB      "mkscope.db"
+#define DEFAULT_UCX_PORT_S "7404"
 /* Commands handed to one agent per Ack: bounds the reply size. */
 #define MAX_CMDS_PER_ACK 16
 
@@ -49,6 +53,9 @@ struct collector {
     bool verbose;
     struct mks_ingest_stats stats;
     const char *trace_dir;
+    /* Raw event batches over UCX; its "host:port" goes into Escalate. */
+    struct mks_ucxrx *ucx;
+    char ucx_endpoint[300];
     /* Triggers run over the epochs received since their last evaluation. */
     bool new_summaries;
     uint64_t trig_since_ns, trig_last_mono;
@@ -94,6 +101,8 @@ static void usage(FILE *f)
             "  --max-age SEC    drop epochs older than this         [keep]\n"
             "  --key FILE       shared MAC key (32 bytes or 64 hex digits, mode 600)\n"
             "  --trace-dir DIR  write each finished escalation's trace there (Chrome JSON)\n"
+            "  --ucx-port PORT  raw event batches over UCX (0: any free port; off)  [7404]\n"
+            "  --ucx-host HOST  address to listen on and to give agents         [127.0.0.1]\n"
             "  -v, --verbose    log every message\n"
             "  -h, --help\n"
             "\n"
@@ -217,6 +226,21 @@ static void write_trace(struct collector *c, const char *job, uint64_t esc)
         fprintf(stderr, "mkscope-collector: cannot write %s: %s\n", path, strerror(errno));
     else
         fprintf(stderr, "mkscope-collector: wrote %s\n", path);
+    /* The same trace in Perfetto's own format. */
+    uint8_t *buf;
+    size_t len;
+    if (mks_trace_perfetto(t, &buf, &len) == 0) {
+        snprintf(path, sizeof(path), "%s/mkscope-%s-%" PRIu64 ".pftrace", c->trace_dir, job, esc);
+        FILE *f = fopen(path, "wb");
+        bool ok = f && fwrite(buf, 1, len, f) == len;
+        if (f && fclose(f))
+            ok = false;
+        if (ok)
+            fprintf(stderr, "mkscope-collector: wrote %s\n", path);
+        else
+            fprintf(stderr, "mkscope-collector: cannot write %s: %s\n", path, strerror(errno));
+        free(buf);
+    }
     json_decref(t);
 }
 
@@ -233,7 +257,8 @@ static void run_triggers(struct collector *c)
     if (!*job)
         return;
     uint64_t now = now_ns();
-    struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = now};
+    struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = now,
+                               .ucx_endpoint = c->ucx_endpoint};
     json_t *fired = json_array();
     int n = mks_trigger_eval(&se, job, c->trig_since_ns, fired);
     c->trig_since_ns = now + 1;
@@ -241,12 +266,13 @@ static void run_triggers(struct collector *c)
     json_t *f;
     json_array_foreach(fired, i, f)
     {
-        fprintf(stderr, "mkscope-collector: trigger %lld '%s' fired on rank %lld (value %g):"
-                        " escalating\n",
+        fprintf(stderr, "mkscope-collector: trigger %lld '%s' fired on rank %lld (value %g)%s\n",
                 (long long)json_integer_value(json_object_get(f, "trigger")),
                 json_string_value(json_object_get(f, "expr")),
                 (long long)json_integer_value(json_object_get(f, "rank")),
-                json_real_value(json_object_get(f, "value")));
+                json_real_value(json_object_get(f, "value")),
+                json_is_true(json_object_get(f, "escalated")) ? ": escalating"
+                                                               : " (escalated recently)");
     }
     (void)n;
     json_decref(fired);
@@ -318,6 +344,71 @@ static void handle_ingest(struct collector *c, const void *buf, size_t len)
             mkscope__v1__command__free_unpacked(cmds[i], NULL);
     }
     mks_wire_free(env);
+}
+
+/* A frame from the UCX listener: only raw event batches travel there, and
+ * nothing is answered (the stream is one way). */
+static void handle_ucx_frame(void *arg, const void *buf, size_t len)
+{
+    struct collector *c = arg;
+    char err[256];
+    mks_envelope *env = NULL;
+    c->stats.messages++;
+    if (mks_wire_decode(buf, len, c->have_key ? &c->key : NULL, &env, err, sizeof(err))) {
+        c->stats.decode_errors++;
+        fprintf(stderr, "mkscope-collector: rejected a UCX frame: %s\n", err);
+        return;
+    }
+    if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH) {
+        c->stats.decode_errors++;
+        fprintf(stderr, "mkscope-collector: UCX carries raw_event_batch only, got %s from rank %u\n",
+                mks_wire_body_name(env->body_case), env->rank);
+        mks_wire_free(env);
+        return;
+    }
+    c->stats.ucx_batches++;
+    if (c->verbose)
+        fprintf(stderr, "mkscope-collector: raw_event_batch over UCX from %s rank %u: %zu events\n",
+                env->job, env->rank, env->raw_event_batch->n_events);
+    if (mks_store_ingest(c->st, env, now_ns(), NULL, err, sizeof(err))) {
+        c->stats.store_errors++;
+        fprintf(stderr, "mkscope-collector: %s\n", err);
+    } else if (env->raw_event_batch->last && c->trace_dir) {
+        write_trace(c, env->job, env->raw_event_batch->escalation_id);
+    }
+    mks_wire_free(env);
+}
+
+static int start_ucx(struct collector *c, const char *host, const char *port_spec)
+{
+    if (!strcmp(port_spec, "off"))
+        return 0;
+    char *end;
+    long port = strtol(port_spec, &end, 10);
+    if (*end || !*port_spec || port < 0 || port > 65535) {
+        fprintf(stderr, "mkscope-collector: --ucx-port wants a port number or off, got '%s'\n",
+                port_spec);
+        return -1;
+    }
+    char err[256];
+    if (mks_ucxrx_create(host, (uint16_t)port, &c->ucx, err, sizeof(err))) {
+        /* Agents fall back to the ingest socket when no UCX listener is
+         * named, so a collector without one still gets every batch. */
+        fprintf(stderr,
+                "mkscope-collector: %s; raw events will come over the ingest socket (pick a free"
+                " port with --ucx-port, or --ucx-port off)\n",
+                err);
+        return 0;
+    }
+    const char *adv = host;
+    char hn[256];
+    if (!strcmp(host, "0.0.0.0") && gethostname(hn, sizeof(hn)) == 0) {
+        hn[sizeof(hn) - 1] = 0;
+        adv = hn;
+    }
+    snprintf(c->ucx_endpoint, sizeof(c->ucx_endpoint), "%s:%u", adv, mks_ucxrx_port(c->ucx));
+    fprintf(stderr, "mkscope-collector: raw events over UCX on %s\n", c->ucx_endpoint);
+    return 0;
 }
 
 static void send_cli_reply(struct collector *c, uint64_t seq, uint64_t id, int status,
@@ -556,6 +647,7 @@ int main(int argc, char **argv)
 {
     const char *ingest_url = DEFAULT_INGEST, *survey_url = DEFAULT_SURVEY, *cli_url = DEFAULT_CLI;
     const char *metrics = DEFAULT_METRICS, *db = DEFAULT_DB, *key_file = NULL;
+    const char *ucx_host = "127.0.0.1", *ucx_port = DEFAULT_UCX_PORT_S;
     struct mks_store_opts so = {.sz = sizeof(so)};
     static const struct option longopts[] = {
         {"ingest", required_argument, NULL, 'i'},  {"survey", required_argument, NULL, 's'},
@@ -563,7 +655,8 @@ int main(int argc, char **argv)
         {"db", required_argument, NULL, 'd'},      {"max-epochs", required_argument, NULL, 'E'},
         {"max-age", required_argument, NULL, 'A'}, {"key", required_argument, NULL, 'k'},
         {"verbose", no_argument, NULL, 'v'},       {"help", no_argument, NULL, 'h'},
-        {"trace-dir", required_argument, NULL, 'T'},
+        {"trace-dir", required_argument, NULL, 'T'}, {"ucx-port", required_argument, NULL, 'U'},
+        {"ucx-host", required_argument, NULL, 'H'},
         {NULL, 0, NULL, 0}};
     struct collector c = {.ingest = -1, .cli = -1, .survey = -1, .sigfd = -1};
     int opt;
@@ -577,6 +670,8 @@ int main(int argc, char **argv)
         case 'd': db = optarg; break;
         case 'k': key_file = optarg; break;
         case 'T': c.trace_dir = optarg; break;
+        case 'U': ucx_port = optarg; break;
+        case 'H': ucx_host = optarg; break;
         case 'v': c.verbose = true; break;
         case 'E':
         case 'A': {
@@ -622,7 +717,8 @@ int main(int argc, char **argv)
     c.sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
     if ((c.ingest = nn_open(NN_REP, ingest_url, "ingest")) < 0 ||
         (c.cli = nn_open(NN_REP, cli_url, "cli")) < 0 ||
-        (c.survey = nn_open(NN_SURVEYOR, survey_url, "survey")) < 0 || start_metrics(&c, metrics))
+        (c.survey = nn_open(NN_SURVEYOR, survey_url, "survey")) < 0 || start_metrics(&c, metrics) ||
+        start_ucx(&c, ucx_host, ucx_port))
         goto out;
     int ingest_fd = nn_fd(c.ingest, NN_RCVFD), cli_fd = nn_fd(c.cli, NN_RCVFD);
     int survey_fd = nn_fd(c.survey, NN_RCVFD);
@@ -634,24 +730,29 @@ int main(int argc, char **argv)
     fprintf(stderr, "mkscope-collector: ingest %s, cli %s, survey %s, db %s\n", ingest_url,
             cli_url, survey_url, db);
     for (;;) {
-        struct pollfd pf[5] = {
+        /* Progress UCX before sleeping; armed means its fd will wake us. */
+        bool ucx_armed = !c.ucx || mks_ucxrx_progress(c.ucx, handle_ucx_frame, &c);
+        struct pollfd pf[6] = {
             {.fd = ingest_fd, .events = POLLIN},
             {.fd = c.sv.active ? -1 : cli_fd, .events = POLLIN},
             {.fd = survey_fd, .events = POLLIN},
             {.fd = mhd_fd, .events = POLLIN},
             {.fd = c.sigfd, .events = POLLIN},
+            {.fd = c.ucx ? mks_ucxrx_fd(c.ucx) : -1, .events = POLLIN},
         };
-        int timeout = 1000;
+        int timeout = ucx_armed ? 1000 : 0;
         if (c.sv.active) {
             uint64_t now = mono_ns();
             timeout = now >= c.sv.deadline_ns ? 0 : (int)((c.sv.deadline_ns - now) / 1000000) + 1;
         }
+        if (!ucx_armed)
+            timeout = 0;
         if (c.mhd) {
             MHD_UNSIGNED_LONG_LONG to;
-            if (MHD_get_timeout(c.mhd, &to) == MHD_YES && (int)to < timeout)
+            if (MHD_get_timeout(c.mhd, &to) == MHD_YES && to < (MHD_UNSIGNED_LONG_LONG)timeout)
                 timeout = (int)to;
         }
-        int n = poll(pf, 5, timeout);
+        int n = poll(pf, 6, timeout);
         if (n < 0 && errno != EINTR) {
             perror("mkscope-collector: poll");
             goto out;
@@ -674,6 +775,7 @@ int main(int argc, char **argv)
             MHD_run(c.mhd);
     }
 out:
+    mks_ucxrx_destroy(c.ucx);
     if (c.sv.answers)
         json_decref(c.sv.answers);
     if (c.mhd)

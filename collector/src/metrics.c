@@ -126,11 +126,15 @@ char *mks_metrics_render(const struct mks_serve_env *env)
                    "mkscope_ingest_errors_total{kind=\"store\"} %llu\n"
                    "# HELP mkscope_cli_requests_total CLI requests served\n"
                    "# TYPE mkscope_cli_requests_total counter\n"
-                   "mkscope_cli_requests_total %llu\n",
+                   "mkscope_cli_requests_total %llu\n"
+                   "# HELP mkscope_ucx_raw_batches_total Raw event batches received over UCX\n"
+                   "# TYPE mkscope_ucx_raw_batches_total counter\n"
+                   "mkscope_ucx_raw_batches_total %llu\n",
                 (unsigned long long)env->stats->messages,
                 (unsigned long long)env->stats->decode_errors,
                 (unsigned long long)env->stats->store_errors,
-                (unsigned long long)env->stats->cli_requests);
+                (unsigned long long)env->stats->cli_requests,
+                (unsigned long long)env->stats->ucx_batches);
     }
     if (fclose(f)) {
         free(buf);

@@ -223,15 +223,16 @@ static bool escalated_recently(sqlite3 *db, const char *job, int64_t rank, const
     return recent;
 }
 
-/* Queue an Escalate command for one rank with the predicate compiled. */
-static void escalate(const struct mks_serve_env *env, const char *job, int64_t rank,
+/* Queue an Escalate command for one rank with the predicate compiled;
+ * false when the rank was escalated by this trigger recently. */
+static bool escalate(const struct mks_serve_env *env, const char *job, int64_t rank,
                      int64_t trigger_id, const char *pred)
 {
     sqlite3 *db = mks_store_db(env->st);
     char tname[32];
     snprintf(tname, sizeof(tname), "trigger-%lld", (long long)trigger_id);
     if (escalated_recently(db, job, rank, tname, env->now_ns))
-        return;
+        return false;
     struct mks_insn *insns = NULL;
     uint32_t n = 0;
     char ptext[600];
@@ -262,7 +263,7 @@ static void escalate(const struct mks_serve_env *env, const char *job, int64_t r
     esc.n_filter_insns = words ? n : 0;
     esc.duration_ms = ESCALATE_MS;
     esc.budget_bytes = ESCALATE_BYTES;
-    esc.ucx_endpoint = "";
+    esc.ucx_endpoint = (char *)(env->ucx_endpoint ? env->ucx_endpoint : "");
     cmd.kind_case = MKSCOPE__V1__COMMAND__KIND_ESCALATE;
     cmd.escalate = &esc;
     size_t len = mkscope__v1__command__get_packed_size(&cmd);
@@ -287,6 +288,7 @@ static void escalate(const struct mks_serve_env *env, const char *job, int64_t r
     }
     free(buf);
     free(words);
+    return true;
 }
 
 int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t since_ns,
@@ -340,11 +342,12 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t 
                     sqlite3_step(u);
                     sqlite3_finalize(u);
                 }
-                escalate(env, job, rank, id, t.pred);
+                bool esc = escalate(env, job, rank, id, t.pred);
                 if (fired)
-                    json_array_append_new(fired, json_pack("{s:I, s:s, s:I, s:f}", "trigger",
+                    json_array_append_new(fired, json_pack("{s:I, s:s, s:I, s:f, s:b}", "trigger",
                                                            (json_int_t)id, "expr", expr, "rank",
-                                                           (json_int_t)rank, "value", v));
+                                                           (json_int_t)rank, "value", v,
+                                                           "escalated", esc));
             }
             sqlite3_finalize(s);
         }
