@@ -366,9 +366,17 @@ static void *ring_fire(void *p)
         ctx.worker = w->id;
         ctx.task_gen = w->fired; /* the record carries its sequence number */
         MKS_HOOK(w->f->rt, &ctx);
-        w->fired++;
+        __atomic_store_n(&w->fired, w->fired + 1, __ATOMIC_RELEASE);
     }
     return NULL;
+}
+
+static uint64_t ring_fired(const struct ring_worker *w, uint32_t n)
+{
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += __atomic_load_n(&w[i].fired, __ATOMIC_ACQUIRE);
+    return sum;
 }
 
 struct drain_state {
@@ -411,7 +419,10 @@ static void test_ring_drain_while_running(void **state)
         w[i] = (struct ring_worker){f, i, 0, &stop};
         assert_int_equal(pthread_create(&th[i], NULL, ring_fire, &w[i]), 0);
     }
-    for (int round = 0; round < 2000; round++) {
+    /* Drain concurrently for a while, and at least until the producers have
+     * made real progress: on a loaded machine the threads may start late. */
+    for (int round = 0; round < 2000 || (ring_fired(w, SWAP_WORKERS) < 20000 && round < 2000000);
+         round++) {
         assert_int_equal(mks_ctl_ring_drain(f->ctl, map, on_seq, &d, &dropped), 0);
         total_dropped += dropped;
     }
