@@ -111,13 +111,13 @@ static void test_multi(void **state)
     }
 
     /* initial contents of global data; ordinary maps have none */
-    uint32_t ro, da, bs, cnt;
+    uint32_t ro = UINT32_MAX, da = UINT32_MAX, bs = UINT32_MAX, cnt = UINT32_MAX;
     const void *data;
     size_t len;
-    find_map(obj, ".rodata", &ro);
-    find_map(obj, ".data", &da);
-    find_map(obj, ".bss", &bs);
-    find_map(obj, "counts", &cnt);
+    assert_non_null(find_map(obj, ".rodata", &ro));
+    assert_non_null(find_map(obj, ".data", &da));
+    assert_non_null(find_map(obj, ".bss", &bs));
+    assert_non_null(find_map(obj, "counts", &cnt));
     assert_int_equal(mks_obj_map_init(obj, ro, &data, &len), 0);
     assert_int_equal(len, 16);
     /* the order of the two variables is clang's choice */
