@@ -82,8 +82,14 @@ int wait_end(const struct mks_hook_ctx *ctx)
     t0 = *ts;
     *ts = 0;
     if (t0 == 0 || t0 > t1) {
+        /* The begin was lost to an epoch flip (maps restart from zero each
+         * epoch) or came before the attach.  Long waits are the ones that
+         * cross a flip and the ones that matter: bound this one by the
+         * waiting task's start rather than drop it. */
         __sync_fetch_and_add(&st->unmatched, 1);
-        return 0;
+        t0 = ctx->t_start;
+        if (t0 == 0 || t0 > t1)
+            return 0;
     }
     d = t1 - t0;
     hkey = MKS_MON_WAIT_KEY(dep, cls);

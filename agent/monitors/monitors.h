@@ -121,7 +121,8 @@ struct mks_mon_release {
 
 struct mks_mon_wait_stats {
     uint64_t waits;          /* dep_wait_end events seen */
-    uint64_t unmatched;      /* ends with no recorded begin (epoch crossed, or attached mid-wait) */
+    uint64_t unmatched;      /* ends with no recorded begin (epoch crossed, or attached mid-wait);
+                              * such a wait is measured from its task's start */
     uint64_t remote_dropped; /* remote records not stored: table full */
 };
 

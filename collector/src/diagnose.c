@@ -92,6 +92,7 @@ struct diag {
     uint32_t n_ranks;
     uint32_t *n_workers; /* per rank */
     uint8_t comm_class[256]; /* task class is a communication task (schema) */
+    int16_t family[256];     /* "expert.3" -> the lowest class id of "expert.*"; -1 none */
     struct memo *memo;       /* norms computed once per key (open addressing) */
     size_t memo_cap;
     struct mks_clock_model *clock;
@@ -311,6 +312,40 @@ static int load(struct diag *d)
     while (sqlite3_step(s) == SQLITE_ROW)
         d->comm_class[u64(s, 0) & 255] = 1;
     sqlite3_finalize(s);
+    /* Families of classes: one operator's instances named "<op>.<n>" (MoE
+     * experts).  An instance that runs only now and then has no norm of its
+     * own; its family's is the next best. */
+    for (int i = 0; i < 256; i++)
+        d->family[i] = -1;
+    if (prep(d,
+             "SELECT id, MIN(name) FROM task_classes WHERE job = ?1 AND id < 256 AND"
+             " instr(name, '.') > 1 GROUP BY id ORDER BY id",
+             &s))
+        return -EIO;
+    {
+        char fam_name[256][64];
+        int fam_id[256], nf = 0;
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            int id = sqlite3_column_int(s, 0);
+            const char *nm = (const char *)sqlite3_column_text(s, 1);
+            const char *dot = nm ? strchr(nm, '.') : NULL;
+            if (!dot || dot - nm >= 64 || id < 0 || id > 255)
+                continue;
+            int k;
+            for (k = 0; k < nf; k++)
+                if (strlen(fam_name[k]) == (size_t)(dot - nm) &&
+                    !strncmp(fam_name[k], nm, (size_t)(dot - nm)))
+                    break;
+            if (k == nf && nf < 256) {
+                memcpy(fam_name[nf], nm, (size_t)(dot - nm));
+                fam_name[nf][dot - nm] = 0;
+                fam_id[nf++] = id;
+            }
+            if (k < nf)
+                d->family[id] = (int16_t)fam_id[k];
+        }
+    }
+    sqlite3_finalize(s);
     if (prep(d, "SELECT rank, n_workers FROM ranks WHERE job = ?1", &s))
         return -EIO;
     while (sqlite3_step(s) == SQLITE_ROW) {
@@ -450,6 +485,14 @@ static double rank_median(struct diag *d, uint32_t rank, double (*f)(const struc
 }
 
 static double f_qwi(const struct srow *r) { return (double)r->qwi; }
+
+static size_t rank_steps(const struct diag *d, uint32_t rank)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->ns; i++)
+        n += d->s[i].rank == rank;
+    return n;
+}
 static double f_idle(const struct srow *r) { return r->idle; }
 
 static const char *cause_name[] = {"remote_stall", "local_imbalance", "slow_task",
@@ -595,14 +638,13 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
     for (int i = 0; i < C_N; i++)
         v->cls[i] = -1;
     double nw = d->n_workers && rank < d->n_ranks && d->n_workers[rank] ? d->n_workers[rank] : 1;
-    /* Remote waits: the one furthest above the norm of its (peer, class). */
+    /* Remote waits: the one furthest above the norm of its (peer, class).
+     * Waits happen inside a task of the waiting class, so their excess is
+     * kept per class, to be taken out of that class's run time below. */
+    double wait_sum[256] = {0}, wait_max[256] = {0};
     for (size_t i = 0; i < d->nw; i++) {
         const struct wrow *w = &d->w[i];
         if (w->rank != rank || w->step != step)
-            continue;
-        /* A wait on a rank already in the chain cannot explain it (in an
-         * all-reduce every rank waits on every other). */
-        if (visited && w->peer < 4096 && visited[w->peer])
             continue;
         bool fresh = true;
         struct memo *mm = memo_get(d, memo_key(K_WAIT, rank, w->peer, w->cls), &fresh);
@@ -621,6 +663,15 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
             norm = mm->v[0];
         }
         double ex = (double)(w->t_end - w->t_begin) - norm;
+        if (ex > 0 && w->cls < 256) {
+            wait_sum[w->cls] += ex;
+            if (ex > wait_max[w->cls])
+                wait_max[w->cls] = ex;
+        }
+        /* A wait on a rank already in the chain cannot explain it (in an
+         * all-reduce every rank waits on every other). */
+        if (visited && w->peer < 4096 && visited[w->peer])
+            continue;
         if (ex > v->score[C_REMOTE]) {
             v->score[C_REMOTE] = ex, v->wait = w, v->cls[C_REMOTE] = w->cls;
             v->detail[C_REMOTE] = norm;
@@ -649,14 +700,31 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
                 if (o->queue_count > 0)
                     bq[q++] = o->queue_sum / o->queue_count;
             }
+            /* A class in fewer than half of the rank's steps: its own
+             * median may be all faulted steps; take its family's, over
+             * every rank, when it has one. */
+            int fam = c->cls < 256 ? d->family[c->cls] : -1;
+            if (fam >= 0 && 2 * n < rank_steps(d, rank)) {
+                n = m = q = 0;
+                for (size_t k = 0; k < d->nc; k++) {
+                    const struct crow *o = &d->c[k];
+                    if (o->cls >= 256 || d->family[o->cls] != fam || o->count <= 0)
+                        continue;
+                    bmean[n++] = o->run_sum / o->count;
+                    bmax[m++] = o->run_max;
+                    if (o->queue_count > 0)
+                        bq[q++] = o->queue_sum / o->queue_count;
+                }
+            }
             norm_mean = median(bmean, n), norm_max = median(bmax, m), norm_q = median(bq, q);
             if (mm)
                 mm->v[0] = norm_mean, mm->v[1] = norm_max, mm->v[2] = norm_q;
         } else {
             norm_mean = mm->v[0], norm_max = mm->v[1], norm_q = mm->v[2];
         }
-        double ex_total = (c->run_sum - c->count * norm_mean) / nw;
-        double ex_max = c->run_max > 0 ? c->run_max - norm_max : 0;
+        double ws = c->cls < 256 ? wait_sum[c->cls] : 0, wm = c->cls < 256 ? wait_max[c->cls] : 0;
+        double ex_total = (c->run_sum - c->count * norm_mean - ws) / nw;
+        double ex_max = c->run_max > 0 ? c->run_max - norm_max - wm : 0;
         double ex = ex_total > ex_max ? ex_total : ex_max;
         if (ex > v->score[C_SLOW_TASK]) {
             v->score[C_SLOW_TASK] = ex, v->cls[C_SLOW_TASK] = c->cls;
@@ -854,10 +922,8 @@ static bool same_root(const struct chain *a, const struct chain *b)
     return x->rank == y->rank && x->cause == y->cause && x->cls == y->cls;
 }
 
-static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank, json_t *steps,
-                          double worst, double med)
+static json_t *chain_json(struct diag *d, const struct chain *ch)
 {
-    const struct link *root = &ch->l[ch->n - 1];
     json_t *chain = json_array();
     for (int i = 0; i < ch->n; i++) {
         const struct link *L = &ch->l[i];
@@ -876,6 +942,44 @@ static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank,
                             L->cov_ratio >= 0 ? json_real(L->cov_ratio) : json_null());
         json_array_append_new(chain, o);
     }
+    return chain;
+}
+
+/* The other ranks of step `step` that a remote stall ties to the same root:
+ * in an all-reduce every rank waits on the slow one, and the chain shown
+ * starts at the slowest rank only (often the root itself). */
+static json_t *stalled_json(struct diag *d, const struct chain *ch, uint32_t step, double med,
+                            double *buf)
+{
+    json_t *arr = json_array();
+    const struct link *root = &ch->l[ch->n - 1];
+    struct chain *o = malloc(sizeof(*o));
+    if (!o)
+        return arr;
+    for (uint32_t r = 0; r < d->n_ranks; r++) {
+        if (r == root->rank || r == ch->l[0].rank)
+            continue;
+        struct srow *sr = srow_at(d, r, step);
+        if (!sr)
+            continue;
+        double ex = step_dur(sr) - med;
+        build_chain(d, r, step, ex > 0 ? ex : step_dur(sr), o, buf);
+        const struct link *ro = &o->l[o->n - 1];
+        if (o->n < 2 || o->l[0].cause != C_REMOTE || ro->rank != root->rank ||
+            ro->cause != root->cause)
+            continue;
+        json_array_append_new(arr, json_pack("{s:I, s:o}", "rank", (json_int_t)r, "chain",
+                                             chain_json(d, o)));
+    }
+    free(o);
+    return arr;
+}
+
+static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank, uint32_t step,
+                          json_t *steps, double worst, double med, double *buf)
+{
+    const struct link *root = &ch->l[ch->n - 1];
+    json_t *chain = chain_json(d, ch);
     /* The generation that leads to the root: the last remote link's. */
     uint64_t gen = root->gen;
     if (ch->n > 1 && ch->l[ch->n - 2].cause == C_REMOTE)
@@ -894,6 +998,8 @@ static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank,
                           "median_step_ns", (json_int_t)med, "excess_ns",
                           (json_int_t)(worst - med));
     json_object_set_new(g, "reason", *ch->reason ? json_string(ch->reason) : json_null());
+    if (root->cause >= 0)
+        json_object_set_new(g, "stalled", stalled_json(d, ch, step, med, buf));
     return g;
 }
 
@@ -1000,8 +1106,8 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             if (stime[j] > stime[worst])
                 worst = j;
         }
-        json_array_append_new(groups, group_json(&d, &chains[worst], srank[worst], sl,
-                                                 stime[worst], med));
+        json_array_append_new(groups, group_json(&d, &chains[worst], srank[worst], steps[worst],
+                                                 sl, stime[worst], med, buf));
     }
     /* Decided groups first, larger first: they are what the run is about;
      * undecided ones are often noise of a loaded machine. */
