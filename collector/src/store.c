@@ -27,7 +27,10 @@ struct mks_store {
     sqlite3 *db;
     uint64_t max_epochs, max_age_ns, max_raw_events;
     uint64_t since_retain;
+    uint64_t raw_since_trim; /* raw events stored since the cap was last applied */
 };
+
+static int trim_raw(struct mks_store *st);
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -592,6 +595,12 @@ static int store_raw(struct mks_store *st, const mks_envelope *env, uint64_t now
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
         return -EIO;
     }
+    /* Escalations arrive without summaries: the raw cap is applied here,
+     * once a quarter of it has arrived since the last time (a bound within
+     * 25% without a delete per batch). */
+    st->raw_since_trim += b->n_events;
+    if (st->raw_since_trim >= st->max_raw_events / 4 + 1)
+        trim_raw(st);
     return 0;
 }
 
@@ -621,6 +630,17 @@ int mks_store_ingest(struct mks_store *st, const mks_envelope *env, uint64_t now
     }
 }
 
+/* Keep the newest max_raw_events raw events of each job. */
+static int trim_raw(struct mks_store *st)
+{
+    st->raw_since_trim = 0;
+    return exec_stmt(st,
+                     "DELETE FROM raw_events WHERE id IN (SELECT id FROM (SELECT id,"
+                     " ROW_NUMBER() OVER (PARTITION BY job ORDER BY id DESC) AS rn FROM"
+                     " raw_events) WHERE rn > ?)",
+                     "u", st->max_raw_events);
+}
+
 int mks_store_retain(struct mks_store *st, uint64_t now_ns)
 {
     int rc = exec_stmt(st,
@@ -632,11 +652,7 @@ int mks_store_retain(struct mks_store *st, uint64_t now_ns)
         rc = exec_stmt(st, "DELETE FROM epochs WHERE received_ns < ?", "u",
                        now_ns - st->max_age_ns);
     if (rc == SQLITE_DONE)
-        rc = exec_stmt(st,
-                       "DELETE FROM raw_events WHERE id IN (SELECT id FROM (SELECT id,"
-                       " ROW_NUMBER() OVER (PARTITION BY job ORDER BY id DESC) AS rn FROM"
-                       " raw_events) WHERE rn > ?)",
-                       "u", st->max_raw_events);
+        rc = trim_raw(st);
     return rc == SQLITE_DONE ? 0 : -EIO;
 }
 

@@ -1,0 +1,186 @@
+/*
+ * Retention limits of the store: beyond max_epochs a rank's oldest epochs
+ * go (with every row attached to them), epochs received longer than
+ * max_age ago go, raw events are capped per job keeping the newest; the
+ * limits are applied by ingest itself (every 64 summaries, and as raw
+ * events arrive), not only when asked.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "fake_agent.h"
+#include "mkscope/store.h"
+
+#define SEC 1000000000ull
+
+static struct mks_store *open_store(uint64_t max_epochs, uint64_t max_age_ns, uint64_t max_raw)
+{
+    struct mks_store_opts o = {.sz = sizeof(o), .path = ":memory:", .max_epochs = max_epochs,
+                               .max_age_ns = max_age_ns, .max_raw_events = max_raw};
+    struct mks_store *st = NULL;
+    char err[256];
+    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    return st;
+}
+
+static void ingest_bytes(struct mks_store *st, const uint8_t *buf, size_t len, uint64_t now)
+{
+    mks_envelope *env = NULL;
+    char err[256];
+    assert_int_equal(mks_wire_decode(buf, len, NULL, &env, err, sizeof(err)), 0);
+    if (mks_store_ingest(st, env, now, NULL, err, sizeof(err)))
+        fail_msg("ingest: %s", err);
+    mks_wire_free(env);
+}
+
+/* Summary seq of rank with one task statistic and one worker row. */
+static void ingest_summary(struct mks_store *st, uint32_t rank, uint64_t seq, uint64_t now)
+{
+    static struct fa_summary s;
+    memset(&s, 0, sizeof(s));
+    s.epoch = seq;
+    s.n_ts = 1;
+    s.ts[0].cls = 0;
+    s.ts[0].step = (uint32_t)seq;
+    s.ts[0].count = 1;
+    s.ts[0].sum_run = 1000;
+    s.n_workers = 1;
+    s.workers[0].step = (uint32_t)seq;
+    s.workers[0].busy = 1000;
+    s.cov_eligible = s.cov_ran = 1;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fa_encode_summary("job", rank, 1, seq, &s, &buf, &len), 0);
+    ingest_bytes(st, buf, len, now);
+    free(buf);
+}
+
+static void ingest_raw(struct mks_store *st, uint64_t first_value, size_t n)
+{
+    Mkscope__V1__RawEvent *ev = calloc(n, sizeof(*ev));
+    Mkscope__V1__RawEvent **pev = calloc(n, sizeof(*pev));
+    assert_non_null(ev);
+    assert_non_null(pev);
+    for (size_t i = 0; i < n; i++) {
+        mkscope__v1__raw_event__init(&ev[i]);
+        ev[i].event = 3;
+        ev[i].t_now = 1000 + first_value + i;
+        ev[i].value = first_value + i;
+        pev[i] = &ev[i];
+    }
+    Mkscope__V1__RawEventBatch b = MKSCOPE__V1__RAW_EVENT_BATCH__INIT;
+    b.escalation_id = 7;
+    b.events = pev;
+    b.n_events = n;
+    mks_envelope env;
+    mks_wire_init(&env, "job", 0, 0);
+    env.incarnation = 1;
+    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH;
+    env.raw_event_batch = &b;
+    uint8_t *buf;
+    size_t len;
+    char err[256];
+    assert_int_equal(mks_wire_encode(&env, NULL, &buf, &len, err, sizeof(err)), 0);
+    ingest_bytes(st, buf, len, 1);
+    free(buf);
+    free(pev);
+    free(ev);
+}
+
+static int64_t one(struct mks_store *st, const char *sql)
+{
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(mks_store_db(st), sql, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+static void test_max_epochs(void **state)
+{
+    (void)state;
+    struct mks_store *st = open_store(5, 0, 0);
+    for (uint64_t q = 1; q <= 12; q++)
+        ingest_summary(st, 0, q, q * SEC);
+    for (uint64_t q = 1; q <= 3; q++)
+        ingest_summary(st, 1, q, q * SEC);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 15);
+    assert_int_equal(mks_store_retain(st, 20 * SEC), 0);
+    /* Per rank: rank 0 keeps its newest five, rank 1 (under the limit) all. */
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE rank = 0"), 5);
+    assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs WHERE rank = 0"), 8);
+    assert_int_equal(one(st, "SELECT MAX(seq) FROM epochs WHERE rank = 0"), 12);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE rank = 1"), 3);
+    /* What hangs off a deleted epoch goes with it. */
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM task_stats"), 8);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM workers"), 8);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM task_stats WHERE epoch_id NOT IN"
+                             " (SELECT id FROM epochs)"),
+                     0);
+    mks_store_close(st);
+}
+
+static void test_applied_by_ingest(void **state)
+{
+    (void)state;
+    struct mks_store *st = open_store(5, 0, 0);
+    /* The 64th summary applies the limit; six more arrive after it. */
+    for (uint64_t q = 1; q <= 70; q++)
+        ingest_summary(st, 0, q, q * SEC);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 5 + 6);
+    assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs"), 60);
+    mks_store_close(st);
+}
+
+static void test_max_age(void **state)
+{
+    (void)state;
+    struct mks_store *st = open_store(0, 10 * SEC, 0);
+    for (uint64_t q = 1; q <= 3; q++)
+        ingest_summary(st, 0, q, 100 * SEC);
+    for (uint64_t q = 4; q <= 5; q++)
+        ingest_summary(st, 0, q, 200 * SEC);
+    assert_int_equal(mks_store_retain(st, 205 * SEC), 0);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 2);
+    assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs"), 4);
+    /* Nothing younger than the limit goes. */
+    assert_int_equal(mks_store_retain(st, 209 * SEC), 0);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 2);
+    mks_store_close(st);
+}
+
+static void test_raw_cap(void **state)
+{
+    (void)state;
+    struct mks_store *st = open_store(0, 0, 100);
+    /* Three batches of 60 without any summary: the cap holds on raw ingest
+     * alone, and the newest events stay. */
+    ingest_raw(st, 0, 60);
+    ingest_raw(st, 60, 60);
+    ingest_raw(st, 120, 60);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM raw_events"), 100);
+    assert_int_equal(one(st, "SELECT MIN(value) FROM raw_events"), 80);
+    assert_int_equal(one(st, "SELECT MAX(value) FROM raw_events"), 179);
+    /* Batches stay counted even when their events were dropped. */
+    assert_int_equal(one(st, "SELECT SUM(events) FROM raw_batches"), 180);
+    mks_store_close(st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_max_epochs),
+        cmocka_unit_test(test_applied_by_ingest),
+        cmocka_unit_test(test_max_age),
+        cmocka_unit_test(test_raw_cap),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
