@@ -149,15 +149,6 @@ static __device__ __forceinline__ uint64_t vload64(const unsigned long long *p)
     return *(const volatile unsigned long long *)p;
 }
 
-/* The columns [c0, c1) this thread takes of a block-wide range. */
-static __device__ __forceinline__ void thread_cols(uint32_t c0, uint32_t c1, uint32_t *a,
-                                                   uint32_t *b)
-{
-    bm_tile_range(c1 - c0, blockDim.x, threadIdx.x, a, b);
-    *a += c0;
-    *b += c0;
-}
-
 struct bg_hw { /* a hook worker: cached attach mask of the thread running hooks */
 #ifndef MKS_HOOKS_DISABLED
     struct mks_dev_worker w;
@@ -295,59 +286,145 @@ static __device__ __forceinline__ uint64_t remote_ev(uint32_t dst, uint32_t src)
 
 /* ---- task bodies (the whole block runs each) ------------------------------- */
 
-static __device__ void body_norm(const struct bg_dev &D, const struct bg_task *t)
+/* The bodies compute what model_math.h's functions compute, with the same
+ * float operations in the same order per output (so tokens match the host
+ * reference), but spread over the block: one output column per thread,
+ * accumulated in a register.  The host functions accumulate into their
+ * output array, which on the device is a global read-modify-write per input
+ * and made single-thread bodies latency-bound (hundreds of µs per task). */
+
+/* Column j of x·W (row-major W, `stride` columns): bm_matvec_cols' sum. */
+static __device__ __forceinline__ float dot_col(const float *x, const float *W, uint32_t in,
+                                                uint32_t stride, uint32_t j)
+{
+    float acc = 0.0f;
+    for (uint32_t i = 0; i < in; i++)
+        acc += x[i] * W[(size_t)i * stride + j];
+    return acc;
+}
+
+/* bm_rmsnorm by the block: x staged in shared memory, the sum of squares by
+ * thread 0 in the host's order, the scaling by all threads.  out may be sh;
+ * sh holds n floats.  Ends synchronised. */
+static __device__ void norm_blk(const float *x, const float *w, float *out, uint32_t n, float *sh)
+{
+    __shared__ float s_r;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        sh[i] = x[i];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float ss = 0.0f;
+        for (uint32_t i = 0; i < n; i++)
+            ss += sh[i] * sh[i];
+        s_r = 1.0f / sqrtf(ss / (float)n + 1e-6f);
+    }
+    __syncthreads();
+    const float r = s_r;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        out[i] = sh[i] * r * w[i];
+    __syncthreads();
+}
+
+static __device__ void body_norm(const struct bg_dev &D, const struct bg_task *t, float *sh)
 {
     const struct bm_model *m = &D.m;
     const uint32_t s = t->tile_x, H = m->H;
-    if (threadIdx.x == 0) {
-        float *x = D.x + (size_t)s * H;
-        if (t->layer == 0)
-            memcpy(x, m->embed + (size_t)D.batch->slot[s].token * H, sizeof(float) * H);
-        bm_rmsnorm(x, m->layer[t->layer].norm1, D.xn + (size_t)s * H, H);
+    float *x = D.x + (size_t)s * H;
+    if (t->layer == 0) {
+        const float *e = m->embed + (size_t)D.batch->slot[s].token * H;
+        for (uint32_t i = threadIdx.x; i < H; i += blockDim.x)
+            x[i] = e[i];
+        __syncthreads();
     }
+    norm_blk(x, m->layer[t->layer].norm1, D.xn + (size_t)s * H, H, sh);
 }
 
 static __device__ void body_qkv(const struct bg_dev &D, const struct bg_task *t)
 {
     const struct bm_model *m = &D.m;
+    const struct bm_layer *Ly = &m->layer[t->layer];
     const uint32_t QD = m->QD, QDr = D.QDr, off = D.rank * QDr, ML = m->cfg.max_len;
-    uint32_t c0, c1, a, b;
+    uint32_t c0, c1;
     bm_tile_range(3 * QDr, D.T, t->tile_x, &c0, &c1);
-    thread_cols(c0, c1, &a, &b);
     for (uint32_t s = 0; s < m->B; s++) {
         const struct bm_slot *sl = &D.batch->slot[s];
         if (!sl->active)
             continue;
-        size_t kvo = (((size_t)t->layer * m->B + s) * ML + sl->pos) * QD;
-        if (a < b)
-            bm_qkv_cols(m, t->layer, off, QDr, D.xn + (size_t)s * m->H, a, b, D.q + (size_t)s * QD,
-                        D.kc + kvo, D.vc + kvo);
+        const size_t kvo = (((size_t)t->layer * m->B + s) * ML + sl->pos) * QD;
+        const float *xn = D.xn + (size_t)s * m->H;
+        /* bm_qkv_cols: column c of this rank's q|k|v block is global column
+         * off + c mod QDr of q, k or v */
+        for (uint32_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+            const uint32_t which = c / QDr, col = off + c - which * QDr;
+            const float *W = which == 0 ? Ly->wq : which == 1 ? Ly->wk : Ly->wv;
+            float *dst = which == 0 ? D.q + (size_t)s * QD : which == 1 ? D.kc + kvo : D.vc + kvo;
+            dst[col] = dot_col(xn, W, m->H, QD, col);
+        }
     }
 }
 
-static __device__ void body_attn(const struct bg_dev &D, const struct bg_task *t)
+/* bm_attention for one (request, head) by the block. */
+static __device__ void body_attn(const struct bg_dev &D, const struct bg_task *t, float *sh)
 {
+    __shared__ float s_mx, s_sum;
     const struct bm_model *m = &D.m;
-    if (threadIdx.x != 0)
-        return;
     const uint32_t s = t->tile_y, gh = D.rank * m->cfg.heads + t->tile_x;
-    size_t kvo = ((size_t)t->layer * m->B + s) * m->cfg.max_len * m->QD;
-    bm_attention(m, D.q + (size_t)s * m->QD, D.kc + kvo, D.vc + kvo, D.batch->slot[s].pos, gh,
-                 D.o + (size_t)s * m->QD + gh * m->HD);
+    const uint32_t pos = D.batch->slot[s].pos, HD = m->HD, QD = m->QD, off = gh * HD;
+    const size_t kvo = ((size_t)t->layer * m->B + s) * m->cfg.max_len * QD;
+    const float *q = D.q + (size_t)s * QD, *kc = D.kc + kvo, *vc = D.vc + kvo;
+    float *sc = sh; /* pos + 1 <= max_len scores */
+    const float scale = 1.0f / sqrtf((float)HD);
+    for (uint32_t p = threadIdx.x; p <= pos; p += blockDim.x) {
+        float d = 0.0f;
+        for (uint32_t i = 0; i < HD; i++)
+            d += q[off + i] * kc[(size_t)p * QD + off + i];
+        sc[p] = d * scale;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float mx = -INFINITY;
+        for (uint32_t p = 0; p <= pos; p++)
+            if (sc[p] > mx)
+                mx = sc[p];
+        s_mx = mx;
+    }
+    __syncthreads();
+    const float mx = s_mx;
+    for (uint32_t p = threadIdx.x; p <= pos; p += blockDim.x)
+        sc[p] = expf(sc[p] - mx);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (uint32_t p = 0; p <= pos; p++)
+            sum += sc[p];
+        s_sum = sum;
+    }
+    __syncthreads();
+    const float sum = s_sum;
+    float *out = D.o + (size_t)s * QD + off;
+    for (uint32_t i = threadIdx.x; i < HD; i += blockDim.x) {
+        float acc = 0.0f;
+        for (uint32_t p = 0; p <= pos; p++) {
+            float w = sc[p] / sum;
+            acc += w * vc[(size_t)p * QD + off + i];
+        }
+        out[i] = acc;
+    }
 }
 
 static __device__ void body_oproj(const struct bg_dev &D, const struct bg_task *t)
 {
     const struct bm_model *m = &D.m;
     const uint32_t off = D.rank * D.QDr;
-    uint32_t c0, c1, a, b;
+    const float *wo = m->layer[t->layer].wo + (size_t)off * m->H;
+    uint32_t c0, c1;
     bm_tile_range(m->H, D.T, t->tile_x, &c0, &c1);
-    thread_cols(c0, c1, &a, &b);
     for (uint32_t s = 0; s < m->B; s++) {
-        if (!D.batch->slot[s].active || a >= b)
+        if (!D.batch->slot[s].active)
             continue;
-        bm_matvec_cols(D.o + (size_t)s * m->QD + off, m->layer[t->layer].wo + (size_t)off * m->H,
-                       D.QDr, m->H, a, b, D.partial + (size_t)s * m->H + a);
+        const float *o = D.o + (size_t)s * m->QD + off;
+        for (uint32_t j = c0 + threadIdx.x; j < c1; j += blockDim.x)
+            D.partial[(size_t)s * m->H + j] = dot_col(o, wo, D.QDr, m->H, j);
     }
 }
 
@@ -417,43 +494,53 @@ static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task 
     }
 }
 
-static __device__ void body_router(const struct bg_dev &D, const struct bg_task *t)
+static __device__ void body_router(const struct bg_dev &D, const struct bg_task *t, float *sh)
 {
+    __shared__ float s_logit[MKS_BENCH_MAX_EXPERTS];
     const struct bm_model *m = &D.m;
-    if (threadIdx.x != 0)
-        return;
-    const uint32_t K = m->cfg.topk;
+    const uint32_t K = m->cfg.topk, E = m->E;
+    const float *wr = m->layer[t->layer].wr;
     for (uint32_t s = 0; s < m->B; s++) {
         if (!D.batch->slot[s].active)
             continue;
         float *xn = D.xn + (size_t)s * m->H;
-        bm_rmsnorm(D.x + (size_t)s * m->H, m->layer[t->layer].norm2, xn, m->H);
-        bm_route(m, t->layer, t->step, xn, D.sel_e + s * K, D.sel_g + s * K);
+        norm_blk(D.x + (size_t)s * m->H, m->layer[t->layer].norm2, xn, m->H, sh);
+        /* bm_route: the logits, then top-k and gates on one thread */
+        for (uint32_t e = threadIdx.x; e < E; e += blockDim.x)
+            s_logit[e] = dot_col(xn, wr, m->H, E, e);
+        __syncthreads();
+        if (threadIdx.x == 0)
+            bm_route_select(m, t->step, s_logit, D.sel_e + s * K, D.sel_g + s * K);
+        __syncthreads();
     }
 }
 
+/* bm_expert_hidden, SiLU and bm_expert_out for the chosen rows: the inner
+ * activation in shared memory (F floats), output columns of this tile. */
 static __device__ void body_expert(const struct bg_dev &D, const struct bg_task *t, float *sh)
 {
     const struct bm_model *m = &D.m;
-    const uint32_t e = t->tile_x, K = m->cfg.topk, el = e / D.R;
-    uint32_t c0, c1, a, b, j0, j1;
-    bm_tile_range(m->H, D.Te, t->tile_y, &c0, &c1);
-    thread_cols(c0, c1, &a, &b);
-    thread_cols(0, m->F, &j0, &j1);
+    const uint32_t e = t->tile_x, K = m->cfg.topk, el = e / D.R, H = m->H, F = m->F;
+    const float *w1 = m->layer[t->layer].w1 + (size_t)e * H * F;
+    const float *w2 = m->layer[t->layer].w2 + (size_t)e * F * H;
+    uint32_t c0, c1;
+    bm_tile_range(H, D.Te, t->tile_y, &c0, &c1);
     for (uint32_t s = 0; s < m->B; s++) {
         if (!D.batch->slot[s].active)
             continue;
         for (uint32_t k = 0; k < K; k++) {
             if (D.sel_e[s * K + k] != e)
                 continue;
-            if (j0 < j1)
-                bm_expert_hidden(m, t->layer, e, D.xn + (size_t)s * m->H, j0, j1, sh);
+            const float *xn = D.xn + (size_t)s * H;
+            const float gate = D.sel_g[s * K + k];
+            for (uint32_t j = threadIdx.x; j < F; j += blockDim.x) {
+                float v = dot_col(xn, w1, H, F, j);
+                sh[j] = gate * v / (1.0f + expf(-v)); /* SiLU, as bm_expert_out */
+            }
             __syncthreads();
-            float *out = D.P + ((size_t)el * m->B + s) * m->H;
-            for (uint32_t j = a; j < b; j++)
-                out[j] = 0.0f;
-            if (a < b)
-                bm_expert_out(m, t->layer, e, sh, D.sel_g[s * K + k], a, b, out);
+            float *out = D.P + ((size_t)el * m->B + s) * H;
+            for (uint32_t c = c0 + threadIdx.x; c < c1; c += blockDim.x)
+                out[c] = dot_col(sh, w2, F, H, c);
             __syncthreads();
         }
     }
@@ -482,42 +569,72 @@ static __device__ void body_combine(const struct bg_dev &D, const struct bg_task
 static __device__ void body_lm(const struct bg_dev &D, const struct bg_task *t, float *sh)
 {
     const struct bm_model *m = &D.m;
-    uint32_t c0, c1, a, b;
+    uint32_t c0, c1;
     bm_tile_range(m->V, D.T, t->tile_x, &c0, &c1);
-    thread_cols(c0, c1, &a, &b);
     for (uint32_t s = 0; s < m->B; s++) {
         if (!D.batch->slot[s].active)
             continue;
-        if (threadIdx.x == 0)
-            bm_rmsnorm(D.x + (size_t)s * m->H, m->normf, sh, m->H);
-        __syncthreads();
-        if (a < b)
-            bm_matvec_cols(sh, m->lmhead, m->H, m->V, a, b, D.logits + (size_t)s * m->V + a);
+        norm_blk(D.x + (size_t)s * m->H, m->normf, sh, m->H, sh);
+        for (uint32_t c = c0 + threadIdx.x; c < c1; c += blockDim.x)
+            D.logits[(size_t)s * m->V + c] = dot_col(sh, m->lmhead, m->H, m->V, c);
         __syncthreads();
     }
 }
 
+/* Greedy sampling: bm_argmax (the first of equal maxima) as a block
+ * reduction; the logit sum in double, per thread then over the block. */
 static __device__ void body_sample(const struct bg_dev &D, const struct bg_task *t)
 {
+    __shared__ float s_v[BG_THREADS];
+    __shared__ uint32_t s_i[BG_THREADS];
+    __shared__ double s_d[BG_THREADS];
     const struct bm_model *m = &D.m;
-    if (threadIdx.x != 0)
-        return;
-    const uint32_t s = t->step, B = m->B;
+    const uint32_t st = t->step, B = m->B, V = m->V, tid = threadIdx.x;
     double lsum = 0.0;
     for (uint32_t i = 0; i < B; i++) {
         const struct bm_slot *sl = &D.batch->slot[i];
         int32_t tok = -1;
-        D.req_gen_out[(size_t)s * B + i] = sl->active ? sl->req_gen : 0;
         if (sl->active) {
-            const float *lg = D.logits + (size_t)i * m->V;
-            tok = (int32_t)bm_argmax(lg, m->V);
-            for (uint32_t v = 0; v < m->V; v++)
-                lsum += lg[v];
+            const float *lg = D.logits + (size_t)i * V;
+            float bv = -INFINITY;
+            uint32_t bi = 0xffffffffu;
+            double ds = 0.0;
+            for (uint32_t v = tid; v < V; v += blockDim.x) {
+                if (bi == 0xffffffffu || lg[v] > bv) {
+                    bv = lg[v];
+                    bi = v;
+                }
+                ds += lg[v];
+            }
+            s_v[tid] = bv;
+            s_i[tid] = bi;
+            s_d[tid] = ds;
+            __syncthreads();
+            for (uint32_t h = blockDim.x / 2; h > 0; h /= 2) {
+                if (tid < h) {
+                    const uint32_t o = tid + h;
+                    if (s_i[o] != 0xffffffffu &&
+                        (s_i[tid] == 0xffffffffu || s_v[o] > s_v[tid] ||
+                         (s_v[o] == s_v[tid] && s_i[o] < s_i[tid]))) {
+                        s_v[tid] = s_v[o];
+                        s_i[tid] = s_i[o];
+                    }
+                    s_d[tid] += s_d[o];
+                }
+                __syncthreads();
+            }
+            tok = (int32_t)s_i[0];
+            lsum += s_d[0];
+            __syncthreads(); /* s_* reused by the next slot */
         }
-        D.sampled[i] = tok;
-        D.tokens[(size_t)s * B + i] = tok;
+        if (tid == 0) {
+            D.req_gen_out[(size_t)st * B + i] = sl->active ? sl->req_gen : 0;
+            D.sampled[i] = tok;
+            D.tokens[(size_t)st * B + i] = tok;
+        }
     }
-    D.logit_sum[s] = lsum;
+    if (tid == 0)
+        D.logit_sum[st] = lsum;
 }
 
 static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h,
@@ -525,13 +642,13 @@ static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t,
 {
     switch (t->cls) {
     case BC_NORM:
-        body_norm(D, t);
+        body_norm(D, t, sh);
         break;
     case BC_QKV:
         body_qkv(D, t);
         break;
     case BC_ATTN:
-        body_attn(D, t);
+        body_attn(D, t, sh);
         break;
     case BC_OPROJ:
         body_oproj(D, t);
@@ -543,7 +660,7 @@ static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t,
         body_reduce(D, t, h);
         break;
     case BC_ROUTER:
-        body_router(D, t);
+        body_router(D, t, sh);
         break;
     case BC_COMBINE:
         body_combine(D, t);
@@ -751,6 +868,7 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
         uint64_t starve;
         plan(D, &D.tasks[ord[i]], n_op, k, &force, &starve);
         if (starve) {
+            atomicAdd(D.faulted, 1ull); /* the injector's count, as on the CPU */
             ord[n + waiting++] = ord[i];
             due_max = now + starve > due_max ? now + starve : due_max;
             continue;
@@ -976,16 +1094,17 @@ __global__ void bg_residual_kernel(struct bg_dev D)
             D.x[i] += D.arsum[i];
 }
 
-/* The step's end: sample, advance the batch and the device step. */
-__global__ void bg_step_kernel(struct bg_dev D, int first)
+/* The step's end: sample, advance the batch and the device step (one block
+ * of BG_THREADS). */
+__global__ void __launch_bounds__(BG_THREADS) bg_step_kernel(struct bg_dev D, int first)
 {
     const struct bm_model *m = &D.m;
-    if (threadIdx.x != 0)
-        return;
     if (first) {
-        bm_batch_init(m, D.batch);
-        *D.d_step = 0;
-        bm_batch_begin(m, D.batch, 0);
+        if (threadIdx.x == 0) {
+            bm_batch_init(m, D.batch);
+            *D.d_step = 0;
+            bm_batch_begin(m, D.batch, 0);
+        }
         return;
     }
     struct bg_task t;
@@ -993,6 +1112,9 @@ __global__ void bg_step_kernel(struct bg_dev D, int first)
     t.cls = BC_SAMPLE;
     t.step = *D.d_step;
     body_sample(D, &t);
+    __syncthreads();
+    if (threadIdx.x != 0)
+        return;
     atomicAdd(&D.class_counts[BC_SAMPLE], 1ull);
     int32_t sampled[MKS_BENCH_MAX_BATCH];
     for (uint32_t i = 0; i < m->B; i++)
@@ -1004,9 +1126,19 @@ __global__ void bg_step_kernel(struct bg_dev D, int first)
 
 /* ---- host -------------------------------------------------------------------- */
 
+/* Dynamic shared memory of a task body: a row (H), an expert's inner
+ * activation (F) or a request's attention scores (max_len). */
+static size_t bg_shmem(const struct bm_model *m)
+{
+    size_t n = m->F > m->H ? m->F : m->H;
+    if (m->cfg.max_len > n)
+        n = m->cfg.max_len;
+    return n * sizeof(float);
+}
+
 struct host_rank {
     struct bg_dev D;
-    void *allocs[64];
+    void *allocs[48 + 9 * MKS_BENCH_MAX_LAYERS]; /* weights: 9 arrays a layer */
     uint32_t n_allocs;
     void *ipc_peer[MKS_BENCH_MAX_RANKS];
     char *err;
@@ -1027,8 +1159,11 @@ static int cuda_fail(struct host_rank *H, cudaError_t e, const char *what)
 
 template <typename T> static int dalloc(struct host_rank *H, T **p, size_t n)
 {
-    if (H->n_allocs >= sizeof(H->allocs) / sizeof(H->allocs[0]))
+    if (H->n_allocs >= sizeof(H->allocs) / sizeof(H->allocs[0])) {
+        snprintf(H->err, H->err_len, "rank %u: more device arrays than the table holds",
+                 H->D.rank);
         return -ENOMEM;
+    }
     void *v = NULL;
     CK(cudaMalloc(&v, n ? n * sizeof(T) : 1));
     CK(cudaMemset(v, 0, n ? n * sizeof(T) : 1));
@@ -1237,7 +1372,7 @@ static int run_persistent(struct host_rank *H, const struct bg_rank_args *a)
 {
     (void)a; /* the profiler build writes its trace */
     struct bg_dev &D = H->D;
-    size_t shmem = (size_t)(D.m.F > D.m.H ? D.m.F : D.m.H) * sizeof(float);
+    size_t shmem = bg_shmem(&D.m);
     CK(cudaFuncSetAttribute(bg_megakernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)shmem));
     void *args[] = {&D};
@@ -1292,18 +1427,17 @@ static int enqueue_step(struct host_rank *H, ncclComm_t comm, cudaStream_t st)
 {
     struct bg_dev &D = H->D;
     const struct bm_model *m = &D.m;
-    size_t shmem = (size_t)(m->F > m->H ? m->F : m->H) * sizeof(float);
-    const size_t n = (size_t)m->B * m->H;
+    const size_t shmem = bg_shmem(m), n = (size_t)m->B * m->H;
     for (uint32_t l = 0; l < D.L; l++) {
-        bg_op_kernel<<<m->B, BG_THREADS, 0, st>>>(D, BC_NORM, l, m->B);
+        bg_op_kernel<<<m->B, BG_THREADS, shmem, st>>>(D, BC_NORM, l, m->B);
         bg_op_kernel<<<D.T, BG_THREADS, 0, st>>>(D, BC_QKV, l, D.T);
-        bg_op_kernel<<<m->B * m->cfg.heads, BG_THREADS, 0, st>>>(D, BC_ATTN, l,
+        bg_op_kernel<<<m->B * m->cfg.heads, BG_THREADS, shmem, st>>>(D, BC_ATTN, l,
                                                                  m->B * m->cfg.heads);
         bg_op_kernel<<<D.T, BG_THREADS, 0, st>>>(D, BC_OPROJ, l, D.T);
         if (ncclAllReduce(D.partial, D.arsum, n, ncclFloat, ncclSum, comm, st) != ncclSuccess)
             return -EIO;
         bg_residual_kernel<<<8, 256, 0, st>>>(D);
-        bg_op_kernel<<<1, BG_THREADS, 0, st>>>(D, BC_ROUTER, l, 1);
+        bg_op_kernel<<<1, BG_THREADS, shmem, st>>>(D, BC_ROUTER, l, 1);
         if (D.n_own)
             bg_op_kernel<<<D.n_own * D.Te, BG_THREADS, shmem, st>>>(D, BC_EXPERT0, l, D.Te);
         bg_op_kernel<<<1, BG_THREADS, 0, st>>>(D, BC_COMBINE, l, 1);
@@ -1312,7 +1446,7 @@ static int enqueue_step(struct host_rank *H, ncclComm_t comm, cudaStream_t st)
         bg_residual_kernel<<<8, 256, 0, st>>>(D);
     }
     bg_op_kernel<<<D.T, BG_THREADS, shmem, st>>>(D, BC_LMHEAD, 0, D.T);
-    bg_step_kernel<<<1, 32, 0, st>>>(D, 0);
+    bg_step_kernel<<<1, BG_THREADS, 0, st>>>(D, 0);
     CK(cudaGetLastError());
     return 0;
 }
@@ -1327,7 +1461,7 @@ static int run_per_op(struct host_rank *H, const struct bg_rank_args *a, int gra
 #else
     struct bg_dev &D = H->D;
     const struct bm_model *m = &D.m;
-    size_t shmem = (size_t)(m->F > m->H ? m->F : m->H) * sizeof(float);
+    size_t shmem = bg_shmem(m);
     CK(cudaFuncSetAttribute(bg_op_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
     ncclUniqueId id, all[MKS_BENCH_MAX_RANKS];
     if (D.rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
@@ -1352,7 +1486,7 @@ static int run_per_op(struct host_rank *H, const struct bg_rank_args *a, int gra
         return -ENOMEM;
     for (uint32_t s = 0; s <= S; s++)
         CK(cudaEventCreate(&evs[s]));
-    bg_step_kernel<<<1, 32, 0, st>>>(D, 1);
+    bg_step_kernel<<<1, BG_THREADS, 0, st>>>(D, 1);
     cudaGraphExec_t exec = NULL;
     if (graph) {
         cudaGraph_t g;
@@ -1473,5 +1607,7 @@ extern "C" int bg_rank_run(const struct bg_rank_args *a)
     host_free(H);
     bm_model_fini(&hm);
     free(H);
+    if (rc && !a->err[0]) /* every failure names itself to the launcher */
+        snprintf(a->err, a->err_len, "rank %u: CUDA backend: %s", a->rank, strerror(-rc));
     return rc;
 }

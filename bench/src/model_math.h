@@ -100,11 +100,12 @@ static inline BM_HD int32_t bm_skew_expert(const struct bm_model *m, uint32_t st
     return -1;
 }
 
-static inline BM_HD void bm_route(const struct bm_model *m, uint32_t layer, uint32_t step,
-                                  const float *xn, uint32_t *experts, float *gates)
+/* Top-k of the router logits (logit[E], changed by the skew fault) and
+ * their gates; bm_route() below, or a device that computed the logits with
+ * several threads. */
+static inline BM_HD void bm_route_select(const struct bm_model *m, uint32_t step, float *logit,
+                                         uint32_t *experts, float *gates)
 {
-    float logit[MKS_BENCH_MAX_EXPERTS];
-    bm_matvec_cols(xn, m->layer[layer].wr, m->H, m->E, 0, m->E, logit);
     int32_t hot = bm_skew_expert(m, step);
     if (hot >= 0)
         logit[hot] += BM_SKEW_BIAS;
@@ -130,6 +131,14 @@ static inline BM_HD void bm_route(const struct bm_model *m, uint32_t layer, uint
     }
     for (uint32_t k = 0; k < m->cfg.topk; k++)
         gates[k] /= sum;
+}
+
+static inline BM_HD void bm_route(const struct bm_model *m, uint32_t layer, uint32_t step,
+                                  const float *xn, uint32_t *experts, float *gates)
+{
+    float logit[MKS_BENCH_MAX_EXPERTS];
+    bm_matvec_cols(xn, m->layer[layer].wr, m->H, m->E, 0, m->E, logit);
+    bm_route_select(m, step, logit, experts, gates);
 }
 
 /* Expert e's inner activation h[F] (before SiLU) for one normed row. */
