@@ -165,7 +165,11 @@ done
 has() { case " $only " in *" $1 "*) return 0 ;; esac; return 1; }
 
 for R in $usable; do
-    has check && variants check "c_r$R" "$R" --steps 40 --check
+    if has check; then
+        variants check "c_r$R" "$R" --steps 40 --check
+        # shellcheck disable=SC2086
+        [ -n "$model" ] && run check "c_r${R}_${size}" "$R" mkscope-bench --steps 12 $model --check
+    fi
     if has fault; then
         while read -r f; do
             name="f_r${R}_${f%%:*}"
