@@ -42,4 +42,10 @@ int mks_cli_trace(struct mks_cli *cli, char **args, size_t n);
 int mks_cli_top(struct mks_cli *cli, char **args, size_t n);
 int mks_cli_verify(struct mks_cli *cli, size_t argc, char **argv);
 
+/* Help of one command; -1 when there is no such command. */
+int mks_cli_help(FILE *f, const char *cmd);
+/* 0 when every "--name[=value]" in named is an option of cmd, else prints
+ * a one-line error and returns MKS_EXIT_USAGE. */
+int mks_cli_check_options(const char *cmd, char **named, size_t n);
+
 #endif

@@ -18,6 +18,8 @@
 #include "perfetto.h"
 
 #ifdef MKS_HAVE_VERIFY
+#include "mkscope/hook_abi.h"
+#include "mkscope/loader.h"
 #include "mkscope/verifier.h"
 #endif
 
@@ -201,20 +203,92 @@ static const char *named(char **args, size_t n, const char *name)
     return NULL;
 }
 
+/* Verify every program of the object here, as each agent will, before it
+ * is sent: a rejection needs no round trip, and the verdict and cost are
+ * shown next to the agents'. */
+static int verify_local(struct mks_cli *cli, const char *path, const void *blob, size_t len,
+                        const char *hook_name)
+{
+#ifdef MKS_HAVE_VERIFY
+    char err[512];
+    struct mks_obj *obj = NULL;
+    if (mks_obj_open_mem(blob, len, path, &obj, err, sizeof(err))) {
+        fprintf(stderr, "mkscope attach: %s: %s (give a clang -target bpf object built against"
+                        " mkscope/hook_abi.h)\n",
+                path, err);
+        return MKS_EXIT_USAGE;
+    }
+    int32_t hook_override = -1;
+    if (hook_name) {
+        for (uint32_t h = 0; h < MKS_EV_COUNT; h++)
+            if (mks_hook_event_name(h) && !strcmp(mks_hook_event_name(h), hook_name))
+                hook_override = (int32_t)h;
+        if (hook_override < 0) {
+            char *end;
+            long v = strtol(hook_name, &end, 10);
+            if (*end || v < 0 || v >= MKS_EV_COUNT) {
+                fprintf(stderr, "mkscope attach: --hook '%s' is not a hook (task_ready,"
+                                " task_end, dep_wait_begin, ... or 0..%d)\n",
+                        hook_name, MKS_EV_COUNT - 1);
+                mks_obj_close(obj);
+                return MKS_EXIT_USAGE;
+            }
+            hook_override = (int32_t)v;
+        }
+    }
+    int status = 0;
+    FILE *f = cli->json ? stderr : cli->out;
+    for (uint32_t i = 0; i < mks_obj_prog_count(obj); i++) {
+        const struct mks_obj_prog *p = mks_obj_prog(obj, i);
+        struct mks_verify_opts o = {.sz = sizeof(o),
+                                    .prog_type = p->prog_type,
+                                    .abi_version = p->abi_version,
+                                    .hook = hook_override >= 0 ? hook_override : p->hook,
+                                    .maps = mks_obj_maps(obj),
+                                    .n_maps = mks_obj_map_count(obj)};
+        struct mks_verify_result r = {0};
+        char log[1024] = "";
+        const char *hn = mks_hook_event_name((uint32_t)o.hook);
+        if (mks_verify(p->insns, p->n_insns, &o, &r, log, sizeof(log))) {
+            char *nl = strchr(log, '\n');
+            if (nl)
+                *nl = 0;
+            fprintf(stderr, "mkscope attach: %s at %s rejected here, not sent: %s\n", p->name,
+                    hn ? hn : "?", log);
+            status = MKS_EXIT_ERROR;
+        } else {
+            fprintf(f, "verified here: %s at %s: %u insns, cost %llu insns per run\n", p->name,
+                    hn ? hn : "?", r.n_insns, (unsigned long long)r.cost);
+        }
+    }
+    mks_obj_close(obj);
+    return status;
+#else
+    (void)cli, (void)path, (void)blob, (void)len, (void)hook_name;
+    return 0;
+#endif
+}
+
 int mks_cli_attach(struct mks_cli *cli, const char *cmd, char **args, size_t npos, size_t n)
 {
     bool attach = !strcmp(cmd, "attach");
     const char *builtin = named(args, n, "builtin");
     const char *wait_s = named(args, n, "wait");
-    long wait_ms = wait_s ? strtol(wait_s, NULL, 10) : 10000;
+    char *end = NULL;
+    long wait_ms = wait_s ? strtol(wait_s, &end, 10) : 10000;
+    if (wait_s && (*end || end == wait_s || wait_ms <= 0 || wait_ms > 3600000)) {
+        fprintf(stderr, "mkscope %s: --wait wants milliseconds (1..3600000), got '%s'\n", cmd,
+                wait_s);
+        return MKS_EXIT_USAGE;
+    }
     void *blob = NULL;
     size_t blob_len = 0;
     char name[128];
     char *req[66];
     size_t nr = 0;
     if (!npos && !(attach && builtin)) {
-        fprintf(stderr, "mkscope %s: give %s; see mkscope --help\n", cmd,
-                attach ? "a BPF object file or --builtin NAME" : "the program's name");
+        fprintf(stderr, "mkscope %s: give %s; see mkscope %s --help\n", cmd,
+                attach ? "a BPF object file or --builtin NAME" : "the program's name", cmd);
         return MKS_EXIT_USAGE;
     }
     if (attach && npos) {
@@ -224,6 +298,11 @@ int mks_cli_attach(struct mks_cli *cli, const char *cmd, char **args, size_t npo
                             " of at most 8 MiB)\n",
                     args[0], strerror(-rc));
             return MKS_EXIT_USAGE;
+        }
+        rc = verify_local(cli, args[0], blob, blob_len, named(args, n, "hook"));
+        if (rc) {
+            free(blob);
+            return rc;
         }
         const char *base = strrchr(args[0], '/');
         snprintf(name, sizeof(name), "%s", base ? base + 1 : args[0]);
@@ -393,12 +472,26 @@ static void on_sigint(int sig)
 int mks_cli_top(struct mks_cli *cli, char **args, size_t n)
 {
     const char *iv = named(args, n, "interval"), *it = named(args, n, "iterations");
-    double interval = iv ? strtod(iv, NULL) : 1.0;
-    long iterations = it ? strtol(it, NULL, 10) : 0;
-    if (interval <= 0.05)
+    bool once = false;
+    for (size_t i = 0; i < n; i++)
+        once |= !strcmp(args[i], "--once");
+    char *end = NULL;
+    double interval = iv ? strtod(iv, &end) : 1.0;
+    if (iv && (*end || end == iv || !(interval > 0) || interval > 3600)) {
+        fprintf(stderr, "mkscope top: --interval wants seconds (0 < S <= 3600), got '%s'\n", iv);
+        return MKS_EXIT_USAGE;
+    }
+    long iterations = it ? strtol(it, &end, 10) : 0;
+    if (it && (*end || end == it || iterations <= 0)) {
+        fprintf(stderr, "mkscope top: --iterations wants a positive count, got '%s'\n", it);
+        return MKS_EXIT_USAGE;
+    }
+    if (once)
+        iterations = 1;
+    if (interval < 0.05)
         interval = 0.05;
     signal(SIGINT, on_sigint);
-    bool tty = isatty(fileno(cli->out)) && isatty(STDIN_FILENO);
+    bool tty = !once && isatty(fileno(cli->out)) && isatty(STDIN_FILENO);
     for (long k = 0; !top_stop && (!iterations || k < iterations); k++) {
         json_t *a;
         int rc = mks_cli_call(cli, "status", NULL, 0, NULL, 0, &a);

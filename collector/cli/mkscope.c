@@ -48,6 +48,7 @@ static void usage(FILE *f)
             "  survey [WHAT]               ask every agent live (status, coverage, programs)\n"
             "  metrics                     the Prometheus metrics as text\n"
             "  verify OBJ...               verifier verdict and worst-case cost, locally\n"
+            "  help COMMAND                a command's options and examples (or COMMAND --help)\n"
             "\n"
             "OPTIONS\n"
             "  --collector URL   collector CLI socket [$MKSCOPE_COLLECTOR or " DEFAULT_COLLECTOR
@@ -153,7 +154,13 @@ int mks_cli_call(struct mks_cli *cli, const char *verb, char **args, size_t n_ar
     }
     int status = rep->cli_reply->status;
     if (status) {
-        fprintf(stderr, "mkscope %s: %s\n", verb,
+        /* Verbs such as "trigger-add" are "trigger add" to the user. */
+        char shown[64];
+        snprintf(shown, sizeof(shown), "%s", verb);
+        for (char *p = shown; *p; p++)
+            if (*p == '-')
+                *p = ' ';
+        fprintf(stderr, "mkscope %s: %s\n", shown,
                 *rep->cli_reply->error ? rep->cli_reply->error : "failed");
     } else if (*rep->cli_reply->json) {
         json_error_t je;
@@ -388,7 +395,7 @@ static int cmd_simple(struct mks_cli *cli, const char *verb, char **args, size_t
 static int need_arg(const char *cmd, size_t n, size_t want, const char *what)
 {
     if (n < want) {
-        fprintf(stderr, "mkscope %s: missing %s; see mkscope --help\n", cmd, what);
+        fprintf(stderr, "mkscope %s: missing %s; see mkscope %s --help\n", cmd, what, cmd);
         return MKS_EXIT_USAGE;
     }
     return 0;
@@ -413,6 +420,8 @@ int main(int argc, char **argv)
                      : (!strncmp(a, opt "=", strlen(opt) + 1) ? (val = a + strlen(opt) + 1, 1) : 0))
         int t;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            if (np > 0 && mks_cli_help(stdout, pos[0]) == 0)
+                return 0;
             usage(stdout);
             return 0;
         }
@@ -483,6 +492,22 @@ int main(int argc, char **argv)
         }
     }
     const char *cmd = pos[0];
+    if (!strcmp(cmd, "help")) {
+        if (np < 2) {
+            usage(stdout);
+            return 0;
+        }
+        if (mks_cli_help(stdout, pos[1]) == 0)
+            return 0;
+        fprintf(stderr, "mkscope help: unknown command '%s'; see mkscope --help\n", pos[1]);
+        return MKS_EXIT_USAGE;
+    }
+    int orc = mks_cli_check_options(cmd, named, nn);
+    if (orc) {
+        for (size_t i = 0; i < nn; i++)
+            free(named[i]);
+        return orc;
+    }
     char *args[130];
     size_t na = 0;
     for (size_t i = 1; i < np; i++)
@@ -505,7 +530,8 @@ int main(int argc, char **argv)
     } else if (!strcmp(cmd, "trigger")) {
         const char *sub = npos ? args[0] : NULL;
         if (!sub || (strcmp(sub, "add") && strcmp(sub, "list") && strcmp(sub, "rm"))) {
-            fprintf(stderr, "mkscope trigger: add 'SLO', list or rm ID; see mkscope --help\n");
+            fprintf(stderr, "mkscope trigger: say add 'SLO', list or rm ID; see mkscope trigger"
+                            " --help\n");
             rc = MKS_EXIT_USAGE;
         } else {
             char verb[32];
@@ -518,7 +544,8 @@ int main(int argc, char **argv)
         }
     } else if (!strcmp(cmd, "trace")) {
         if (!npos || strcmp(args[0], "export")) {
-            fprintf(stderr, "mkscope trace: only 'trace export [-o FILE]'\n");
+            fprintf(stderr, "mkscope trace: the subcommand is export (mkscope trace export -o"
+                            " FILE); see mkscope trace --help\n");
             rc = MKS_EXIT_USAGE;
         } else {
             rc = mks_cli_trace(&cli, args + 1, na - 1);

@@ -446,6 +446,15 @@ static void handle_cli(struct collector *c, const void *buf, size_t len)
         return;
     }
     if (!strcmp(env->cli_request->verb, "survey")) {
+        char job[MKS_WIRE_MAX_JOB + 1];
+        mks_store_latest_job(c->st, job, sizeof(job));
+        if (!*job) {
+            send_cli_reply(c, env->seq, env->cli_request->id, MKS_EXIT_NODATA,
+                           "no agent has registered yet: start mkscope-agent next to each rank",
+                           NULL);
+            mks_wire_free(env);
+            return;
+        }
         start_survey(c, env);
         mks_wire_free(env);
         return;

@@ -15,14 +15,21 @@ int mks_serve_query(const struct mks_serve_env *env, const Mkscope__V1__CliReque
     if (!text || !*text)
         return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
                               "query: give a query, e.g. 'count(task) by class where rank = 1'");
-    char job[MKS_WIRE_MAX_JOB + 1];
-    int rc = mks_serve_job(env, req, job, sizeof(job), err, errlen);
-    if (rc)
-        return rc;
+    /* A syntax error is the user's to fix whether or not data exists yet. */
     struct mks_query *q = NULL;
     struct mks_sql_plan *plan = NULL;
     struct mks_query_error qe;
-    if (mks_query_parse(text, &q, &qe) || mks_query_plan(q, job, env->now_ns, &plan, &qe)) {
+    if (mks_query_parse(text, &q, &qe)) {
+        mks_query_error_format(text, &qe, err, errlen);
+        return MKS_EXIT_USAGE;
+    }
+    char job[MKS_WIRE_MAX_JOB + 1];
+    int rc = mks_serve_job(env, req, job, sizeof(job), err, errlen);
+    if (rc) {
+        mks_query_free(q);
+        return rc;
+    }
+    if (mks_query_plan(q, job, env->now_ns, &plan, &qe)) {
         mks_query_error_format(text, &qe, err, errlen);
         mks_query_free(q);
         return MKS_EXIT_USAGE;

@@ -158,6 +158,16 @@ int mks_trace_build(struct mks_store *st, const char *job, int64_t escalation, j
         }
     }
     sqlite3_finalize(s);
+    if (n_raw == 0) {
+        free(open);
+        free(flows);
+        json_decref(evs);
+        json_decref(threads);
+        return mks_serve_fail(err, errlen, MKS_EXIT_NODATA,
+                              "no raw events of escalation %lld for job %s (list them: mkscope"
+                              " sql 'SELECT DISTINCT escalation_id FROM raw_batches')",
+                              (long long)escalation, job);
+    }
     /* An arrow for each wait end whose generation some other rank released. */
     for (size_t i = 0; flows && i < n_fl; i++) {
         if (!flows[i].end)
@@ -226,17 +236,20 @@ int mks_trace_build(struct mks_store *st, const char *job, int64_t escalation, j
 int mks_serve_trace(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                     json_t **out, char *err, size_t errlen)
 {
-    char job[MKS_WIRE_MAX_JOB + 1];
-    int rc = mks_serve_job(env, req, job, sizeof(job), err, errlen);
-    if (rc)
-        return rc;
     int64_t esc = -1;
     const char *a = mks_serve_arg(req, "escalation");
     if (a) {
         char *end;
         esc = strtoll(a, &end, 0);
-        if (*end || esc < 0)
-            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "--escalation wants an id");
+        if (*end || end == a || esc < 0)
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "--escalation wants an escalation id (see mkscope sql 'SELECT"
+                                  " DISTINCT escalation_id FROM raw_batches'), got '%s'",
+                                  a);
     }
+    char job[MKS_WIRE_MAX_JOB + 1];
+    int rc = mks_serve_job(env, req, job, sizeof(job), err, errlen);
+    if (rc)
+        return rc;
     return mks_trace_build(env->st, job, esc, out, err, errlen);
 }

@@ -138,7 +138,8 @@ int mks_ucxrx_create(const char *host, uint16_t port, struct mks_ucxrx **rx_p, c
             rx->port = ntohs(((const struct sockaddr_in *)&la.sockaddr)->sin_port);
     }
     if (st != UCS_OK) {
-        snprintf(err, errlen, "UCX %s on %s:%u: %s", what, host, port, ucs_status_string(st));
+        snprintf(err, errlen, "UCX %s on %s:%u: %s", what, host, port,
+                 st == UCS_ERR_BUSY ? "port in use" : ucs_status_string(st));
         mks_ucxrx_destroy(rx);
         return st == UCS_ERR_BUSY ? -EADDRINUSE : -EIO;
     }

@@ -40,6 +40,11 @@ static int roundtrip(int sock, const mks_envelope *env, mks_envelope **reply)
     return rc;
 }
 
+int fa_send_envelope(int sock, const mks_envelope *env, mks_envelope **reply)
+{
+    return roundtrip(sock, env, reply);
+}
+
 int fa_send_register(int sock, const char *job, uint32_t rank, uint32_t n_ranks, uint64_t inc,
                      const char *const *class_names, int n_classes, mks_envelope **reply)
 {

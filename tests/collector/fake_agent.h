@@ -68,6 +68,8 @@ int fa_send_summary(int sock, const char *job, uint32_t rank, uint64_t inc, uint
                     const struct fa_summary *s, mks_envelope **reply);
 int fa_send_heartbeat(int sock, const char *job, uint32_t rank, uint64_t inc, uint64_t seq,
                       mks_envelope **reply);
+/* Send any envelope, return the decoded reply. */
+int fa_send_envelope(int sock, const mks_envelope *env, mks_envelope **reply);
 /* Build (not send) a summary envelope's encoding. */
 int fa_encode_summary(const char *job, uint32_t rank, uint64_t inc, uint64_t seq,
                       const struct fa_summary *s, uint8_t **buf, size_t *len);

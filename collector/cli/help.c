@@ -1,0 +1,169 @@
+/*
+ * Per-command help of the mkscope CLI (`mkscope CMD --help`, `mkscope help
+ * CMD`) and the options each command accepts: the command line is checked
+ * against this table before anything is sent, so a mistyped option is a
+ * usage error here rather than an option the collector silently ignores.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+struct cmd_help {
+    const char *name;
+    const char *synopsis;
+    const char *what;
+    const char *options; /* option lines, or NULL */
+    const char *examples;
+    /* Accepted --options, each as " name " in a space-separated list. */
+    const char *accepts;
+};
+
+static const struct cmd_help cmds[] = {
+    {"status", "mkscope status",
+     "Per rank of the job: host, agent up or down, epochs stored, last epoch, tasks,\n"
+     "coverage, lost summaries, seconds since last heard.",
+     NULL, "  mkscope status\n  mkscope status -f json --job llm\n", " "},
+    {"ranks", "mkscope ranks",
+     "Per rank details: pid, agent version, workers, seq and acked seq, duplicates,\n"
+     "summaries not yet acknowledged.",
+     NULL, "  mkscope ranks\n  mkscope ranks -f json\n", " "},
+    {"programs", "mkscope programs",
+     "Programs attached on each rank, from the agents' heartbeats: name, hook,\n"
+     "program generation, worst-case cost.",
+     NULL, "  mkscope programs\n  mkscope programs -f json\n", " "},
+    {"query", "mkscope query QUERY",
+     "Aggregates over the stored summaries, with the coverage of the epochs read\n"
+     "(docs/query.md). A syntax error points at the offending token (exit 2).",
+     NULL,
+     "  mkscope query 'count(task) by class where rank = 1'\n"
+     "  mkscope query 'p99(run), mean(queue) by class where step >= 30' -f json\n"
+     "  mkscope query 'max(remote_wait) by rank, peer where time > -60s'\n",
+     " "},
+    {"sql", "mkscope sql 'SELECT ...'",
+     "One read-only SQL statement on the store (schema in docs/collector.md).", NULL,
+     "  mkscope sql 'SELECT rank, COUNT(*) FROM epochs GROUP BY rank'\n", " "},
+    {"diagnose", "mkscope diagnose [--step N] [--slow F] [--min-coverage R]",
+     "Root cause of each group of slow steps: remote stall, local scheduler\n"
+     "imbalance, slow task class, late notification or slow transfer, with the\n"
+     "root rank, task class, generation, the chain of waits and the coverage.\n"
+     "-f json prints one JSON object per group, one per line.",
+     "  --step N           only step N\n"
+     "  --slow F           a step is slow above (1 + F) x the median [0.2]\n"
+     "  --min-coverage R   below this share of observed events: undecided [0.5]\n",
+     "  mkscope diagnose\n  mkscope diagnose -f json\n  mkscope diagnose --step 37\n",
+     " step slow min-coverage "},
+    {"waitchain", "mkscope waitchain [--step N] [-f text|dot|json]",
+     "The chains of the diagnosis as a tree of waits across ranks; -f dot writes a\n"
+     "Graphviz graph.",
+     "  --step N           only step N\n"
+     "  --slow F, --min-coverage R   as for diagnose\n",
+     "  mkscope waitchain\n  mkscope waitchain --step 37 -f dot | dot -Tsvg > chain.svg\n",
+     " step slow min-coverage "},
+    {"attach", "mkscope attach OBJ.bpf.o | --builtin NAME [--name N] [--hook H] [--ranks all|0,2]"
+               " [--wait MS]",
+     "Attach a BPF object (verified here first, exactly as an agent will) or a\n"
+     "built-in monitor on some or all ranks while the job runs. Waits until every\n"
+     "rank replied and shows each agent's verdict, cost (worst-case instructions per\n"
+     "run), new program generation and the time taken. Exit 1 when any rank\n"
+     "rejected it or did not answer.",
+     "  --builtin NAME     a monitor the agents ship (count, latency, depwait, queue, genprog)\n"
+     "  --name N           program name [the object's file name]\n"
+     "  --hook H           hook to attach at [from the object's sections]\n"
+     "  --ranks all|LIST   ranks to attach on [all]\n"
+     "  --wait MS          how long to wait for the agents' replies [10000]\n",
+     "  mkscope attach monitor.bpf.o --ranks all\n"
+     "  mkscope attach --builtin latency --ranks 0,2\n",
+     " builtin name hook ranks wait "},
+    {"detach", "mkscope detach NAME [--ranks all|0,2] [--wait MS]",
+     "Detach a program by name on some or all ranks; waits for the agents' replies.",
+     "  --ranks all|LIST   ranks [all]\n  --wait MS          [10000]\n",
+     "  mkscope detach monitor\n  mkscope detach latency --ranks 1\n", " ranks wait hook "},
+    {"top", "mkscope top [--interval S] [--iterations N] [--once]",
+     "A live view refreshed every interval: per rank agent state, epochs, tasks,\n"
+     "and p99 run time, mean queue time and task count of the last 5 s. q or\n"
+     "Ctrl-C quits.",
+     "  --interval S       seconds between refreshes [1]\n"
+     "  --iterations N     stop after N refreshes\n"
+     "  --once             one refresh, no screen clearing (scripts, tests)\n",
+     "  mkscope top\n  mkscope top --interval 0.5\n  mkscope top --once\n",
+     " interval iterations once "},
+    {"trigger", "mkscope trigger add 'SLO' | list | rm ID",
+     "SLO triggers, evaluated per rank each epoch; one that fires escalates that\n"
+     "rank to a narrow raw trace (docs/collector.md).",
+     NULL,
+     "  mkscope trigger add 'p99(step) > 2ms'\n"
+     "  mkscope trigger add 'remote_wait(rank = 3) > 20us'\n"
+     "  mkscope trigger list\n  mkscope trigger rm 2\n",
+     " "},
+    {"trace", "mkscope trace export [--escalation ID] [--as perfetto|json] [-o FILE]",
+     "The raw events of an escalation (the latest by default) as a trace: one track\n"
+     "per rank and worker, slices per task, wait and transfer, flow arrows for remote\n"
+     "dependencies. Chrome JSON, or Perfetto's protobuf format with --as perfetto or\n"
+     "an -o FILE ending in .pftrace or .perfetto-trace.",
+     "  --escalation ID    which escalation [the latest]\n"
+     "  --as perfetto|json output format [json, or from the file name]\n",
+     "  mkscope trace export -o trace.json\n"
+     "  mkscope trace export -o trace.pftrace\n"
+     "  mkscope trace export --escalation 4294967297 --as perfetto -o t.pb\n",
+     " escalation as "},
+    {"survey", "mkscope survey [status|coverage|programs|maps] [DEADLINE_MS]",
+     "Ask every agent live, now, with a deadline [1000 ms]; lists the answers and\n"
+     "the registered ranks that did not answer in time.",
+     NULL, "  mkscope survey\n  mkscope survey coverage 500 -f json\n", " "},
+    {"metrics", "mkscope metrics", "The collector's Prometheus metrics as text.", NULL,
+     "  mkscope metrics | grep coverage\n", " "},
+    {"verify", "mkscope verify [-v] OBJ.bpf.o...",
+     "Verify BPF objects locally, exactly as an agent would: one verdict with the\n"
+     "worst-case cost per program, or the rejection with the instruction at fault.\n"
+     "Needs no collector.",
+     "  -v                 the verifier's log\n", "  mkscope verify monitor.bpf.o\n", NULL},
+};
+
+static const struct cmd_help *find(const char *name)
+{
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        if (!strcmp(cmds[i].name, name))
+            return &cmds[i];
+    return NULL;
+}
+
+int mks_cli_help(FILE *f, const char *cmd)
+{
+    const struct cmd_help *h = find(cmd);
+    if (!h)
+        return -1;
+    fprintf(f, "usage: %s\n\n%s\n", h->synopsis, h->what);
+    if (h->options)
+        fprintf(f, "\nOPTIONS\n%s", h->options);
+    fprintf(f, "\nCOMMON OPTIONS\n"
+               "  --collector URL, -f text|json, --job NAME, --timeout MS, --key FILE, -o FILE\n"
+               "  (see mkscope --help)\n");
+    fprintf(f, "\nEXAMPLES\n%s", h->examples);
+    return 0;
+}
+
+int mks_cli_check_options(const char *cmd, char **named, size_t n)
+{
+    const struct cmd_help *h = find(cmd);
+    if (!h || !h->accepts)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *o = named[i] + 2;
+        size_t l = strcspn(o, "=");
+        char key[66];
+        if (l + 3 > sizeof(key) || l == 0)
+            goto bad;
+        key[0] = ' ';
+        memcpy(key + 1, o, l);
+        key[l + 1] = ' ';
+        key[l + 2] = 0;
+        if (strstr(h->accepts, key))
+            continue;
+    bad:
+        fprintf(stderr, "mkscope %s: unknown option '%.*s'; see mkscope %s --help\n", cmd,
+                (int)(strcspn(named[i], "=")), named[i], cmd);
+        return MKS_EXIT_USAGE;
+    }
+    return 0;
+}
