@@ -48,7 +48,7 @@
 
 #define REPS 7
 
-enum { MODE_OUT = 0, MODE_HOOK = 1, MODE_QUEUE = 2, MODE_RAW = 3, MODE_OLD = 4 };
+enum { MODE_OUT = 0, MODE_HOOK = 1, MODE_QUEUE = 2, MODE_RAW = 3, MODE_OLD = 4, MODE_GATE = 5 };
 
 struct raw_rec {
     uint32_t tag, task;
@@ -129,11 +129,38 @@ static __device__ __forceinline__ uint64_t hook_queue(struct mks_dev_queue *q, u
     return now;
 }
 
+/* The hooked loop's hook site with the monitor warp: the context into the
+ * block's ring, when the event's bit is in the gate's mask. */
+static __device__ __forceinline__ uint64_t hook_ring(struct mks_dev_ring *r, uint32_t mask,
+                                                  uint32_t ev, uint32_t w, uint32_t task,
+                                                  uint64_t t0)
+{
+    uint64_t now = gtimer();
+    if (mask & (1u << ev)) {
+        struct mks_hook_ctx *c = mks_dev_ring_slot(r, ev), v;
+        if (c) {
+            fill_ctx(&v, ev, w, task, now, ev == MKS_EV_TASK_START ? now : t0);
+            *c = v; /* eight 16-byte shared stores */
+            mks_dev_ring_push(r);
+        }
+    }
+    return now;
+}
+
+/* Every variant has the same scheduler skeleton: a worker polls its queue
+ * word (global memory, one per worker on its own cache line; the low half
+ * holds the number of tasks published, here all T before launch) one task
+ * ahead, and runs tasks while the signed compare says there is one.  In
+ * MODE_GATE that compare is also the detached test: the pump sets bit 63
+ * while hooks are attached, the fast loop ends, and the hooked loop runs
+ * until the bit clears. */
 template <int MODE>
 __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint32_t K,
-                           uint64_t *out, struct mks_dev_rt rt, struct raw_rec *recs)
+                           uint64_t *out, struct mks_dev_rt rt, struct raw_rec *recs,
+                           const uint64_t *qwords, uint32_t *waits)
 {
     __shared__ struct mks_dev_queue q;
+    __shared__ struct mks_dev_ring ring;
     const uint32_t w = blockIdx.x;
     if (MODE == MODE_QUEUE) {
         if (threadIdx.x == 0)
@@ -144,53 +171,91 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
             return;
         }
     }
+    if (MODE == MODE_GATE) {
+        if (threadIdx.x == 0)
+            mks_dev_ring_init(&ring);
+        __syncthreads();
+        if (threadIdx.x >= 32) { /* the second warp: the monitor warp */
+            mks_dev_monitor_warp(&rt, &ring, w);
+            return;
+        }
+    }
     if (threadIdx.x != 0)
         return;
     struct mks_dev_worker wk;
     struct mks_dev_hcache hc;
     if (MODE == MODE_HOOK)
         mks_dev_worker_init_cached(&rt, &wk, &hc);
-    else
+    else if (MODE == MODE_OLD || MODE == MODE_QUEUE)
         mks_dev_worker_init(&rt, &wk);
     uint64_t acc = w;
     const uint32_t *my = tasks + (uint64_t)w * T;
+    const uint64_t *qw = qwords + (uint64_t)w * 16;
+    uint64_t qv = mks_dev_gate_load(qw);
     uint32_t next = my[0]; /* the scheduler fetches the next task ahead */
-    for (uint32_t i = 0; i < T; i++) {
-        uint32_t task = next;
-        uint64_t t0 = 0;
-        next = my[i + 1 < T ? i + 1 : i];
-        if (MODE == MODE_HOOK || MODE == MODE_QUEUE)
-            mks_dev_worker_task(&rt, &wk); /* where the scheduler takes its next task */
-        if (MODE == MODE_HOOK) {
-            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START)
-                t0 = hook_inline(&rt, &hc, MKS_EV_TASK_START, w, task, 0);
-        } else if (MODE == MODE_OLD) {
-            if (mks_dev_attached(&rt, &wk, MKS_EV_TASK_START))
-                t0 = hook_inline(&rt, NULL, MKS_EV_TASK_START, w, task, 0);
-        } else if (MODE == MODE_QUEUE) {
-            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START)
-                t0 = hook_queue(&q, MKS_EV_TASK_START, w, task, 0);
-        } else if (MODE == MODE_RAW) {
-            struct raw_rec r = {0x10000u | w, task, gtimer()};
-            recs[((uint64_t)w * T + i) * 2] = r;
+    uint32_t i = 0;
+    for (;;) {
+        while ((int64_t)i < (int64_t)qv) {
+            uint64_t qn = mks_dev_gate_load(qw); /* polled for the next task */
+            uint32_t task = next;
+            uint64_t t0 = 0;
+            next = my[i + 1 < T ? i + 1 : i];
+            if (MODE == MODE_HOOK || MODE == MODE_QUEUE)
+                mks_dev_worker_task(&rt, &wk);
+            if (MODE == MODE_HOOK) {
+                MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START)
+                    t0 = hook_inline(&rt, &hc, MKS_EV_TASK_START, w, task, 0);
+            } else if (MODE == MODE_OLD) {
+                if (mks_dev_attached(&rt, &wk, MKS_EV_TASK_START))
+                    t0 = hook_inline(&rt, NULL, MKS_EV_TASK_START, w, task, 0);
+            } else if (MODE == MODE_QUEUE) {
+                MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_START)
+                    t0 = hook_queue(&q, MKS_EV_TASK_START, w, task, 0);
+            } else if (MODE == MODE_RAW) {
+                struct raw_rec r = {0x10000u | w, task, gtimer()};
+                recs[((uint64_t)w * T + i) * 2] = r;
+            }
+            acc = task_body(acc, task, K);
+            if (MODE == MODE_HOOK) {
+                MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END)
+                    hook_inline(&rt, &hc, MKS_EV_TASK_END, w, task, t0);
+            } else if (MODE == MODE_OLD) {
+                if (mks_dev_attached(&rt, &wk, MKS_EV_TASK_END))
+                    hook_inline(&rt, NULL, MKS_EV_TASK_END, w, task, t0);
+            } else if (MODE == MODE_QUEUE) {
+                MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END)
+                    hook_queue(&q, MKS_EV_TASK_END, w, task, t0);
+            } else if (MODE == MODE_RAW) {
+                struct raw_rec r = {0x20000u | w, task, gtimer()};
+                recs[((uint64_t)w * T + i) * 2 + 1] = r;
+            }
+            qv = qn;
+            i++;
         }
-        acc = task_body(acc, task, K);
-        if (MODE == MODE_HOOK) {
-            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END)
-                hook_inline(&rt, &hc, MKS_EV_TASK_END, w, task, t0);
-        } else if (MODE == MODE_OLD) {
-            if (mks_dev_attached(&rt, &wk, MKS_EV_TASK_END))
-                hook_inline(&rt, NULL, MKS_EV_TASK_END, w, task, t0);
-        } else if (MODE == MODE_QUEUE) {
-            MKS_DEV_HOOK_IF(&rt, &wk, MKS_EV_TASK_END)
-                hook_queue(&q, MKS_EV_TASK_END, w, task, t0);
-        } else if (MODE == MODE_RAW) {
-            struct raw_rec r = {0x20000u | w, task, gtimer()};
-            recs[((uint64_t)w * T + i) * 2 + 1] = r;
+        if (MODE == MODE_GATE && mks_dev_gate_on(qv)) {
+            /* The hooked loop: the same tasks with hook sites. */
+            while (mks_dev_gate_on(qv) && i < mks_dev_gate_app(qv)) {
+                uint64_t qn = mks_dev_gate_load(qw);
+                uint32_t task = next, mask = mks_dev_gate_mask(qv);
+                uint64_t t0;
+                next = my[i + 1 < T ? i + 1 : i];
+                t0 = hook_ring(&ring, mask, MKS_EV_TASK_START, w, task, 0);
+                acc = task_body(acc, task, K);
+                hook_ring(&ring, mask, MKS_EV_TASK_END, w, task, t0);
+                qv = qn;
+                i++;
+            }
+            if (!mks_dev_gate_on(qv))
+                continue; /* detached: back to the fast loop */
         }
+        break; /* no task left */
     }
     if (MODE == MODE_QUEUE)
         mks_dev_queue_stop(&q);
+    if (MODE == MODE_GATE) {
+        mks_dev_ring_stop(&ring);
+        waits[w] += ring.waits;
+    }
     if (MODE == MODE_HOOK)
         mks_dev_worker_exit(&rt, &wk);
     out[w] = acc;
@@ -201,6 +266,8 @@ struct bench {
     uint32_t *tasks;
     uint64_t *out;
     struct raw_rec *recs;
+    uint64_t *qwords;  /* the workers' polled words, 128 bytes apart */
+    uint32_t *waits;   /* per worker: times the ring was full */
     struct mks_dev_rt rt;
     cudaStream_t stream;
     cudaEvent_t e0, e1;
@@ -212,25 +279,19 @@ static int cmp_float(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+#define LAUNCH(M)                                                                                  \
+    megakernel<M><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs,    \
+                                                 b->qwords, b->waits)
 static void launch(struct bench *b, int mode)
 {
-    dim3 grid(b->n_sm), block(mode == MODE_QUEUE ? 64 : 32);
+    dim3 grid(b->n_sm), block(mode == MODE_QUEUE || mode == MODE_GATE ? 64 : 32);
     switch (mode) {
-    case MODE_OUT:
-        megakernel<MODE_OUT><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
-        break;
-    case MODE_HOOK:
-        megakernel<MODE_HOOK><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
-        break;
-    case MODE_QUEUE:
-        megakernel<MODE_QUEUE><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
-        break;
-    case MODE_OLD:
-        megakernel<MODE_OLD><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
-        break;
-    default:
-        megakernel<MODE_RAW><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs);
-        break;
+    case MODE_OUT: LAUNCH(MODE_OUT); break;
+    case MODE_HOOK: LAUNCH(MODE_HOOK); break;
+    case MODE_QUEUE: LAUNCH(MODE_QUEUE); break;
+    case MODE_OLD: LAUNCH(MODE_OLD); break;
+    case MODE_GATE: LAUNCH(MODE_GATE); break;
+    default: LAUNCH(MODE_RAW); break;
     }
     CHECK(cudaGetLastError());
 }
@@ -316,9 +377,64 @@ static int measure_inline(struct bench *b, struct monitor_state *m, int mode, in
     return 0;
 }
 
+static uint64_t sum_waits(struct bench *b)
+{
+    uint32_t h[1024];
+    uint64_t n = 0;
+    CHECK(cudaMemcpy(h, b->waits, b->n_sm * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    for (uint32_t i = 0; i < b->n_sm; i++)
+        n += h[i];
+    return n;
+}
+
+/* The monitor warp (MODE_GATE with programs attached): time, check
+ * coverage and totals; then the warp's throughput with the task body
+ * removed (K = 0), where the worker outruns the warp and waits on the full
+ * ring: events per second per SM. */
+static int measure_warp(struct bench *b, struct monitor_state *m, int counting, const char *name,
+                        uint64_t fired, float *t, double *per_sm)
+{
+    uint32_t K = b->K;
+    float t_sat;
+    int rc = 0;
+    CHECK(cudaMemset(b->waits, 0, b->n_sm * sizeof(uint32_t)));
+    m->counted = m->eligible = m->ran = m->lost = m->snaps = 0;
+    *t = time_mode(b, MODE_GATE, advance, m);
+    advance(m);
+    printf("%s warp: total %llu, coverage eligible %llu ran %llu lost %llu; fired %llu; "
+           "worker waited on a full ring %llu times\n",
+           name, (unsigned long long)m->counted, (unsigned long long)m->eligible,
+           (unsigned long long)m->ran, (unsigned long long)m->lost, (unsigned long long)fired,
+           (unsigned long long)sum_waits(b));
+    if (m->eligible != fired || (counting && m->counted != m->ran) || m->ran + m->lost != fired) {
+        printf("FAIL: %s monitor-warp totals do not add up\n", name);
+        rc = 1;
+    }
+    if (m->lost)
+        printf("NOTE: %s monitor warp lost %llu events\n", name, (unsigned long long)m->lost);
+    b->K = 0;
+    CHECK(cudaMemset(b->waits, 0, b->n_sm * sizeof(uint32_t)));
+    m->counted = m->eligible = m->ran = m->lost = m->snaps = 0;
+    t_sat = time_mode(b, MODE_GATE, NULL, NULL);
+    advance(m);
+    b->K = K;
+    *per_sm = 2.0 * b->T / (t_sat * 1e-3);
+    printf("%s warp saturated (body 0): %.3f ms per launch, %.2f M events/s per SM; coverage "
+           "eligible %llu ran %llu lost %llu, total %llu; worker waited %llu times\n",
+           name, t_sat, *per_sm * 1e-6, (unsigned long long)m->eligible,
+           (unsigned long long)m->ran, (unsigned long long)m->lost,
+           (unsigned long long)m->counted, (unsigned long long)sum_waits(b));
+    if (m->eligible != fired || (counting && m->counted != m->ran) || m->ran + m->lost != fired) {
+        printf("FAIL: %s saturated monitor-warp totals do not add up\n", name);
+        rc = 1;
+    }
+    return rc;
+}
+
 static int measure_attached(struct bench *b, struct monitor_state *m, uint32_t prog_id,
                             int counting, const char *name, uint64_t fired, float *t_inline,
-                            float *t_queue, uint64_t *ran_queue, float *t_old)
+                            float *t_queue, uint64_t *ran_queue, float *t_old, float *t_warp,
+                            double *warp_per_sm)
 {
     int rc = 0;
     if (mks_ctl_attach(m->ctl, prog_id, MKS_EV_TASK_START, -1, NULL) != 0 ||
@@ -340,11 +456,50 @@ static int measure_attached(struct bench *b, struct monitor_state *m, uint32_t p
         rc = 1;
     }
     *ran_queue = m->ran;
+    rc |= measure_warp(b, m, counting, name, fired, t_warp, warp_per_sm);
     if (mks_ctl_detach(m->ctl, prog_id, MKS_EV_TASK_START, NULL) != 0 ||
         mks_ctl_detach(m->ctl, prog_id, MKS_EV_TASK_END, NULL) != 0)
         exit(1);
     wait_pump();
     return rc;
+}
+
+/* One timed launch. */
+static float time_once(struct bench *b, int mode)
+{
+    float ms;
+    CHECK(cudaEventRecord(b->e0, b->stream));
+    launch(b, mode);
+    CHECK(cudaEventRecord(b->e1, b->stream));
+    CHECK(cudaEventSynchronize(b->e1));
+    CHECK(cudaEventElapsedTime(&ms, b->e0, b->e1));
+    return ms;
+}
+
+/* Hooks compiled out against detached through the gate, launches
+ * interleaved so drift hits both alike; prints every pair. */
+static void detached_pairs(struct bench *b, float *med_out, float *med_gate)
+{
+    enum { N = 2 * REPS + 1 };
+    float o[N], g[N], d[N];
+    launch(b, MODE_OUT);
+    launch(b, MODE_GATE);
+    CHECK(cudaStreamSynchronize(b->stream));
+    printf("compiled out vs detached (gate), interleaved launches, ns/event of gate - out:");
+    for (int r = 0; r < N; r++) {
+        o[r] = time_once(b, MODE_OUT);
+        g[r] = time_once(b, MODE_GATE);
+        d[r] = (g[r] - o[r]) * 1e6f / (2.0f * b->T);
+        printf(" %.2f", d[r]);
+    }
+    qsort(o, N, sizeof(float), cmp_float);
+    qsort(g, N, sizeof(float), cmp_float);
+    qsort(d, N, sizeof(float), cmp_float);
+    printf("\n  out  ms: median %.4f min %.4f max %.4f\n  gate ms: median %.4f min %.4f max %.4f\n"
+           "  pair difference ns/event: median %.2f, min %.2f, max %.2f\n",
+           o[N / 2], o[0], o[N - 1], g[N / 2], g[0], g[N - 1], d[N / 2], d[0], d[N - 1]);
+    *med_out = o[N / 2];
+    *med_gate = g[N / 2];
 }
 
 int main(int argc, char **argv)
@@ -361,7 +516,8 @@ int main(int argc, char **argv)
     char job[64];
     uint32_t prog_id;
     float t_out, t_det, t_inline, t_queue, t_raw, t_inline_nop, t_queue_nop, t_out2;
-    float t_det_old, t_inline_old;
+    float t_det_old, t_inline_old, t_warp = 0, t_warp_nop = 0, t_gout, t_gate;
+    double warp_sm = 0, warp_sm_nop = 0;
     uint64_t events, fired, ran_queue = 0, ran_queue_nop = 0;
     uint32_t nop_id;
     int rc = 0;
@@ -429,6 +585,22 @@ int main(int argc, char **argv)
     }
     CHECK(cudaMalloc((void **)&b.out, b.n_sm * sizeof(uint64_t)));
     CHECK(cudaMalloc((void **)&b.recs, (size_t)b.n_sm * b.T * 2 * sizeof(struct raw_rec)));
+    {
+        /* Every worker's polled word: T tasks published, gate clear. */
+        uint64_t *h = (uint64_t *)calloc((size_t)b.n_sm * 16, sizeof(uint64_t));
+        if (!h)
+            return 1;
+        for (uint32_t i = 0; i < b.n_sm; i++)
+            h[i * 16] = b.T;
+        CHECK(cudaMalloc((void **)&b.qwords, (size_t)b.n_sm * 16 * sizeof(uint64_t)));
+        CHECK(cudaMemcpy(b.qwords, h, (size_t)b.n_sm * 16 * sizeof(uint64_t),
+                         cudaMemcpyHostToDevice));
+        free(h);
+        CHECK(cudaMalloc((void **)&b.waits, b.n_sm * sizeof(uint32_t)));
+        if (mks_rt_cuda_gate(rt, b.qwords, b.n_sm, 16 * sizeof(uint64_t)) != 0)
+            return 1;
+        wait_pump();
+    }
     CHECK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
     CHECK(cudaEventCreate(&b.e0));
     CHECK(cudaEventCreate(&b.e1));
@@ -437,13 +609,14 @@ int main(int argc, char **argv)
     t_det = time_mode(&b, MODE_HOOK, NULL, NULL);
     t_det_old = time_mode(&b, MODE_OLD, NULL, NULL);
     t_raw = time_mode(&b, MODE_RAW, NULL, NULL);
+    detached_pairs(&b, &t_gout, &t_gate);
 
     events = (uint64_t)b.n_sm * b.T * 2;
     fired = events * (REPS + 1); /* the warm-up launch too */
     rc |= measure_attached(&b, &m, prog_id, 1, "hist", fired, &t_inline, &t_queue, &ran_queue,
-                           &t_inline_old);
+                           &t_inline_old, &t_warp, &warp_sm);
     rc |= measure_attached(&b, &m, nop_id, 0, "nop", fired, &t_inline_nop, &t_queue_nop,
-                           &ran_queue_nop, NULL);
+                           &ran_queue_nop, NULL, &t_warp_nop, &warp_sm_nop);
 
     t_out2 = time_mode(&b, MODE_OUT, NULL, NULL); /* drift over the run */
     printf("\n%-12s %10s %12s %12s\n", "variant", "ms", "ns/task", "ns/event");
@@ -451,7 +624,8 @@ int main(int argc, char **argv)
     printf("%-12s %10.3f %12.1f %12.2f\n", name, t, (t) * 1e6 / b.T,                             \
            ((t) - t_out) * 1e6 / (2.0 * b.T))
     ROW("out", t_out);
-    ROW("detached", t_det);
+    ROW("detached-gate", t_gate);
+    ROW("detached-bit", t_det);
     ROW("detached-cnt", t_det_old);
     ROW("raw", t_raw);
     ROW("inline", t_inline);
@@ -459,11 +633,16 @@ int main(int argc, char **argv)
     ROW("monitor", t_queue);
     ROW("inline-nop", t_inline_nop);
     ROW("monitor-nop", t_queue_nop);
+    ROW("warp", t_warp);
+    ROW("warp-nop", t_warp_nop);
     ROW("out-again", t_out2);
     printf("(ns/event: extra time on one worker's critical path per event, vs hooks compiled "
            "out; events the monitor thread ran: hist %.1f%%, nop %.1f%%, the rest counted lost)\n",
            100.0 * (double)ran_queue / (double)fired, 100.0 * (double)ran_queue_nop / (double)fired);
 
+    printf("(detached-gate against the out launches interleaved with it: %.2f ns/event; monitor "
+           "warp throughput with the task body removed: hist %.2f, nop %.2f M events/s per SM)\n",
+           (t_gate - t_gout) * 1e6 / (2.0 * b.T), warp_sm * 1e-6, warp_sm_nop * 1e-6);
     mks_ctl_close(m.ctl);
     mks_rt_destroy(rt);
     return rc;

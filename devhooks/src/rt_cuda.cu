@@ -49,6 +49,11 @@ struct cuda_pump {
     struct mks_ring *hdrs;               /* staging for ring headers */
     uint32_t dev_gen;                    /* last value of the device's dev_gen */
     int device;                          /* the kernel's GPU: current in the pump thread too */
+    uint32_t mask;                       /* attach mask last pushed */
+    uint64_t *gate_words;                /* mks_rt_cuda_gate(): the workers' polled words */
+    uint32_t gate_n, gate_stride;        /* gate_n published last, with release */
+    uint32_t gate_pushed;                /* high half last written, MKS_DEV_GATE_PENDING: none */
+    uint32_t *gate_stage;                /* gate_n copies of the high half */
     int failed;
     int registered;                      /* the shared block is pinned for the GPU */
 };
@@ -146,8 +151,32 @@ static int push_hooks(struct mks_rt *rt, struct cuda_pump *p, const uint8_t *rew
             return 0;
     }
     mask &= __atomic_load_n(&cb->attach_mask, __ATOMIC_ACQUIRE) | (rewrite ? 0u : ~0u);
+    p->mask = mask;
     return h2d(p, offsetof(struct mks_cb, attach_mask), &mask, sizeof(mask)) && bump_gen(p) &&
            sync_stream(p);
+}
+
+/* A gate value no mask produces: the words were never written. */
+#define MKS_DEV_GATE_PENDING 0x7fffffffu
+
+/* The high halves of the workers' polled words: the gate bit and the mask
+ * while anything is attached.  After the hooks and programs they name are
+ * on the device (push_hooks synchronised the stream), so a worker that sees
+ * the bit finds its programs. */
+static void push_gate(struct cuda_pump *p)
+{
+    uint32_t n = __atomic_load_n(&p->gate_n, __ATOMIC_ACQUIRE);
+    uint32_t v = p->mask ? MKS_DEV_GATE_ON | p->mask : 0u;
+    if (!n || v == p->gate_pushed)
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        p->gate_stage[i] = v;
+    if (!CU(p, cudaMemcpy2DAsync((uint8_t *)p->gate_words + 4, p->gate_stride, p->gate_stage,
+                                 sizeof(uint32_t), sizeof(uint32_t), n, cudaMemcpyHostToDevice,
+                                 p->stream)) ||
+        !sync_stream(p))
+        return;
+    p->gate_pushed = v;
 }
 
 static void push_programs(struct mks_rt *rt, struct cuda_pump *p)
@@ -311,6 +340,8 @@ static void cuda_pump_run(struct mks_rt *rt)
     if (!CU(p, cudaSetDevice(p->device)))
         return;
     push_programs(rt, p);
+    if (!p->failed)
+        push_gate(p);
     e = __atomic_load_n(&rt->cb->epoch, __ATOMIC_ACQUIRE);
     while (p->epoch < e && !p->failed)
         flip_epoch(rt, p, p->epoch + 1);
@@ -330,6 +361,7 @@ static void cuda_pump_free(struct mks_rt *rt)
     cudaFree(p->dev);
     cudaFreeHost(p->seqs);
     cudaFreeHost(p->hdrs);
+    free(p->gate_stage);
     free(p);
     rt->ext = NULL;
 }
@@ -378,10 +410,35 @@ extern "C" int mks_rt_cuda_enable(struct mks_rt *rt, struct mks_dev_rt *dev_p)
     dev_p->rank = rt->rank;
     dev_p->gen = (const uint32_t *)(p->dev + offsetof(struct mks_cb, dev_gen));
     p->dev_gen = cb->dev_gen;
+    p->mask = cb->attach_mask;
+    p->gate_pushed = MKS_DEV_GATE_PENDING;
     rt->pump_ext_free = cuda_pump_free;
     {
         void (*run)(struct mks_rt *) = cuda_pump_run;
         __atomic_store_n(&rt->pump_ext, run, __ATOMIC_RELEASE);
     }
+    return 0;
+}
+
+extern "C" int mks_rt_cuda_gate(struct mks_rt *rt, uint64_t *words, uint32_t n_words,
+                                uint32_t stride_bytes)
+{
+    struct cuda_pump *p;
+    if (!rt || !rt->ext || !words || n_words == 0 || ((uintptr_t)words & 7u) ||
+        stride_bytes < sizeof(uint64_t) || (stride_bytes & 7u)) {
+        fprintf(stderr, "mkscope: mks_rt_cuda_gate: need mks_rt_cuda_enable() first and "
+                        "n_words > 0 8-aligned words at a stride of 8 bytes or more\n");
+        return -EINVAL;
+    }
+    p = (struct cuda_pump *)rt->ext;
+    if (p->gate_stage)
+        return -EBUSY;
+    p->gate_stage = (uint32_t *)malloc((size_t)n_words * sizeof(uint32_t));
+    if (!p->gate_stage)
+        return -ENOMEM;
+    p->gate_words = words;
+    p->gate_stride = stride_bytes;
+    /* The pump thread reads the rest after it sees n. */
+    __atomic_store_n(&p->gate_n, n_words, __ATOMIC_RELEASE);
     return 0;
 }

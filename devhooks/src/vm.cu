@@ -184,3 +184,122 @@ extern "C" __device__ void mks_dev_monitor(const struct mks_dev_rt *rt, struct m
         __nanosleep(64);
     }
 }
+
+/* ---- the monitor warp: one queued event per lane ---- */
+
+#define MKS_DEV_FULL 0xffffffffu
+
+/* Add the lanes' coverage into the block's counters of (bank, worker), one
+ * event kind at a time (a batch mostly holds one or two kinds); lane 0
+ * writes, the monitor warp being the only writer of this worker's
+ * counters. */
+static __device__ void dev_warp_cov(struct mks_cb *cb, uint32_t bank, uint32_t worker,
+                                    uint32_t ev, const struct mks_cb_cov *cov, uint32_t lane)
+{
+    uint32_t todo = __ballot_sync(MKS_DEV_FULL, ev < MKS_EV_COUNT && cov->eligible);
+    while (todo) {
+        uint32_t e = __shfl_sync(MKS_DEV_FULL, ev, __ffs(todo) - 1);
+        int mine = ev == e && cov->eligible;
+        uint32_t el = __reduce_add_sync(MKS_DEV_FULL, mine ? (uint32_t)cov->eligible : 0u);
+        uint32_t ran = __reduce_add_sync(MKS_DEV_FULL, mine ? (uint32_t)cov->ran : 0u);
+        uint32_t thr = __reduce_add_sync(MKS_DEV_FULL, mine ? (uint32_t)cov->throttled : 0u);
+        uint32_t lost = __reduce_add_sync(MKS_DEV_FULL, mine ? (uint32_t)cov->lost : 0u);
+        if (lane == 0) {
+            volatile uint64_t *g = (volatile uint64_t *)mks_cb_cov(cb, bank, worker, e);
+            g[0] = g[0] + el;
+            g[1] = g[1] + ran;
+            g[2] = g[2] + thr;
+            g[3] = g[3] + lost;
+        }
+        todo &= ~__ballot_sync(MKS_DEV_FULL, mine);
+    }
+}
+
+extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
+                                                struct mks_dev_ring *r, uint32_t worker)
+{
+    struct mks_cb *cb = (struct mks_cb *)rt->cb;
+    const uint32_t lane = threadIdx.x & 31u;
+    uint32_t tail = *(volatile uint32_t *)&r->tail, seen = 0;
+    /* Lane e (< MKS_EV_COUNT) keeps event e's lost count already reported
+     * and the hook word and generation last read with acquire (see
+     * mks_dev_monitor()): registers, not an indexed local array. */
+    uint64_t word = 0, gen = ~0ull;
+    if (lane < MKS_EV_COUNT)
+        seen = *(volatile uint32_t *)&r->lost[lane];
+    for (;;) {
+        uint32_t head = __shfl_sync(MKS_DEV_FULL, *(volatile uint32_t *)&r->head, 0), n;
+        if (head != tail) {
+            struct mks_hook_ctx c;
+            struct mks_cb_cov cov = {0, 0, 0, 0};
+            uint64_t epoch = 0, w_lane, w;
+            uint32_t ev = MKS_EV_COUNT, bank;
+            n = head - tail < 32u ? head - tail : 32u;
+            if (lane == 0)
+                epoch = mksi_hook_enter(cb, worker);
+            epoch = __shfl_sync(MKS_DEV_FULL, epoch, 0);
+            bank = (uint32_t)(epoch & 1u);
+            /* The hook words: lane e re-reads event e's with acquire only
+             * when its word or generation moved. */
+            if (lane < MKS_EV_COUNT) {
+                uint64_t hw = *(volatile uint64_t *)&cb->hooks[lane].progs;
+                uint64_t hg = *(volatile uint64_t *)&cb->hooks[lane].gen;
+                if (hw != word || hg != gen) {
+                    __threadfence();
+                    gen = hg;
+                    word = MKS_A_LOAD_ACQ64(&cb->hooks[lane].progs);
+                }
+            }
+            __threadfence_block(); /* the slots' contents before their head */
+            if (lane < n) {
+                const uint4 *src = (const uint4 *)&r->slot[(tail + lane) % MKS_DEV_RING_SLOTS];
+                uint4 *dst = (uint4 *)&c;
+                for (uint32_t i = 0; i < sizeof(c) / sizeof(uint4); i++)
+                    dst[i] = src[i]; /* after the fence: loaded fresh */
+                ev = c.event;
+                if (ev >= MKS_EV_COUNT || c.worker != worker)
+                    ev = MKS_EV_COUNT;
+            }
+            __syncwarp();
+            tail += n;
+            if (lane == 0)
+                *(volatile uint32_t *)&r->tail = tail; /* the slots are free again */
+            w_lane = __shfl_sync(MKS_DEV_FULL, word, ev < MKS_EV_COUNT ? ev : 0);
+            w = ev < MKS_EV_COUNT ? w_lane : 0;
+            if (w) {
+                c.abi_version = MKS_HOOK_ABI_VERSION;
+                c.size = (uint16_t)sizeof(c);
+                mksi_hook_exec_cov(cb, rt->rank, &c, epoch, w, &cov);
+            }
+            __syncwarp();
+            dev_warp_cov(cb, bank, worker, w ? ev : MKS_EV_COUNT, &cov, lane);
+            if (lane == 0) {
+                __threadfence(); /* every lane's map writes before the leave */
+                mksi_hook_leave(cb, worker, epoch);
+            }
+            continue;
+        }
+        {
+            /* Read stop first: every loss the worker counted before it
+             * stopped is then visible to the sweep. */
+            int stopping = *(volatile uint32_t *)&r->stop &&
+                           *(volatile uint32_t *)&r->head == tail;
+            stopping = __shfl_sync(MKS_DEV_FULL, stopping, 0);
+            __threadfence_block();
+            {
+                uint32_t d = lane < MKS_EV_COUNT ? *(volatile uint32_t *)&r->lost[lane] : seen;
+                /* Lane 0 reports them all: one party enters the worker's
+                 * epoch at a time. */
+                for (uint32_t e = 0; e < MKS_EV_COUNT; e++) {
+                    uint32_t k = __shfl_sync(MKS_DEV_FULL, d - seen, e);
+                    if (lane == 0 && k)
+                        mks_dev_hook_lost(rt, worker, e, k);
+                }
+                seen = d;
+            }
+            if (stopping)
+                return;
+        }
+        __nanosleep(128);
+    }
+}

@@ -179,6 +179,129 @@ static __device__ __forceinline__ void mks_dev_queue_stop(struct mks_dev_queue *
 extern "C" __device__ void mks_dev_monitor(const struct mks_dev_rt *rt, struct mks_dev_queue *q,
                                            uint32_t worker);
 
+/* ---- detached at no cost: the gate bit in a word the worker polls ----
+ *
+ * A persistent worker already loads a word from global memory to learn
+ * whether it has a next task.  mks_rt_cuda_gate() hands devhooks one such
+ * 64-bit word per worker; the application writes only its low 32 bits (a
+ * task count, 32-bit stores), the pump writes only the high 32 bits:
+ * MKS_DEV_GATE_ON | attach mask while any hook is attached, 0 otherwise.
+ * The worker's fast loop tests for a next task with a signed 64-bit compare,
+ *
+ *     while ((int64_t)i < (int64_t)word) { ...task, no hook code... }
+ *
+ * which fails over as soon as the gate bit (bit 63) is set, so the fast
+ * loop is the hooks-compiled-out loop instruction for instruction and
+ * detached hooks cost nothing per event.  After it, the worker checks
+ * mks_dev_gate_on(word): set, it runs the hooked loop (the same tasks with
+ * hook sites, events whose bit mks_dev_gate_mask() gives) until the bit
+ * clears, then returns to the fast loop. */
+#define MKS_DEV_GATE_ON 0x80000000u
+
+static __device__ __forceinline__ int mks_dev_gate_on(uint64_t word)
+{
+    return (int64_t)word < 0;
+}
+
+static __device__ __forceinline__ uint32_t mks_dev_gate_mask(uint64_t word)
+{
+    return (uint32_t)(word >> 32) & ~MKS_DEV_GATE_ON;
+}
+
+/* The application's half of the word (the task count). */
+static __device__ __forceinline__ uint32_t mks_dev_gate_app(uint64_t word)
+{
+    return (uint32_t)word;
+}
+
+/* A load of the polled word that reaches the L2, where the pump writes. */
+static __device__ __forceinline__ uint64_t mks_dev_gate_load(const uint64_t *p)
+{
+    uint64_t v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* ---- off-path execution by a monitor warp, without loss ----
+ *
+ * The worker copies each event's context into a slot of a per-block
+ * shared-memory ring (mks_dev_ring_slot/push: eight 16-byte shared stores
+ * and a fence); one warp of the same block runs mks_dev_monitor_warp(),
+ * which takes up to 32 queued events at a time and runs their programs
+ * with one event per lane.  When the ring is full the worker waits, at
+ * most MKS_DEV_RING_SPINS polls of the monitor's tail, and counts the wait
+ * in `waits`; only after that is the event counted lost (eligible and lost
+ * in coverage), so ran + lost = eligible always holds. */
+#define MKS_DEV_RING_SLOTS 64u /* 8 KiB of shared memory per block */
+#ifndef MKS_DEV_RING_SPINS
+#define MKS_DEV_RING_SPINS 4096u /* about 1 ms with the 256 ns sleep below */
+#endif
+
+struct mks_dev_ring {
+    struct mks_hook_ctx slot[MKS_DEV_RING_SLOTS];
+    uint32_t head;                /* written by the worker */
+    uint32_t tail;                /* written by the monitor warp */
+    uint32_t stop;                /* set by the worker when it is done */
+    uint32_t waits;               /* times the worker found the ring full */
+    uint32_t lost[MKS_EV_COUNT];  /* written by the worker */
+};
+
+/* Zero the ring (one thread, then __syncthreads()). */
+static __device__ __forceinline__ void mks_dev_ring_init(struct mks_dev_ring *r)
+{
+    r->head = r->tail = r->stop = r->waits = 0;
+    for (uint32_t e = 0; e < MKS_EV_COUNT; e++)
+        r->lost[e] = 0;
+}
+
+/* The ring was full: wait for the monitor warp, bounded. */
+static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_ring_wait(struct mks_dev_ring *r,
+                                                                      uint32_t h, uint32_t ev)
+{
+    *(volatile uint32_t *)&r->waits = r->waits + 1u;
+#pragma unroll 1
+    for (uint32_t n = 0; n < MKS_DEV_RING_SPINS; n++) {
+        __nanosleep(256);
+        if (h - *(volatile uint32_t *)&r->tail < MKS_DEV_RING_SLOTS)
+            return &r->slot[h % MKS_DEV_RING_SLOTS];
+    }
+    if (ev < MKS_EV_COUNT)
+        *(volatile uint32_t *)&r->lost[ev] = r->lost[ev] + 1u;
+    return 0;
+}
+
+/* The slot for the next event of kind ev, or NULL when the ring stayed full
+ * (the event is then counted lost). */
+static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_ring_slot(struct mks_dev_ring *r,
+                                                                         uint32_t ev)
+{
+    uint32_t h = r->head;
+    if (__builtin_expect(h - *(volatile uint32_t *)&r->tail >= MKS_DEV_RING_SLOTS, 0))
+        return mks_dev_ring_wait(r, h, ev);
+    return &r->slot[h % MKS_DEV_RING_SLOTS];
+}
+
+/* Publish the slot filled after mks_dev_ring_slot(). */
+static __device__ __forceinline__ void mks_dev_ring_push(struct mks_dev_ring *r)
+{
+    __threadfence_block();
+    *(volatile uint32_t *)&r->head = r->head + 1u;
+}
+
+/* Ask the monitor warp to return once the ring is drained. */
+static __device__ __forceinline__ void mks_dev_ring_stop(struct mks_dev_ring *r)
+{
+    __threadfence_block();
+    *(volatile uint32_t *)&r->stop = 1u;
+}
+
+/* The monitor warp's loop, called by all 32 lanes of one warp: runs the
+ * programs of the queued events, one event per lane, counts coverage and
+ * the worker's lost events, returns after mks_dev_ring_stop() and an empty
+ * ring.  worker: the worker whose events the ring carries. */
+extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
+                                                struct mks_dev_ring *r, uint32_t worker);
+
 static __device__ __forceinline__ void mks_dev_worker_refresh(const struct mks_dev_rt *rt,
                                                               struct mks_dev_worker *w)
 {
@@ -296,6 +419,12 @@ extern "C" {
  * programs and maps in the pump thread.  Call once, before launching the
  * kernel; -ENODEV (with a line on stderr) when CUDA fails. */
 int mks_rt_cuda_enable(struct mks_rt *rt, struct mks_dev_rt *dev_p);
+/* Host: let the pump fold "hooks attached" into the words the workers poll
+ * (see MKS_DEV_GATE_ON): words[i * stride_bytes / 8] for i < n_words, in
+ * device memory, 8-aligned.  The pump writes their high halves now and
+ * after every change of the attach mask.  Once, after
+ * mks_rt_cuda_enable(); -EINVAL on bad arguments, -EBUSY if already set. */
+int mks_rt_cuda_gate(struct mks_rt *rt, uint64_t *words, uint32_t n_words, uint32_t stride_bytes);
 #ifdef __cplusplus
 }
 #endif
