@@ -3,8 +3,9 @@
  *
  * 1. Step time.  Per (rank, step) the step lasts from its first task start
  *    to its last task end (rows of `steps`, merged over epochs).  The time of
- *    a step is its slowest rank's; a step is slow when it exceeds the run's
- *    median step time by slow_frac and by min_excess_ns.
+ *    a step is its slowest rank's; a step is slow when it exceeds the median
+ *    of its neighbours (DIAG_WINDOW steps either side) by slow_frac, by
+ *    min_excess_ns and by four robust standard deviations of them.
  * 2. Norms.  Everything is judged against the same rank's median over all
  *    steps of the run (the same wait peer and class, the same task class, the
  *    same release): faults hit some steps, so medians stay clean.
@@ -44,6 +45,8 @@
 #include "serve.h"
 
 #define MAX_CHAIN 16
+/* Steps either side a step's time is compared with. */
+#define DIAG_WINDOW 10
 
 struct srow { /* (rank, step) */
     uint32_t rank, step;
@@ -700,15 +703,19 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
                 if (o->queue_count > 0)
                     bq[q++] = o->queue_sum / o->queue_count;
             }
-            /* A class in fewer than half of the rank's steps: its own
-             * median may be all faulted steps; take its family's, over
-             * every rank, when it has one. */
+            /* A class seen in fewer than half of the rank's steps (an
+             * expert chosen now and then, or steps the agent could not keep
+             * apart under load): its own median may be all faulted steps.
+             * Ranks run the same program: take the class's median over
+             * every rank, or its family's when it has one. */
             int fam = c->cls < 256 ? d->family[c->cls] : -1;
-            if (fam >= 0 && 2 * n < rank_steps(d, rank)) {
+            if (2 * n < rank_steps(d, rank)) {
                 n = m = q = 0;
                 for (size_t k = 0; k < d->nc; k++) {
                     const struct crow *o = &d->c[k];
-                    if (o->cls >= 256 || d->family[o->cls] != fam || o->count <= 0)
+                    if (o->count <= 0 || o->step == 0)
+                        continue;
+                    if (fam >= 0 ? o->cls >= 256 || d->family[o->cls] != fam : o->cls != c->cls)
                         continue;
                     bmean[n++] = o->run_sum / o->count;
                     bmax[m++] = o->run_max;
@@ -754,7 +761,9 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
         double idle_ex = (sr->idle - rank_median(d, rank, f_idle, buf)) / nw;
         v->score[C_IMBALANCE] = queue_ex < idle_ex ? queue_ex : idle_ex;
     } else {
-        v->score[C_IMBALANCE] = queue_ex / 2; /* queueing alone is weak evidence */
+        /* Queueing alone: a task held in a queue (passed over, or behind
+         * one worker's backlog) while the step waits for it. */
+        v->score[C_IMBALANCE] = queue_ex;
     }
     if (v->score[C_IMBALANCE] < 0)
         v->score[C_IMBALANCE] = 0;
@@ -1066,25 +1075,49 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     for (size_t k = 0; k < n_steps; k++)
         buf[k] = stime[k];
     double med = median(buf, n_steps);
-    /* Noise floor: four robust standard deviations (1.4826 MAD) of the step
-     * times, so that a noisy run does not turn jitter into slow steps. */
-    for (size_t k = 0; k < n_steps; k++)
-        buf[k] = fabs(stime[k] - med);
-    double noise = 4 * 1.4826 * median(buf, n_steps);
     size_t n_slow = 0;
     bool *used = calloc(n_steps + 1, sizeof(bool));
     bool *slow = calloc(n_steps + 1, sizeof(bool));
-    if (!used || !slow) {
-        free(used), free(slow), free(stime), free(srank);
+    size_t *order = malloc((n_steps + 1) * sizeof(size_t));
+    if (!used || !slow || !order) {
+        free(used), free(slow), free(stime), free(srank), free(order);
         rc = mks_serve_fail(err, errlen, -ENOMEM, "diagnose: out of memory");
         goto out;
     }
+    /* Steps in step order (insertion sort: they come nearly sorted). */
     for (size_t k = 0; k < n_steps; k++) {
+        size_t j = k;
+        while (j > 0 && steps[order[j - 1]] > steps[k]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = k;
+    }
+    for (size_t p = 0; p < n_steps; p++) {
+        size_t k = order[p];
         if (d.o.only_step >= 0 && steps[k] != (uint32_t)d.o.only_step)
             continue;
-        double ex = stime[k] - med;
+        /* A step is judged against its neighbours (DIAG_WINDOW steps either
+         * side): the machine's load changes during a run, and a run-wide
+         * median and spread would then hide a fault or invent one.  Noise
+         * floor: four robust standard deviations (1.4826 MAD) of the
+         * neighbourhood. */
+        size_t lo = p > DIAG_WINDOW ? p - DIAG_WINDOW : 0, hi = lo + 2 * DIAG_WINDOW + 1;
+        if (hi > n_steps) {
+            hi = n_steps;
+            lo = hi > 2 * DIAG_WINDOW + 1 ? hi - (2 * DIAG_WINDOW + 1) : 0;
+        }
+        double wb[2 * DIAG_WINDOW + 1];
+        size_t nwb = 0;
+        for (size_t q = lo; q < hi; q++)
+            wb[nwb++] = stime[order[q]];
+        double lmed = median(wb, nwb);
+        for (size_t q = 0; q < nwb; q++)
+            wb[q] = fabs(wb[q] - lmed);
+        double noise = 4 * 1.4826 * median(wb, nwb);
+        double ex = stime[k] - lmed;
         if (d.o.only_step < 0 &&
-            (stime[k] <= med * (1 + d.o.slow_frac) || ex < (double)d.o.min_excess_ns ||
+            (stime[k] <= lmed * (1 + d.o.slow_frac) || ex < (double)d.o.min_excess_ns ||
              ex <= noise))
             continue;
         slow[k] = true;
@@ -1131,6 +1164,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         }
     free(used);
     free(slow);
+    free(order);
     free(stime);
     free(srank);
     const char *reason = NULL;

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# mkscope diagnose end to end: 4 CPU ranks of the reference megakernel, an
+# agent each, one collector.  For every fault type of the bench, one run with
+# the fault on one rank; `mkscope diagnose -f json` must name the injected
+# cause, rank and task class for most of the faulted steps, and some other
+# rank must show the remote stall on the faulty one.  The bench's --truth
+# file is read here only, never given to the collector.  A clean run must
+# name no fault.
+#
+# Faults add 50 ms to each of 5 steps whose usual time is 1-2 ms, far above
+# what a loaded 2-core machine adds; agent epochs of 5 ms keep steps apart
+# in the summaries.  A slow step that noise makes (a step or two, rarely
+# more) may form its own group; the checks look for the fault's group, and
+# a clean run may only show such small groups.
+source "$(dirname "$0")/lib.sh"
+command -v jq >/dev/null || { echo "SKIP: jq is needed to read the JSON answers" >&2; exit 77; }
+
+steps=60 first=20 last=24 mag=50000
+start_collector
+failed=0
+
+# run NAME FAULT...: one job under the launcher; its diagnosis in $dir/NAME/diag.json
+run() {
+  local name=$1; shift
+  local fa=() f
+  for f in "$@"; do fa+=(--fault "$f"); done
+  mkdir -p "$dir/$name"
+  "$launch" --ranks 4 --job "itd$name$$" --dir "$dir/$name" --collector "ipc://$dir/ingest" \
+    --steps $steps --epoch-ms 5 "${fa[@]}" -q -- --truth "$dir/$name/truth.json" >/dev/null ||
+    fail "$name: the job failed"
+  cli --job "itd$name$$" -f json diagnose >"$dir/$name/diag.json" || fail "$name: diagnose failed"
+  jq -c '{cause, root: "\(.root.rank) \(.root.task_class)", steps,
+          chain: [.chain[]? | "\(.rank):\(.cause)"], stalled: [.stalled[]? | .rank], reason}' \
+    "$dir/$name/diag.json" | sed "s/^/  $name: /"
+}
+
+# check NAME CAUSES: the group of the truth's fault
+check() {
+  local name=$1 causes=$2
+  local verdict
+  verdict=$(jq -rn --slurpfile t "$dir/$name/truth.json" --arg causes "$causes" '
+    ($t[0].faults[0]) as $f
+    | [inputs | select(.cause as $c | $causes | split(",") | index($c))
+              | select(.root.rank == $f.rank and
+                       (.root.task_class == $f.class or .root.task_class == "class\($f.class_id)"))]
+    | if ([.[].steps[] | select(. >= $f.steps[0] and . <= $f.steps[1] + 1)] | length) < 3
+      then "fewer than 3 of the faulty steps are named \($causes) at rank \($f.rank), class \($f.class)"
+      elif ([.[] | select((.chain[0].cause == "remote_stall" and (.chain | length) >= 2) or
+                          ([.stalled[]?.chain[0].cause] | index("remote_stall")))] | length) == 0
+      then "no rank shows a remote stall on rank \($f.rank)"
+      else "ok" end' "$dir/$name/diag.json")
+  if [ "$verdict" = ok ]; then
+    echo "ok $name"
+  else
+    echo "FAIL $name: $verdict" >&2
+    failed=1
+  fi
+}
+
+faults=(
+  "td task-delay slow_task"
+  "nd notify-delay notify_delay"
+  "qo queue-oversub local_imbalance"
+  "ts tile-starve local_imbalance"
+  "cd comm-delay slow_transfer"
+  "ms moe-skew local_imbalance,slow_task"
+)
+r=0
+for spec in "${faults[@]}"; do
+  set -- $spec
+  # the faulty rank moves around so that no rank's peculiarity passes for a diagnosis
+  run "$1" "$2:rank=$((r % 3 + 1)),magnitude=$mag,steps=$first-$last"
+  check "$1" "$3"
+  r=$((r + 1))
+done
+
+run clean
+big=$(jq -s '[.[] | select(.cause != "undecided" and .cause != "none" and (.steps | length) >= 3)] | length' \
+  "$dir/clean/diag.json")
+if [ "$big" != 0 ]; then
+  echo "FAIL clean: $big groups of 3 or more slow steps name a cause" >&2
+  failed=1
+else
+  echo "ok clean"
+fi
+[ $failed = 0 ] || fail "diagnosis did not name every fault"
