@@ -2,8 +2,12 @@
 # mkscope demo: install, build, then on this machine start a collector and N
 # ranks of the reference megakernel (CPU backend unless a GPU is present),
 # each with its agent; print what the collector learned next to what the
-# megakernel says it executed; with --fault, inject it and print mkscope's
-# diagnosis.  Stops everything it started and checks that nothing is left.
+# megakernel says it executed, and mkscope's diagnosis of the fault it
+# injected.  By default one rank's scheduler is imbalanced (queue-oversub on
+# rank 2) and the other ranks stall waiting on its all-reduce contribution:
+# the diagnosis names both, the stalled ranks with a remote stall and the
+# root with local imbalance and its task class.  Stops everything it started
+# and checks that nothing is left.
 set -euo pipefail
 
 usage() {
@@ -12,8 +16,11 @@ usage: deploy/demo.sh [--ranks N] [--steps N] [--fault SPEC]... [-f text|json] [
 
   --ranks N      megakernel ranks, one agent each (default 4)
   --steps N      decode steps (default 200)
-  --fault SPEC   inject a fault (repeatable), e.g.
-                 task-delay:rank=2,class=attention,magnitude=1500,steps=50-80
+  --fault SPEC   inject a fault as mkscope-bench does (repeatable), e.g.
+                 task-delay:rank=1,class=attention,magnitude=20000,steps=50-54;
+                 --fault none: a clean run.  Default: queue-oversub on rank 2
+                 (the last rank when fewer), 50 ms on each of 5 steps from
+                 the middle of the run
   -f json        one JSON document on stdout instead of text
   --no-build     use the existing build/ (no install, no build)
   --keep         keep the run directory (sockets, store.db, logs)
@@ -25,12 +32,15 @@ USAGE
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 ranks=4 steps=200 fmt=text build=1 keep=0
-faults=()
+faults=() fault_given=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    --fault) faults+=(--fault "$2"); shift 2 ;;
+    --fault)
+      fault_given=1
+      [ "$2" = none ] || faults+=(--fault "$2")
+      shift 2 ;;
     -f|--format) fmt=$2; shift 2 ;;
     --no-build) build=0; shift ;;
     --keep) keep=1; shift ;;
@@ -39,7 +49,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$fmt" in text|json) ;; *) echo "demo: -f wants text or json" >&2; exit 2 ;; esac
-case "$ranks$steps" in *[!0-9]*) echo "demo: --ranks and --steps want numbers" >&2; exit 2 ;; esac
+case "$ranks$steps" in ''|*[!0-9]*) echo "demo: --ranks and --steps want numbers" >&2; exit 2 ;; esac
+[ "$ranks" -ge 1 ] && [ "$steps" -ge 1 ] || { echo "demo: --ranks and --steps must be at least 1" >&2; exit 2; }
+if [ "$fault_given" = 0 ] && [ "$ranks" -ge 2 ]; then
+  # A remote stall caused by local scheduler imbalance on another rank.
+  root_rank=$((ranks > 2 ? 2 : ranks - 1)) first=$((steps / 2))
+  faults=(--fault "queue-oversub:rank=$root_rank,magnitude=50000,steps=$first-$((first + 4))")
+fi
 
 # Text goes to stderr in json mode so that stdout is one document.
 say() { if [ "$fmt" = json ]; then echo "$*" >&2; else echo "$*"; fi; }
@@ -87,8 +103,10 @@ cli() { "$cli_bin" --collector "ipc://$dir/cli" "$@"; }
 
 say "== collector, $ranks megakernel ranks and $ranks agents (run directory $dir)"
 [ ${#faults[@]} -eq 0 ] || say "   faults: ${faults[*]}"
+# Agent epochs of 5 ms keep decode steps apart in the summaries, which the
+# diagnosis needs to tell a slow step from its neighbours.
 "$root/deploy/local/mkscope-launch" --ranks "$ranks" --steps "$steps" --dir "$dir" \
-  --collector "ipc://$dir/ingest" --job "demo$$" "${faults[@]}" >/dev/null
+  --collector "ipc://$dir/ingest" --job "demo$$" --epoch-ms 5 "${faults[@]}" >/dev/null
 
 cli -f json status >"$dir/status.json"
 cli -f json query 'count(task) by rank, class' >"$dir/query.json"
@@ -97,9 +115,17 @@ set +e
   -f "$fmt" >"$dir/counts.out" "$dir"/agent-*.json
 counts_rc=$?
 set -e
-if [ ${#faults[@]} -gt 0 ]; then
-  cli -f "$fmt" diagnose >"$dir/diagnose.out" 2>"$dir/diagnose.err" ||
-    { [ "$fmt" = json ] && echo null >"$dir/diagnose.out"; cat "$dir/diagnose.err" >>"$dir/diagnose.out"; }
+if cli -f "$fmt" diagnose >"$dir/diagnose.out" 2>"$dir/diagnose.err"; then
+  if [ "$fmt" = json ]; then
+    # one JSON object per slow-step group: an array of them in the document
+    { echo '['; sed '$!s/$/,/' "$dir/diagnose.out"; echo ']'; } >"$dir/diagnose.arr"
+    mv "$dir/diagnose.arr" "$dir/diagnose.out"
+  fi
+elif [ "$fmt" = json ]; then
+  cat "$dir/diagnose.err" >&2
+  echo null >"$dir/diagnose.out"
+else
+  cat "$dir/diagnose.err" >>"$dir/diagnose.out"
 fi
 
 if [ "$fmt" = text ]; then

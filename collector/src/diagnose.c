@@ -958,8 +958,9 @@ static json_t *chain_json(struct diag *d, const struct chain *ch)
  * in an all-reduce every rank waits on the slow one, and the chain shown
  * starts at the slowest rank only (often the root itself). */
 static json_t *stalled_json(struct diag *d, const struct chain *ch, uint32_t step, double med,
-                            double *buf)
+                            double *buf, struct chain *first)
 {
+    first->n = 0;
     json_t *arr = json_array();
     const struct link *root = &ch->l[ch->n - 1];
     struct chain *o = malloc(sizeof(*o));
@@ -979,6 +980,8 @@ static json_t *stalled_json(struct diag *d, const struct chain *ch, uint32_t ste
             continue;
         json_array_append_new(arr, json_pack("{s:I, s:o}", "rank", (json_int_t)r, "chain",
                                              chain_json(d, o)));
+        if (!first->n)
+            *first = *o;
     }
     free(o);
     return arr;
@@ -987,6 +990,17 @@ static json_t *stalled_json(struct diag *d, const struct chain *ch, uint32_t ste
 static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank, uint32_t step,
                           json_t *steps, double worst, double med, double *buf)
 {
+    json_t *stalled = NULL;
+    struct chain *first = NULL;
+    if (ch->l[ch->n - 1].cause >= 0 && (first = malloc(sizeof(*first)))) {
+        stalled = stalled_json(d, ch, step, med, buf, first);
+        /* The slowest rank was the root itself: show the story from a
+         * rank that waited on it (remote stall, then the root's cause). */
+        if (ch->n == 1 && first->n > 1) {
+            ch = first;
+            rank = first->l[0].rank;
+        }
+    }
     const struct link *root = &ch->l[ch->n - 1];
     json_t *chain = chain_json(d, ch);
     /* The generation that leads to the root: the last remote link's. */
@@ -1007,8 +1021,9 @@ static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank,
                           "median_step_ns", (json_int_t)med, "excess_ns",
                           (json_int_t)(worst - med));
     json_object_set_new(g, "reason", *ch->reason ? json_string(ch->reason) : json_null());
-    if (root->cause >= 0)
-        json_object_set_new(g, "stalled", stalled_json(d, ch, step, med, buf));
+    if (stalled)
+        json_object_set_new(g, "stalled", stalled);
+    free(first);
     return g;
 }
 

@@ -15,7 +15,6 @@ while [ $# -gt 0 ]; do
     --bench) export MKS_BENCH_BIN=$2 ;;
     --countcheck) MKS_COUNTCHECK=$2 ;;
     --monitors) export MKS_MONITORS_DIR=$2 ;;
-    --gate) export MKS_GATE_LIB=$2 ;;
     *) echo "$(basename "$0"): unknown argument $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -64,22 +63,12 @@ start_collector() {
 
 cli() { "$MKS_CLI_BIN" --collector "ipc://$dir/cli" "$@"; }
 
-# The count equality with the megakernel needs ranks that wait for their
-# agents: an option of the megakernel's, or libmkscope-gate.so preloaded.
-bench_has_wait() { "$MKS_BENCH_BIN" --help 2>&1 | grep -q -- '--wait-agents'; }
-bench_waits() { bench_has_wait || [ -f "${MKS_GATE_LIB:-}" ]; }
 # bench_argv JOB ARGS...: the command line of mkscope-bench run into the
-# array bench_cmd, holding each rank until its agent attached when possible
+# array bench_cmd; each rank waits until its agent has attached, so that
+# counts cover the whole run
 bench_argv() {
   local job=$1; shift
-  if bench_has_wait; then
-    bench_cmd=("$MKS_BENCH_BIN" run --job "$job" --wait-agents 10000 "$@")
-  elif [ -f "${MKS_GATE_LIB:-}" ]; then
-    bench_cmd=(env "LD_PRELOAD=$MKS_GATE_LIB" MKSCOPE_GATE_MS=10000 "MKSCOPE_GATE_JOB=$job"
-               "$MKS_BENCH_BIN" run --job "$job" "$@")
-  else
-    bench_cmd=("$MKS_BENCH_BIN" run --job "$job" "$@")
-  fi
+  bench_cmd=("$MKS_BENCH_BIN" run --job "$job" --wait-agents 10000 "$@")
 }
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
