@@ -355,7 +355,7 @@ static void test_monitors(void **state)
     (void)state;
     verify_object("count.bpf.o", 1, 0);
     verify_object("latency.bpf.o", 2, 0);
-    verify_object("depwait.bpf.o", 3, 0);
+    verify_object("depwait.bpf.o", 4, 0);
     verify_object("queue.bpf.o", 2, 0);
     verify_object("genprog.bpf.o", 2, 0);
 }
