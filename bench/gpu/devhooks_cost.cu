@@ -130,18 +130,21 @@ static __device__ __forceinline__ uint64_t hook_queue(struct mks_dev_queue *q, u
 }
 
 /* The hooked loop's hook site with the monitor warp: the context into the
- * block's ring, when the event's bit is in the gate's mask. */
-static __device__ __forceinline__ uint64_t hook_ring(struct mks_dev_ring *r, uint32_t mask,
-                                                  uint32_t ev, uint32_t w, uint32_t task,
-                                                  uint64_t t0)
+ * block's ring (room reserved at the task's start), when the event's bit is
+ * in the gate's mask. */
+static __device__ __forceinline__ uint64_t hook_ring(struct mks_dev_ring *r, int room,
+                                                  uint32_t mask, uint32_t ev, uint32_t w,
+                                                  uint32_t task, uint64_t t0)
 {
     uint64_t now = gtimer();
     if (mask & (1u << ev)) {
-        struct mks_hook_ctx *c = mks_dev_ring_slot(r, ev), v;
-        if (c) {
+        if (room) {
+            struct mks_hook_ctx v;
             fill_ctx(&v, ev, w, task, now, ev == MKS_EV_TASK_START ? now : t0);
-            *c = v; /* eight 16-byte shared stores */
+            *mks_dev_ring_next(r) = v; /* eight 16-byte shared stores */
             mks_dev_ring_push(r);
+        } else {
+            mks_dev_ring_lose(r, ev, 1);
         }
     }
     return now;
@@ -238,10 +241,11 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
                 uint64_t qn = mks_dev_gate_load(qw);
                 uint32_t task = next, mask = mks_dev_gate_mask(qv);
                 uint64_t t0;
+                int room = mks_dev_ring_reserve(&ring, 2); /* both events' slots */
                 next = my[i + 1 < T ? i + 1 : i];
-                t0 = hook_ring(&ring, mask, MKS_EV_TASK_START, w, task, 0);
+                t0 = hook_ring(&ring, room, mask, MKS_EV_TASK_START, w, task, 0);
                 acc = task_body(acc, task, K);
-                hook_ring(&ring, mask, MKS_EV_TASK_END, w, task, t0);
+                hook_ring(&ring, room, mask, MKS_EV_TASK_END, w, task, t0);
                 qv = qn;
                 i++;
             }
@@ -266,7 +270,9 @@ struct bench {
     uint32_t *tasks;
     uint64_t *out;
     struct raw_rec *recs;
-    uint64_t *qwords;  /* the workers' polled words, 128 bytes apart */
+    uint64_t *qwords;  /* the workers' polled words, 128 bytes apart, gated */
+    uint64_t *qplain;  /* the same for the other variants: never gated */
+    uint32_t gate_block; /* MODE_GATE's block size: 64 (monitor warp) or 32 */
     uint32_t *waits;   /* per worker: times the ring was full */
     struct mks_dev_rt rt;
     cudaStream_t stream;
@@ -281,10 +287,10 @@ static int cmp_float(const void *a, const void *b)
 
 #define LAUNCH(M)                                                                                  \
     megakernel<M><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs,    \
-                                                 b->qwords, b->waits)
+                                                 M == MODE_GATE ? b->qwords : b->qplain, b->waits)
 static void launch(struct bench *b, int mode)
 {
-    dim3 grid(b->n_sm), block(mode == MODE_QUEUE || mode == MODE_GATE ? 64 : 32);
+    dim3 grid(b->n_sm), block(mode == MODE_QUEUE ? 64 : mode == MODE_GATE ? b->gate_block : 32);
     switch (mode) {
     case MODE_OUT: LAUNCH(MODE_OUT); break;
     case MODE_HOOK: LAUNCH(MODE_HOOK); break;
@@ -477,27 +483,40 @@ static float time_once(struct bench *b, int mode)
 }
 
 /* Hooks compiled out against detached through the gate, launches
- * interleaved so drift hits both alike; prints every pair. */
+ * interleaved so drift hits both alike; prints every pair.  gate32: the
+ * same kernel launched without its (idle) monitor warp, which separates the
+ * fast loop's code from the warp's presence. */
 static void detached_pairs(struct bench *b, float *med_out, float *med_gate)
 {
     enum { N = 2 * REPS + 1 };
-    float o[N], g[N], d[N];
+    float o[N], g[N], g32[N], d[N], d32[N];
     launch(b, MODE_OUT);
     launch(b, MODE_GATE);
     CHECK(cudaStreamSynchronize(b->stream));
-    printf("compiled out vs detached (gate), interleaved launches, ns/event of gate - out:");
+    printf("compiled out vs detached (gate), interleaved launches, ns/event of gate - out "
+           "(gate32 - out):");
     for (int r = 0; r < N; r++) {
         o[r] = time_once(b, MODE_OUT);
         g[r] = time_once(b, MODE_GATE);
+        b->gate_block = 32;
+        g32[r] = time_once(b, MODE_GATE);
+        b->gate_block = 64;
         d[r] = (g[r] - o[r]) * 1e6f / (2.0f * b->T);
-        printf(" %.2f", d[r]);
+        d32[r] = (g32[r] - o[r]) * 1e6f / (2.0f * b->T);
+        printf(" %.2f (%.2f)", d[r], d32[r]);
     }
     qsort(o, N, sizeof(float), cmp_float);
     qsort(g, N, sizeof(float), cmp_float);
+    qsort(g32, N, sizeof(float), cmp_float);
     qsort(d, N, sizeof(float), cmp_float);
-    printf("\n  out  ms: median %.4f min %.4f max %.4f\n  gate ms: median %.4f min %.4f max %.4f\n"
-           "  pair difference ns/event: median %.2f, min %.2f, max %.2f\n",
-           o[N / 2], o[0], o[N - 1], g[N / 2], g[0], g[N - 1], d[N / 2], d[0], d[N - 1]);
+    qsort(d32, N, sizeof(float), cmp_float);
+    printf("\n  out    ms: median %.4f min %.4f max %.4f\n"
+           "  gate   ms: median %.4f min %.4f max %.4f\n"
+           "  gate32 ms: median %.4f min %.4f max %.4f\n"
+           "  pair difference ns/event: gate median %.2f (min %.2f, max %.2f), gate32 median "
+           "%.2f (min %.2f, max %.2f)\n",
+           o[N / 2], o[0], o[N - 1], g[N / 2], g[0], g[N - 1], g32[N / 2], g32[0], g32[N - 1],
+           d[N / 2], d[0], d[N - 1], d32[N / 2], d32[0], d32[N - 1]);
     *med_out = o[N / 2];
     *med_gate = g[N / 2];
 }
@@ -595,6 +614,10 @@ int main(int argc, char **argv)
         CHECK(cudaMalloc((void **)&b.qwords, (size_t)b.n_sm * 16 * sizeof(uint64_t)));
         CHECK(cudaMemcpy(b.qwords, h, (size_t)b.n_sm * 16 * sizeof(uint64_t),
                          cudaMemcpyHostToDevice));
+        CHECK(cudaMalloc((void **)&b.qplain, (size_t)b.n_sm * 16 * sizeof(uint64_t)));
+        CHECK(cudaMemcpy(b.qplain, h, (size_t)b.n_sm * 16 * sizeof(uint64_t),
+                         cudaMemcpyHostToDevice));
+        b.gate_block = 64;
         free(h);
         CHECK(cudaMalloc((void **)&b.waits, b.n_sm * sizeof(uint32_t)));
         if (mks_rt_cuda_gate(rt, b.qwords, b.n_sm, 16 * sizeof(uint64_t)) != 0)

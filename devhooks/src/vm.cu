@@ -220,7 +220,7 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
 {
     struct mks_cb *cb = (struct mks_cb *)rt->cb;
     const uint32_t lane = threadIdx.x & 31u;
-    uint32_t tail = *(volatile uint32_t *)&r->tail, seen = 0;
+    uint32_t tail = *(volatile uint32_t *)&r->tail, seen = 0, waits = 0, nap = 64;
     /* Lane e (< MKS_EV_COUNT) keeps event e's lost count already reported
      * and the hook word and generation last read with acquire (see
      * mks_dev_monitor()): registers, not an indexed local array. */
@@ -228,13 +228,19 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
     if (lane < MKS_EV_COUNT)
         seen = *(volatile uint32_t *)&r->lost[lane];
     for (;;) {
-        uint32_t head = __shfl_sync(MKS_DEV_FULL, *(volatile uint32_t *)&r->head, 0), n;
+        uint32_t head = 0, n;
+        if (lane == 0) {
+            uint32_t a = (uint32_t)__cvta_generic_to_shared(&r->head);
+            asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(head) : "r"(a) : "memory");
+        }
+        head = __shfl_sync(MKS_DEV_FULL, head, 0);
         if (head != tail) {
             struct mks_hook_ctx c;
             struct mks_cb_cov cov = {0, 0, 0, 0};
             uint64_t epoch = 0, w_lane, w;
             uint32_t ev = MKS_EV_COUNT, bank;
             n = head - tail < 32u ? head - tail : 32u;
+            nap = 64;
             if (lane == 0)
                 epoch = mksi_hook_enter(cb, worker);
             epoch = __shfl_sync(MKS_DEV_FULL, epoch, 0);
@@ -250,7 +256,7 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
                     word = MKS_A_LOAD_ACQ64(&cb->hooks[lane].progs);
                 }
             }
-            __threadfence_block(); /* the slots' contents before their head */
+            __syncwarp(); /* lane 0's acquire of head before every lane's slot loads */
             if (lane < n) {
                 const uint4 *src = (const uint4 *)&r->slot[(tail + lane) % MKS_DEV_RING_SLOTS];
                 uint4 *dst = (uint4 *)&c;
@@ -281,12 +287,15 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
         }
         {
             /* Read stop first: every loss the worker counted before it
-             * stopped is then visible to the sweep. */
+             * stopped is then visible to the sweep.  Losses follow a wait,
+             * so the sweep runs only when the worker's wait count moved. */
             int stopping = *(volatile uint32_t *)&r->stop &&
                            *(volatile uint32_t *)&r->head == tail;
+            uint32_t wt = *(volatile uint32_t *)&r->waits;
             stopping = __shfl_sync(MKS_DEV_FULL, stopping, 0);
+            wt = __shfl_sync(MKS_DEV_FULL, wt, 0);
             __threadfence_block();
-            {
+            if (stopping || wt != waits) {
                 uint32_t d = lane < MKS_EV_COUNT ? *(volatile uint32_t *)&r->lost[lane] : seen;
                 /* Lane 0 reports them all: one party enters the worker's
                  * epoch at a time. */
@@ -296,10 +305,14 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
                         mks_dev_hook_lost(rt, worker, e, k);
                 }
                 seen = d;
+                waits = wt;
             }
             if (stopping)
                 return;
         }
-        __nanosleep(128);
+        /* Idle: back off up to ~2 us, so a warp with nothing to do takes
+         * few issue slots and shared-memory cycles from the worker. */
+        __nanosleep(nap);
+        nap = nap < 2048u ? 2 * nap : 2048u;
     }
 }

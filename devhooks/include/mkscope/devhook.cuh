@@ -242,7 +242,8 @@ struct mks_dev_ring {
     uint32_t head;                /* written by the worker */
     uint32_t tail;                /* written by the monitor warp */
     uint32_t stop;                /* set by the worker when it is done */
-    uint32_t waits;               /* times the worker found the ring full */
+    uint32_t waits;               /* bumped when the worker starts to wait on a full
+                                     ring and again when it counts events lost */
     uint32_t lost[MKS_EV_COUNT];  /* written by the worker */
 };
 
@@ -254,7 +255,9 @@ static __device__ __forceinline__ void mks_dev_ring_init(struct mks_dev_ring *r)
         r->lost[e] = 0;
 }
 
-/* The ring was full: wait for the monitor warp, bounded. */
+/* The ring was full: wait for the monitor warp, bounded, until slot h is
+ * free; NULL after the wait ran out (the event counted lost when ev names
+ * one). */
 static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_ring_wait(struct mks_dev_ring *r,
                                                                       uint32_t h, uint32_t ev)
 {
@@ -265,8 +268,10 @@ static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_ring_wait(struct 
         if (h - *(volatile uint32_t *)&r->tail < MKS_DEV_RING_SLOTS)
             return &r->slot[h % MKS_DEV_RING_SLOTS];
     }
-    if (ev < MKS_EV_COUNT)
+    if (ev < MKS_EV_COUNT) {
         *(volatile uint32_t *)&r->lost[ev] = r->lost[ev] + 1u;
+        *(volatile uint32_t *)&r->waits = r->waits + 1u; /* the monitor sweeps losses then */
+    }
     return 0;
 }
 
@@ -281,11 +286,40 @@ static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_ring_slot(struct 
     return &r->slot[h % MKS_DEV_RING_SLOTS];
 }
 
-/* Publish the slot filled after mks_dev_ring_slot(). */
+/* Wait, bounded, until n slots are free (n <= MKS_DEV_RING_SLOTS): 1 when
+ * they are, and the next n events may take mks_dev_ring_next() with no
+ * check (only the monitor warp frees slots); 0 when the wait ran out, the
+ * caller then counts its events with mks_dev_ring_lose().  One check per
+ * task for all its events: each check is a branch region on the worker. */
+static __device__ __forceinline__ int mks_dev_ring_reserve(struct mks_dev_ring *r, uint32_t n)
+{
+    uint32_t h = r->head;
+    if (__builtin_expect(h - *(volatile uint32_t *)&r->tail > MKS_DEV_RING_SLOTS - n, 0))
+        return mks_dev_ring_wait(r, h + n - 1u, MKS_EV_COUNT) != 0;
+    return 1;
+}
+
+static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_ring_next(struct mks_dev_ring *r)
+{
+    return &r->slot[r->head % MKS_DEV_RING_SLOTS];
+}
+
+static __device__ __forceinline__ void mks_dev_ring_lose(struct mks_dev_ring *r, uint32_t ev,
+                                                         uint32_t n)
+{
+    if (ev < MKS_EV_COUNT) {
+        *(volatile uint32_t *)&r->lost[ev] = r->lost[ev] + n;
+        *(volatile uint32_t *)&r->waits = r->waits + 1u;
+    }
+}
+
+/* Publish the slot filled after mks_dev_ring_slot() or _next(): a release
+ * store of the head at block scope orders the slot's stores before it
+ * without a full fence. */
 static __device__ __forceinline__ void mks_dev_ring_push(struct mks_dev_ring *r)
 {
-    __threadfence_block();
-    *(volatile uint32_t *)&r->head = r->head + 1u;
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(&r->head);
+    asm volatile("st.release.cta.shared.u32 [%0], %1;" : : "r"(a), "r"(r->head + 1u) : "memory");
 }
 
 /* Ask the monitor warp to return once the ring is drained. */
