@@ -46,6 +46,8 @@ static void usage(FILE *f)
             "                       (CPU backend; paces long demo runs; default 0)\n"
             "  --wait-agents MS     before the first step each rank waits up to MS ms for an\n"
             "                       agent to attach programs (hooks build; default 0)\n"
+            "  --ar-relay           CPU backend: rank r sends its all-reduce contribution only\n"
+            "                       after rank r-1's has arrived (waits chain rank to rank)\n"
             "  --fault SPEC         inject a fault; repeat to combine. SPEC is\n"
             "                       TYPE:key=value,... with TYPE one of task-delay, moe-skew,\n"
             "                       notify-delay, queue-oversub, comm-delay, tile-starve and\n"
@@ -99,6 +101,7 @@ enum {
     O_CUDA_MODE,
     O_INTERVAL,
     O_WAIT_AGENTS,
+    O_AR_RELAY,
 };
 
 static const struct option opts[] = {
@@ -123,6 +126,7 @@ static const struct option opts[] = {
     {"queue-pressure", required_argument, NULL, O_QP},
     {"step-interval-us", required_argument, NULL, O_INTERVAL},
     {"wait-agents", required_argument, NULL, O_WAIT_AGENTS},
+    {"ar-relay", no_argument, NULL, O_AR_RELAY},
     {"fault", required_argument, NULL, O_FAULT},
     {"truth", required_argument, NULL, O_TRUTH},
     {"json", required_argument, NULL, O_JSON},
@@ -258,6 +262,9 @@ int main(int argc, char **argv)
         case O_CHECK:
             check = 1;
             break;
+        case O_AR_RELAY:
+            cfg.ar_relay = 1;
+            break;
         case 'q':
             quiet = 1;
             break;
@@ -306,6 +313,10 @@ int main(int argc, char **argv)
             mks_bench_truth_write(&cfg, faults, n_spec, truth, err, sizeof(err))) {
             fprintf(stderr, "mkscope-bench: %s\n", err);
             return 1;
+        }
+        if (!strcmp(backend, "cuda") && cfg.ar_relay) {
+            fprintf(stderr, "mkscope-bench: --ar-relay is for the CPU backend\n");
+            return 2;
         }
         if (!strcmp(backend, "cuda"))
             rc = mks_bench_cuda_run(&cfg, faults, n_spec, (int32_t)rank, &res, err, sizeof(err));

@@ -168,6 +168,7 @@ int mks_bench_result_write_json(const struct mks_bench_result *res,
     json_object_set_new(c, "batch", json_integer(cfg->batch));
     json_object_set_new(c, "seed", json_integer((json_int_t)cfg->seed));
     json_object_set_new(c, "step_interval_us", json_integer(cfg->step_interval_us));
+    json_object_set_new(c, "ar_relay", json_boolean(cfg->ar_relay));
     json_object_set_new(c, "job", json_string(cfg->job));
     static const char *const modes[] = {"persistent", "per-op", "graph"};
     if (!strcmp(backend, "cuda") && cfg->cuda_mode <= MKS_BENCH_CUDA_GRAPH)

@@ -65,6 +65,7 @@ struct bw_rank {
     /* --step-interval: steps start at most this often; between steps the
      * rank idles outside any task, released by the main thread */
     uint64_t interval_ns;
+    int relay; /* --ar-relay */
     pthread_mutex_t gate_mu;
     pthread_cond_t gate_cv;
     uint32_t gate_steps; /* steps whose sample has ended */
@@ -83,6 +84,11 @@ static inline uint32_t ev_of(const struct bw_rank *rk, uint32_t l, uint32_t op)
 static inline uint32_t ev_lm(const struct bw_rank *rk)
 {
     return 1 + rk->L * BW_OPS;
+}
+/* --ar-relay: all-reduce k's contribution of the previous rank has arrived */
+static inline uint32_t ev_relay(const struct bw_rank *rk, uint32_t k)
+{
+    return ev_lm(rk) + 1 + k;
 }
 
 uint64_t bw_comm_gen(uint32_t step, uint32_t k, uint32_t src, uint32_t dst)
@@ -218,6 +224,22 @@ static void release_send(struct br_rt *rt, uint32_t w, struct br_task *t)
     bs_inbox_release(rk->shm, peer, rk->rank);
     br_hook_remote(rt, w, t, MKS_EV_DEP_RELEASE, peer, bw_comm_gen(t->step, k, rk->rank, peer),
                    remote_ev(peer, rk->rank), seq + 1);
+}
+
+/* --ar-relay: wait for the previous rank's contribution before sending our
+ * own (the data stays in the inbox for the reduce, which finds it there). */
+static void body_relay(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    struct bw_rank *rk = RK(rt);
+    const uint32_t k = t->tile_y, seq = ar_seq(rk, t->step, k), p = rk->rank - 1;
+    int rc = br_wait_remote(rt, w, t, bs_inbox_count(rk->shm, rk->rank, p), seq + 1,
+                            remote_ev(rk->rank, p), p, bw_comm_gen(t->step, k, p, rk->rank),
+                            bs_abort(rk->shm), REMOTE_TIMEOUT_NS);
+    if (rc) {
+        if (rc == -ETIMEDOUT)
+            fprintf(stderr, "mkscope-bench: rank %u: no data from rank %u for 60 s\n", rk->rank, p);
+        fail(rk, rc);
+    }
 }
 
 static void body_reduce(struct br_rt *rt, uint32_t w, struct br_task *t)
@@ -494,6 +516,12 @@ static int add_allreduce(struct bw_rank *rk, uint32_t s, uint32_t l, uint32_t k,
 {
     struct br_task *t;
     uint32_t reduce_wait = wait;
+    if (rk->R > 1 && rk->relay && rk->rank > 0) {
+        /* a task of the reduce's class that only waits (no fault plan) */
+        ADD_OR_FAIL(rk, s, BC_AR_REDUCE, l, rk->rank - 1, k, wait, ev_relay(rk, k), body_relay);
+        t->flags |= MKS_CTX_F_COMM;
+        wait = ev_relay(rk, k);
+    }
     if (rk->R > 1) {
         for (uint32_t p = 0; p < rk->R; p++) {
             if (p == rk->rank)
@@ -593,7 +621,8 @@ static uint32_t max_tasks(const struct bw_rank *rk)
     const struct bm_model *m = &rk->m;
     uint32_t Te = rk->T < m->H ? rk->T : m->H;
     uint32_t per_layer =
-        m->B + 2 * rk->T + m->B * m->cfg.heads + 2 * (rk->R - 1) + 2 + 2 + rk->n_own * Te;
+        m->B + 2 * rk->T + m->B * m->cfg.heads + 2 * (rk->R - 1) + 2 + 2 + rk->n_own * Te +
+        (rk->relay ? 2 : 0);
     return rk->L * per_layer + rk->T + 1;
 }
 
@@ -657,6 +686,7 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
     rk.W = cfg->workers;
     rk.T = cfg->tiles;
     rk.interval_ns = (uint64_t)cfg->step_interval_us * 1000ull;
+    rk.relay = cfg->ar_relay != 0;
     pthread_mutex_init(&rk.gate_mu, NULL);
     pthread_cond_init(&rk.gate_cv, NULL);
     bs_result(shm, rank, &rk.res);
@@ -718,7 +748,7 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
     struct br_opts ro = {.rank = rank,
                          .n_ranks = rk.R,
                          .n_workers = rk.W,
-                         .n_events = ev_lm(&rk) + 1,
+                         .n_events = ev_relay(&rk, 2 * rk.L),
                          .n_classes = mks_bench_class_count(cfg),
                          .max_tasks = max_tasks(&rk),
                          .queue_pressure = cfg->queue_pressure,

@@ -5,7 +5,7 @@
 # cause, rank and task class for most of the faulted steps, and some other
 # rank must show the remote stall on the faulty one.  The bench's --truth
 # file is read here only, never given to the collector.  A clean run must
-# name no fault.
+# name no fault.  Last, 8 ranks in relay order give a chain of two hops.
 #
 # Faults add 50 ms to each of 5 steps whose usual time is 1-2 ms, far above
 # what a loaded 2-core machine adds; agent epochs of 5 ms keep steps apart
@@ -19,14 +19,17 @@ steps=60 first=20 last=24 mag=50000
 start_collector
 failed=0
 
-# run NAME FAULT...: one job under the launcher; its diagnosis in $dir/NAME/diag.json
+# run NAME FAULT...: one job under the launcher ($ranks ranks, bench arguments
+# $bench_extra); its diagnosis in $dir/NAME/diag.json
+ranks=4 bench_extra=()
 run() {
   local name=$1; shift
   local fa=() f
   for f in "$@"; do fa+=(--fault "$f"); done
   mkdir -p "$dir/$name"
-  "$launch" --ranks 4 --job "itd$name$$" --dir "$dir/$name" --collector "ipc://$dir/ingest" \
-    --steps $steps --epoch-ms 5 "${fa[@]}" -q -- --truth "$dir/$name/truth.json" >/dev/null ||
+  "$launch" --ranks $ranks --job "itd$name$$" --dir "$dir/$name" --collector "ipc://$dir/ingest" \
+    --steps $steps --epoch-ms 5 "${fa[@]}" -q -- --truth "$dir/$name/truth.json" \
+    "${bench_extra[@]}" >/dev/null ||
     fail "$name: the job failed"
   cli --job "itd$name$$" -f json diagnose >"$dir/$name/diag.json" || fail "$name: diagnose failed"
   jq -c '{cause, root: "\(.root.rank) \(.root.task_class)", steps,
@@ -82,5 +85,23 @@ if [ "$big" != 0 ]; then
   failed=1
 else
   echo "ok clean"
+fi
+
+# Two hops: 8 ranks whose all-reduce contributions go out in relay order
+# (rank r sends once rank r-1's has arrived), rank 5's scheduler imbalanced.
+# Rank 7 waits on rank 6, which waits on rank 5: some chain must read
+# 7 remote_stall -> 6 remote_stall -> 5 local_imbalance (qkv_proj).
+ranks=8 bench_extra=(--ar-relay)
+run hops "queue-oversub:rank=5,magnitude=$mag,steps=$first-$last"
+check hops local_imbalance
+hop=$(jq -rs '[.[] | select(.root.rank == 5 and .cause == "local_imbalance") | .chain, .stalled[]?.chain
+               | [.[] | "\(.rank):\(.cause)"] | join(" ")]
+              | map(select(test("7:remote_stall 6:remote_stall 5:local_imbalance$"))) | length' \
+      "$dir/hops/diag.json")
+if [ "$hop" -gt 0 ]; then
+  echo "ok hops: 7 -> 6 -> 5"
+else
+  echo "FAIL hops: no chain 7 remote_stall -> 6 remote_stall -> 5 local_imbalance" >&2
+  failed=1
 fi
 [ $failed = 0 ] || fail "diagnosis did not name every fault"
