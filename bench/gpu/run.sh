@@ -181,6 +181,8 @@ done
 for R in $usable; do
     # shellcheck disable=SC2086
     has time && variants time "t_r$R" "$R" --steps "$steps" $model
+done
+for R in $usable; do
     if has ftime; then
         while read -r f; do
             # shellcheck disable=SC2086
