@@ -2,13 +2,18 @@
  * mkscope-devhooks-cost: what a hook costs a persistent megakernel on the GPU.
  *
  * A persistent kernel with one worker block per SM runs T tasks per worker
- * (load a task descriptor from global memory, a dependent integer chain as
- * the task body) with two events per task (start, end).  Variants, each
- * timed with CUDA events, median of REPS launches:
+ * (poll the worker's queue word and load a task descriptor from global
+ * memory, a dependent integer chain as the task body) with two events per
+ * task (start, end).  Variants, each timed with CUDA events, median of
+ * REPS launches:
  *   out       hooks compiled out
- *   detached  hooks compiled in, nothing attached: MKS_DEV_HOOK_IF (a bit
- *             of the cached attach mask) per event, mks_dev_worker_task()
- *             per task
+ *   detached-gate  nothing attached, the queue word registered with
+ *             mks_rt_cuda_gate(): the fast loop is the compiled-out loop;
+ *             also timed interleaved with `out`, pair by pair, and without
+ *             the block's monitor warp
+ *   detached-bit  hooks compiled in, nothing attached: MKS_DEV_HOOK_IF (a
+ *             bit of the cached attach mask) per event,
+ *             mks_dev_worker_task() per task
  *   detached-cnt  the same with mks_dev_attached() (per-event countdown)
  *   inline    the 31-instruction histogram monitor (bench/vm/monitor_prog.h)
  *             attached at task start and end, run by the worker thread
@@ -17,6 +22,11 @@
  *             acquire on every event
  *   monitor   the same, run off the critical path by a monitor thread in a
  *             second warp fed through a shared-memory queue
+ *   warp      the same monitor through the gate's hooked loop: contexts
+ *             into a shared-memory ring, run by a monitor warp of the block
+ *             (mks_dev_monitor_warp()), one event per lane; then once more
+ *             with the task body removed, which gives the warp's
+ *             throughput (events/s per SM)
  *   raw       no hooks; two 16-byte records per task into per-block buffers
  *             (what MPK-style profilers do)
  * ns/event = (variant - out) / (2 T), the cost on one worker's critical path.

@@ -20,6 +20,12 @@
  * test that counts events and re-reads the mask every MKS_DEV_REFRESH of
  * them, for schedulers that do not call mks_dev_worker_task().)
  *
+ * Cheaper still when the scheduler polls a word for its next task:
+ * mks_rt_cuda_gate() lets the pump set a bit in that word while hooks are
+ * attached, so the detached loop carries no hook code at all (see "the
+ * gate bit" below), and attached events go to a monitor warp that runs
+ * 32 of them at a time (mks_dev_monitor_warp()).
+ *
  * Attached programs run in one of two places:
  *   inline     the worker thread calls mks_dev_hook_run_cached() (or the
  *              older mks_dev_hook_run()) itself;
