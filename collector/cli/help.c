@@ -60,8 +60,9 @@ static const struct cmd_help cmds[] = {
      "  --slow F, --min-coverage R   as for diagnose\n",
      "  mkscope waitchain\n  mkscope waitchain --step 37 -f dot | dot -Tsvg > chain.svg\n",
      " step slow min-coverage "},
-    {"attach", "mkscope attach OBJ.bpf.o | --builtin NAME [--name N] [--hook H] [--ranks all|0,2]"
-               " [--wait MS]",
+    {"attach",
+     "mkscope attach OBJ.bpf.o | --builtin NAME [--name N] [--hook H] [--ranks all|0,2]"
+     " [--wait MS]",
      "Attach a BPF object (verified here first, exactly as an agent will) or a\n"
      "built-in monitor on some or all ranks while the job runs. Waits until every\n"
      "rank replied and shows each agent's verdict, cost (worst-case instructions per\n"

@@ -6,9 +6,10 @@
  *
  * One thread, one poll() loop over: the ingest socket (NN_REP), the CLI
  * socket (NN_REP), the survey socket (NN_SURVEYOR), the UCX worker's event
- * fd, libmicrohttpd's epoll fd and a signalfd for SIGINT/SIGTERM.  Every request is answered before
- * the next one on the same socket is read, except a live survey, during
- * which the CLI socket is left unread until the survey's deadline.
+ * fd, libmicrohttpd's epoll fd and a signalfd for SIGINT/SIGTERM.  Every
+ * request is answered before the next one on the same socket is read,
+ * except a live survey, during which the CLI socket is left unread until
+ * the survey's deadline.
  */
 #include <errno.h>
 #include <arpa/inet.h>
@@ -100,7 +101,8 @@ static void usage(FILE *f)
             "  --max-epochs N   epochs kept per rank                [100000]\n"
             "  --max-age SEC    drop epochs older than this         [keep]\n"
             "  --key FILE       shared MAC key (32 bytes or 64 hex digits, mode 600)\n"
-            "  --trace-dir DIR  write each finished escalation's trace there (Chrome JSON)\n"
+            "  --trace-dir DIR  write each finished escalation's trace there (.json: Chrome\n"
+            "                   JSON, .pftrace: Perfetto)\n"
             "  --ucx-port PORT  raw event batches over UCX (0: any free port; off)  [7404]\n"
             "  --ucx-host HOST  address to listen on and to give agents         [127.0.0.1]\n"
             "  -v, --verbose    log every message\n"

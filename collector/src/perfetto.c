@@ -22,24 +22,24 @@
 
 /* Field numbers of the public schema (protos/perfetto/trace/...). */
 enum {
-    F_TRACE_PACKET = 1,            /* Trace.packet */
-    F_PKT_TIMESTAMP = 8,           /* TracePacket.timestamp */
-    F_PKT_SEQ_ID = 10,             /* TracePacket.trusted_packet_sequence_id */
-    F_PKT_TRACK_EVENT = 11,        /* TracePacket.track_event */
-    F_PKT_SEQ_FLAGS = 13,          /* TracePacket.sequence_flags */
-    F_PKT_TRACK_DESCRIPTOR = 60,   /* TracePacket.track_descriptor */
-    F_TD_UUID = 1,                 /* TrackDescriptor.uuid */
-    F_TD_NAME = 2,                 /* TrackDescriptor.name */
-    F_TD_PROCESS = 3,              /* TrackDescriptor.process */
-    F_TD_PARENT = 5,               /* TrackDescriptor.parent_uuid */
-    F_PD_PID = 1,                  /* ProcessDescriptor.pid */
-    F_PD_NAME = 6,                 /* ProcessDescriptor.process_name */
-    F_TE_TYPE = 9,                 /* TrackEvent.type */
-    F_TE_TRACK = 11,               /* TrackEvent.track_uuid */
-    F_TE_CATEGORIES = 22,          /* TrackEvent.categories */
-    F_TE_NAME = 23,                /* TrackEvent.name */
-    F_TE_FLOW = 47,                /* TrackEvent.flow_ids (fixed64) */
-    F_TE_FLOW_END = 48,            /* TrackEvent.terminating_flow_ids (fixed64) */
+    F_TRACE_PACKET = 1,          /* Trace.packet */
+    F_PKT_TIMESTAMP = 8,         /* TracePacket.timestamp */
+    F_PKT_SEQ_ID = 10,           /* TracePacket.trusted_packet_sequence_id */
+    F_PKT_TRACK_EVENT = 11,      /* TracePacket.track_event */
+    F_PKT_SEQ_FLAGS = 13,        /* TracePacket.sequence_flags */
+    F_PKT_TRACK_DESCRIPTOR = 60, /* TracePacket.track_descriptor */
+    F_TD_UUID = 1,               /* TrackDescriptor.uuid */
+    F_TD_NAME = 2,               /* TrackDescriptor.name */
+    F_TD_PROCESS = 3,            /* TrackDescriptor.process */
+    F_TD_PARENT = 5,             /* TrackDescriptor.parent_uuid */
+    F_PD_PID = 1,                /* ProcessDescriptor.pid */
+    F_PD_NAME = 6,               /* ProcessDescriptor.process_name */
+    F_TE_TYPE = 9,               /* TrackEvent.type */
+    F_TE_TRACK = 11,             /* TrackEvent.track_uuid */
+    F_TE_CATEGORIES = 22,        /* TrackEvent.categories */
+    F_TE_NAME = 23,              /* TrackEvent.name */
+    F_TE_FLOW = 47,              /* TrackEvent.flow_ids (fixed64) */
+    F_TE_FLOW_END = 48,          /* TrackEvent.terminating_flow_ids (fixed64) */
 };
 enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_INSTANT = 3 };
 enum { SEQ_INCREMENTAL_STATE_CLEARED = 1 };

@@ -88,7 +88,8 @@ static void on_conn(ucp_conn_request_h req, void *arg)
 int mks_ucxrx_create(const char *host, uint16_t port, struct mks_ucxrx **rx_p, char *err,
                      size_t errlen)
 {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_INET,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE},
                     *ai = NULL;
     char ports[8];
@@ -193,8 +194,7 @@ int mks_ucxrx_fd(const struct mks_ucxrx *rx)
     return rx->efd;
 }
 
-void mks_ucxrx_counts(const struct mks_ucxrx *rx, uint64_t *frames, uint64_t *conns,
-                      uint64_t *bad)
+void mks_ucxrx_counts(const struct mks_ucxrx *rx, uint64_t *frames, uint64_t *conns, uint64_t *bad)
 {
     *frames = rx->frames;
     *conns = rx->accepted;
@@ -234,8 +234,8 @@ static bool conn_read(struct conn *c, mks_ucxrx_frame_fn fn, void *arg)
         size_t off = 0;
         while (c->have - off >= 4) {
             const uint8_t *h = c->buf + off;
-            uint32_t n = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                         (uint32_t)h[3] << 24;
+            uint32_t n =
+                (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
             if (n == 0 || n > MKS_WIRE_MAX_MSG) {
                 fprintf(stderr,
                         "mkscope-collector: UCX: frame of %u bytes (limit %u): closing the"
@@ -268,8 +268,9 @@ int mks_ucxrx_progress(struct mks_ucxrx *rx, mks_ucxrx_frame_fn fn, void *arg)
             rx->bad++;
         if (!ok || c->dead) {
             if (ok && c->have)
-                fprintf(stderr, "mkscope-collector: UCX: connection closed inside a frame (%zu"
-                                " bytes dropped)\n",
+                fprintf(stderr,
+                        "mkscope-collector: UCX: connection closed inside a frame (%zu"
+                        " bytes dropped)\n",
                         c->have);
             *pc = c->next;
             rx->n_conns--;

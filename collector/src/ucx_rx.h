@@ -36,7 +36,6 @@ int mks_ucxrx_progress(struct mks_ucxrx *rx, mks_ucxrx_frame_fn fn, void *arg);
 
 /* Frames delivered, connections accepted, and connections dropped for a
  * bad frame, for metrics and tests. */
-void mks_ucxrx_counts(const struct mks_ucxrx *rx, uint64_t *frames, uint64_t *conns,
-                      uint64_t *bad);
+void mks_ucxrx_counts(const struct mks_ucxrx *rx, uint64_t *frames, uint64_t *conns, uint64_t *bad);
 
 #endif

@@ -50,11 +50,11 @@ int main(int argc, char **argv)
             memset(&sum, 0, sizeof(sum));
             sum.epoch = q;
             sum.n_ts = 2;
-            sum.ts[0] = (struct fa_taskstat){.cls = 0, .step = (uint32_t)q, .count = 4,
-                                             .sum_run = 4000};
+            sum.ts[0] =
+                (struct fa_taskstat){.cls = 0, .step = (uint32_t)q, .count = 4, .sum_run = 4000};
             sum.ts[0].run_b[11] = 4;
-            sum.ts[1] = (struct fa_taskstat){.cls = 1, .step = (uint32_t)q, .count = 2,
-                                             .sum_run = 2000};
+            sum.ts[1] =
+                (struct fa_taskstat){.cls = 1, .step = (uint32_t)q, .count = 2, .sum_run = 2000};
             sum.ts[1].run_b[11] = 2;
             sum.cov_eligible = sum.cov_ran = 6;
             bad |= check(fa_send_summary(s, "seed", r, 1, q, &sum, &rep), &rep, "summary");
@@ -66,9 +66,9 @@ int main(int argc, char **argv)
         mkscope__v1__raw_event__init(&e[i]);
         pe[i] = &e[i];
     }
-    e[0].event = 4, e[0].worker = 1, e[0].comm_gen = 77, e[0].t_now = 1000;     /* wait begin */
-    e[1].event = 5, e[1].worker = 1, e[1].comm_gen = 77, e[1].t_now = 3000;     /* wait end */
-    e[2].event = 3, e[2].worker = 1, e[2].t_start = 3100, e[2].t_now = 5000;    /* gemm end */
+    e[0].event = 4, e[0].worker = 1, e[0].comm_gen = 77, e[0].t_now = 1000;  /* wait begin */
+    e[1].event = 5, e[1].worker = 1, e[1].comm_gen = 77, e[1].t_now = 3000;  /* wait end */
+    e[2].event = 3, e[2].worker = 1, e[2].t_start = 3100, e[2].t_now = 5000; /* gemm end */
     Mkscope__V1__RawEventBatch b = MKSCOPE__V1__RAW_EVENT_BATCH__INIT;
     b.escalation_id = 5;
     b.events = pe;

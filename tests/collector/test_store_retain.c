@@ -22,8 +22,11 @@
 
 static struct mks_store *open_store(uint64_t max_epochs, uint64_t max_age_ns, uint64_t max_raw)
 {
-    struct mks_store_opts o = {.sz = sizeof(o), .path = ":memory:", .max_epochs = max_epochs,
-                               .max_age_ns = max_age_ns, .max_raw_events = max_raw};
+    struct mks_store_opts o = {.sz = sizeof(o),
+                               .path = ":memory:",
+                               .max_epochs = max_epochs,
+                               .max_age_ns = max_age_ns,
+                               .max_raw_events = max_raw};
     struct mks_store *st = NULL;
     char err[256];
     assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);

@@ -216,9 +216,8 @@ static void test_chrome_json(void **state)
     assert_true(find_x("gemm", 1, 2, &ts, &dur));
     assert_int_equal(ts, 6600);
     assert_int_equal(dur, 1400);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(chrome, "otherData"),
-                                                        "flows")),
-                     1);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(chrome, "otherData"), "flows")), 1);
 }
 
 struct track_state {
@@ -325,9 +324,9 @@ static void test_perfetto_nesting(void **state)
 {
     (void)state;
     json_t *in = json_pack("{s:[{s:s,s:s,s:s,s:i,s:i,s:f,s:f},{s:s,s:s,s:s,s:i,s:i,s:f,s:f}]}",
-                           "traceEvents", "name", "a", "cat", "task", "ph", "X", "pid", 0, "tid",
-                           0, "ts", 0.0, "dur", 10.0, "name", "b", "cat", "wait", "ph", "X", "pid",
-                           0, "tid", 0, "ts", 5.0, "dur", 10.0);
+                           "traceEvents", "name", "a", "cat", "task", "ph", "X", "pid", 0, "tid", 0,
+                           "ts", 0.0, "dur", 10.0, "name", "b", "cat", "wait", "ph", "X", "pid", 0,
+                           "tid", 0, "ts", 5.0, "dur", 10.0);
     uint8_t *buf;
     size_t len;
     assert_int_equal(mks_trace_perfetto(in, &buf, &len), 0);

@@ -80,8 +80,7 @@ static void wait_req(struct client *c, struct mks_ucxrx *rx, struct got *g, ucs_
     ucp_request_free(r);
 }
 
-static void cl_send(struct client *c, struct mks_ucxrx *rx, struct got *g, const void *d,
-                    size_t n)
+static void cl_send(struct client *c, struct mks_ucxrx *rx, struct got *g, const void *d, size_t n)
 {
     ucp_request_param_t rp = {.op_attr_mask = 0};
     wait_req(c, rx, g, ucp_stream_send_nbx(c->ep, d, n, &rp));
