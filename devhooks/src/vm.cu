@@ -228,12 +228,35 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
     if (lane < MKS_EV_COUNT)
         seen = *(volatile uint32_t *)&r->lost[lane];
     for (;;) {
-        uint32_t head = 0, n;
+        uint32_t head = 0, wt = 0, n;
+        int stopping = 0;
         if (lane == 0) {
+            /* stop, then head and the wait count: once stop is seen, every
+             * push and every loss the worker counted before it is too. */
             uint32_t a = (uint32_t)__cvta_generic_to_shared(&r->head);
+            stopping = *(volatile uint32_t *)&r->stop != 0;
             asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(head) : "r"(a) : "memory");
+            wt = *(volatile uint32_t *)&r->waits;
         }
         head = __shfl_sync(MKS_DEV_FULL, head, 0);
+        wt = __shfl_sync(MKS_DEV_FULL, wt, 0);
+        stopping = __shfl_sync(MKS_DEV_FULL, stopping, 0) && head == tail;
+        /* Losses follow a wait: sweep them when the worker's wait count
+         * moved (also while the ring stays busy) and before returning. */
+        if (stopping || wt != waits) {
+            uint32_t d;
+            __syncwarp(); /* lane 0's acquire before every lane's loads */
+            d = lane < MKS_EV_COUNT ? *(volatile uint32_t *)&r->lost[lane] : seen;
+            /* Lane 0 reports them all: one party enters the worker's epoch
+             * at a time. */
+            for (uint32_t e = 0; e < MKS_EV_COUNT; e++) {
+                uint32_t k = __shfl_sync(MKS_DEV_FULL, d - seen, e);
+                if (lane == 0 && k)
+                    mks_dev_hook_lost(rt, worker, e, k);
+            }
+            seen = d;
+            waits = wt;
+        }
         if (head != tail) {
             struct mks_hook_ctx c;
             struct mks_cb_cov cov = {0, 0, 0, 0};
@@ -261,7 +284,7 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
                 const uint4 *src = (const uint4 *)&r->slot[(tail + lane) % MKS_DEV_RING_SLOTS];
                 uint4 *dst = (uint4 *)&c;
                 for (uint32_t i = 0; i < sizeof(c) / sizeof(uint4); i++)
-                    dst[i] = src[i]; /* after the fence: loaded fresh */
+                    dst[i] = src[i];
                 ev = c.event;
                 if (ev >= MKS_EV_COUNT || c.worker != worker)
                     ev = MKS_EV_COUNT;
@@ -285,31 +308,8 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
             }
             continue;
         }
-        {
-            /* Read stop first: every loss the worker counted before it
-             * stopped is then visible to the sweep.  Losses follow a wait,
-             * so the sweep runs only when the worker's wait count moved. */
-            int stopping = *(volatile uint32_t *)&r->stop &&
-                           *(volatile uint32_t *)&r->head == tail;
-            uint32_t wt = *(volatile uint32_t *)&r->waits;
-            stopping = __shfl_sync(MKS_DEV_FULL, stopping, 0);
-            wt = __shfl_sync(MKS_DEV_FULL, wt, 0);
-            __threadfence_block();
-            if (stopping || wt != waits) {
-                uint32_t d = lane < MKS_EV_COUNT ? *(volatile uint32_t *)&r->lost[lane] : seen;
-                /* Lane 0 reports them all: one party enters the worker's
-                 * epoch at a time. */
-                for (uint32_t e = 0; e < MKS_EV_COUNT; e++) {
-                    uint32_t k = __shfl_sync(MKS_DEV_FULL, d - seen, e);
-                    if (lane == 0 && k)
-                        mks_dev_hook_lost(rt, worker, e, k);
-                }
-                seen = d;
-                waits = wt;
-            }
-            if (stopping)
-                return;
-        }
+        if (stopping)
+            return;
         /* Idle: back off up to ~2 us, so a warp with nothing to do takes
          * few issue slots and shared-memory cycles from the worker. */
         __nanosleep(nap);
