@@ -5,7 +5,9 @@
 #     stored trace holds only that class's events of that rank, inside the
 #     escalation window, every batch came over UCX, and the trace exports as
 #     Chrome JSON and as a Perfetto protobuf trace;
-#  2. a live survey reaches every agent; after one agent is killed the
+#  2. a BPF object attached from the CLI to all ranks while they run is
+#     accepted by every agent with a new program generation (time recorded);
+#  3. a live survey reaches every agent; after one agent is killed the
 #     survey names its rank as not answering.
 source "$(dirname "$0")/../integration/lib.sh"
 command -v jq >/dev/null || { echo "SKIP: jq not installed" >&2; exit 77; }
@@ -83,7 +85,17 @@ cli trace export --escalation "$esc" -o "$dir/export.pftrace"
 [ -s "$dir/export.pftrace" ] || fail "Perfetto export empty"
 [ -s "${trace%.json}.pftrace" ] || fail "collector wrote no .pftrace beside $trace"
 
-# 2. live survey, then one agent killed
+# 2. attach from the CLI to every rank while the kernel runs: verified here,
+# then each agent's verdict and new program generation, and the time until
+# all four replied.
+cli -f json attach "$MKS_MONITORS_DIR/count.bpf.o" --name count2 --ranks all --wait 5000 \
+  >"$dir/attach.json" || fail "attach to all ranks failed: $(cat "$dir/attach.json")"
+replied=$(jq '.replied' "$dir/attach.json")
+ok=$(jq '[.commands[] | select(.ok == 1 and .prog_gen > 0 and .cost > 0)] | length' "$dir/attach.json")
+attach_ms=$(jq '.elapsed_ms | floor' "$dir/attach.json")
+[ "$replied" = 4 ] && [ "$ok" = 4 ] || fail "attach: $replied replied, $ok accepted with a generation (want 4, 4)"
+
+# 3. live survey, then one agent killed
 cli -f json survey status 1500 >"$dir/survey1.json"
 n=$(jq '.answers | length' "$dir/survey1.json")
 miss=$(jq -c '.missing' "$dir/survey1.json")
@@ -94,4 +106,4 @@ n=$(jq '.answers | length' "$dir/survey2.json")
 miss=$(jq -c '.missing' "$dir/survey2.json")
 [ "$n" = 3 ] && [ "$miss" = "[2]" ] || fail "survey after killing rank 2's agent: $n answers, missing $miss (want 3, [2])"
 cli survey status 1000 2>&1 | grep -q "did not answer.*2" || fail "text survey does not name rank 2"
-echo "ok: $ends task_end of $total raw events (rank 1, attention) in $span_ms ms over UCX ($batches batches); survey names rank 2 missing"
+echo "ok: $ends task_end of $total raw events (rank 1, attention) in $span_ms ms over UCX ($batches batches); attach on 4 ranks in $attach_ms ms; survey names rank 2 missing"
