@@ -197,8 +197,10 @@ extern "C" __device__ void mks_dev_monitor(const struct mks_dev_rt *rt, struct m
  *     while ((int64_t)i < (int64_t)word) { ...task, no hook code... }
  *
  * which fails over as soon as the gate bit (bit 63) is set, so the fast
- * loop is the hooks-compiled-out loop instruction for instruction and
- * detached hooks cost nothing per event.  After it, the worker checks
+ * loop's source is the hooks-compiled-out loop: no hook code, no test per
+ * event.  (Its machine code can still differ where the kernel also holds
+ * the hooked loop: register allocation is per kernel; docs/PERF.md has the
+ * measured cost.)  After it, the worker checks
  * mks_dev_gate_on(word): set, it runs the hooked loop (the same tasks with
  * hook sites, events whose bit mks_dev_gate_mask() gives) until the bit
  * clears, then returns to the fast loop. */
