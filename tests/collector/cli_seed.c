@@ -69,16 +69,9 @@ int main(int argc, char **argv)
     e[0].event = 4, e[0].worker = 1, e[0].comm_gen = 77, e[0].t_now = 1000;  /* wait begin */
     e[1].event = 5, e[1].worker = 1, e[1].comm_gen = 77, e[1].t_now = 3000;  /* wait end */
     e[2].event = 3, e[2].worker = 1, e[2].t_start = 3100, e[2].t_now = 5000; /* gemm end */
-    Mkscope__V1__RawEventBatch b = MKSCOPE__V1__RAW_EVENT_BATCH__INIT;
-    b.escalation_id = 5;
-    b.events = pe;
-    b.n_events = 3;
-    b.last = 1;
+    Mkscope__V1__RawEventBatch b;
     mks_envelope env;
-    mks_wire_init(&env, "seed", 1, 10);
-    env.incarnation = 1;
-    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH;
-    env.raw_event_batch = &b;
+    fa_raw_batch(&env, &b, "seed", 1, 1, 5, pe, 3, 1);
     bad |= check(fa_send_envelope(s, &env, &rep), &rep, "raw batch");
     nn_close(s);
     return bad;

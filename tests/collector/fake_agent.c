@@ -40,6 +40,21 @@ static int roundtrip(int sock, const mks_envelope *env, mks_envelope **reply)
     return rc;
 }
 
+void fa_raw_batch(mks_envelope *env, Mkscope__V1__RawEventBatch *b, const char *job, uint32_t rank,
+                  uint64_t inc, uint64_t escalation, Mkscope__V1__RawEvent **events, size_t n,
+                  int last)
+{
+    mkscope__v1__raw_event_batch__init(b);
+    b->escalation_id = escalation;
+    b->events = events;
+    b->n_events = n;
+    b->last = last;
+    mks_wire_init(env, job, rank, 0);
+    env->incarnation = inc;
+    env->body_case = MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH;
+    env->raw_event_batch = b;
+}
+
 int fa_send_envelope(int sock, const mks_envelope *env, mks_envelope **reply)
 {
     return roundtrip(sock, env, reply);

@@ -68,6 +68,10 @@ int fa_send_summary(int sock, const char *job, uint32_t rank, uint64_t inc, uint
                     const struct fa_summary *s, mks_envelope **reply);
 int fa_send_heartbeat(int sock, const char *job, uint32_t rank, uint64_t inc, uint64_t seq,
                       mks_envelope **reply);
+/* Fill b and env as a RawEventBatch of n events from (job, rank, inc). */
+void fa_raw_batch(mks_envelope *env, Mkscope__V1__RawEventBatch *b, const char *job, uint32_t rank,
+                  uint64_t inc, uint64_t escalation, Mkscope__V1__RawEvent **events, size_t n,
+                  int last);
 /* Send any envelope, return the decoded reply. */
 int fa_send_envelope(int sock, const mks_envelope *env, mks_envelope **reply);
 /* Build (not send) a summary envelope's encoding. */

@@ -78,15 +78,9 @@ static void ingest_raw(struct mks_store *st, uint64_t first_value, size_t n)
         ev[i].value = first_value + i;
         pev[i] = &ev[i];
     }
-    Mkscope__V1__RawEventBatch b = MKSCOPE__V1__RAW_EVENT_BATCH__INIT;
-    b.escalation_id = 7;
-    b.events = pev;
-    b.n_events = n;
+    Mkscope__V1__RawEventBatch b;
     mks_envelope env;
-    mks_wire_init(&env, "job", 0, 0);
-    env.incarnation = 1;
-    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH;
-    env.raw_event_batch = &b;
+    fa_raw_batch(&env, &b, "job", 0, 1, 7, pev, n, 0);
     uint8_t *buf;
     size_t len;
     char err[256];

@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "fake_agent.h"
 #include "mkscope/store.h"
 #include "perfetto.h"
 #include "perfetto_trace.pb-c.h"
@@ -90,16 +91,9 @@ static void raw(struct mks_store *st, uint32_t rank, const struct ev *evs, size_
         e[i].step = 3;
         pe[i] = &e[i];
     }
-    Mkscope__V1__RawEventBatch b = MKSCOPE__V1__RAW_EVENT_BATCH__INIT;
-    b.escalation_id = 42;
-    b.events = pe;
-    b.n_events = n;
-    b.last = 1;
+    Mkscope__V1__RawEventBatch b;
     mks_envelope env;
-    mks_wire_init(&env, "job", rank, 0);
-    env.incarnation = 1;
-    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH;
-    env.raw_event_batch = &b;
+    fa_raw_batch(&env, &b, "job", rank, 1, 42, pe, n, 1);
     ingest(st, &env);
 }
 
