@@ -4,7 +4,7 @@
  * 1. Step time.  Per (rank, step) the step lasts from its first task start
  *    to its last task end (rows of `steps`, merged over epochs).  The time of
  *    a step is its slowest rank's; a step is slow when it exceeds the median
- *    of its neighbours (DIAG_WINDOW steps either side) by slow_frac, by
+ *    of its neighbours on each side (DIAG_WINDOW steps) by slow_frac, by
  *    min_excess_ns and by four robust standard deviations of them.
  * 2. Norms.  Everything is judged against the same rank's median over all
  *    steps of the run (the same wait peer and class, the same task class, the
@@ -1112,28 +1112,40 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         size_t k = order[p];
         if (d.o.only_step >= 0 && steps[k] != (uint32_t)d.o.only_step)
             continue;
-        /* A step is judged against its neighbours (DIAG_WINDOW steps either
-         * side): the machine's load changes during a run, and a run-wide
-         * median and spread would then hide a fault or invent one.  Noise
-         * floor: four robust standard deviations (1.4826 MAD) of the
-         * neighbourhood. */
-        size_t lo = p > DIAG_WINDOW ? p - DIAG_WINDOW : 0, hi = lo + 2 * DIAG_WINDOW + 1;
-        if (hi > n_steps) {
-            hi = n_steps;
-            lo = hi > 2 * DIAG_WINDOW + 1 ? hi - (2 * DIAG_WINDOW + 1) : 0;
+        /* A step is judged against its neighbours on each side (up to
+         * DIAG_WINDOW steps before and after, itself excluded): the
+         * machine's load changes during a run, and a run-wide median would
+         * then hide a fault or invent one; it must stand out from both
+         * sides, so a change of load is not a slow step.  Noise floor: four
+         * robust standard deviations (1.4826 MAD) of the side.  A side with
+         * fewer than 3 steps (the run's ends) is not asked. */
+        double ex = -1;
+        bool is_slow = true, asked = false;
+        for (int side = 0; side < 2; side++) {
+            size_t lo = side ? p + 1 : (p > DIAG_WINDOW ? p - DIAG_WINDOW : 0);
+            size_t hi = side ? (p + 1 + DIAG_WINDOW < n_steps ? p + 1 + DIAG_WINDOW : n_steps) : p;
+            if (hi < lo + 3)
+                continue;
+            double wb[DIAG_WINDOW];
+            size_t nwb = 0;
+            for (size_t q = lo; q < hi; q++)
+                wb[nwb++] = stime[order[q]];
+            double smed = median(wb, nwb);
+            for (size_t q = 0; q < nwb; q++)
+                wb[q] = fabs(wb[q] - smed);
+            double noise = 4 * 1.4826 * median(wb, nwb);
+            double sex = stime[k] - smed;
+            asked = true;
+            if (stime[k] <= smed * (1 + d.o.slow_frac) || sex < (double)d.o.min_excess_ns ||
+                sex <= noise)
+                is_slow = false;
+            if (ex < 0 || sex < ex)
+                ex = sex;
         }
-        double wb[2 * DIAG_WINDOW + 1];
-        size_t nwb = 0;
-        for (size_t q = lo; q < hi; q++)
-            wb[nwb++] = stime[order[q]];
-        double lmed = median(wb, nwb);
-        for (size_t q = 0; q < nwb; q++)
-            wb[q] = fabs(wb[q] - lmed);
-        double noise = 4 * 1.4826 * median(wb, nwb);
-        double ex = stime[k] - lmed;
-        if (d.o.only_step < 0 &&
-            (stime[k] <= lmed * (1 + d.o.slow_frac) || ex < (double)d.o.min_excess_ns ||
-             ex <= noise))
+        if (!asked) /* a run of a few steps: the run's median */
+            ex = stime[k] - med, is_slow = stime[k] > med * (1 + d.o.slow_frac) &&
+                                          ex >= (double)d.o.min_excess_ns;
+        if (d.o.only_step < 0 && !is_slow)
             continue;
         slow[k] = true;
         n_slow++;
