@@ -85,7 +85,7 @@ static int map_ring(int fd, uint32_t capacity, struct mks_nccl_ring **ring_p)
 
 int mks_nccl_ring_create(const char *name, uint32_t capacity, struct mks_nccl_ring **ring_p)
 {
-    struct mks_nccl_ring *ring;
+    struct mks_nccl_ring *ring = NULL;
     int fd, err;
 
     if (!valid_shm_name(name) || !ring_p)
