@@ -620,9 +620,8 @@ static uint32_t max_tasks(const struct bw_rank *rk)
 {
     const struct bm_model *m = &rk->m;
     uint32_t Te = rk->T < m->H ? rk->T : m->H;
-    uint32_t per_layer =
-        m->B + 2 * rk->T + m->B * m->cfg.heads + 2 * (rk->R - 1) + 2 + 2 + rk->n_own * Te +
-        (rk->relay ? 2 : 0);
+    uint32_t per_layer = m->B + 2 * rk->T + m->B * m->cfg.heads + 2 * (rk->R - 1) + 2 + 2 +
+                         rk->n_own * Te + (rk->relay ? 2 : 0);
     return rk->L * per_layer + rk->T + 1;
 }
 

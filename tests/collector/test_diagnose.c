@@ -242,6 +242,16 @@ static void expect_root(enum fault f, const char *cause, const char *cls)
         assert_int_equal(json_integer_value(json_array_get(steps, i)), F_LO + (int)i);
     json_t *cov = json_object_get(g, "coverage");
     assert_true(json_real_value(json_object_get(cov, "ratio")) > 0.99);
+    /* rank 1, between the observed rank and the root, stalls on the root
+     * too: listed with its own chain 1 -> 2 */
+    json_t *stalled = json_object_get(g, "stalled");
+    assert_int_equal(json_array_size(stalled), 1);
+    json_t *st1 = json_array_get(stalled, 0);
+    assert_int_equal(json_integer_value(json_object_get(st1, "rank")), 1);
+    json_t *ch1 = json_object_get(st1, "chain");
+    assert_int_equal(json_array_size(ch1), 2);
+    assert_string_equal(js(json_array_get(ch1, 0), "cause"), "remote_stall");
+    assert_string_equal(js(json_array_get(ch1, 1), "cause"), cause);
     json_decref(d);
     mks_store_close(st);
 }
