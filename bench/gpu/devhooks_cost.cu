@@ -9,8 +9,10 @@
  *   out       hooks compiled out
  *   detached-gate  nothing attached, the queue word registered with
  *             mks_rt_cuda_gate(): the fast loop is the compiled-out loop;
- *             also timed interleaved with `out`, pair by pair, and without
- *             the block's monitor warp
+ *             also timed in interleaved rounds with `out`, without the
+ *             block's monitor warp, and in two other layouts of the same
+ *             kernel (hooked loop inlined; that and the monitor warp picked
+ *             by a threadIdx test), with the spread of the differences
  *   detached-bit  hooks compiled in, nothing attached: MKS_DEV_HOOK_IF (a
  *             bit of the cached attach mask) per event,
  *             mks_dev_worker_task() per task
@@ -58,7 +60,20 @@
 
 #define REPS 7
 
-enum { MODE_OUT = 0, MODE_HOOK = 1, MODE_QUEUE = 2, MODE_RAW = 3, MODE_OLD = 4, MODE_GATE = 5 };
+/* The gate kernels differ only in layout: MODE_GATE calls the hooked loop
+ * out of line and picks the monitor warp with a vote; MODE_GATE_INL inlines
+ * the hooked loop (vote kept); MODE_GATE_OLD inlines it and picks the
+ * monitor warp with a plain threadIdx test (the earlier layout). */
+enum {
+    MODE_OUT = 0,
+    MODE_HOOK = 1,
+    MODE_QUEUE = 2,
+    MODE_RAW = 3,
+    MODE_OLD = 4,
+    MODE_GATE = 5,
+    MODE_GATE_INL = 6,
+    MODE_GATE_OLD = 7
+};
 
 struct raw_rec {
     uint32_t tag, task;
@@ -160,6 +175,46 @@ static __device__ __forceinline__ uint64_t hook_ring(struct mks_dev_ring *r, int
     return now;
 }
 
+/* The scheduler's state carried between its fast and hooked loops. */
+struct sched_state {
+    uint64_t acc, qv;
+    uint32_t i, next;
+};
+
+/* The hooked loop: the same tasks with hook sites, until the gate bit
+ * clears or no task is left.  Called out of line (MODE_GATE), so that the
+ * kernel's register allocation around the fast loop is not shaped by this
+ * loop's, or inlined (the other gate modes). */
+static __device__ __forceinline__ struct sched_state hooked_loop(struct sched_state s,
+                                                                const uint32_t *my, uint32_t T,
+                                                                uint32_t K, const uint64_t *qw,
+                                                                struct mks_dev_ring *ring,
+                                                                uint32_t w)
+{
+    while (mks_dev_gate_on(s.qv) && s.i < mks_dev_gate_app(s.qv)) {
+        uint64_t qn = mks_dev_gate_load(qw);
+        uint32_t task = s.next, mask = mks_dev_gate_mask(s.qv);
+        uint64_t t0;
+        int room = mks_dev_ring_reserve(ring, 2); /* both events' slots */
+        s.next = my[s.i + 1 < T ? s.i + 1 : s.i];
+        t0 = hook_ring(ring, room, mask, MKS_EV_TASK_START, w, task, 0);
+        s.acc = task_body(s.acc, task, K);
+        hook_ring(ring, room, mask, MKS_EV_TASK_END, w, task, t0);
+        s.qv = qn;
+        s.i++;
+    }
+    return s;
+}
+
+static __device__ __noinline__ struct sched_state hooked_loop_call(struct sched_state s,
+                                                                   const uint32_t *my, uint32_t T,
+                                                                   uint32_t K, const uint64_t *qw,
+                                                                   struct mks_dev_ring *ring,
+                                                                   uint32_t w)
+{
+    return hooked_loop(s, my, T, K, qw, ring, w);
+}
+
 /* Every variant has the same scheduler skeleton: a worker polls its queue
  * word (global memory, one per worker on its own cache line; the low half
  * holds the number of tasks published, here all T before launch) one task
@@ -184,11 +239,17 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
             return;
         }
     }
-    if (MODE == MODE_GATE) {
+    if (MODE >= MODE_GATE) {
         if (threadIdx.x == 0)
             mks_dev_ring_init(&ring);
         __syncthreads();
-        if (threadIdx.x >= 32) { /* the second warp: the monitor warp */
+        /* The second warp is the monitor warp.  A call under a branch that
+         * ptxas takes for divergent (a test of threadIdx.x) makes it keep
+         * the kernel's pointers in ordinary registers for the whole kernel
+         * and convert them (R2UR) before every load of the fast loop; the
+         * vote gives the same answer as a warp-uniform predicate. */
+        if (MODE == MODE_GATE_OLD ? threadIdx.x >= 32
+                                  : __all_sync(0xffffffffu, threadIdx.x >= 32)) {
             mks_dev_monitor_warp(&rt, &ring, w);
             return;
         }
@@ -245,20 +306,16 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
             qv = qn;
             i++;
         }
-        if (MODE == MODE_GATE && mks_dev_gate_on(qv)) {
-            /* The hooked loop: the same tasks with hook sites. */
-            while (mks_dev_gate_on(qv) && i < mks_dev_gate_app(qv)) {
-                uint64_t qn = mks_dev_gate_load(qw);
-                uint32_t task = next, mask = mks_dev_gate_mask(qv);
-                uint64_t t0;
-                int room = mks_dev_ring_reserve(&ring, 2); /* both events' slots */
-                next = my[i + 1 < T ? i + 1 : i];
-                t0 = hook_ring(&ring, room, mask, MKS_EV_TASK_START, w, task, 0);
-                acc = task_body(acc, task, K);
-                hook_ring(&ring, room, mask, MKS_EV_TASK_END, w, task, t0);
-                qv = qn;
-                i++;
-            }
+        if (MODE >= MODE_GATE && mks_dev_gate_on(qv)) {
+            struct sched_state s = {acc, qv, i, next};
+            if (MODE == MODE_GATE)
+                s = hooked_loop_call(s, my, T, K, qw, &ring, w);
+            else
+                s = hooked_loop(s, my, T, K, qw, &ring, w);
+            acc = s.acc;
+            qv = s.qv;
+            i = s.i;
+            next = s.next;
             if (!mks_dev_gate_on(qv))
                 continue; /* detached: back to the fast loop */
         }
@@ -266,7 +323,7 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
     }
     if (MODE == MODE_QUEUE)
         mks_dev_queue_stop(&q);
-    if (MODE == MODE_GATE) {
+    if (MODE >= MODE_GATE) {
         mks_dev_ring_stop(&ring);
         waits[w] += ring.waits;
     }
@@ -297,16 +354,18 @@ static int cmp_float(const void *a, const void *b)
 
 #define LAUNCH(M)                                                                                  \
     megakernel<M><<<grid, block, 0, b->stream>>>(b->tasks, b->T, b->K, b->out, b->rt, b->recs,    \
-                                                 M == MODE_GATE ? b->qwords : b->qplain, b->waits)
+                                                 M >= MODE_GATE ? b->qwords : b->qplain, b->waits)
 static void launch(struct bench *b, int mode)
 {
-    dim3 grid(b->n_sm), block(mode == MODE_QUEUE ? 64 : mode == MODE_GATE ? b->gate_block : 32);
+    dim3 grid(b->n_sm), block(mode == MODE_QUEUE ? 64 : mode >= MODE_GATE ? b->gate_block : 32);
     switch (mode) {
     case MODE_OUT: LAUNCH(MODE_OUT); break;
     case MODE_HOOK: LAUNCH(MODE_HOOK); break;
     case MODE_QUEUE: LAUNCH(MODE_QUEUE); break;
     case MODE_OLD: LAUNCH(MODE_OLD); break;
     case MODE_GATE: LAUNCH(MODE_GATE); break;
+    case MODE_GATE_INL: LAUNCH(MODE_GATE_INL); break;
+    case MODE_GATE_OLD: LAUNCH(MODE_GATE_OLD); break;
     default: LAUNCH(MODE_RAW); break;
     }
     CHECK(cudaGetLastError());
@@ -493,42 +552,67 @@ static float time_once(struct bench *b, int mode)
 }
 
 /* Hooks compiled out against detached through the gate, launches
- * interleaved so drift hits both alike; prints every pair.  gate32: the
- * same kernel launched without its (idle) monitor warp, which separates the
- * fast loop's code from the warp's presence. */
+ * interleaved so drift hits every variant alike: each round times one
+ * launch of each, in an order that rotates from round to round (no variant
+ * always runs first or after the same one), and each variant's difference
+ * to the round's compiled-out launch is one sample.  Variants: the gate
+ * kernel (MODE_GATE), the same launched without its idle monitor warp
+ * (gate32), with the hooked loop inlined (gate-inl), and the earlier layout
+ * (gate-old).  Prints every round and the spread. */
+#define NDET 5
+#define NROUND 31
 static void detached_pairs(struct bench *b, float *med_out, float *med_gate)
 {
-    enum { N = 2 * REPS + 1 };
-    float o[N], g[N], g32[N], d[N], d32[N];
-    launch(b, MODE_OUT);
-    launch(b, MODE_GATE);
+    static const char *const name[NDET] = {"out", "gate", "gate32", "gate-inl", "gate-old"};
+    static const int mode[NDET] = {MODE_OUT, MODE_GATE, MODE_GATE, MODE_GATE_INL, MODE_GATE_OLD};
+    static float t[NDET][NROUND], d[NDET][NROUND];
+    for (int v = 0; v < NDET; v++)
+        launch(b, mode[v]);
     CHECK(cudaStreamSynchronize(b->stream));
-    printf("compiled out vs detached (gate), interleaved launches, ns/event of gate - out "
-           "(gate32 - out):");
-    for (int r = 0; r < N; r++) {
-        o[r] = time_once(b, MODE_OUT);
-        g[r] = time_once(b, MODE_GATE);
-        b->gate_block = 32;
-        g32[r] = time_once(b, MODE_GATE);
+    printf("compiled out vs detached (gate), %d interleaved rounds; per round ns/event of each "
+           "variant - out (gate gate32 gate-inl gate-old):\n", NROUND);
+    for (int r = 0; r < NROUND; r++) {
+        for (int k = 0; k < NDET; k++) {
+            int v = (r + k) % NDET;
+            b->gate_block = v == 2 ? 32 : 64;
+            t[v][r] = time_once(b, mode[v]);
+        }
         b->gate_block = 64;
-        d[r] = (g[r] - o[r]) * 1e6f / (2.0f * b->T);
-        d32[r] = (g32[r] - o[r]) * 1e6f / (2.0f * b->T);
-        printf(" %.2f (%.2f)", d[r], d32[r]);
+        printf(" ");
+        for (int v = 0; v < NDET; v++) {
+            d[v][r] = (t[v][r] - t[0][r]) * 1e6f / (2.0f * b->T);
+            if (v)
+                printf(" %.2f", d[v][r]);
+        }
+        printf(r % 4 == 3 ? "\n" : " |");
     }
-    qsort(o, N, sizeof(float), cmp_float);
-    qsort(g, N, sizeof(float), cmp_float);
-    qsort(g32, N, sizeof(float), cmp_float);
-    qsort(d, N, sizeof(float), cmp_float);
-    qsort(d32, N, sizeof(float), cmp_float);
-    printf("\n  out    ms: median %.4f min %.4f max %.4f\n"
-           "  gate   ms: median %.4f min %.4f max %.4f\n"
-           "  gate32 ms: median %.4f min %.4f max %.4f\n"
-           "  pair difference ns/event: gate median %.2f (min %.2f, max %.2f), gate32 median "
-           "%.2f (min %.2f, max %.2f)\n",
-           o[N / 2], o[0], o[N - 1], g[N / 2], g[0], g[N - 1], g32[N / 2], g32[0], g32[N - 1],
-           d[N / 2], d[0], d[N - 1], d32[N / 2], d32[0], d32[N - 1]);
-    *med_out = o[N / 2];
-    *med_gate = g[N / 2];
+    printf("\n");
+    for (int v = 0; v < NDET; v++) {
+        qsort(t[v], NROUND, sizeof(float), cmp_float);
+        qsort(d[v], NROUND, sizeof(float), cmp_float);
+        printf("  %-8s ms: median %.4f (min %.4f max %.4f)", name[v], t[v][NROUND / 2], t[v][0],
+               t[v][NROUND - 1]);
+        if (v)
+            printf("; - out, ns/event: median %.2f, quartiles %.2f..%.2f, min %.2f max %.2f",
+                   d[v][NROUND / 2], d[v][NROUND / 4], d[v][3 * NROUND / 4], d[v][0],
+                   d[v][NROUND - 1]);
+        printf("\n");
+    }
+    /* The same for two compiled-out launches: what "no difference" looks
+     * like on this machine. */
+    {
+        float dd[NROUND];
+        for (int r = 0; r < NROUND; r++) {
+            float x = time_once(b, MODE_OUT), y = time_once(b, MODE_OUT);
+            dd[r] = (r & 1 ? x - y : y - x) * 1e6f / (2.0f * b->T);
+        }
+        qsort(dd, NROUND, sizeof(float), cmp_float);
+        printf("  out - out (alternating sign), ns/event: median %.2f, quartiles %.2f..%.2f, "
+               "min %.2f max %.2f\n", dd[NROUND / 2], dd[NROUND / 4], dd[3 * NROUND / 4], dd[0],
+               dd[NROUND - 1]);
+    }
+    *med_out = t[0][NROUND / 2];
+    *med_gate = t[1][NROUND / 2];
 }
 
 int main(int argc, char **argv)
