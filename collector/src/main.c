@@ -746,7 +746,9 @@ int main(int argc, char **argv)
         struct pollfd pf[6] = {
             {.fd = ingest_fd, .events = POLLIN},
             {.fd = c.sv.active ? -1 : cli_fd, .events = POLLIN},
-            {.fd = survey_fd, .events = POLLIN},
+            /* An idle NN_SURVEYOR's fd stays readable (recv says EFSM):
+             * polled only while a survey is out, or the loop would spin. */
+            {.fd = c.sv.active ? survey_fd : -1, .events = POLLIN},
             {.fd = mhd_fd, .events = POLLIN},
             {.fd = c.sigfd, .events = POLLIN},
             {.fd = c.ucx ? mks_ucxrx_fd(c.ucx) : -1, .events = POLLIN},
