@@ -246,8 +246,9 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
         /* The second warp is the monitor warp.  A call under a branch that
          * ptxas takes for divergent (a test of threadIdx.x) makes it keep
          * the kernel's pointers in ordinary registers for the whole kernel
-         * and convert them (R2UR) before every load of the fast loop; the
-         * vote gives the same answer as a warp-uniform predicate. */
+         * and convert them (R2UR) before every load of the fast loop.  The
+         * vote gives the same answer (the monitor warp is a whole warp) and
+         * ptxas knows its result is warp-uniform. */
         if (MODE == MODE_GATE_OLD ? threadIdx.x >= 32
                                   : __all_sync(0xffffffffu, threadIdx.x >= 32)) {
             mks_dev_monitor_warp(&rt, &ring, w);
@@ -553,9 +554,10 @@ static float time_once(struct bench *b, int mode)
 
 /* Hooks compiled out against detached through the gate, launches
  * interleaved so drift hits every variant alike: each round times one
- * launch of each, in an order that rotates from round to round (no variant
- * always runs first or after the same one), and each variant's difference
- * to the round's compiled-out launch is one sample.  Variants: the gate
+ * launch of each, in a cyclic order whose start moves by one each round
+ * (each variant takes every position, first to last, about as often), and
+ * each variant's difference to the round's compiled-out launch is one
+ * sample.  Variants: the gate
  * kernel (MODE_GATE), the same launched without its idle monitor warp
  * (gate32), with the hooked loop inlined (gate-inl), and the earlier layout
  * (gate-old).  Prints every round and the spread. */

@@ -198,9 +198,13 @@ extern "C" __device__ void mks_dev_monitor(const struct mks_dev_rt *rt, struct m
  *
  * which fails over as soon as the gate bit (bit 63) is set, so the fast
  * loop's source is the hooks-compiled-out loop: no hook code, no test per
- * event.  (Its machine code can still differ where the kernel also holds
- * the hooked loop: register allocation is per kernel; docs/PERF.md has the
- * measured cost.)  After it, the worker checks
+ * event.  Its machine code is as good only if no call in the kernel sits
+ * under a branch ptxas takes for divergent: pick the monitor warp with a
+ * vote, `if (__all_sync(0xffffffffu, threadIdx.x >= 32))`, not a plain
+ * threadIdx test, which makes ptxas convert the memory descriptor
+ * (R2UR) before the fast loop's loads on every task; docs/PERF.md has the
+ * cost of both.  The hooked loop may be a __noinline__ function called
+ * when the bit is seen.  After the fast loop, the worker checks
  * mks_dev_gate_on(word): set, it runs the hooked loop (the same tasks with
  * hook sites, events whose bit mks_dev_gate_mask() gives) until the bit
  * clears, then returns to the fast loop. */
@@ -337,7 +341,8 @@ static __device__ __forceinline__ void mks_dev_ring_stop(struct mks_dev_ring *r)
     *(volatile uint32_t *)&r->stop = 1u;
 }
 
-/* The monitor warp's loop, called by all 32 lanes of one warp: runs the
+/* The monitor warp's loop, called by all 32 lanes of one warp (under a
+ * branch ptxas knows to be warp-uniform, see "the gate bit"): runs the
  * programs of the queued events, one event per lane, counts coverage and
  * the worker's lost events, returns after mks_dev_ring_stop() and an empty
  * ring.  worker: the worker whose events the ring carries. */
