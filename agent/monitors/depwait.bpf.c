@@ -127,22 +127,27 @@ int wait_end(const struct mks_hook_ctx *ctx)
     return 0;
 }
 
-/* The release record of key, inserted when missing; NULL (and counted) when
- * the table is full. */
-static __always_inline struct mks_mon_release *release_rec(struct mks_mon_comm_key *key)
+/* The release record of ctx's transfer (comm_gen, peer), inserted when
+ * missing; NULL (and counted) when the table is full. */
+static __always_inline struct mks_mon_release *release_rec(const struct mks_hook_ctx *ctx)
 {
     __u32 zero = 0;
-    struct mks_mon_release *rel = mks_map_lookup(&remote_releases, key);
+    struct mks_mon_comm_key key;
+    struct mks_mon_release *rel;
     struct mks_mon_wait_stats *st;
 
+    key.comm_gen = ctx->comm_gen;
+    key.peer = ctx->peer_rank;
+    key.pad = 0;
+    rel = mks_map_lookup(&remote_releases, &key);
     if (rel)
         return rel;
     {
         struct mks_mon_release init = {};
 
-        mks_map_update(&remote_releases, key, &init, MKS_NOEXIST);
+        mks_map_update(&remote_releases, &key, &init, MKS_NOEXIST);
     }
-    rel = mks_map_lookup(&remote_releases, key);
+    rel = mks_map_lookup(&remote_releases, &key);
     if (!rel) {
         st = mks_map_lookup(&wait_stats, &zero);
         if (st)
@@ -154,15 +159,11 @@ static __always_inline struct mks_mon_release *release_rec(struct mks_mon_comm_k
 SEC("mkscope/comm_end")
 int release(const struct mks_hook_ctx *ctx)
 {
-    struct mks_mon_comm_key key;
     struct mks_mon_release *rel;
 
     if (ctx->comm_gen == 0)
         return 0;
-    key.comm_gen = ctx->comm_gen;
-    key.peer = ctx->peer_rank;
-    key.pad = 0;
-    rel = release_rec(&key);
+    rel = release_rec(ctx);
     if (!rel)
         return 0;
     __sync_fetch_and_add(&rel->count, 1);
@@ -178,15 +179,11 @@ int release(const struct mks_hook_ctx *ctx)
 SEC("mkscope/dep_release")
 int rel_notify(const struct mks_hook_ctx *ctx)
 {
-    struct mks_mon_comm_key key;
     struct mks_mon_release *rel;
 
     if (ctx->dep_class != MKS_DEP_REMOTE || ctx->comm_gen == 0)
         return 0;
-    key.comm_gen = ctx->comm_gen;
-    key.peer = ctx->peer_rank;
-    key.pad = 0;
-    rel = release_rec(&key);
+    rel = release_rec(ctx);
     if (!rel)
         return 0;
     rel->t_notify = ctx->t_now;
