@@ -10,9 +10,17 @@
  * the verifier let something through: every memory access is checked against
  * the regions of the run (the frames of the current call chain, the read-only
  * context, the map arena, the optional extra region), every jump target
- * against the program, every executed instruction against the limit; map
- * handles passed to helpers must be the program's own.  A failed guard stops
- * the run with an enum mks_vm_err.
+ * against the program, the count of executed instructions against the
+ * limit; map handles passed to helpers must be the program's own.  A failed
+ * guard stops the run with an enum mks_vm_err.
+ *
+ * The instruction count is kept exactly but costs nothing per instruction:
+ * pc + bias is the number executed, and only control transfers move bias.
+ * It is compared with the limit at every backward jump, call, helper call
+ * and exit, and when the run stops.  Between two such points execution only
+ * moves forward, so a run that exhausts its limit stops with MKS_VM_ELIMIT
+ * after at most one program length of extra instructions (whose effects on
+ * the stack, maps or extra region stay), and reports the limit as its count.
  *
  * vm.cu compiles this file with nvcc (MKS_DEVFN = __device__); the host entry
  * points are hidden from it.
@@ -72,26 +80,30 @@ MKS_INLINE uint64_t vm_fetch(const struct mks_insn *ip)
 #endif
 
 struct vm_mem {
-    uint64_t stack_lo, stack_hi; /* frames of the current call chain */
+    uint64_t stack_lo, stack_len; /* frames of the current call chain, >= one frame */
     uint64_t ctx, ctx_len;
     uint64_t arena, arena_len;
     uint64_t extra, extra_len;
     uint32_t extra_writable;
 };
 
-/* base <= addr and addr + size <= base + len, without overflow. */
+/* base <= addr and addr + size <= base + len, without overflow: addr below
+ * base wraps addr - base above any len - size. */
 MKS_INLINE int vm_in(uint64_t addr, uint64_t size, uint64_t base, uint64_t len)
 {
-    return addr >= base && len >= size && addr - base <= len - size;
+    return len >= size && addr - base <= len - size;
 }
 
+/* Stack first (most accesses, and one subtraction and compare: the region
+ * is at least one frame and instruction sizes are constants), then the
+ * context (read-only), then the arena. */
 MKS_INLINE int vm_mem_ok(const struct vm_mem *m, uint64_t addr, uint64_t size, int write)
 {
-    if (vm_in(addr, size, m->stack_lo, m->stack_hi - m->stack_lo))
-        return 1;
-    if (m->arena_len && vm_in(addr, size, m->arena, m->arena_len))
+    if (size <= VM_FRAME && addr - m->stack_lo <= m->stack_len - size)
         return 1;
     if (!write && m->ctx_len && vm_in(addr, size, m->ctx, m->ctx_len))
+        return 1;
+    if (m->arena_len && vm_in(addr, size, m->arena, m->arena_len))
         return 1;
     if (m->extra_len && (!write || m->extra_writable) && vm_in(addr, size, m->extra, m->extra_len))
         return 1;
@@ -340,7 +352,8 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     const struct mks_insn *insns = env->insns;
     const uint32_t n = env->n_insns;
     const uint64_t limit = env->insn_limit ? env->insn_limit : ~0ull;
-    uint64_t budget = limit; /* instructions left */
+    uint64_t bias = 0; /* instructions executed = pc + bias */
+    uint64_t ran;
     uint32_t pc = 0, depth = 0;
     int err = MKS_VM_OK;
 
@@ -348,8 +361,8 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         err = MKS_VM_EARG;
         goto out;
     }
-    mem.stack_hi = (uint64_t)(uintptr_t)stack + sizeof(stack);
-    mem.stack_lo = mem.stack_hi - VM_FRAME;
+    mem.stack_lo = (uint64_t)(uintptr_t)stack + sizeof(stack) - VM_FRAME;
+    mem.stack_len = VM_FRAME;
     mem.ctx = (uint64_t)(uintptr_t)env->ctx;
     mem.ctx_len = env->ctx ? env->ctx_len : 0;
     mem.arena = env->maps ? (uint64_t)(uintptr_t)env->maps->arena : 0;
@@ -361,45 +374,54 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         r[i] = 0;
     r[1] = r1;
     r[2] = r2;
-    r[10] = mem.stack_hi;
+    r[10] = mem.stack_lo + VM_FRAME;
 
     for (;;) {
-        const struct mks_insn *ip;
-        uint32_t code, dst, src;
-        uint64_t raw, imm;
-        int32_t simm;
-        int16_t off;
+        uint32_t code;
+        uint64_t raw;
         if (MKS_UNLIKELY(pc >= n)) {
             err = MKS_VM_EJUMP;
             goto out;
         }
-        if (MKS_UNLIKELY(budget == 0)) {
-            err = MKS_VM_ELIMIT;
-            goto out;
-        }
-        budget--;
-        ip = &insns[pc];
-        raw = vm_fetch(ip); /* one 8-byte load, fields by shifts */
+        raw = vm_fetch(&insns[pc]); /* one 8-byte load; fields by shifts where used */
         code = (uint32_t)(raw & 0xff);
-        dst = (uint32_t)(raw >> 8) & 0x0f;
-        src = (uint32_t)(raw >> 12) & 0x0f;
-        off = (int16_t)(uint16_t)(raw >> 16);
-        simm = (int32_t)(uint32_t)(raw >> 32);
-        imm = (uint64_t)(int64_t)simm; /* sign-extended, as every use wants */
-        if (MKS_UNLIKELY(dst > 10 || src > 10)) {
+        pc++;
+        /* dst or src above r10: adding 5 to a register nibble above 10
+         * carries out of it (dst into bit 12, src into bit 16). */
+        if (MKS_UNLIKELY(((((raw & 0x0f00) + 0x0500) | (((raw & 0xf000) + 0x5000) >> 4)) & 0x1000))) {
             err = MKS_VM_EINSN;
             goto out;
         }
-        pc++;
 
-#define ALU32(v)  r[dst] = (uint32_t)(v)
-#define SRC64     ((code & MKS_BPF_X) ? r[src] : imm)
+#define DST  ((uint32_t)(raw >> 8) & 0x0fu)
+#define SRC  ((uint32_t)(raw >> 12) & 0x0fu)
+#define OFF  ((int16_t)(uint16_t)(raw >> 16))
+#define SIMM ((int32_t)((int64_t)raw >> 32))
+#define IMM  ((uint64_t)((int64_t)raw >> 32)) /* sign-extended, as every use wants */
+#define ALU32(v)  r[DST] = (uint32_t)(v)
+#define SRC64     ((code & MKS_BPF_X) ? r[SRC] : IMM)
 #define SRC32     ((uint32_t)SRC64)
-#define DST32     ((uint32_t)r[dst])
+#define DST32     ((uint32_t)r[DST])
+/* Control transfers: pc moves to t, the count of executed instructions
+ * does not; a transfer that may lead back is a point to check the limit. */
+#define GOTO_PC(t)                                                                                 \
+    do {                                                                                           \
+        uint32_t t_ = (t);                                                                         \
+        bias += (uint64_t)pc - t_;                                                                 \
+        pc = t_;                                                                                   \
+    } while (0)
+#define CHECK_LIMIT()                                                                              \
+    do {                                                                                           \
+        if (MKS_UNLIKELY(pc + bias > limit))                                                       \
+            goto out;                                                                              \
+    } while (0)
 #define JUMP_IF(c)                                                                                 \
     do {                                                                                           \
-        if (c)                                                                                     \
-            pc = (uint32_t)((int32_t)pc + off);                                                    \
+        if (c) {                                                                                   \
+            GOTO_PC((uint32_t)((int32_t)pc + OFF));                                                \
+            if (OFF < 0)                                                                           \
+                CHECK_LIMIT();                                                                     \
+        }                                                                                          \
     } while (0)
 #define MEM_CHECK(addr, size, w)                                                                   \
     do {                                                                                           \
@@ -410,15 +432,15 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     } while (0)
 #define LDX(type, conv)                                                                            \
     do {                                                                                           \
-        uint64_t a_ = r[src] + (uint64_t)(int64_t)off;                                             \
+        uint64_t a_ = r[SRC] + (uint64_t)(int64_t)OFF;                                             \
         MEM_CHECK(a_, sizeof(type), 0);                                                            \
         type v_;                                                                                   \
         VM_COPY(&v_, (const void *)(uintptr_t)a_, sizeof(type));                                  \
-        r[dst] = conv(v_);                                                                         \
+        r[DST] = conv(v_);                                                                         \
     } while (0)
 #define ST(type, val)                                                                              \
     do {                                                                                           \
-        uint64_t a_ = r[dst] + (uint64_t)(int64_t)off;                                             \
+        uint64_t a_ = r[DST] + (uint64_t)(int64_t)OFF;                                             \
         MEM_CHECK(a_, sizeof(type), 1);                                                            \
         type v_ = (type)(val);                                                                     \
         VM_COPY((void *)(uintptr_t)a_, &v_, sizeof(type));                                         \
@@ -431,21 +453,21 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 #define AS_U64(x) ((uint64_t)(x))
 #define AS_S64(x) ((uint64_t)(int64_t)(x))
 
-        switch (code) {
+        switch ((uint8_t)code) { /* all 256 values: no range check before the table */
         /* ---- ALU64 ---- */
-        case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_K: r[dst] += imm; break;
-        case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_X: r[dst] += r[src]; break;
-        case MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_K: r[dst] -= imm; break;
-        case MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_X: r[dst] -= r[src]; break;
-        case MKS_BPF_ALU64 | MKS_BPF_MUL | MKS_BPF_K: r[dst] *= imm; break;
-        case MKS_BPF_ALU64 | MKS_BPF_MUL | MKS_BPF_X: r[dst] *= r[src]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_K: r[DST] += IMM; break;
+        case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_X: r[DST] += r[SRC]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_K: r[DST] -= IMM; break;
+        case MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_X: r[DST] -= r[SRC]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_MUL | MKS_BPF_K: r[DST] *= IMM; break;
+        case MKS_BPF_ALU64 | MKS_BPF_MUL | MKS_BPF_X: r[DST] *= r[SRC]; break;
         case MKS_BPF_ALU64 | MKS_BPF_DIV | MKS_BPF_K:
         case MKS_BPF_ALU64 | MKS_BPF_DIV | MKS_BPF_X: {
             uint64_t s = SRC64;
-            if (off == 1)
-                r[dst] = vm_sdiv64(r[dst], s);
-            else if (off == 0)
-                r[dst] = s ? r[dst] / s : 0;
+            if (OFF == 1)
+                r[DST] = vm_sdiv64(r[DST], s);
+            else if (OFF == 0)
+                r[DST] = s ? r[DST] / s : 0;
             else {
                 err = MKS_VM_EINSN;
                 goto out;
@@ -455,49 +477,49 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         case MKS_BPF_ALU64 | MKS_BPF_MOD | MKS_BPF_K:
         case MKS_BPF_ALU64 | MKS_BPF_MOD | MKS_BPF_X: {
             uint64_t s = SRC64;
-            if (off == 1)
-                r[dst] = vm_smod64(r[dst], s);
-            else if (off == 0)
-                r[dst] = s ? r[dst] % s : r[dst];
+            if (OFF == 1)
+                r[DST] = vm_smod64(r[DST], s);
+            else if (OFF == 0)
+                r[DST] = s ? r[DST] % s : r[DST];
             else {
                 err = MKS_VM_EINSN;
                 goto out;
             }
             break;
         }
-        case MKS_BPF_ALU64 | MKS_BPF_OR | MKS_BPF_K: r[dst] |= imm; break;
-        case MKS_BPF_ALU64 | MKS_BPF_OR | MKS_BPF_X: r[dst] |= r[src]; break;
-        case MKS_BPF_ALU64 | MKS_BPF_AND | MKS_BPF_K: r[dst] &= imm; break;
-        case MKS_BPF_ALU64 | MKS_BPF_AND | MKS_BPF_X: r[dst] &= r[src]; break;
-        case MKS_BPF_ALU64 | MKS_BPF_XOR | MKS_BPF_K: r[dst] ^= imm; break;
-        case MKS_BPF_ALU64 | MKS_BPF_XOR | MKS_BPF_X: r[dst] ^= r[src]; break;
-        case MKS_BPF_ALU64 | MKS_BPF_LSH | MKS_BPF_K: r[dst] <<= (imm & 63); break;
-        case MKS_BPF_ALU64 | MKS_BPF_LSH | MKS_BPF_X: r[dst] <<= (r[src] & 63); break;
-        case MKS_BPF_ALU64 | MKS_BPF_RSH | MKS_BPF_K: r[dst] >>= (imm & 63); break;
-        case MKS_BPF_ALU64 | MKS_BPF_RSH | MKS_BPF_X: r[dst] >>= (r[src] & 63); break;
+        case MKS_BPF_ALU64 | MKS_BPF_OR | MKS_BPF_K: r[DST] |= IMM; break;
+        case MKS_BPF_ALU64 | MKS_BPF_OR | MKS_BPF_X: r[DST] |= r[SRC]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_AND | MKS_BPF_K: r[DST] &= IMM; break;
+        case MKS_BPF_ALU64 | MKS_BPF_AND | MKS_BPF_X: r[DST] &= r[SRC]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_XOR | MKS_BPF_K: r[DST] ^= IMM; break;
+        case MKS_BPF_ALU64 | MKS_BPF_XOR | MKS_BPF_X: r[DST] ^= r[SRC]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_LSH | MKS_BPF_K: r[DST] <<= (IMM & 63); break;
+        case MKS_BPF_ALU64 | MKS_BPF_LSH | MKS_BPF_X: r[DST] <<= (r[SRC] & 63); break;
+        case MKS_BPF_ALU64 | MKS_BPF_RSH | MKS_BPF_K: r[DST] >>= (IMM & 63); break;
+        case MKS_BPF_ALU64 | MKS_BPF_RSH | MKS_BPF_X: r[DST] >>= (r[SRC] & 63); break;
         case MKS_BPF_ALU64 | MKS_BPF_ARSH | MKS_BPF_K:
         case MKS_BPF_ALU64 | MKS_BPF_ARSH | MKS_BPF_X:
-            r[dst] = (uint64_t)((int64_t)r[dst] >> (SRC64 & 63));
+            r[DST] = (uint64_t)((int64_t)r[DST] >> (SRC64 & 63));
             break;
-        case MKS_BPF_ALU64 | MKS_BPF_NEG: r[dst] = (uint64_t)0 - r[dst]; break;
-        case MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_K: r[dst] = imm; break;
+        case MKS_BPF_ALU64 | MKS_BPF_NEG: r[DST] = (uint64_t)0 - r[DST]; break;
+        case MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_K: r[DST] = IMM; break;
         case MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_X:
-            if (off == 0)
-                r[dst] = r[src];
-            else if (off == 8 || off == 16 || off == 32)
-                r[dst] = vm_sext(r[src], off);
+            if (OFF == 0)
+                r[DST] = r[SRC];
+            else if (OFF == 8 || OFF == 16 || OFF == 32)
+                r[DST] = vm_sext(r[SRC], OFF);
             else {
                 err = MKS_VM_EINSN;
                 goto out;
             }
             break;
         case MKS_BPF_ALU64 | MKS_BPF_END | MKS_BPF_K: /* bswap */
-            if (imm == 16)
-                r[dst] = vm_bswap16(r[dst]);
-            else if (imm == 32)
-                r[dst] = vm_bswap32(r[dst]);
-            else if (imm == 64)
-                r[dst] = vm_bswap64(r[dst]);
+            if (IMM == 16)
+                r[DST] = vm_bswap16(r[DST]);
+            else if (IMM == 32)
+                r[DST] = vm_bswap32(r[DST]);
+            else if (IMM == 64)
+                r[DST] = vm_bswap64(r[DST]);
             else {
                 err = MKS_VM_EINSN;
                 goto out;
@@ -505,18 +527,18 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             break;
 
         /* ---- ALU (32-bit, upper half of dst zeroed) ---- */
-        case MKS_BPF_ALU | MKS_BPF_ADD | MKS_BPF_K: ALU32(DST32 + ((uint32_t)imm)); break;
-        case MKS_BPF_ALU | MKS_BPF_ADD | MKS_BPF_X: ALU32(DST32 + ((uint32_t)r[src])); break;
-        case MKS_BPF_ALU | MKS_BPF_SUB | MKS_BPF_K: ALU32(DST32 - ((uint32_t)imm)); break;
-        case MKS_BPF_ALU | MKS_BPF_SUB | MKS_BPF_X: ALU32(DST32 - ((uint32_t)r[src])); break;
-        case MKS_BPF_ALU | MKS_BPF_MUL | MKS_BPF_K: ALU32(DST32 * ((uint32_t)imm)); break;
-        case MKS_BPF_ALU | MKS_BPF_MUL | MKS_BPF_X: ALU32(DST32 * ((uint32_t)r[src])); break;
+        case MKS_BPF_ALU | MKS_BPF_ADD | MKS_BPF_K: ALU32(DST32 + ((uint32_t)IMM)); break;
+        case MKS_BPF_ALU | MKS_BPF_ADD | MKS_BPF_X: ALU32(DST32 + ((uint32_t)r[SRC])); break;
+        case MKS_BPF_ALU | MKS_BPF_SUB | MKS_BPF_K: ALU32(DST32 - ((uint32_t)IMM)); break;
+        case MKS_BPF_ALU | MKS_BPF_SUB | MKS_BPF_X: ALU32(DST32 - ((uint32_t)r[SRC])); break;
+        case MKS_BPF_ALU | MKS_BPF_MUL | MKS_BPF_K: ALU32(DST32 * ((uint32_t)IMM)); break;
+        case MKS_BPF_ALU | MKS_BPF_MUL | MKS_BPF_X: ALU32(DST32 * ((uint32_t)r[SRC])); break;
         case MKS_BPF_ALU | MKS_BPF_DIV | MKS_BPF_K:
         case MKS_BPF_ALU | MKS_BPF_DIV | MKS_BPF_X: {
             uint32_t s = SRC32;
-            if (off == 1)
+            if (OFF == 1)
                 ALU32(vm_sdiv32(DST32, s));
-            else if (off == 0)
+            else if (OFF == 0)
                 ALU32(s ? DST32 / s : 0);
             else {
                 err = MKS_VM_EINSN;
@@ -527,9 +549,9 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         case MKS_BPF_ALU | MKS_BPF_MOD | MKS_BPF_K:
         case MKS_BPF_ALU | MKS_BPF_MOD | MKS_BPF_X: {
             uint32_t s = SRC32;
-            if (off == 1)
+            if (OFF == 1)
                 ALU32(vm_smod32(DST32, s));
-            else if (off == 0)
+            else if (OFF == 0)
                 ALU32(s ? DST32 % s : DST32);
             else {
                 err = MKS_VM_EINSN;
@@ -537,49 +559,49 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             }
             break;
         }
-        case MKS_BPF_ALU | MKS_BPF_OR | MKS_BPF_K: ALU32(DST32 | ((uint32_t)imm)); break;
-        case MKS_BPF_ALU | MKS_BPF_OR | MKS_BPF_X: ALU32(DST32 | ((uint32_t)r[src])); break;
-        case MKS_BPF_ALU | MKS_BPF_AND | MKS_BPF_K: ALU32(DST32 & ((uint32_t)imm)); break;
-        case MKS_BPF_ALU | MKS_BPF_AND | MKS_BPF_X: ALU32(DST32 & ((uint32_t)r[src])); break;
-        case MKS_BPF_ALU | MKS_BPF_XOR | MKS_BPF_K: ALU32(DST32 ^ ((uint32_t)imm)); break;
-        case MKS_BPF_ALU | MKS_BPF_XOR | MKS_BPF_X: ALU32(DST32 ^ ((uint32_t)r[src])); break;
-        case MKS_BPF_ALU | MKS_BPF_LSH | MKS_BPF_K: ALU32(DST32 << (((uint32_t)imm) & 31)); break;
-        case MKS_BPF_ALU | MKS_BPF_LSH | MKS_BPF_X: ALU32(DST32 << (((uint32_t)r[src]) & 31)); break;
-        case MKS_BPF_ALU | MKS_BPF_RSH | MKS_BPF_K: ALU32(DST32 >> (((uint32_t)imm) & 31)); break;
-        case MKS_BPF_ALU | MKS_BPF_RSH | MKS_BPF_X: ALU32(DST32 >> (((uint32_t)r[src]) & 31)); break;
+        case MKS_BPF_ALU | MKS_BPF_OR | MKS_BPF_K: ALU32(DST32 | ((uint32_t)IMM)); break;
+        case MKS_BPF_ALU | MKS_BPF_OR | MKS_BPF_X: ALU32(DST32 | ((uint32_t)r[SRC])); break;
+        case MKS_BPF_ALU | MKS_BPF_AND | MKS_BPF_K: ALU32(DST32 & ((uint32_t)IMM)); break;
+        case MKS_BPF_ALU | MKS_BPF_AND | MKS_BPF_X: ALU32(DST32 & ((uint32_t)r[SRC])); break;
+        case MKS_BPF_ALU | MKS_BPF_XOR | MKS_BPF_K: ALU32(DST32 ^ ((uint32_t)IMM)); break;
+        case MKS_BPF_ALU | MKS_BPF_XOR | MKS_BPF_X: ALU32(DST32 ^ ((uint32_t)r[SRC])); break;
+        case MKS_BPF_ALU | MKS_BPF_LSH | MKS_BPF_K: ALU32(DST32 << (((uint32_t)IMM) & 31)); break;
+        case MKS_BPF_ALU | MKS_BPF_LSH | MKS_BPF_X: ALU32(DST32 << (((uint32_t)r[SRC]) & 31)); break;
+        case MKS_BPF_ALU | MKS_BPF_RSH | MKS_BPF_K: ALU32(DST32 >> (((uint32_t)IMM) & 31)); break;
+        case MKS_BPF_ALU | MKS_BPF_RSH | MKS_BPF_X: ALU32(DST32 >> (((uint32_t)r[SRC]) & 31)); break;
         case MKS_BPF_ALU | MKS_BPF_ARSH | MKS_BPF_K:
         case MKS_BPF_ALU | MKS_BPF_ARSH | MKS_BPF_X:
             ALU32((uint32_t)((int32_t)DST32 >> (SRC32 & 31)));
             break;
         case MKS_BPF_ALU | MKS_BPF_NEG: ALU32(0u - DST32); break;
-        case MKS_BPF_ALU | MKS_BPF_MOV | MKS_BPF_K: ALU32((uint32_t)imm); break;
+        case MKS_BPF_ALU | MKS_BPF_MOV | MKS_BPF_K: ALU32((uint32_t)IMM); break;
         case MKS_BPF_ALU | MKS_BPF_MOV | MKS_BPF_X:
-            if (off == 0)
-                ALU32((uint32_t)r[src]);
-            else if (off == 8 || off == 16)
-                ALU32((uint32_t)vm_sext(r[src], off));
+            if (OFF == 0)
+                ALU32((uint32_t)r[SRC]);
+            else if (OFF == 8 || OFF == 16)
+                ALU32((uint32_t)vm_sext(r[SRC], OFF));
             else {
                 err = MKS_VM_EINSN;
                 goto out;
             }
             break;
         case MKS_BPF_ALU | MKS_BPF_END | MKS_BPF_K: /* to little endian: truncate */
-            if (imm == 16)
-                r[dst] = (uint16_t)r[dst];
-            else if (imm == 32)
-                r[dst] = (uint32_t)r[dst];
-            else if (imm != 64) {
+            if (IMM == 16)
+                r[DST] = (uint16_t)r[DST];
+            else if (IMM == 32)
+                r[DST] = (uint32_t)r[DST];
+            else if (IMM != 64) {
                 err = MKS_VM_EINSN;
                 goto out;
             }
             break;
         case MKS_BPF_ALU | MKS_BPF_END | MKS_BPF_X: /* to big endian: swap */
-            if (imm == 16)
-                r[dst] = vm_bswap16(r[dst]);
-            else if (imm == 32)
-                r[dst] = vm_bswap32(r[dst]);
-            else if (imm == 64)
-                r[dst] = vm_bswap64(r[dst]);
+            if (IMM == 16)
+                r[DST] = vm_bswap16(r[DST]);
+            else if (IMM == 32)
+                r[DST] = vm_bswap32(r[DST]);
+            else if (IMM == 64)
+                r[DST] = vm_bswap64(r[DST]);
             else {
                 err = MKS_VM_EINSN;
                 goto out;
@@ -594,54 +616,55 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         case MKS_BPF_LDX | MKS_BPF_MEMSX | MKS_BPF_B: LDX(int8_t, AS_S64); break;
         case MKS_BPF_LDX | MKS_BPF_MEMSX | MKS_BPF_H: LDX(int16_t, AS_S64); break;
         case MKS_BPF_LDX | MKS_BPF_MEMSX | MKS_BPF_W: LDX(int32_t, AS_S64); break;
-        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_B: ST(uint8_t, imm); break;
-        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_H: ST(uint16_t, imm); break;
-        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_W: ST(uint32_t, imm); break;
-        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_DW: ST(uint64_t, imm); break;
-        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_B: ST(uint8_t, r[src]); break;
-        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_H: ST(uint16_t, r[src]); break;
-        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_W: ST(uint32_t, r[src]); break;
-        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_DW: ST(uint64_t, r[src]); break;
+        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_B: ST(uint8_t, IMM); break;
+        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_H: ST(uint16_t, IMM); break;
+        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_W: ST(uint32_t, IMM); break;
+        case MKS_BPF_ST | MKS_BPF_MEM | MKS_BPF_DW: ST(uint64_t, IMM); break;
+        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_B: ST(uint8_t, r[SRC]); break;
+        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_H: ST(uint16_t, r[SRC]); break;
+        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_W: ST(uint32_t, r[SRC]); break;
+        case MKS_BPF_STX | MKS_BPF_MEM | MKS_BPF_DW: ST(uint64_t, r[SRC]); break;
 
         case MKS_BPF_STX | MKS_BPF_ATOMIC | MKS_BPF_W:
         case MKS_BPF_STX | MKS_BPF_ATOMIC | MKS_BPF_DW: {
             const uint32_t size = (code & 0x18) == MKS_BPF_DW ? 8u : 4u;
-            uint64_t a = r[dst] + (uint64_t)(int64_t)off, old = 0;
+            uint64_t a = r[DST] + (uint64_t)(int64_t)OFF, old = 0;
             int rc;
             MEM_CHECK(a, size, 1);
             if (MKS_UNLIKELY(a & (size - 1u))) {
                 err = MKS_VM_EALIGN;
                 goto out;
             }
-            rc = vm_atomic(a, size, (uint32_t)simm, r[src], r[0], VM_IS_LOCAL(a), &old);
+            rc = vm_atomic(a, size, (uint32_t)SIMM, r[SRC], r[0], VM_IS_LOCAL(a), &old);
             if (rc) {
                 err = rc;
                 goto out;
             }
-            if ((uint32_t)simm == MKS_BPF_CMPXCHG)
+            if ((uint32_t)SIMM == MKS_BPF_CMPXCHG)
                 r[0] = old;
-            else if (simm & MKS_BPF_FETCH)
-                r[src] = old;
+            else if (SIMM & MKS_BPF_FETCH)
+                r[SRC] = old;
             break;
         }
 
         case MKS_BPF_LD | MKS_BPF_IMM | MKS_BPF_DW: {
-            uint32_t lo = (uint32_t)simm, hi;
+            uint32_t lo = (uint32_t)SIMM, hi;
             if (MKS_UNLIKELY(pc >= n)) {
                 err = MKS_VM_EINSN;
                 goto out;
             }
             hi = (uint32_t)insns[pc].imm;
             pc++;
-            if (src == 0) {
-                r[dst] = ((uint64_t)hi << 32) | lo;
-            } else if (src == MKS_PSEUDO_MAP_IDX || src == MKS_PSEUDO_MAP_IDX_VALUE) {
-                uint64_t a = vm_map_ref(env, src, lo, hi);
+            bias--; /* two slots, one instruction */
+            if (SRC == 0) {
+                r[DST] = ((uint64_t)hi << 32) | lo;
+            } else if (SRC == MKS_PSEUDO_MAP_IDX || SRC == MKS_PSEUDO_MAP_IDX_VALUE) {
+                uint64_t a = vm_map_ref(env, SRC, lo, hi);
                 if (!a) {
                     err = MKS_VM_ECALL;
                     goto out;
                 }
-                r[dst] = a;
+                r[DST] = a;
             } else {
                 err = MKS_VM_EINSN;
                 goto out;
@@ -650,39 +673,43 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         }
 
         /* ---- jumps ---- */
-        case MKS_BPF_JMP | MKS_BPF_JA: pc = (uint32_t)((int32_t)pc + off); break;
-        case MKS_BPF_JMP32 | MKS_BPF_JA: pc = (uint32_t)((int32_t)pc + simm); break;
+        case MKS_BPF_JMP | MKS_BPF_JA: JUMP_IF(1); break;
+        case MKS_BPF_JMP32 | MKS_BPF_JA:
+            GOTO_PC((uint32_t)((int32_t)pc + SIMM));
+            if (SIMM < 0)
+                CHECK_LIMIT();
+            break;
 #define JPAIR(cls, op, expr)                                                                       \
     case cls | op | MKS_BPF_K: {                                                                   \
-        const uint64_t B_ = imm;                                                                   \
+        const uint64_t B_ = IMM;                                                                   \
         JUMP_IF(expr);                                                                             \
         break;                                                                                     \
     }                                                                                              \
     case cls | op | MKS_BPF_X: {                                                                   \
-        const uint64_t B_ = r[src];                                                                \
+        const uint64_t B_ = r[SRC];                                                                \
         JUMP_IF(expr);                                                                             \
         break;                                                                                     \
     }
 #define JCASES(cls, T, ST)                                                                         \
-    JPAIR(cls, MKS_BPF_JEQ, (T)r[dst] == (T)B_)                                                    \
-    JPAIR(cls, MKS_BPF_JNE, (T)r[dst] != (T)B_)                                                    \
-    JPAIR(cls, MKS_BPF_JGT, (T)r[dst] > (T)B_)                                                     \
-    JPAIR(cls, MKS_BPF_JGE, (T)r[dst] >= (T)B_)                                                    \
-    JPAIR(cls, MKS_BPF_JLT, (T)r[dst] < (T)B_)                                                     \
-    JPAIR(cls, MKS_BPF_JLE, (T)r[dst] <= (T)B_)                                                    \
-    JPAIR(cls, MKS_BPF_JSET, ((T)r[dst] & (T)B_) != 0)                                             \
-    JPAIR(cls, MKS_BPF_JSGT, (ST)r[dst] > (ST)B_)                                                  \
-    JPAIR(cls, MKS_BPF_JSGE, (ST)r[dst] >= (ST)B_)                                                 \
-    JPAIR(cls, MKS_BPF_JSLT, (ST)r[dst] < (ST)B_)                                                  \
-    JPAIR(cls, MKS_BPF_JSLE, (ST)r[dst] <= (ST)B_)
+    JPAIR(cls, MKS_BPF_JEQ, (T)r[DST] == (T)B_)                                                    \
+    JPAIR(cls, MKS_BPF_JNE, (T)r[DST] != (T)B_)                                                    \
+    JPAIR(cls, MKS_BPF_JGT, (T)r[DST] > (T)B_)                                                     \
+    JPAIR(cls, MKS_BPF_JGE, (T)r[DST] >= (T)B_)                                                    \
+    JPAIR(cls, MKS_BPF_JLT, (T)r[DST] < (T)B_)                                                     \
+    JPAIR(cls, MKS_BPF_JLE, (T)r[DST] <= (T)B_)                                                    \
+    JPAIR(cls, MKS_BPF_JSET, ((T)r[DST] & (T)B_) != 0)                                             \
+    JPAIR(cls, MKS_BPF_JSGT, (ST)r[DST] > (ST)B_)                                                  \
+    JPAIR(cls, MKS_BPF_JSGE, (ST)r[DST] >= (ST)B_)                                                 \
+    JPAIR(cls, MKS_BPF_JSLT, (ST)r[DST] < (ST)B_)                                                  \
+    JPAIR(cls, MKS_BPF_JSLE, (ST)r[DST] <= (ST)B_)
             JCASES(MKS_BPF_JMP, uint64_t, int64_t)
             JCASES(MKS_BPF_JMP32, uint32_t, int32_t)
 #undef JCASES
 #undef JPAIR
 
         case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_K:
-            if (src == MKS_PSEUDO_CALL) {
-                uint32_t target = (uint32_t)((int32_t)pc + simm);
+            if (SRC == MKS_PSEUDO_CALL) {
+                uint32_t target = (uint32_t)((int32_t)pc + SIMM);
                 if (MKS_UNLIKELY(depth + 1 >= VM_NFRAMES)) {
                     err = MKS_VM_ECALL;
                     goto out;
@@ -699,17 +726,21 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 depth++;
                 r[10] -= VM_FRAME;
                 mem.stack_lo = r[10] - VM_FRAME;
-                pc = target;
+                mem.stack_len += VM_FRAME;
+                GOTO_PC(target);
+                CHECK_LIMIT();
                 break;
             }
-            if (src != 0) {
+            if (SRC != 0) {
                 err = MKS_VM_EINSN;
                 goto out;
             }
             /* fallthrough */
         case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_X: {
-            uint64_t id = (code & MKS_BPF_X) ? r[dst] : (uint64_t)(uint32_t)simm;
-            int rc = vm_helper(env, mem, id, r);
+            uint64_t id = (code & MKS_BPF_X) ? r[DST] : (uint64_t)(uint32_t)SIMM;
+            int rc;
+            CHECK_LIMIT();
+            rc = vm_helper(env, mem, id, r);
             if (rc < 0) {
                 err = rc;
                 goto out;
@@ -726,9 +757,11 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             r[7] = frames[depth].saved[1];
             r[8] = frames[depth].saved[2];
             r[9] = frames[depth].saved[3];
-            pc = frames[depth].ret_pc;
+            GOTO_PC(frames[depth].ret_pc);
             r[10] += VM_FRAME;
             mem.stack_lo = r[10] - VM_FRAME;
+            mem.stack_len -= VM_FRAME;
+            CHECK_LIMIT();
             break;
 
         default:
@@ -737,16 +770,30 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         }
     }
 done:
-    *r0_p = r[0];
+    if (pc + bias <= limit)
+        *r0_p = r[0];
 out:
+    /* Whatever stopped the run, past the limit the answer is the limit's. */
+    ran = pc + bias;
+    if (ran > limit) {
+        ran = limit;
+        err = MKS_VM_ELIMIT;
+    }
     if (insns_p)
-        *insns_p = limit - budget;
+        *insns_p = ran;
     return err;
+#undef DST
+#undef SRC
+#undef OFF
+#undef SIMM
+#undef IMM
 #undef ALU32
 #undef SRC64
 #undef SRC32
 #undef DST32
 #undef JUMP_IF
+#undef GOTO_PC
+#undef CHECK_LIMIT
 #undef MEM_CHECK
 #undef LDX
 #undef ST
