@@ -15,12 +15,15 @@
  * guard stops the run with an enum mks_vm_err.
  *
  * The instruction count is kept exactly but costs nothing per instruction:
- * pc + bias is the number executed, and only control transfers move bias.
- * It is compared with the limit at every backward jump, call, helper call
- * and exit, and when the run stops.  Between two such points execution only
- * moves forward, so a run that exhausts its limit stops with MKS_VM_ELIMIT
- * after at most one program length of extra instructions (whose effects on
- * the stack, maps or extra region stay), and reports the limit as its count.
+ * PC + bias is the number executed (PC: index of the next instruction) and
+ * only control transfers move bias.  It is compared with the limit at every
+ * backward jump, call, helper call and exit, and when the run stops.
+ * Between two such points execution only moves forward, so a run that
+ * exhausts its limit stops with MKS_VM_ELIMIT after at most one program
+ * length of extra instructions (whose effects on the stack, maps or extra
+ * region stay), and reports the limit as its count.  Likewise the program
+ * counter is checked where jumps land and where the program ends, not
+ * before every instruction.
  *
  * vm.cu compiles this file with nvcc (MKS_DEVFN = __device__); the host entry
  * points are hidden from it.
@@ -76,6 +79,29 @@ MKS_INLINE uint64_t vm_fetch(const struct mks_insn *ip)
     uint64_t v;
     __builtin_memcpy(&v, ip, sizeof(v));
     return v;
+}
+#endif
+
+/* Whether an instruction's register byte (src << 4 | dst) names a register
+ * above r10.  The host looks it up (one load); the device computes it:
+ * adding 5 to a register nibble above 10 carries out of it. */
+#ifdef __CUDACC__
+MKS_INLINE int vm_bad_regs(uint64_t raw)
+{
+    return ((((raw & 0x0f00) + 0x0500) | (((raw & 0xf000) + 0x5000) >> 4)) & 0x1000) != 0;
+}
+#else
+#define VM_R_OK  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1
+#define VM_R_BAD 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1
+static const uint8_t vm_bad_reg_byte[256] = {
+    VM_R_OK, VM_R_OK, VM_R_OK, VM_R_OK,  VM_R_OK,  VM_R_OK,  VM_R_OK,  VM_R_OK,
+    VM_R_OK, VM_R_OK, VM_R_OK, VM_R_BAD, VM_R_BAD, VM_R_BAD, VM_R_BAD, VM_R_BAD,
+};
+#undef VM_R_OK
+#undef VM_R_BAD
+MKS_INLINE int vm_bad_regs(uint64_t raw)
+{
+    return vm_bad_reg_byte[(raw >> 8) & 0xff];
 }
 #endif
 
@@ -352,9 +378,10 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     const struct mks_insn *insns = env->insns;
     const uint32_t n = env->n_insns;
     const uint64_t limit = env->insn_limit ? env->insn_limit : ~0ull;
-    uint64_t bias = 0; /* instructions executed = pc + bias */
+    uint64_t bias = 0; /* instructions executed = PC + bias */
     uint64_t ran;
-    uint32_t pc = 0, depth = 0;
+    const struct mks_insn *ip = insns; /* next instruction */
+    uint32_t depth = 0;
     int err = MKS_VM_OK;
 
     if (!insns || n == 0) {
@@ -379,20 +406,20 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     for (;;) {
         uint32_t code;
         uint64_t raw;
-        if (MKS_UNLIKELY(pc >= n)) {
+        /* Jumps check their targets; only falling off the end is left. */
+        if (MKS_UNLIKELY(ip == insns + n)) {
             err = MKS_VM_EJUMP;
             goto out;
         }
-        raw = vm_fetch(&insns[pc]); /* one 8-byte load; fields by shifts where used */
+        raw = vm_fetch(ip); /* one 8-byte load; fields by shifts where used */
         code = (uint32_t)(raw & 0xff);
-        pc++;
-        /* dst or src above r10: adding 5 to a register nibble above 10
-         * carries out of it (dst into bit 12, src into bit 16). */
-        if (MKS_UNLIKELY(((((raw & 0x0f00) + 0x0500) | (((raw & 0xf000) + 0x5000) >> 4)) & 0x1000))) {
+        ip++;
+        if (MKS_UNLIKELY(vm_bad_regs(raw))) {
             err = MKS_VM_EINSN;
             goto out;
         }
 
+#define PC   ((uint32_t)(ip - insns)) /* index of the next instruction */
 #define DST  ((uint32_t)(raw >> 8) & 0x0fu)
 #define SRC  ((uint32_t)(raw >> 12) & 0x0fu)
 #define OFF  ((int16_t)(uint16_t)(raw >> 16))
@@ -402,23 +429,28 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 #define SRC64     ((code & MKS_BPF_X) ? r[SRC] : IMM)
 #define SRC32     ((uint32_t)SRC64)
 #define DST32     ((uint32_t)r[DST])
-/* Control transfers: pc moves to t, the count of executed instructions
- * does not; a transfer that may lead back is a point to check the limit. */
+/* Control transfers: PC moves to t (checked against the program), the
+ * count of executed instructions does not; a transfer that may lead back is
+ * a point to check the limit. */
 #define GOTO_PC(t)                                                                                 \
     do {                                                                                           \
         uint32_t t_ = (t);                                                                         \
-        bias += (uint64_t)pc - t_;                                                                 \
-        pc = t_;                                                                                   \
+        if (MKS_UNLIKELY(t_ >= n)) {                                                               \
+            err = MKS_VM_EJUMP;                                                                    \
+            goto out;                                                                              \
+        }                                                                                          \
+        bias += (uint64_t)PC - t_;                                                                 \
+        ip = insns + t_;                                                                           \
     } while (0)
 #define CHECK_LIMIT()                                                                              \
     do {                                                                                           \
-        if (MKS_UNLIKELY(pc + bias > limit))                                                       \
+        if (MKS_UNLIKELY(PC + bias > limit))                                                       \
             goto out;                                                                              \
     } while (0)
 #define JUMP_IF(c)                                                                                 \
     do {                                                                                           \
         if (c) {                                                                                   \
-            GOTO_PC((uint32_t)((int32_t)pc + OFF));                                                \
+            GOTO_PC((uint32_t)((int32_t)PC + OFF));                                                \
             if (OFF < 0)                                                                           \
                 CHECK_LIMIT();                                                                     \
         }                                                                                          \
@@ -649,12 +681,12 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 
         case MKS_BPF_LD | MKS_BPF_IMM | MKS_BPF_DW: {
             uint32_t lo = (uint32_t)SIMM, hi;
-            if (MKS_UNLIKELY(pc >= n)) {
+            if (MKS_UNLIKELY(ip == insns + n)) {
                 err = MKS_VM_EINSN;
                 goto out;
             }
-            hi = (uint32_t)insns[pc].imm;
-            pc++;
+            hi = (uint32_t)ip->imm;
+            ip++;
             bias--; /* two slots, one instruction */
             if (SRC == 0) {
                 r[DST] = ((uint64_t)hi << 32) | lo;
@@ -675,7 +707,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         /* ---- jumps ---- */
         case MKS_BPF_JMP | MKS_BPF_JA: JUMP_IF(1); break;
         case MKS_BPF_JMP32 | MKS_BPF_JA:
-            GOTO_PC((uint32_t)((int32_t)pc + SIMM));
+            GOTO_PC((uint32_t)((int32_t)PC + SIMM));
             if (SIMM < 0)
                 CHECK_LIMIT();
             break;
@@ -709,20 +741,16 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 
         case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_K:
             if (SRC == MKS_PSEUDO_CALL) {
-                uint32_t target = (uint32_t)((int32_t)pc + SIMM);
+                uint32_t target = (uint32_t)((int32_t)PC + SIMM);
                 if (MKS_UNLIKELY(depth + 1 >= VM_NFRAMES)) {
                     err = MKS_VM_ECALL;
-                    goto out;
-                }
-                if (MKS_UNLIKELY(target >= n)) {
-                    err = MKS_VM_EJUMP;
                     goto out;
                 }
                 frames[depth].saved[0] = r[6];
                 frames[depth].saved[1] = r[7];
                 frames[depth].saved[2] = r[8];
                 frames[depth].saved[3] = r[9];
-                frames[depth].ret_pc = pc;
+                frames[depth].ret_pc = PC;
                 depth++;
                 r[10] -= VM_FRAME;
                 mem.stack_lo = r[10] - VM_FRAME;
@@ -770,11 +798,11 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         }
     }
 done:
-    if (pc + bias <= limit)
+    if ((uint32_t)(ip - insns) + bias <= limit)
         *r0_p = r[0];
 out:
     /* Whatever stopped the run, past the limit the answer is the limit's. */
-    ran = pc + bias;
+    ran = (uint32_t)(ip - insns) + bias;
     if (ran > limit) {
         ran = limit;
         err = MKS_VM_ELIMIT;
@@ -782,6 +810,7 @@ out:
     if (insns_p)
         *insns_p = ran;
     return err;
+#undef PC
 #undef DST
 #undef SRC
 #undef OFF
