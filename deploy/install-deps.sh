@@ -16,6 +16,7 @@ pkgs=(
   libmicrohttpd-dev               # Prometheus metrics endpoint
   libsodium-dev                   # message authentication
   procps psmisc                   # pgrep/pkill for the demo's clean-up checks
+  jq                              # integration tests read the CLI's JSON answers
 )
 
 missing=()

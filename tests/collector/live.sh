@@ -10,7 +10,7 @@
 #  3. a live survey reaches every agent; after one agent is killed the
 #     survey names its rank as not answering.
 source "$(dirname "$0")/../integration/lib.sh"
-command -v jq >/dev/null || { echo "SKIP: jq not installed" >&2; exit 77; }
+command -v jq >/dev/null || { echo "FAIL: jq is missing: run deploy/install-deps.sh" >&2; exit 1; }
 
 job="itl$$"
 start "$dir/collector.log" "$MKS_COLLECTOR_BIN" --ingest "ipc://$dir/ingest" \

@@ -13,7 +13,7 @@
 # more) may form its own group; the checks look for the fault's group, and
 # a clean run may only show such small groups.
 source "$(dirname "$0")/lib.sh"
-command -v jq >/dev/null || { echo "SKIP: jq is needed to read the JSON answers" >&2; exit 77; }
+command -v jq >/dev/null || { echo "FAIL: jq is missing: run deploy/install-deps.sh" >&2; exit 1; }
 
 steps=60 first=20 last=24 mag=50000
 start_collector
