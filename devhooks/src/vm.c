@@ -388,6 +388,17 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         err = MKS_VM_EARG;
         goto out;
     }
+    /* Stepping on from the last instruction would leave the program; when
+     * it is exit or goto nothing but ld_imm64's double step (checked there)
+     * can, and the loop needs no end check.  The verifier refuses any other
+     * program (it falls through or ends in dead code), so does the VM. */
+    switch ((uint32_t)(vm_fetch(&insns[n - 1]) & 0xff)) {
+    case MKS_BPF_JMP | MKS_BPF_EXIT:
+    case MKS_BPF_JMP | MKS_BPF_JA:
+    case MKS_BPF_JMP32 | MKS_BPF_JA: break;
+    case MKS_BPF_LD | MKS_BPF_IMM | MKS_BPF_DW: err = MKS_VM_EINSN; goto out; /* half of one */
+    default: err = MKS_VM_EJUMP; goto out;
+    }
     mem.stack_lo = (uint64_t)(uintptr_t)stack + sizeof(stack) - VM_FRAME;
     mem.stack_len = VM_FRAME;
     mem.ctx = (uint64_t)(uintptr_t)env->ctx;
@@ -406,11 +417,6 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     for (;;) {
         uint32_t code;
         uint64_t raw;
-        /* Jumps check their targets; only falling off the end is left. */
-        if (MKS_UNLIKELY(ip == insns + n)) {
-            err = MKS_VM_EJUMP;
-            goto out;
-        }
         raw = vm_fetch(ip); /* one 8-byte load; fields by shifts where used */
         code = (uint32_t)(raw & 0xff);
         ip++;
@@ -688,6 +694,10 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             hi = (uint32_t)ip->imm;
             ip++;
             bias--; /* two slots, one instruction */
+            if (MKS_UNLIKELY(ip == insns + n)) { /* its second slot was the last */
+                err = MKS_VM_EJUMP;
+                goto out;
+            }
             if (SRC == 0) {
                 r[DST] = ((uint64_t)hi << 32) | lo;
             } else if (SRC == MKS_PSEUDO_MAP_IDX || SRC == MKS_PSEUDO_MAP_IDX_VALUE) {
