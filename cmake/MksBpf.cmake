@@ -2,14 +2,22 @@
 #   mks_bpf_object(<target> SOURCES a.bpf.c ... [INCLUDES dir ...])
 # produces ${CMAKE_CURRENT_BINARY_DIR}/<name>.bpf.o for each source and a
 # custom target <target> that depends on all of them.
+#
+# Machines without clang (GPU machines with few packages) pass
+# -DMKS_PREBUILT_BPF_DIR=<dir> holding <name>.bpf.o built elsewhere: each is
+# copied into the build tree instead of compiled, so the agent's default
+# monitor path and MKS_MONITORS_DIR work unchanged.  An object missing there
+# fails the configure.
 
 find_program(MKS_CLANG NAMES clang clang-16 clang-15 clang-14)
+set(MKS_PREBUILT_BPF_DIR "" CACHE PATH "Directory with pre-built <name>.bpf.o (no clang)")
 
 function(mks_bpf_object target)
   # Checked here rather than at include: a partial build without BPF objects
   # (MKS_MODULES=comm-ids on a GPU machine) needs no clang.
-  if(NOT MKS_CLANG)
-    message(FATAL_ERROR "mkscope: clang (BPF target) not found; run deploy/install-deps.sh")
+  if(NOT MKS_CLANG AND NOT MKS_PREBUILT_BPF_DIR)
+    message(FATAL_ERROR "mkscope: clang (BPF target) not found; run deploy/install-deps.sh "
+                        "or pass -DMKS_PREBUILT_BPF_DIR=<dir with the .bpf.o files>")
   endif()
   cmake_parse_arguments(ARG "" "" "SOURCES;INCLUDES" ${ARGN})
   set(outs)
@@ -21,6 +29,17 @@ function(mks_bpf_object target)
     get_filename_component(base ${src} NAME_WE)
     get_filename_component(abs ${src} ABSOLUTE)
     set(out ${CMAKE_CURRENT_BINARY_DIR}/${base}.bpf.o)
+    if(MKS_PREBUILT_BPF_DIR)
+      set(pre ${MKS_PREBUILT_BPF_DIR}/${base}.bpf.o)
+      if(NOT EXISTS ${pre})
+        message(FATAL_ERROR "mkscope: MKS_PREBUILT_BPF_DIR has no ${base}.bpf.o")
+      endif()
+      add_custom_command(OUTPUT ${out}
+        COMMAND ${CMAKE_COMMAND} -E copy ${pre} ${out}
+        DEPENDS ${pre} COMMENT "BPF ${base}.bpf.o (pre-built)" VERBATIM)
+      list(APPEND outs ${out})
+      continue()
+    endif()
     add_custom_command(OUTPUT ${out}
       COMMAND ${MKS_CLANG} -target bpf -O2 -g -Wall -Werror ${incs} -c ${abs} -o ${out}
       DEPENDS ${abs} ${PROJECT_SOURCE_DIR}/devhooks/include/mkscope/mkscope.bpf.h
