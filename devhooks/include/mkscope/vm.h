@@ -66,7 +66,8 @@ struct mks_vm_env {
 /* Execute from instruction 0 with r1, r2 as given and r10 at the top of a
  * fresh 512-byte frame.  On success returns 0 and writes r0 to *r0_p; returns
  * a negative enum mks_vm_err otherwise.  *insns_p (optional) receives the
- * number of instructions executed in either case. */
+ * number of instructions executed in either case (the limit when the limit
+ * stopped the run). */
 int mks_vm_run(const struct mks_vm_env *env, uint64_t r1, uint64_t r2, uint64_t *r0_p,
                uint64_t *insns_p);
 
