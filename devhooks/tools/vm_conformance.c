@@ -4,10 +4,14 @@
  *
  * Protocol (as the runner drives plugins): the program's bytes arrive on
  * stdin as hex ("b7 00 00 00 ..."; whitespace anywhere), the input memory as
- * hex in argv[1] (absent or empty when there is none; r1 points at it and r2
- * holds its length), runner options in argv[2] (ignored).  On success r0 is
- * printed in hex on stdout and the exit status is 0; otherwise the error text
- * goes to stdout (the runner compares it) and the exit status is 1.
+ * hex in argv[1] (r1 points at it and r2 holds its length).  The runner leaves
+ * the memory argument out when a case has none and puts its --plugin_options
+ * words after it, so argv[1] is memory only when it does not begin with '-'.
+ * This plugin takes no options: empty words are skipped, "--elf" (the
+ * runner's --elf true, an ELF object on stdin) and any other word is refused
+ * with a one-line error.  On success r0 is printed in hex on stdout and the
+ * exit status is 0; otherwise the error text goes to stdout (the runner
+ * compares it with a case's expected error) and the exit status is 1.
  * Helper 5 is the suite's "unwind" helper.
  */
 #include <ctype.h>
@@ -68,12 +72,25 @@ int main(int argc, char **argv)
     static uint8_t prog[MAX_PROG_BYTES];
     static uint8_t mem[MAX_MEM_BYTES];
     static struct mks_insn insns[MAX_PROG_BYTES / 8];
-    size_t len = fread(text, 1, sizeof(text) - 1, stdin);
+    static char why[256];
+    const char *memhex = NULL;
+    size_t len;
     long n_prog, n_mem = 0;
     struct mks_vm_env env;
     uint64_t r0 = 0;
-    int rc;
+    int rc, i = 1;
 
+    if (argc > 1 && argv[1][0] != '-')
+        memhex = argv[i++];
+    for (; i < argc; i++) {
+        if (!argv[i][0])
+            continue;
+        if (!strcmp(argv[i], "--elf"))
+            return fail("ELF input is not supported: run the runner without --elf");
+        snprintf(why, sizeof(why), "unknown plugin option '%.200s'", argv[i]);
+        return fail(why);
+    }
+    len = fread(text, 1, sizeof(text) - 1, stdin);
     if (!feof(stdin))
         return fail("program too large");
     text[len] = 0;
@@ -82,7 +99,7 @@ int main(int argc, char **argv)
         return fail("program is not hex bytes");
     if (n_prog == 0 || n_prog % 8 != 0)
         return fail("program length is not a multiple of 8 bytes");
-    if (argc > 1 && (n_mem = parse_hex(argv[1], mem, sizeof(mem))) < 0)
+    if (memhex && (n_mem = parse_hex(memhex, mem, sizeof(mem))) < 0)
         return fail("memory argument is not hex bytes (at most 1 MiB)");
     memcpy(insns, prog, (size_t)n_prog);
 
