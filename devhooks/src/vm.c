@@ -377,6 +377,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     struct vm_mem mem;
     const struct mks_insn *insns = env->insns;
     const uint32_t n = env->n_insns;
+    const uintptr_t prog_bytes = (uintptr_t)n * sizeof(struct mks_insn);
     const uint64_t limit = env->insn_limit ? env->insn_limit : ~0ull;
     uint64_t bias = 0; /* instructions executed = PC + bias */
     uint64_t ran;
@@ -448,6 +449,19 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         bias += (uint64_t)PC - t_;                                                                 \
         ip = insns + t_;                                                                           \
     } while (0)
+/* The same for a jump by d instructions from the next one, on addresses
+ * (integers until checked, so no pointer leaves the program). */
+#define JUMP_REL(d)                                                                                \
+    do {                                                                                           \
+        int64_t d_ = (d);                                                                          \
+        uintptr_t t_ = (uintptr_t)ip + (uintptr_t)(d_ * (int64_t)sizeof(struct mks_insn));         \
+        if (MKS_UNLIKELY(t_ - (uintptr_t)insns >= prog_bytes)) {                                   \
+            err = MKS_VM_EJUMP;                                                                    \
+            goto out;                                                                              \
+        }                                                                                          \
+        bias -= (uint64_t)d_;                                                                      \
+        ip = (const struct mks_insn *)t_;                                                          \
+    } while (0)
 #define CHECK_LIMIT()                                                                              \
     do {                                                                                           \
         if (MKS_UNLIKELY(PC + bias > limit))                                                       \
@@ -456,7 +470,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 #define JUMP_IF(c)                                                                                 \
     do {                                                                                           \
         if (c) {                                                                                   \
-            GOTO_PC((uint32_t)((int32_t)PC + OFF));                                                \
+            JUMP_REL(OFF);                                                                         \
             if (OFF < 0)                                                                           \
                 CHECK_LIMIT();                                                                     \
         }                                                                                          \
@@ -717,7 +731,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         /* ---- jumps ---- */
         case MKS_BPF_JMP | MKS_BPF_JA: JUMP_IF(1); break;
         case MKS_BPF_JMP32 | MKS_BPF_JA:
-            GOTO_PC((uint32_t)((int32_t)PC + SIMM));
+            JUMP_REL(SIMM);
             if (SIMM < 0)
                 CHECK_LIMIT();
             break;
@@ -832,6 +846,7 @@ out:
 #undef DST32
 #undef JUMP_IF
 #undef GOTO_PC
+#undef JUMP_REL
 #undef CHECK_LIMIT
 #undef MEM_CHECK
 #undef LDX
