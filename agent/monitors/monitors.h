@@ -13,7 +13,7 @@
  *
  *   count.bpf.o     count       mkscope/task_end        count_by_class
  *   latency.bpf.o   lat_ready   mkscope/task_start      lat_ready
- *                   lat_run     mkscope/task_end        lat_run
+ *                   lat_run     mkscope/task_end        lat_run, count_by_class
  *   depwait.bpf.o   wait_begin  mkscope/dep_wait_begin  wait_begin_ts
  *                   wait_end    mkscope/dep_wait_end    wait_hist, remote_waits,
  *                                                       wait_stats
@@ -51,9 +51,13 @@
 /* Fold a task class into a table index. */
 #define MKS_MON_CLASS_IDX(c) ((c) < MKS_MON_MAX_CLASSES ? (c) : MKS_MON_MAX_CLASSES - 1)
 
-/* ---- count.bpf.o ---------------------------------------------------------
+/* ---- count.bpf.o (and latency.bpf.o) ---------------------------------------
  * count_by_class: MKS_MAP_ARRAY, key u32 MKS_MON_CLASS_IDX(task_class),
- * value u64 number of task_end events of that class. */
+ * value u64 number of task_end events of that class.  latency.bpf.o keeps the
+ * same map in its task_end program, so the default monitors use two of the
+ * MKS_MAX_PROGS_PER_HOOK slots at task_end (lat_run, gen_task); count.bpf.o
+ * alone is the thinnest monitor.  With both attached the agent reads one
+ * count_by_class per summary (they count the same events). */
 #define MKS_MON_COUNT_MAP "count_by_class"
 
 /* ---- latency.bpf.o -------------------------------------------------------

@@ -212,7 +212,13 @@ int agt_esc_start(struct mks_ctl *ctl, const Mkscope__V1__Escalate *cmd, uint64_
     for (uint32_t h = 0; h < e->n_hooks && !err; h++) {
         uint64_t gen;
         err = mks_ctl_attach(ctl, e->prog_id, (enum mks_hook_event)e->hooks[h], -1, &gen);
-        if (err)
+        if (err == -ENOSPC)
+            snprintf(log, log_len,
+                     "escalation %llu: hook %s is full (%d programs attached); detach one there"
+                     " or name other hooks",
+                     (unsigned long long)e->id, mks_hook_event_name((uint32_t)e->hooks[h]),
+                     MKS_MAX_PROGS_PER_HOOK);
+        else if (err)
             snprintf(log, log_len, "escalation %llu: cannot attach at %s: %s",
                      (unsigned long long)e->id, mks_hook_event_name((uint32_t)e->hooks[h]),
                      strerror(-err));

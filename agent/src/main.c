@@ -64,7 +64,7 @@ static void usage(FILE *f)
             "  --key FILE            shared MAC key (32 bytes or 64 hex digits, mode 600)\n"
             "  --monitors DIR        built-in monitor objects (default %s)\n"
             "  --attach LIST         built-in monitors to attach, comma-separated\n"
-            "                        (default count,latency,depwait,queue,genprog)\n"
+            "                        (default latency,depwait,queue,genprog)\n"
             "  --lease-ms MS         lease on the hooks (default 3 epochs, at least 1000): if\n"
             "                        the agent stops, the hooks detach this long after its\n"
             "                        last renewal\n"
@@ -147,7 +147,7 @@ int main(int argc, char **argv)
         .collector = "tcp://127.0.0.1:7400",
         .epoch_ms = 100,
         .monitors_dir = default_monitors_dir(),
-        .monitors = "count,latency,depwait,queue,genprog",
+        .monitors = "latency,depwait,queue,genprog",
         .heartbeat_ms = 1000,
         .timeout_ms = 1000,
         .drain_ms = 3000,

@@ -159,9 +159,15 @@ int agt_progs_install(struct agt_progs *ps, struct mks_ctl *ctl, const struct mk
                 for (uint32_t k = 0; k < ps->n; k++)
                     if ((int32_t)ps->progs[k].prog_id == rep)
                         replaced[k] = 0;
-            snprintf(res->log, sizeof(res->log), "%s: cannot attach at %s: %s",
-                     ps->progs[ps->n + i].name, mks_hook_event_name((uint32_t)hooks[i]),
-                     strerror(-err));
+            if (err == -ENOSPC)
+                snprintf(res->log, sizeof(res->log),
+                         "%s: hook %s is full (%d programs attached); detach one there first",
+                         ps->progs[ps->n + i].name, mks_hook_event_name((uint32_t)hooks[i]),
+                         MKS_MAX_PROGS_PER_HOOK);
+            else
+                snprintf(res->log, sizeof(res->log), "%s: cannot attach at %s: %s",
+                         ps->progs[ps->n + i].name, mks_hook_event_name((uint32_t)hooks[i]),
+                         strerror(-err));
             break;
         }
         ps->progs[ps->n + i].gen = gen;

@@ -304,6 +304,8 @@ int agt_summary_build(struct agt_summary *s, const struct agt_snap_ops *ops, voi
             continue;
         if (m->spec.type == MKS_MAP_RINGBUF)
             continue; /* rings are drained, not snapshotted */
+        if (b && b->flag == flag_counts && s->have_counts)
+            continue; /* count.bpf.o beside latency.bpf.o: the same events, once */
         int err = ops->map_iter(snap, m->map_id, fn, &c);
         if (c.err)
             return c.err;

@@ -25,13 +25,12 @@ fi
 
 cli trigger add 'count(task) > 0 where class = attention and rank = 1' >/dev/null
 
-# Without genprog: the default monitors hold all 4 program slots of
-# task_end, and an escalation attaches its filter at every hook.
+# The default monitors: they leave room at every hook for the escalation's
+# filter (attached at every hook) and the program attached in part 2.
 agent_pid=()
 for r in 0 1 2 3; do
   start "$dir/agent-$r.log" "$MKS_AGENT_BIN" --job "$job" --rank "$r" \
-    --collector "ipc://$dir/ingest" --survey "ipc://$dir/survey" --epoch-ms 50 --exit-with-app -v \
-    --attach count,latency,depwait,queue
+    --collector "ipc://$dir/ingest" --survey "ipc://$dir/survey" --epoch-ms 50 --exit-with-app -v
   agent_pid[$r]=$started
 done
 # Long enough for the trigger (evaluated once a second), the 200 ms window
