@@ -57,7 +57,8 @@ start() {
 
 start_collector() {
   start "$dir/collector.log" "$MKS_COLLECTOR_BIN" --ingest "ipc://$dir/ingest" \
-    --survey "ipc://$dir/survey" --cli "ipc://$dir/cli" --metrics off --db "$dir/store.db"
+    --survey "ipc://$dir/survey" --cli "ipc://$dir/cli" --metrics off --db "$dir/store.db" \
+    --ucx-port 0
   collector_pid=$started
 }
 
