@@ -75,6 +75,9 @@ struct agent {
     int sigfd, timerfd, survey_sock, survey_fd;
     struct agt_link *link;
     int registered;
+    /* What a registration must say changed (schema, application) this many
+     * times; a RegisterAck counts only if its request carried the latest. */
+    uint64_t reg_want, reg_sent;
     uint64_t register_after_ns;
     enum inflight inflight;
     uint64_t inflight_seq;
@@ -230,7 +233,10 @@ static int send_register(struct agent *a, uint64_t now)
     env_init(a, &env, a->seq);
     env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
     env.register_ = &r;
-    return send_env(a, &env, IF_REGISTER, now);
+    int err = send_env(a, &env, IF_REGISTER, now);
+    if (!err)
+        a->reg_sent = a->reg_want;
+    return err;
 }
 
 /* The attached programs as wire messages (ps and psp hold AGT_MAX_PROGS). */
@@ -661,7 +667,9 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
             agt_log_err("collector refused registration: %s", env->register_ack->reason);
             a->register_after_ns = mono_ns() + REGISTER_RETRY_NS;
         } else {
-            a->registered = 1;
+            /* A schema published (or an application found) while this
+             * registration was on its way needs one more. */
+            a->registered = a->reg_sent == a->reg_want;
             ack_up_to(a, env->register_ack->stored_seq);
             agt_log_info("registered with the collector (stored seq %" PRIu64 ")",
                          env->register_ack->stored_seq);
@@ -788,6 +796,7 @@ static int try_open(struct agent *a, uint64_t now)
     a->last_app_start = info.app_start_ns;
     a->lease_lapses = info.lease_lapses;
     a->registered = 0; /* (re-)register: pid, app start and schema may be new */
+    a->reg_want++;
     a->prev_host_ns = clock_ns(CLOCK_REALTIME);
     a->prev_dev_ns = dev_ns(a);
     agt_log_info("%s application pid %d: rank %u of %u, %u workers, hook ABI v%u%s%s",
@@ -945,8 +954,10 @@ static void refresh_schema(struct agent *a)
     if (a->schema || mks_ctl_info(a->ctl, &info) != 0 || !info.schema || !info.schema_len)
         return;
     char why[256];
-    if (mks_wire_schema_decode(info.schema, info.schema_len, &a->schema, why, sizeof(why)) == 0)
+    if (mks_wire_schema_decode(info.schema, info.schema_len, &a->schema, why, sizeof(why)) == 0) {
         a->registered = 0;
+        a->reg_want++;
+    }
     else if (!a->schema_err_logged++)
         agt_log_warn("task schema of rank %u is not valid: %s", a->o.rank, why);
 }

@@ -43,10 +43,13 @@ check() {
   local verdict
   verdict=$(jq -rn --slurpfile t "$dir/$name/truth.json" --arg causes "$causes" '
     ($t[0].faults[0]) as $f
-    | [inputs | select(.cause as $c | $causes | split(",") | index($c))
-              | select(.root.rank == $f.rank and
-                       (.root.task_class == $f.class or .root.task_class == "class\($f.class_id)"))]
-    | if ([.[].steps[] | select(. >= $f.steps[0] and . <= $f.steps[1] + 1)] | length) < 3
+    | [inputs] as $all
+    | [$all[] | .root.task_class | strings | select(test("^class[0-9]+$"))] as $unnamed
+    | [$all[] | select(.cause as $c | $causes | split(",") | index($c))
+              | select(.root.rank == $f.rank and .root.task_class == $f.class)]
+    | if ($unnamed | length) > 0
+      then "task classes without names (\($unnamed | unique | join(","))): the collector has no task schema"
+      elif ([.[].steps[] | select(. >= $f.steps[0] and . <= $f.steps[1] + 1)] | length) < 3
       then "fewer than 3 of the faulty steps are named \($causes) at rank \($f.rank), class \($f.class)"
       elif ([.[] | select((.chain[0].cause == "remote_stall" and (.chain | length) >= 2) or
                           ([.stalled[]?.chain[0].cause] | index("remote_stall")))] | length) == 0
