@@ -11,7 +11,7 @@ outage=${MKS_IT_OUTAGE_S:-10}
 # --- 1: collector outage ----------------------------------------------------------
 start_collector
 "$launch" --ranks 4 --job "itf$$" --dir "$dir" --collector "ipc://$dir/ingest" --steps 2000 \
-  --epoch-ms 50 --agent-arg --drain-ms --agent-arg $((outage * 1000 + 20000)) -q >/dev/null &
+  --epoch-ms 50 --drain-ms $((outage * 1000 + 20000)) -q >/dev/null &
 launcher=$!
 # once summaries flow, take the collector away
 for _ in $(seq 100); do
@@ -35,6 +35,10 @@ cat "$dir/seqs.txt"
 while read -r rank count lo hi distinct _; do
   last=$(sed -E 's/.*"last_seq":([0-9]+).*/\1/' "$dir/agent-$rank.json")
   lost=$(sed -E 's/.*"lost":([0-9]+).*/\1/' "$dir/agent-$rank.json")
+  unacked=$(sed -E 's/.*"unacked":([0-9]+).*/\1/' "$dir/agent-$rank.json")
+  # the agent exits only when the collector has acknowledged every summary
+  # (its drain time covers the replay after the outage)
+  [ "$unacked" = 0 ] || fail "rank $rank: agent exited with $unacked summaries unacknowledged"
   [ "$lo" = 1 ] && [ "$hi" = "$last" ] && [ "$count" = "$last" ] && [ "$distinct" = "$last" ] ||
     fail "rank $rank: stored $count summaries, seq $lo..$hi, agent made $last"
   [ "$lost" = 0 ] || fail "rank $rank: agent lost $lost summaries"
