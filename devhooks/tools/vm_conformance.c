@@ -11,9 +11,10 @@
  * hex, an ELF object whose executable section is the program (calls between
  * functions of that section are pc-relative and need no relocation; an object
  * with relocations for it is refused).  Empty words are skipped; any other
- * option word is refused with a one-line error.  On success r0 is printed in hex on stdout and the
- * exit status is 0; otherwise the error text goes to stdout (the runner
- * compares it with a case's expected error) and the exit status is 1.
+ * option word is refused with a one-line error.  On success r0 is printed in
+ * hex on stdout and the exit status is 0; otherwise the error text goes to
+ * stdout (the runner compares it with a case's expected error) and the exit
+ * status is 1.
  * Helper 5 is the suite's "unwind" helper.
  */
 #include <ctype.h>
