@@ -82,24 +82,26 @@ MKS_INLINE uint64_t vm_fetch(const struct mks_insn *ip)
 }
 #endif
 
-/* Whether an instruction's register byte (src << 4 | dst) names a register
- * above r10.  The host looks it up (one load); the device computes it:
+/* 0xff when an instruction's register byte (src << 4 | dst) names a
+ * register above r10, else 0: or-ed into the opcode it turns the
+ * instruction into 0xff, which is no opcode, so the dispatch itself
+ * refuses it.  The host looks it up (one load); the device computes it:
  * adding 5 to a register nibble above 10 carries out of it. */
 #ifdef __CUDACC__
-MKS_INLINE int vm_bad_regs(uint64_t raw)
+MKS_INLINE uint32_t vm_bad_regs(uint64_t raw)
 {
-    return ((((raw & 0x0f00) + 0x0500) | (((raw & 0xf000) + 0x5000) >> 4)) & 0x1000) != 0;
+    return ((((raw & 0x0f00) + 0x0500) | (((raw & 0xf000) + 0x5000) >> 4)) & 0x1000) ? 0xffu : 0u;
 }
 #else
-#define VM_R_OK  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1
-#define VM_R_BAD 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1
+#define VM_R_OK  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff
+#define VM_R_BAD 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff
 static const uint8_t vm_bad_reg_byte[256] = {
     VM_R_OK, VM_R_OK, VM_R_OK, VM_R_OK,  VM_R_OK,  VM_R_OK,  VM_R_OK,  VM_R_OK,
     VM_R_OK, VM_R_OK, VM_R_OK, VM_R_BAD, VM_R_BAD, VM_R_BAD, VM_R_BAD, VM_R_BAD,
 };
 #undef VM_R_OK
 #undef VM_R_BAD
-MKS_INLINE int vm_bad_regs(uint64_t raw)
+MKS_INLINE uint32_t vm_bad_regs(uint64_t raw)
 {
     return vm_bad_reg_byte[(raw >> 8) & 0xff];
 }
@@ -419,12 +421,8 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         uint32_t code;
         uint64_t raw;
         raw = vm_fetch(ip); /* one 8-byte load; fields by shifts where used */
-        code = (uint32_t)(raw & 0xff);
+        code = (uint32_t)(raw & 0xff) | vm_bad_regs(raw);
         ip++;
-        if (MKS_UNLIKELY(vm_bad_regs(raw))) {
-            err = MKS_VM_EINSN;
-            goto out;
-        }
 
 #define PC   ((uint32_t)(ip - insns)) /* index of the next instruction */
 #define DST  ((uint32_t)(raw >> 8) & 0x0fu)
@@ -505,7 +503,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 #define AS_U64(x) ((uint64_t)(x))
 #define AS_S64(x) ((uint64_t)(int64_t)(x))
 
-        switch ((uint8_t)code) { /* all 256 values: no range check before the table */
+        switch (code) {
         /* ---- ALU64 ---- */
         case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_K: r[DST] += IMM; break;
         case MKS_BPF_ALU64 | MKS_BPF_ADD | MKS_BPF_X: r[DST] += r[SRC]; break;
