@@ -395,12 +395,14 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
      * it is exit or goto nothing but ld_imm64's double step (checked there)
      * can, and the loop needs no end check.  The verifier refuses any other
      * program (it falls through or ends in dead code), so does the VM. */
-    switch ((uint32_t)(vm_fetch(&insns[n - 1]) & 0xff)) {
-    case MKS_BPF_JMP | MKS_BPF_EXIT:
-    case MKS_BPF_JMP | MKS_BPF_JA:
-    case MKS_BPF_JMP32 | MKS_BPF_JA: break;
-    case MKS_BPF_LD | MKS_BPF_IMM | MKS_BPF_DW: err = MKS_VM_EINSN; goto out; /* half of one */
-    default: err = MKS_VM_EJUMP; goto out;
+    {
+        const uint32_t last = (uint32_t)(vm_fetch(&insns[n - 1]) & 0xff);
+        if (MKS_UNLIKELY(last != (MKS_BPF_JMP | MKS_BPF_EXIT) && last != (MKS_BPF_JMP | MKS_BPF_JA) &&
+                         last != (MKS_BPF_JMP32 | MKS_BPF_JA))) {
+            /* ld_imm64 there is cut in half */
+            err = last == (MKS_BPF_LD | MKS_BPF_IMM | MKS_BPF_DW) ? MKS_VM_EINSN : MKS_VM_EJUMP;
+            goto out;
+        }
     }
     mem.stack_lo = (uint64_t)(uintptr_t)stack + sizeof(stack) - VM_FRAME;
     mem.stack_len = VM_FRAME;
