@@ -154,11 +154,13 @@ struct bg_hw { /* a hook worker: cached attach mask of the thread running hooks 
     struct mks_dev_worker w;
 #endif
     uint32_t id;
+    uint64_t t_start; /* start of the task thread 0 runs now (0: none), for its hooks' ctx */
 };
 
 static __device__ void hw_init(const struct bg_dev &D, struct bg_hw *h, uint32_t id)
 {
     h->id = id;
+    h->t_start = 0;
 #ifndef MKS_HOOKS_DISABLED
     if (D.have_hooks)
         mks_dev_worker_init(&D.hooks, &h->w);
@@ -175,8 +177,11 @@ static __device__ __forceinline__ int attached(const struct bg_dev &D, struct bg
 #endif
 }
 
+/* t_start: when the task started (0 before it has); the CPU runtime fills it
+ * the same way for every event after task_start, and monitors measure run
+ * time and a step's busy span from it. */
 static __device__ void ctx_fill(const struct bg_dev &D, uint32_t worker, const struct bg_task *t,
-                                uint16_t ev, struct mks_hook_ctx *c)
+                                uint16_t ev, uint64_t t_start, struct mks_hook_ctx *c)
 {
     memset(c, 0, sizeof(*c));
     c->abi_version = MKS_HOOK_ABI_VERSION;
@@ -196,6 +201,7 @@ static __device__ void ctx_fill(const struct bg_dev &D, uint32_t worker, const s
         c->tile_x = t->tile_x;
         c->tile_y = t->tile_y;
         c->t_ready = t->t_ready;
+        c->t_start = t_start;
     }
     c->t_now = now_ns();
 }
@@ -228,7 +234,7 @@ static __device__ void remote_hook(const struct bg_dev &D, struct bg_hw *h, cons
     if (!attached(D, h, ev))
         return;
     struct mks_hook_ctx c;
-    ctx_fill(D, h->id, t, ev, &c);
+    ctx_fill(D, h->id, t, ev, h->t_start, &c);
     c.peer_rank = peer;
     c.comm_gen = cg;
     c.dep_event = dep;
@@ -709,10 +715,10 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
                 atomicAdd(D.faulted, 1ull);
             if (t->hold)
                 spin_ns(t->hold);
+            h.t_start = now_ns();
             if (attached(D, &h, MKS_EV_TASK_START)) {
                 struct mks_hook_ctx c;
-                ctx_fill(D, w, t, MKS_EV_TASK_START, &c);
-                c.t_start = c.t_now;
+                ctx_fill(D, w, t, MKS_EV_TASK_START, h.t_start, &c);
                 c.queue_depth = vload32(&q->tail) - head;
                 run_hook(D, &c);
             }
@@ -726,7 +732,7 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
                 spin_ns(t->run_delay);
             if (attached(D, &h, MKS_EV_TASK_END)) {
                 struct mks_hook_ctx c;
-                ctx_fill(D, w, t, MKS_EV_TASK_END, &c);
+                ctx_fill(D, w, t, MKS_EV_TASK_END, h.t_start, &c);
                 run_hook(D, &c);
             }
             prof_rec(D, w, BR_PROF_END, t);
@@ -739,7 +745,7 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
             unsigned long long v = atomicAdd(&D.ev_count[t->trig_ev], 1ull) + 1;
             if (attached(D, &h, MKS_EV_DEP_RELEASE)) {
                 struct mks_hook_ctx c;
-                ctx_fill(D, w, t, MKS_EV_DEP_RELEASE, &c);
+                ctx_fill(D, w, t, MKS_EV_DEP_RELEASE, h.t_start, &c);
                 c.dep_event = t->trig_ev;
                 c.dep_class = MKS_DEP_LOCAL;
                 c.value = v;
@@ -802,7 +808,7 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
     struct bg_queue *q = &D.queues[w];
     if (attached(D, &S->h, MKS_EV_TASK_ASSIGN)) {
         struct mks_hook_ctx c;
-        ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, &c);
+        ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
         c.value = w;
         c.queue_depth = q->tail - vload32(&q->head);
         /* Device queues are rings the worker consumes from the front, so a
@@ -846,7 +852,7 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
         int32_t p = 0;
         if (attached(D, &S->h, MKS_EV_TASK_READY)) {
             struct mks_hook_ctx c;
-            ctx_fill(D, D.W, t, MKS_EV_TASK_READY, &c);
+            ctx_fill(D, D.W, t, MKS_EV_TASK_READY, 0, &c);
             c.dep_event = ev;
             c.dep_class = MKS_DEP_LOCAL;
             p = run_hook(D, &c);
@@ -895,7 +901,7 @@ static __device__ void gen_advance(const struct bg_dev &D, struct sched *S, int3
     if (!attached(D, &S->h, MKS_EV_GEN_ADVANCE))
         return;
     struct mks_hook_ctx c;
-    ctx_fill(D, D.W, NULL, MKS_EV_GEN_ADVANCE, &c);
+    ctx_fill(D, D.W, NULL, MKS_EV_GEN_ADVANCE, 0, &c);
     c.step = S->step;
     if (slot < 0) {
         c.value = S->step;

@@ -230,6 +230,25 @@ static void push_programs(struct mks_rt *rt, struct cuda_pump *p)
     p->ctl_seq = seq;
 }
 
+/* Copy bank b of every live map and its coverage from the device into shared
+ * memory (rings travel through pump_rings). */
+static int bank_to_host(struct mks_rt *rt, struct cuda_pump *p, uint32_t b)
+{
+    struct mks_cb *cb = rt->cb;
+    uint64_t cov_bank = (uint64_t)cb->n_workers * MKS_EV_COUNT * sizeof(struct mks_cb_cov);
+    for (uint32_t id = 0; id < MKS_MAX_MAPS; id++) {
+        const struct mks_map_desc *d = &p->maps[id];
+        if (d->state != MKS_MAPSTATE_LIVE || d->type == MKS_MAP_RINGBUF)
+            continue;
+        if (!d2h(p, mks_cb_arena(cb) + d->bank_off[b], cb->arena_off + d->bank_off[b],
+                 d->bank_bytes))
+            return 0;
+    }
+    return d2h(p, (uint8_t *)cb + cb->cov_off + b * cov_bank, cb->cov_off + b * cov_bank,
+               cov_bank) &&
+           sync_stream(p);
+}
+
 static void flip_epoch(struct mks_rt *rt, struct cuda_pump *p, uint64_t n)
 {
     struct mks_cb *cb = rt->cb;
@@ -266,16 +285,7 @@ static void flip_epoch(struct mks_rt *rt, struct cuda_pump *p, uint64_t n)
         for (uint32_t w = 0; w < cb->n_workers && !inside; w++)
             inside = (p->seqs[w].seq & SEQ_EPOCH_MASK) == busy;
     } while (inside && mono_ns() < deadline);
-    for (uint32_t id = 0; id < MKS_MAX_MAPS; id++) {
-        const struct mks_map_desc *d = &p->maps[id];
-        if (d->state != MKS_MAPSTATE_LIVE || d->type == MKS_MAP_RINGBUF)
-            continue;
-        if (!d2h(p, mks_cb_arena(cb) + d->bank_off[o], cb->arena_off + d->bank_off[o],
-                 d->bank_bytes))
-            return;
-    }
-    if (!d2h(p, (uint8_t *)cb + cb->cov_off + o * cov_bank, cb->cov_off + o * cov_bank, cov_bank) ||
-        !sync_stream(p))
+    if (!bank_to_host(rt, p, o))
         return;
     p->epoch = n;
     __atomic_store_n(&cb->pump_epoch, n, __ATOMIC_RELEASE);
@@ -354,6 +364,18 @@ static void cuda_pump_free(struct mks_rt *rt)
     struct cuda_pump *p = (struct cuda_pump *)rt->ext;
     if (!p)
         return;
+    /* Called once the pump thread has stopped, after the application's
+     * kernels have finished.  The events since the last epoch flip are
+     * still only in the device's current bank: flips the agent asked for
+     * meanwhile are done, then that bank and the last ring records go back
+     * to shared memory, where the agent's last snapshot (taken once the
+     * application is gone, as on the CPU) finds them.  Without this a rank
+     * lost up to an epoch of counts at its end. */
+    if (p->dev && __atomic_load_n(&rt->pump_ext, __ATOMIC_ACQUIRE)) {
+        cuda_pump_run(rt);
+        if (!p->failed)
+            bank_to_host(rt, p, (uint32_t)(p->epoch & 1u));
+    }
     if (p->stream)
         cudaStreamDestroy(p->stream);
     if (p->registered)
