@@ -115,8 +115,10 @@ struct vm_mem {
     uint32_t extra_writable;
 };
 
-/* base <= addr and addr + size <= base + len, without overflow: addr below
- * base wraps addr - base above any len - size. */
+/* base <= addr and addr + size <= base + len, without overflow: for a
+ * region that does not wrap around the address space (the run refuses the
+ * extra region otherwise) and size >= 1, addr below base wraps addr - base
+ * above any len - size. */
 MKS_INLINE int vm_in(uint64_t addr, uint64_t size, uint64_t base, uint64_t len)
 {
     return len >= size && addr - base <= len - size;
@@ -411,7 +413,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     mem.arena = env->maps ? (uint64_t)(uintptr_t)env->maps->arena : 0;
     mem.arena_len = env->maps ? env->maps->arena_len : 0;
     mem.extra = env->extra.base;
-    mem.extra_len = env->extra.len;
+    mem.extra_len = env->extra.len <= ~0ull - env->extra.base ? env->extra.len : 0;
     mem.extra_writable = env->extra.writable;
     for (int i = 0; i < MKS_BPF_NREGS; i++)
         r[i] = 0;
