@@ -7,7 +7,7 @@
 # -DMKS_PREBUILT_BPF_DIR=<dir> holding <name>.bpf.o built elsewhere: each is
 # copied into the build tree instead of compiled, so the agent's default
 # monitor path and MKS_MONITORS_DIR work unchanged.  An object missing there
-# fails the configure.
+# is compiled when clang is found, else the configure fails naming it.
 
 find_program(MKS_CLANG NAMES clang clang-16 clang-15 clang-14)
 set(MKS_PREBUILT_BPF_DIR "" CACHE PATH "Directory with pre-built <name>.bpf.o (no clang)")
@@ -29,11 +29,11 @@ function(mks_bpf_object target)
     get_filename_component(base ${src} NAME_WE)
     get_filename_component(abs ${src} ABSOLUTE)
     set(out ${CMAKE_CURRENT_BINARY_DIR}/${base}.bpf.o)
-    if(MKS_PREBUILT_BPF_DIR)
-      set(pre ${MKS_PREBUILT_BPF_DIR}/${base}.bpf.o)
-      if(NOT EXISTS ${pre})
-        message(FATAL_ERROR "mkscope: MKS_PREBUILT_BPF_DIR has no ${base}.bpf.o")
-      endif()
+    set(pre ${MKS_PREBUILT_BPF_DIR}/${base}.bpf.o)
+    if(MKS_PREBUILT_BPF_DIR AND NOT EXISTS ${pre} AND NOT MKS_CLANG)
+      message(FATAL_ERROR "mkscope: no clang, and MKS_PREBUILT_BPF_DIR has no ${base}.bpf.o")
+    endif()
+    if(MKS_PREBUILT_BPF_DIR AND EXISTS ${pre})
       add_custom_command(OUTPUT ${out}
         COMMAND ${CMAKE_COMMAND} -E copy ${pre} ${out}
         DEPENDS ${pre} COMMENT "BPF ${base}.bpf.o (pre-built)" VERBATIM)
