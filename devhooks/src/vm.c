@@ -240,7 +240,14 @@ MKS_DEVFN static int vm_helper(const struct mks_vm_env *env, const struct vm_mem
     case MKS_HELPER_RANK:
         r[0] = ms ? ms->rank : 0;
         return 0;
-    case MKS_HELPER_MAP_LOOKUP:
+    case MKS_HELPER_MAP_LOOKUP: /* the common one, without the second dispatch */
+        d = vm_map(env, r[1]);
+        if (!d || d->type == MKS_MAP_RINGBUF)
+            return MKS_VM_ECALL;
+        if (!vm_mem_ok(&mem, r[2], d->key_size, 0))
+            return MKS_VM_EMEM;
+        r[0] = (uint64_t)(uintptr_t)mksi_map_lookup(ms, d, (const void *)(uintptr_t)r[2]);
+        return 0;
     case MKS_HELPER_MAP_UPDATE:
     case MKS_HELPER_MAP_DELETE:
     case MKS_HELPER_HIST_ADD:
@@ -265,9 +272,6 @@ MKS_DEVFN static int vm_helper(const struct mks_vm_env *env, const struct vm_mem
     if (!vm_mem_ok(&mem, r[2], d->key_size, 0))
         return MKS_VM_EMEM;
     switch (id) {
-    case MKS_HELPER_MAP_LOOKUP:
-        r[0] = (uint64_t)(uintptr_t)mksi_map_lookup(ms, d, (const void *)(uintptr_t)r[2]);
-        return 0;
     case MKS_HELPER_MAP_UPDATE:
         if (!vm_mem_ok(&mem, r[3], d->value_size, 0))
             return MKS_VM_EMEM;
