@@ -1208,9 +1208,12 @@ int agt_run(const struct agt_opts *opts)
                 agt_log_warn("collector %s not answering; buffering summaries", a->o.collector);
                 a->outage_logged = 1;
             }
-            /* it may have restarted: register again, then replay */
+            /* it may have restarted: register again, then replay.  A summary
+             * in flight stays pinned: a slow collector may still store it,
+             * and the RegisterAck's stored_seq says so; dropping it on
+             * overflow meanwhile would count as lost a summary that was
+             * stored. */
             a->inflight = IF_NONE;
-            agt_spool_pin(a->spool, 0);
             a->registered = 0;
         }
         /* Renew the lease on every wake-up, not only at epoch ticks: on a

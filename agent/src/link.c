@@ -14,7 +14,8 @@
 struct agt_link {
     int sock;
     int rcvfd;
-    uint64_t timeout_ns;
+    uint64_t timeout_ns; /* as configured */
+    uint64_t wait_ns;    /* the current request's: doubled after each expiry */
     uint64_t sent_ns;
     int busy;
 };
@@ -26,6 +27,7 @@ int agt_link_create(const char *url, uint64_t timeout_ms, struct agt_link **link
         return -ENOMEM;
     l->sock = -1;
     l->timeout_ns = (timeout_ms ? timeout_ms : 1000) * 1000000ull;
+    l->wait_ns = l->timeout_ns;
     l->sock = nn_socket(AF_SP, NN_REQ);
     if (l->sock < 0) {
         int err = -nn_errno();
@@ -99,6 +101,7 @@ int agt_link_recv(struct agt_link *l, void **buf_p, size_t *len_p)
         return -err;
     }
     l->busy = 0;
+    l->wait_ns = l->timeout_ns;
     *buf_p = msg;
     *len_p = (size_t)n;
     return 0;
@@ -112,8 +115,14 @@ void agt_link_msg_free(void *buf)
 
 int agt_link_expired(struct agt_link *l, uint64_t now_ns)
 {
-    if (l->busy && now_ns - l->sent_ns >= l->timeout_ns) {
+    if (l->busy && now_ns - l->sent_ns >= l->wait_ns) {
         l->busy = 0;
+        /* A collector that is only slow (a loaded node) answers after the
+         * timeout; resending at the same pace would cancel every request
+         * before its answer came.  Wait longer each time, up to 4x, until
+         * an answer arrives. */
+        if (l->wait_ns < 4 * l->timeout_ns)
+            l->wait_ns *= 2;
         return 1;
     }
     return 0;
@@ -123,6 +132,6 @@ int agt_link_wait_ms(const struct agt_link *l, uint64_t now_ns)
 {
     if (!l->busy)
         return -1;
-    uint64_t end = l->sent_ns + l->timeout_ns;
+    uint64_t end = l->sent_ns + l->wait_ns;
     return end <= now_ns ? 0 : (int)((end - now_ns + 999999) / 1000000);
 }

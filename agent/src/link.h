@@ -3,9 +3,10 @@
  * NN_REQ).  One request is in flight at a time, as REQ allows; the link never
  * blocks: sends use NN_DONTWAIT and replies are read when the socket's
  * receive fd polls readable.  A request with no reply after timeout_ms is
- * reported as timed out, and the agent decides what to resend (nanomsg's own
- * resend is switched off so that every byte sent is one the agent chose and
- * counted).
+ * reported as timed out (after each timeout in a row the next request waits
+ * twice as long, up to 4x timeout_ms; a reply resets it), and the agent
+ * decides what to resend (nanomsg's own resend is switched off so that every
+ * byte sent is one the agent chose and counted).
  */
 #ifndef MKS_AGENT_LINK_H
 #define MKS_AGENT_LINK_H

@@ -646,11 +646,13 @@ static void test_overflow_is_reported_as_lost(void **state)
     fc_init(&fc, "ingest-overflow");
     struct mks_rt *rt = app_create(job);
     /* room for a handful of summaries only */
-    const char *extra[] = {"--exit-with-app", "--buffer-bytes", "4096", NULL};
+    const char *extra[] = {"--exit-with-app", "--buffer-bytes", "4096", "--drain-ms", "8000", NULL};
     pid_t pid = agent_start(job, fc.url, extra);
     serve_until_attached(&fc, rt, pid);
+    /* 1.5 s away: some 75 epochs, and even on a loaded machine (late ticks
+     * merge) far more summaries than 4 KiB hold */
     fc_close(&fc);
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 30; i++) {
         fire(rt, 0, 10, 0);
         usleep(50000);
     }
