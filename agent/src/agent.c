@@ -957,9 +957,9 @@ static void refresh_schema(struct agent *a)
     if (mks_wire_schema_decode(info.schema, info.schema_len, &a->schema, why, sizeof(why)) == 0) {
         a->registered = 0;
         a->reg_want++;
-    }
-    else if (!a->schema_err_logged++)
+    } else if (!a->schema_err_logged++) {
         agt_log_warn("task schema of rank %u is not valid: %s", a->o.rank, why);
+    }
 }
 
 static void tick(struct agent *a, uint64_t now)
