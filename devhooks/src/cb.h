@@ -97,6 +97,7 @@ struct mks_cb {
     uint64_t workers_off, cov_off, insns_off, schema_off, arena_off, arena_len;
     uint64_t schema_len;
     uint64_t arena_brk; /* bump allocator of the arena (agent only) */
+    uint32_t agent_deaths; /* of those, times because the lease holder died */
 
     MKS_ALIGN64 uint32_t attach_mask; /* the hot word: its own cache line */
     MKS_ALIGN64 uint64_t epoch;
@@ -107,6 +108,16 @@ struct mks_cb {
                                  * it once per task); unused in shared memory */
     uint64_t pump_epoch;        /* GPU: last epoch whose old bank the pump copied back */
     uint64_t ctl_seq;           /* bumped by every change the device must see */
+    /* The lease holder's identity, so that the pump notices its death within
+     * a tick instead of a lease: a seqlock (odd while written) over the pid,
+     * its start time (/proc stat field 22, clock ticks since boot: guards
+     * against pid reuse) and the inode of its PID namespace (0 = unknown; a
+     * pid of another namespace means nothing here).  Fits in this line's
+     * padding, so older layouts read it as zero: lease only. */
+    uint32_t agent_seq;
+    int32_t agent_pid;
+    uint64_t agent_start;
+    uint64_t agent_pidns;
 
     MKS_ALIGN64 struct mks_cb_hook hooks[MKS_EV_COUNT];
     struct mks_cb_prog progs[MKS_CB_MAX_PROGS];

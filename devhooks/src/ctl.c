@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cb.h"
+#include "rt_internal.h"
 #include "mkscope/ctl.h"
 #include "mkscope/maps.h"
 
@@ -35,6 +36,10 @@ struct mks_ctl {
     size_t size;
     char name[96];
     uint64_t *ring_seen[MKS_MAX_MAPS]; /* per map, per worker: dropped count at the last drain */
+    /* This process as the lease holder (cb->agent_*); pid 0 until first
+     * computed, recomputed after a fork. */
+    int32_t pid;
+    uint64_t start, pidns;
 };
 
 struct snap_map {
@@ -91,6 +96,79 @@ int mks_ctl_name(const char *job, uint32_t rank, char *buf, size_t len)
 static int pid_alive(int32_t pid)
 {
     return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+int mksi_proc_start(int32_t pid, uint64_t *start_p, int *zombie_p)
+{
+    char path[48], buf[512], *end;
+    const char *p;
+    ssize_t n;
+    int fd;
+    if (pid > 0)
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    else
+        snprintf(path, sizeof(path), "/proc/self/stat");
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT || errno == ESRCH ? -ESRCH : -EIO;
+    n = read(fd, buf, sizeof(buf) - 1);
+    if (n < 0 && errno == ESRCH) {
+        close(fd);
+        return -ESRCH;
+    }
+    close(fd);
+    if (n <= 0)
+        return -EIO;
+    buf[n] = 0;
+    /* "pid (comm) state ...": comm may hold spaces and parentheses. */
+    p = strrchr(buf, ')');
+    if (!p || p[1] != ' ' || !p[2])
+        return -EIO;
+    p += 2;
+    *zombie_p = *p == 'Z' || *p == 'X';
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p)
+            return -EIO;
+        p++;
+    }
+    *start_p = strtoull(p, &end, 10);
+    return end == p ? -EIO : 0;
+}
+
+uint64_t mksi_own_pidns(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* Record this process as the lease holder, so that the pump can watch it
+ * die.  Written only when it changed; a concurrent writer (a second agent on
+ * the block) makes us skip and retry at the next renewal. */
+static void lease_holder(struct mks_ctl *ctl)
+{
+    struct mks_cb *cb = ctl->cb;
+    int32_t pid = (int32_t)getpid();
+    uint32_t seq;
+    int zombie;
+    if (pid != ctl->pid) {
+        ctl->pid = pid;
+        ctl->pidns = mksi_own_pidns();
+        if (mksi_proc_start(0, &ctl->start, &zombie) != 0)
+            ctl->pidns = 0; /* no identity: the application relies on the lease */
+    }
+    if (__atomic_load_n(&cb->agent_pid, __ATOMIC_RELAXED) == ctl->pid &&
+        __atomic_load_n(&cb->agent_start, __ATOMIC_RELAXED) == ctl->start &&
+        __atomic_load_n(&cb->agent_pidns, __ATOMIC_RELAXED) == ctl->pidns)
+        return;
+    seq = __atomic_load_n(&cb->agent_seq, __ATOMIC_RELAXED);
+    if ((seq & 1) || !__atomic_compare_exchange_n(&cb->agent_seq, &seq, seq + 1, 0,
+                                                  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return;
+    __atomic_store_n(&cb->agent_pid, ctl->pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&cb->agent_start, ctl->start, __ATOMIC_RELAXED);
+    __atomic_store_n(&cb->agent_pidns, ctl->pidns, __ATOMIC_RELAXED);
+    __atomic_store_n(&cb->agent_seq, seq + 2, __ATOMIC_RELEASE);
 }
 
 int mks_ctl_open_err(const char *job, uint32_t rank, struct mks_ctl **ctl_p, char *err,
@@ -198,6 +276,7 @@ int mks_ctl_open_err(const char *job, uint32_t rank, struct mks_ctl **ctl_p, cha
     snprintf(ctl->name, sizeof(ctl->name), "%s", name);
     __atomic_store_n(&cb->lease_deadline_ns, now_mono() + MKS_CTL_LEASE_DEFAULT_NS,
                      __ATOMIC_RELEASE);
+    lease_holder(ctl);
     *ctl_p = ctl;
     return 0;
 fail:
@@ -251,6 +330,7 @@ int mks_ctl_info(const struct mks_ctl *ctl, struct mks_ctl_info *info)
     }
     info->lease_lapses = __atomic_load_n(&cb->lease_lapses, __ATOMIC_ACQUIRE);
     info->epoch = __atomic_load_n(&cb->epoch, __ATOMIC_ACQUIRE);
+    info->agent_deaths = __atomic_load_n(&cb->agent_deaths, __ATOMIC_ACQUIRE);
     return 0;
 }
 
@@ -266,6 +346,7 @@ int mks_ctl_lease(struct mks_ctl *ctl, uint64_t lease_ns)
     if (!ctl || lease_ns == 0)
         return -EINVAL;
     __atomic_store_n(&ctl->cb->lease_deadline_ns, now_mono() + lease_ns, __ATOMIC_RELEASE);
+    lease_holder(ctl);
     return 0;
 }
 

@@ -2,12 +2,13 @@
  * The application side of devhooks (runtime.h), CPU backend: create the
  * rank's control block in POSIX shared memory, run attached programs at a
  * hook with coverage, sampling and budget, and keep a pump thread that
- * detaches everything when the agent's lease lapses.
+ * detaches everything when the agent's lease lapses or the agent dies.
  *
  * The hook run itself is hook.c, shared with the device.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,8 +26,20 @@
 #include "mkscope/runtime.h"
 #include "mkscope/vm.h"
 
-/* The pump checks the lease this often; a lapsed lease detaches within it. */
+/* The pump checks the lease and the agent's life this often; a lapsed lease
+ * or a dead agent detaches within it.  Well under an epoch (100 ms by
+ * default), so a dead agent's programs stop within the epoch it died in. */
 #define PUMP_PERIOD_NS (2ull * 1000000ull)
+
+/* How the pump watches the lease holder's process. */
+enum {
+    WATCH_NONE,  /* not visible from here (another PID namespace): lease only */
+    WATCH_PIDFD, /* pidfd_open(2): readable once the process has exited */
+    WATCH_KILL,  /* kernel without pidfds: kill(pid, 0) and /proc start time */
+};
+/* Without a pidfd, re-read the start time (pid reuse, zombie) every this
+ * many ticks; kill(pid, 0) runs every tick. */
+#define WATCH_STAT_TICKS 16
 
 static uint64_t clock_ns(clockid_t id)
 {
@@ -45,13 +59,108 @@ static void detach_all(struct mks_cb *cb)
     __atomic_add_fetch(&cb->ctl_seq, 1, __ATOMIC_RELEASE);
 }
 
+static void watch_reset(struct mks_rt *rt)
+{
+    if (rt->watch_fd >= 0)
+        close(rt->watch_fd);
+    rt->watch_fd = -1;
+    rt->watch_mode = WATCH_NONE;
+}
+
+static int sys_pidfd_open(int32_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* The process recorded as (pid, start) is gone: no such pid, a zombie, or
+ * the pid now names a younger process.  Unreadable /proc: not known gone. */
+static int proc_gone(int32_t pid, uint64_t start)
+{
+    uint64_t now_start;
+    int zombie, rc = mksi_proc_start(pid, &now_start, &zombie);
+    if (rc == -ESRCH)
+        return 1;
+    return rc == 0 && (zombie || now_start != start);
+}
+
+/* One tick of the watch on the lease holder: 1 when the process it watches
+ * has died (its seqlock value in *seq_p), 0 while alive or not watchable. */
+static int agent_gone(struct mks_rt *rt, uint32_t *seq_p)
+{
+    struct mks_cb *cb = rt->cb;
+    uint32_t seq = __atomic_load_n(&cb->agent_seq, __ATOMIC_ACQUIRE);
+    if (seq & 1)
+        return 0; /* being written */
+    *seq_p = seq;
+    if (seq != rt->watch_seq) {
+        int32_t pid = __atomic_load_n(&cb->agent_pid, __ATOMIC_RELAXED);
+        uint64_t start = __atomic_load_n(&cb->agent_start, __ATOMIC_RELAXED);
+        uint64_t ns = __atomic_load_n(&cb->agent_pidns, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&cb->agent_seq, __ATOMIC_RELAXED) != seq)
+            return 0; /* torn: next tick */
+        watch_reset(rt);
+        rt->watch_seq = seq;
+        rt->watch_pid = pid;
+        rt->watch_start = start;
+        rt->watch_ticks = 0;
+        if (pid <= 0 || ns == 0 || ns != rt->own_pidns)
+            return 0; /* its pid means nothing here: the lease alone decides */
+        /* Open first, then check the start time: a match proves the pidfd
+         * names the holder, which was alive after the open. */
+        rt->watch_fd = sys_pidfd_open(pid);
+        if (proc_gone(pid, start)) {
+            watch_reset(rt);
+            return 1;
+        }
+        rt->watch_mode = rt->watch_fd >= 0 ? WATCH_PIDFD : WATCH_KILL;
+        return 0;
+    }
+    switch (rt->watch_mode) {
+    case WATCH_PIDFD: {
+        struct pollfd p = {.fd = rt->watch_fd, .events = POLLIN};
+        return poll(&p, 1, 0) > 0 && p.revents;
+    }
+    case WATCH_KILL:
+        if (kill(rt->watch_pid, 0) != 0 && errno == ESRCH)
+            return 1;
+        if (++rt->watch_ticks % WATCH_STAT_TICKS == 0)
+            return proc_gone(rt->watch_pid, rt->watch_start);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
 static void *pump_main(void *arg)
 {
     struct mks_rt *rt = arg;
     struct mks_cb *cb = rt->cb;
     struct timespec period = {0, (long)PUMP_PERIOD_NS};
     while (!__atomic_load_n(&rt->stop, __ATOMIC_ACQUIRE)) {
-        uint64_t deadline = __atomic_load_n(&cb->lease_deadline_ns, __ATOMIC_ACQUIRE);
+        uint64_t deadline;
+        uint32_t seq;
+        if (agent_gone(rt, &seq)) {
+            watch_reset(rt);
+            deadline = __atomic_load_n(&cb->lease_deadline_ns, __ATOMIC_ACQUIRE);
+            /* Unless a new holder took the lease meanwhile (it owns the
+             * block now) or the lease already lapsed (detached already),
+             * end the lease now: the same detach as a lapse. */
+            if (deadline && __atomic_load_n(&cb->agent_seq, __ATOMIC_ACQUIRE) == seq &&
+                __atomic_compare_exchange_n(&cb->lease_deadline_ns, &deadline, 0ull, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                detach_all(cb);
+                __atomic_add_fetch(&cb->agent_deaths, 1u, __ATOMIC_RELEASE);
+                __atomic_add_fetch(&cb->lease_lapses, 1u, __ATOMIC_RELEASE);
+            }
+        }
+        deadline = __atomic_load_n(&cb->lease_deadline_ns, __ATOMIC_ACQUIRE);
         if (deadline && clock_ns(CLOCK_MONOTONIC) > deadline) {
             /* Clear the deadline only if the agent did not renew meanwhile. */
             if (__atomic_compare_exchange_n(&cb->lease_deadline_ns, &deadline, 0ull, 0,
@@ -116,6 +225,7 @@ int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p)
     rt = calloc(1, sizeof(*rt));
     if (!rt)
         return -ENOMEM;
+    rt->watch_fd = -1;
     if ((rc = mks_ctl_name(opts->job, opts->rank, rt->name, sizeof(rt->name))) != 0) {
         fprintf(stderr, "mkscope: rt_create: invalid job name '%s': use 1-64 of [A-Za-z0-9_.-]\n",
                 opts->job ? opts->job : "(null)");
@@ -179,6 +289,7 @@ int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p)
     rt->n_workers = opts->n_workers;
     rt->rank = opts->rank;
     rt->hot.mask = &cb->attach_mask;
+    rt->own_pidns = mksi_own_pidns();
     if ((rc = pthread_create(&rt->pump, NULL, pump_main, rt)) != 0) {
         fprintf(stderr, "mkscope: rt_create: pump thread: %s\n", strerror(rc));
         mks_rt_destroy(rt);
@@ -202,6 +313,7 @@ void mks_rt_destroy(struct mks_rt *rt)
         __atomic_store_n(&rt->stop, 1, __ATOMIC_RELEASE);
         pthread_join(rt->pump, NULL);
     }
+    watch_reset(rt);
     if (rt->pump_ext_free)
         rt->pump_ext_free(rt);
     if (rt->cb) {

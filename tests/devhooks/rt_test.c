@@ -1,7 +1,8 @@
 /*
  * Control block and runtime on the CPU backend: open/validate, attach,
  * detach and replace, exact coverage (eligible, ran, throttled, lost),
- * CONTROL hints, ring draining, lease expiry, and a hot swap while four
+ * CONTROL hints, ring draining, lease expiry, detach on the death of the
+ * agent process (but not on a stalled one), and a hot swap while four
  * worker threads fire events continuously with no event lost or counted
  * twice across the swap and across epoch flips.
  */
@@ -15,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -527,6 +530,137 @@ static void test_lease_expiry_detaches(void **state)
     assert_int_equal(mks_ctl_prog_unload(f->ctl, id), 0);
 }
 
+/* ---- death of the agent process ---- */
+
+static int hook_attached(struct fixture *f)
+{
+    return (__atomic_load_n(((const struct mks_rt_hot *)(const void *)f->rt)->mask,
+                            __ATOMIC_ACQUIRE) & (1u << MKS_EV_TASK_START)) != 0;
+}
+
+/* Poll up to ms milliseconds for the hook to be detached. */
+static int wait_detached(struct fixture *f, int ms)
+{
+    struct timespec ts = {0, 1000000};
+    for (int i = 0; i < ms && hook_attached(f); i++)
+        nanosleep(&ts, NULL);
+    return !hook_attached(f);
+}
+
+/* A child process that acts as the agent: opens the block, takes a lease of
+ * lease_ns, attaches a counting program at TASK_START, reports readiness on
+ * a pipe, then waits (renewing every 5 ms when renew is set) until killed. */
+static pid_t spawn_agent(uint64_t lease_ns, int renew)
+{
+    static const struct mks_insn p[] = PROG_COUNT_MAP0;
+    int fds[2];
+    char c = 0;
+    pid_t pid;
+    if (pipe(fds) != 0)
+        return -1;
+    pid = fork();
+    if (pid == 0) {
+        struct timespec ts = {0, 5000000};
+        struct mks_ctl *ctl = NULL;
+        struct mks_prog_spec s;
+        uint32_t id = 0;
+        close(fds[0]);
+        memset(&s, 0, sizeof(s));
+        s.sz = sizeof(s);
+        s.name = "agent";
+        s.prog_type = MKS_PROG_OBSERVE;
+        s.abi_version = 1;
+        s.insns = p;
+        s.n_insns = N(p);
+        s.maps = &count_map;
+        s.n_maps = 1;
+        s.cost = N(p);
+        if (mks_ctl_open(job, 1, &ctl) != 0 || mks_ctl_lease(ctl, lease_ns) != 0 ||
+            mks_ctl_prog_load(ctl, &s, &id) != 0 ||
+            mks_ctl_attach(ctl, id, MKS_EV_TASK_START, -1, NULL) != 0)
+            _exit(1);
+        if (write(fds[1], "r", 1) != 1)
+            _exit(1);
+        for (;;) {
+            if (renew)
+                mks_ctl_lease(ctl, lease_ns);
+            nanosleep(&ts, NULL);
+        }
+    }
+    close(fds[1]);
+    if (pid > 0 && read(fds[0], &c, 1) != 1) {
+        waitpid(pid, NULL, 0);
+        pid = -1;
+    }
+    close(fds[0]);
+    return pid;
+}
+
+static struct mks_coverage epoch_coverage(struct fixture *f)
+{
+    struct mks_epoch_snapshot *s = NULL;
+    struct mks_coverage cov;
+    assert_int_equal(mks_ctl_epoch_advance(f->ctl, &s), 0);
+    assert_int_equal(mks_epoch_snapshot_coverage(s, MKS_EV_TASK_START, &cov), 0);
+    mks_epoch_snapshot_free(s);
+    return cov;
+}
+
+static void test_agent_death_detaches(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_ctl_info info;
+    struct mks_coverage cov;
+    pid_t agent = spawn_agent(30ull * 1000000000ull, 0); /* a 30 s lease */
+    assert_true(agent > 0);
+    assert_true(hook_attached(f));
+    fire(f, 0, MKS_EV_TASK_START);
+    fire(f, 1, MKS_EV_TASK_START);
+    cov = epoch_coverage(f);
+    assert_int_equal(cov.eligible, 2);
+    assert_int_equal(cov.ran, 2);
+
+    /* Not reaped before the check: a zombie agent is a dead agent. */
+    assert_int_equal(kill(agent, SIGKILL), 0);
+    assert_true(wait_detached(f, 2000)); /* the lease would hold for 30 s */
+    assert_int_equal(mks_ctl_info(f->ctl, &info), 0);
+    assert_int_equal(info.agent_deaths, 1);
+    assert_int_equal(info.lease_lapses, 1);
+    fire(f, 0, MKS_EV_TASK_START);
+    cov = epoch_coverage(f);
+    assert_int_equal(cov.eligible, 0);
+    assert_int_equal(cov.ran, 0);
+    assert_int_equal(waitpid(agent, NULL, 0), agent);
+}
+
+static void test_stalled_agent_keeps_lease(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_ctl_info info;
+    struct timespec ts = {0, 20000000};
+    pid_t agent = spawn_agent(1000000000ull, 1); /* renews a 1 s lease */
+    assert_true(agent > 0);
+    assert_true(hook_attached(f));
+    /* Alive but no longer renewing: watched for some pump ticks, it keeps
+     * its programs until its lease lapses. */
+    assert_int_equal(kill(agent, SIGSTOP), 0);
+    nanosleep(&ts, NULL);
+    assert_true(hook_attached(f));
+    assert_int_equal(mks_ctl_info(f->ctl, &info), 0);
+    assert_int_equal(info.lease_lapses, 0);
+    assert_true(wait_detached(f, 5000));
+    assert_int_equal(mks_ctl_info(f->ctl, &info), 0);
+    assert_int_equal(info.lease_lapses, 1);
+    assert_int_equal(info.agent_deaths, 0);
+    /* Its death after the lapse detaches nothing more and counts nothing. */
+    assert_int_equal(kill(agent, SIGKILL), 0);
+    assert_int_equal(waitpid(agent, NULL, 0), agent);
+    nanosleep(&ts, NULL);
+    assert_int_equal(mks_ctl_info(f->ctl, &info), 0);
+    assert_int_equal(info.lease_lapses, 1);
+    assert_int_equal(info.agent_deaths, 0);
+}
+
 /* ---- hot swap under load ---- */
 
 struct swap_worker {
@@ -620,6 +754,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ring_drain_while_running, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_init_and_sharing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_expiry_detaches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agent_death_detaches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stalled_agent_keeps_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_swap_under_load, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

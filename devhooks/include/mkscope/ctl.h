@@ -52,8 +52,10 @@ struct mks_ctl_info {
     const void *schema;     /* serialized mkscope.v1.TaskSchema, or NULL */
     size_t schema_len;
     uint32_t lease_lapses;  /* times the application detached everything
-                               because the lease lapsed: re-attach when it grows */
+                               because the lease lapsed or the process that
+                               holds it died: re-attach when it grows */
     uint64_t epoch;         /* current epoch */
+    uint32_t agent_deaths;  /* of lease_lapses, those for a dead lease holder */
 };
 int mks_ctl_info(const struct mks_ctl *ctl, struct mks_ctl_info *info);
 
@@ -63,7 +65,10 @@ int mks_ctl_alive(const struct mks_ctl *ctl);
 
 /* Renew the agent's lease; the pump detaches everything when it lapses
  * (lease_ns after the last renewal).  mks_ctl_open() takes a first lease of
- * MKS_CTL_LEASE_DEFAULT_NS. */
+ * MKS_CTL_LEASE_DEFAULT_NS.  Both record the calling process as the lease
+ * holder: when the application can see that process (same PID namespace)
+ * its pump detaches everything within a tick (2 ms) of its death, however
+ * long the lease; a live holder that stops renewing keeps its lease. */
 #define MKS_CTL_LEASE_DEFAULT_NS (3ull * 1000000000ull)
 int mks_ctl_lease(struct mks_ctl *ctl, uint64_t lease_ns);
 
