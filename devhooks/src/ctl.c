@@ -40,6 +40,7 @@ struct mks_ctl {
      * computed, recomputed after a fork. */
     int32_t pid;
     uint64_t start, pidns;
+    uint32_t odd_seq; /* cb->agent_seq found odd at the last renewal */
 };
 
 struct snap_map {
@@ -144,7 +145,9 @@ uint64_t mksi_own_pidns(void)
 
 /* Record this process as the lease holder, so that the pump can watch it
  * die.  Written only when it changed; a concurrent writer (a second agent on
- * the block) makes us skip and retry at the next renewal. */
+ * the block) makes us skip and retry at the next renewal, and a seqlock still
+ * odd at that renewal belongs to a writer killed inside its three stores: we
+ * take it over. */
 static void lease_holder(struct mks_ctl *ctl)
 {
     struct mks_cb *cb = ctl->cb;
@@ -162,13 +165,21 @@ static void lease_holder(struct mks_ctl *ctl)
         __atomic_load_n(&cb->agent_pidns, __ATOMIC_RELAXED) == ctl->pidns)
         return;
     seq = __atomic_load_n(&cb->agent_seq, __ATOMIC_RELAXED);
-    if ((seq & 1) || !__atomic_compare_exchange_n(&cb->agent_seq, &seq, seq + 1, 0,
-                                                  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    if (seq & 1) {
+        uint32_t stuck = ctl->odd_seq;
+        ctl->odd_seq = seq;
+        if (seq != stuck)
+            return;
+    }
+    /* From odd seq to the next odd value, from even to odd. */
+    if (!__atomic_compare_exchange_n(&cb->agent_seq, &seq, (seq | 1u) + ((seq & 1u) << 1), 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
         return;
+    seq = (seq | 1u) + ((seq & 1u) << 1);
     __atomic_store_n(&cb->agent_pid, ctl->pid, __ATOMIC_RELAXED);
     __atomic_store_n(&cb->agent_start, ctl->start, __ATOMIC_RELAXED);
     __atomic_store_n(&cb->agent_pidns, ctl->pidns, __ATOMIC_RELAXED);
-    __atomic_store_n(&cb->agent_seq, seq + 2, __ATOMIC_RELEASE);
+    __atomic_store_n(&cb->agent_seq, seq + 1, __ATOMIC_RELEASE);
 }
 
 int mks_ctl_open_err(const char *job, uint32_t rank, struct mks_ctl **ctl_p, char *err,

@@ -25,6 +25,8 @@
 #include <cmocka.h>
 
 #include "insn.h"
+/* White-box: the lease holder's record in the control block. */
+#include "../../devhooks/src/rt_internal.h"
 #include "mkscope/ctl.h"
 #include "mkscope/runtime.h"
 
@@ -37,6 +39,7 @@ static char job[64];
 struct fixture {
     struct mks_rt *rt;
     struct mks_ctl *ctl;
+    pid_t agent; /* a child acting as the agent, killed at teardown */
 };
 
 static int setup(void **state)
@@ -63,6 +66,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
+    if (f->agent > 0) {
+        kill(f->agent, SIGKILL);
+        waitpid(f->agent, NULL, 0);
+    }
     mks_ctl_close(f->ctl);
     mks_rt_destroy(f->rt);
     free(f);
@@ -550,7 +557,7 @@ static int wait_detached(struct fixture *f, int ms)
 /* A child process that acts as the agent: opens the block, takes a lease of
  * lease_ns, attaches a counting program at TASK_START, reports readiness on
  * a pipe, then waits (renewing every 5 ms when renew is set) until killed. */
-static pid_t spawn_agent(uint64_t lease_ns, int renew)
+static pid_t spawn_agent(struct fixture *f, uint64_t lease_ns, int renew)
 {
     static const struct mks_insn p[] = PROG_COUNT_MAP0;
     int fds[2];
@@ -588,10 +595,9 @@ static pid_t spawn_agent(uint64_t lease_ns, int renew)
         }
     }
     close(fds[1]);
-    if (pid > 0 && read(fds[0], &c, 1) != 1) {
-        waitpid(pid, NULL, 0);
+    f->agent = pid;
+    if (pid > 0 && read(fds[0], &c, 1) != 1)
         pid = -1;
-    }
     close(fds[0]);
     return pid;
 }
@@ -611,7 +617,7 @@ static void test_agent_death_detaches(void **state)
     struct fixture *f = *state;
     struct mks_ctl_info info;
     struct mks_coverage cov;
-    pid_t agent = spawn_agent(30ull * 1000000000ull, 0); /* a 30 s lease */
+    pid_t agent = spawn_agent(f, 30ull * 1000000000ull, 0); /* a 30 s lease */
     assert_true(agent > 0);
     assert_true(hook_attached(f));
     fire(f, 0, MKS_EV_TASK_START);
@@ -631,6 +637,7 @@ static void test_agent_death_detaches(void **state)
     assert_int_equal(cov.eligible, 0);
     assert_int_equal(cov.ran, 0);
     assert_int_equal(waitpid(agent, NULL, 0), agent);
+    f->agent = 0;
 }
 
 static void test_stalled_agent_keeps_lease(void **state)
@@ -638,7 +645,7 @@ static void test_stalled_agent_keeps_lease(void **state)
     struct fixture *f = *state;
     struct mks_ctl_info info;
     struct timespec ts = {0, 20000000};
-    pid_t agent = spawn_agent(1000000000ull, 1); /* renews a 1 s lease */
+    pid_t agent = spawn_agent(f, 1000000000ull, 1); /* renews a 1 s lease */
     assert_true(agent > 0);
     assert_true(hook_attached(f));
     /* Alive but no longer renewing: watched for some pump ticks, it keeps
@@ -655,10 +662,61 @@ static void test_stalled_agent_keeps_lease(void **state)
     /* Its death after the lapse detaches nothing more and counts nothing. */
     assert_int_equal(kill(agent, SIGKILL), 0);
     assert_int_equal(waitpid(agent, NULL, 0), agent);
+    f->agent = 0;
     nanosleep(&ts, NULL);
     assert_int_equal(mks_ctl_info(f->ctl, &info), 0);
     assert_int_equal(info.lease_lapses, 1);
     assert_int_equal(info.agent_deaths, 0);
+}
+
+/* An agent in another PID namespace: its pid means nothing to the
+ * application, which must not watch it and keeps to the lease. */
+static void test_foreign_pidns_agent_left_to_lease(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_cb *cb = f->rt->cb;
+    struct mks_ctl_info info;
+    struct timespec ts = {0, 100000000};
+    uint32_t seq;
+    pid_t agent = spawn_agent(f, 30ull * 1000000000ull, 0);
+    assert_true(agent > 0);
+    /* Rewrite the record as that agent would have from its own namespace. */
+    seq = __atomic_load_n(&cb->agent_seq, __ATOMIC_ACQUIRE);
+    assert_int_equal(seq & 1, 0);
+    assert_int_equal(__atomic_load_n(&cb->agent_pid, __ATOMIC_RELAXED), agent);
+    assert_int_not_equal(__atomic_load_n(&cb->agent_pidns, __ATOMIC_RELAXED), 0);
+    __atomic_store_n(&cb->agent_seq, seq + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&cb->agent_pidns, cb->agent_pidns + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&cb->agent_seq, seq + 2, __ATOMIC_RELEASE);
+    assert_int_equal(kill(agent, SIGKILL), 0);
+    assert_int_equal(waitpid(agent, NULL, 0), agent);
+    f->agent = 0;
+    nanosleep(&ts, NULL); /* 50 pump ticks */
+    assert_true(hook_attached(f));
+    assert_int_equal(mks_ctl_info(f->ctl, &info), 0);
+    assert_int_equal(info.agent_deaths, 0);
+    assert_int_equal(info.lease_lapses, 0);
+}
+
+/* A writer killed inside its update leaves the seqlock odd: the next agent
+ * takes it over at its second renewal and is watched as usual. */
+static void test_agent_after_torn_record_is_watched(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_cb *cb = f->rt->cb;
+    struct mks_ctl_info info;
+    pid_t agent;
+    __atomic_add_fetch(&cb->agent_seq, 1, __ATOMIC_ACQ_REL);
+    agent = spawn_agent(f, 30ull * 1000000000ull, 0); /* open, then one renewal */
+    assert_true(agent > 0);
+    assert_int_equal(__atomic_load_n(&cb->agent_seq, __ATOMIC_ACQUIRE) & 1, 0);
+    assert_int_equal(__atomic_load_n(&cb->agent_pid, __ATOMIC_RELAXED), agent);
+    assert_int_equal(kill(agent, SIGKILL), 0);
+    assert_int_equal(waitpid(agent, NULL, 0), agent);
+    f->agent = 0;
+    assert_true(wait_detached(f, 2000));
+    assert_int_equal(mks_ctl_info(f->ctl, &info), 0);
+    assert_int_equal(info.agent_deaths, 1);
 }
 
 /* ---- hot swap under load ---- */
@@ -756,6 +814,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lease_expiry_detaches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agent_death_detaches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stalled_agent_keeps_lease, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_pidns_agent_left_to_lease, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agent_after_torn_record_is_watched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_swap_under_load, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
