@@ -160,11 +160,11 @@ static void lease_holder(struct mks_ctl *ctl)
         if (mksi_proc_start(0, &ctl->start, &zombie) != 0)
             ctl->pidns = 0; /* no identity: the application relies on the lease */
     }
-    if (__atomic_load_n(&cb->agent_pid, __ATOMIC_RELAXED) == ctl->pid &&
+    seq = __atomic_load_n(&cb->agent_seq, __ATOMIC_ACQUIRE);
+    if (!(seq & 1) && __atomic_load_n(&cb->agent_pid, __ATOMIC_RELAXED) == ctl->pid &&
         __atomic_load_n(&cb->agent_start, __ATOMIC_RELAXED) == ctl->start &&
         __atomic_load_n(&cb->agent_pidns, __ATOMIC_RELAXED) == ctl->pidns)
         return;
-    seq = __atomic_load_n(&cb->agent_seq, __ATOMIC_RELAXED);
     if (seq & 1) {
         uint32_t stuck = ctl->odd_seq;
         ctl->odd_seq = seq;

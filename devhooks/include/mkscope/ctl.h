@@ -67,8 +67,9 @@ int mks_ctl_alive(const struct mks_ctl *ctl);
  * (lease_ns after the last renewal).  mks_ctl_open() takes a first lease of
  * MKS_CTL_LEASE_DEFAULT_NS.  Both record the calling process as the lease
  * holder: when the application can see that process (same PID namespace)
- * its pump detaches everything within a tick (2 ms) of its death, however
- * long the lease; a live holder that stops renewing keeps its lease. */
+ * its pump detaches everything within milliseconds of its death (one 2 ms
+ * tick with pidfds), however long the lease; a live holder that stops
+ * renewing keeps its lease. */
 #define MKS_CTL_LEASE_DEFAULT_NS (3ull * 1000000000ull)
 int mks_ctl_lease(struct mks_ctl *ctl, uint64_t lease_ns);
 
