@@ -11,7 +11,12 @@
  * The send's task_end carries no comm_gen and comes right after comm_end,
  * and task_end already runs three standard programs of the four a hook
  * takes (the last is kept for escalations): t_end stays 0 and the collector
- * takes comm_end as the task's end.  Maps in monitors.h.
+ * takes comm_end as the task's end.
+ * A local release (dep_release of an event of this rank) carries the
+ * releasing task's end in ctx.t_end: one record per (step, class) in the
+ * same release table keeps the largest gap between the two, so a
+ * notification postponed after a local task ended shows as well.  Maps in
+ * monitors.h.
  */
 #include "mkscope/mkscope.bpf.h"
 
@@ -176,11 +181,53 @@ int release(const struct mks_hook_ctx *ctx)
     return 0;
 }
 
+/* A local release: the record of (step, class) keeps the one whose
+ * notification came longest after its task's end. */
+static __always_inline int local_release(const struct mks_hook_ctx *ctx)
+{
+    __u32 zero = 0;
+    __u64 t_end = ctx->t_end, t_now = ctx->t_now;
+    struct mks_mon_comm_key key;
+    struct mks_mon_release *rel;
+    struct mks_mon_wait_stats *st;
+
+    if (t_end == 0 || t_end > t_now)
+        return 0;
+    key.comm_gen = MKS_MON_LOCAL_REL_GEN(ctx->step, ctx->task_class);
+    key.peer = ctx->rank;
+    key.pad = 0;
+    rel = mks_map_lookup(&remote_releases, &key);
+    if (!rel) {
+        struct mks_mon_release init = {};
+
+        mks_map_update(&remote_releases, &key, &init, MKS_NOEXIST);
+        rel = mks_map_lookup(&remote_releases, &key);
+        if (!rel) {
+            st = mks_map_lookup(&wait_stats, &zero);
+            if (st)
+                __sync_fetch_and_add(&st->remote_dropped, 1);
+            return 0;
+        }
+    }
+    __sync_fetch_and_add(&rel->count, 1);
+    if (rel->t_notify == 0 || t_now - t_end > rel->t_notify - rel->t_end) {
+        rel->t_end = t_end;
+        rel->t_notify = t_now;
+        rel->t_start = ctx->t_start;
+        rel->task_class = ctx->task_class;
+        rel->worker = ctx->worker;
+        rel->step = ctx->step;
+    }
+    return 0;
+}
+
 SEC("mkscope/dep_release")
 int rel_notify(const struct mks_hook_ctx *ctx)
 {
     struct mks_mon_release *rel;
 
+    if (ctx->dep_class == MKS_DEP_LOCAL)
+        return local_release(ctx);
     if (ctx->dep_class != MKS_DEP_REMOTE || ctx->comm_gen == 0)
         return 0;
     rel = release_rec(ctx);

@@ -82,7 +82,11 @@
  * remote_releases: MKS_MAP_HASH on the producer side, key struct
  *   mks_mon_comm_key (peer = consumer rank), value struct mks_mon_release.
  *   Filled at comm_end and at the remote dep_release (which may come in a
- *   later epoch: the collector merges records by key).
+ *   later epoch: the collector merges records by key).  A local dep_release
+ *   whose ctx.t_end is known fills the record keyed comm_gen =
+ *   MKS_MON_LOCAL_REL_GEN(step, task_class), peer = this rank: t_release 0,
+ *   t_end and t_notify of the release with the largest t_notify - t_end of
+ *   that (step, class), count = local releases seen.
  * wait_stats: MKS_MAP_ARRAY, key u32 0, value struct mks_mon_wait_stats. */
 #define MKS_MON_WAIT_BEGIN_MAP "wait_begin_ts"
 #define MKS_MON_WAIT_HIST_MAP  "wait_hist"
@@ -92,6 +96,13 @@
 #define MKS_MON_WAIT_ENTRIES   (2 * MKS_MON_MAX_CLASSES)
 #define MKS_MON_WAIT_KEY(dep, cls)                                                                 \
     (((dep) == MKS_DEP_REMOTE ? MKS_MON_MAX_CLASSES : 0) + MKS_MON_CLASS_IDX(cls))
+
+/* Key of a local release record in remote_releases.  Comm-ids' kind field
+ * (bits 63..62) is never 0, so these never meet a real generation. */
+#define MKS_MON_LOCAL_REL_BIT (1ull << 61)
+#define MKS_MON_LOCAL_REL_GEN(step, cls)                                                           \
+    (MKS_MON_LOCAL_REL_BIT | ((uint64_t)(uint32_t)(step) << 8) | (uint64_t)MKS_MON_CLASS_IDX(cls))
+#define MKS_MON_IS_LOCAL_REL(gen) (((gen) >> 61) == 1u)
 
 struct mks_mon_comm_key {
     uint64_t comm_gen; /* communication generation (comm-ids) */

@@ -29,7 +29,7 @@ struct agt_esc {
 };
 
 /* Bytes of the v1 context before its reserved words. */
-#define ESC_CTX_FIELDS_BYTES 112u
+#define ESC_CTX_FIELDS_BYTES 120u
 _Static_assert(__builtin_offsetof(struct mks_hook_ctx, reserved) == ESC_CTX_FIELDS_BYTES,
                "reserved words of the hook context");
 

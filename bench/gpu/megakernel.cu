@@ -155,12 +155,14 @@ struct bg_hw { /* a hook worker: cached attach mask of the thread running hooks 
 #endif
     uint32_t id;
     uint64_t t_start; /* start of the task thread 0 runs now (0: none), for its hooks' ctx */
+    uint64_t t_end;   /* end of its body (0: running), ctx.t_end of its end and releases */
 };
 
 static __device__ void hw_init(const struct bg_dev &D, struct bg_hw *h, uint32_t id)
 {
     h->id = id;
     h->t_start = 0;
+    h->t_end = 0;
 #ifndef MKS_HOOKS_DISABLED
     if (D.have_hooks)
         mks_dev_worker_init(&D.hooks, &h->w);
@@ -235,6 +237,7 @@ static __device__ void remote_hook(const struct bg_dev &D, struct bg_hw *h, cons
         return;
     struct mks_hook_ctx c;
     ctx_fill(D, h->id, t, ev, h->t_start, &c);
+    c.t_end = h->t_end;
     c.peer_rank = peer;
     c.comm_gen = cg;
     c.dep_event = dep;
@@ -716,6 +719,7 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
             if (t->hold)
                 spin_ns(t->hold);
             h.t_start = now_ns();
+            h.t_end = 0;
             if (attached(D, &h, MKS_EV_TASK_START)) {
                 struct mks_hook_ctx c;
                 ctx_fill(D, w, t, MKS_EV_TASK_START, h.t_start, &c);
@@ -730,9 +734,11 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
         if (threadIdx.x == 0) {
             if (t->run_delay)
                 spin_ns(t->run_delay);
+            h.t_end = now_ns();
             if (attached(D, &h, MKS_EV_TASK_END)) {
                 struct mks_hook_ctx c;
                 ctx_fill(D, w, t, MKS_EV_TASK_END, h.t_start, &c);
+                c.t_end = h.t_end;
                 run_hook(D, &c);
             }
             prof_rec(D, w, BR_PROF_END, t);
@@ -746,6 +752,7 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
             if (attached(D, &h, MKS_EV_DEP_RELEASE)) {
                 struct mks_hook_ctx c;
                 ctx_fill(D, w, t, MKS_EV_DEP_RELEASE, h.t_start, &c);
+                c.t_end = h.t_end;
                 c.dep_event = t->trig_ev;
                 c.dep_class = MKS_DEP_LOCAL;
                 c.value = v;

@@ -19,7 +19,9 @@
  *                       worker idle excess);
  *      slow_task        one task class's run time above its norm;
  *      notify_delay     release later than the producing task's end (minus
- *                       the transfer) by more than its norm;
+ *                       the transfer) by more than its norm: a remote
+ *                       release, or a local one (the agent's per (step,
+ *                       class) record of the latest local release);
  *      slow_transfer    the transfer (comm begin -> end) longer than its norm.
  *    The largest wins if it explains at least a fifth of the delay that led
  *    here; else the link is undecided.  Remote waits are joined to releases
@@ -517,13 +519,24 @@ static uint64_t release_base(const struct rrow *r)
     return r->t_ce > r->t_end ? r->t_ce : r->t_end;
 }
 
-/* The release a consumer's wait (or a step) points at on this rank. */
+/* A local release record (docs/wire.md, Release): comm-ids' kind bits
+ * 63..62 are 0, bit 61 set; its step and class are the row's. */
+static bool local_release(uint64_t gen)
+{
+    return (gen >> 61) == 1u;
+}
+
+/* The release a consumer's wait (or a step) points at on this rank, and
+ * the rank's local releases of the step: a late one holds up the tasks of
+ * the step that the remote release comes after. */
 static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_t gen,
                            struct verdict *v, double *buf)
 {
     for (size_t i = 0; i < d->nr; i++) {
         const struct rrow *r = &d->r[i];
-        if (r->rank != rank || (gen ? r->gen != gen : r->step != step))
+        if (r->rank != rank)
+            continue;
+        if (local_release(r->gen) ? r->step != step : gen ? r->gen != gen : r->step != step)
             continue;
         /* Norms over the same (consumer, class) releases of other steps. */
         double notify = -1, xfer = -1;
@@ -867,7 +880,7 @@ static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double exc
         L->norm = v.detail[best];
         if (best != C_REMOTE) {
             if (v.rel) {
-                L->gen = v.rel->gen;
+                L->gen = local_release(v.rel->gen) ? 0 : v.rel->gen;
                 L->peer = v.rel->consumer;
             }
             break;

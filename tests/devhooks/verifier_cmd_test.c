@@ -72,7 +72,7 @@ static void test_rejects(void **state)
     assert_int_equal(r.rc, 1);
     assert_non_null(strstr(r.out, "mkscope/task_end good (OBSERVE, ABI v1): accepted"));
     assert_non_null(strstr(r.out, "mkscope/task_start reads_reserved (OBSERVE, ABI v1): rejected\n    insn "));
-    assert_non_null(strstr(r.out, "touches reserved bytes 112..127"));
+    assert_non_null(strstr(r.out, "touches reserved bytes 120..127"));
     assert_non_null(strstr(r.out, "mkscope.control/task_end control_at_end (CONTROL, ABI v1): rejected"));
     assert_non_null(strstr(r.out, "still running after 32768 instructions"));
 }

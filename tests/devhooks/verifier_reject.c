@@ -133,8 +133,8 @@ static const struct rcase cases[] = {
     /* context */
     {"ctx_past_end", P(LDX(DW, 0, 1, 128), EXIT()), OBS, END, MKS_VERR_CTX_ACCESS,
      "context read at offset 128 size 8 out of bounds; expected within the ABI v1 context (128 bytes)", NULL},
-    {"ctx_reserved_field", P(LDX(DW, 0, 1, 112), EXIT()), OBS, END, MKS_VERR_CTX_ACCESS,
-     "touches reserved bytes 112..127; expected a declared field of ABI v1", NULL},
+    {"ctx_reserved_field", P(LDX(DW, 0, 1, 120), EXIT()), OBS, END, MKS_VERR_CTX_ACCESS,
+     "touches reserved bytes 120..127; expected a declared field of ABI v1", NULL},
     {"ctx_negative_offset", P(LDX(W, 0, 1, -4), EXIT()), OBS, END, MKS_VERR_CTX_ACCESS,
      "context read at offset -4 size 4 out of bounds", NULL},
     {"ctx_misaligned", P(LDX(W, 0, 1, 2), EXIT()), OBS, END, MKS_VERR_CTX_ACCESS,

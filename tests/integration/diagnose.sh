@@ -4,8 +4,8 @@
 # the fault on one rank; `mkscope diagnose -f json` must name the injected
 # cause, rank and task class for most of the faulted steps, and some other
 # rank must show the remote stall on the faulty one.  The bench's --truth
-# file is read here only, never given to the collector.  A clean run must
-# name no fault.  Last, 8 ranks in relay order give a chain of two hops.
+# file is read here only, never given to the collector.  A notify-delay on a
+# local class (qkv_proj) must be named too.  A clean run must name no fault.  Last, 8 ranks in relay order give a chain of two hops.
 #
 # Faults add 50 ms to each of 5 steps whose usual time is 1-2 ms, far above
 # what a loaded 2-core machine adds; agent epochs of 5 ms keep steps apart
@@ -79,6 +79,12 @@ for spec in "${faults[@]}"; do
   check "$1" "$3"
   r=$((r + 1))
 done
+
+# A notification postponed after a local task (qkv_proj releases its event
+# for attention late): named at that rank with that class, from the local
+# release records (the task ended on time, its release came late).
+run nl "notify-delay:rank=2,class=qkv_proj,magnitude=$mag,steps=$first-$last"
+check nl notify_delay
 
 run clean
 big=$(jq -s '[.[] | select(.cause != "undecided" and .cause != "none" and (.steps | length) >= 3)] | length' \

@@ -221,6 +221,7 @@ void br_ctx_init(const struct br_rt *rt, uint32_t worker, const struct br_task *
         ctx->tile_y = t->tile_y;
         ctx->t_ready = t->t_ready;
         ctx->t_start = t->t_start;
+        ctx->t_end = t->t_end;
     }
 }
 
@@ -540,6 +541,7 @@ static void run_task(struct br_rt *rt, struct br_worker *w, struct br_task *t, u
     if (t->hold_ns)
         br_fault_sleep(rt, w->id, t->hold_ns);
     t->t_start = bb_now_ns();
+    t->t_end = 0;
     struct mks_hook_ctx ctx;
     br_ctx_init(rt, w->id, t, MKS_EV_TASK_START, &ctx);
     ctx.queue_depth = depth;
@@ -554,6 +556,9 @@ static void run_task(struct br_rt *rt, struct br_worker *w, struct br_task *t, u
     t->body(rt, w->id, t);
     if (t->run_delay_ns)
         br_fault_sleep(rt, w->id, t->run_delay_ns);
+    /* Kept for the release hooks: a release later than t_end is a late
+     * notification, not a slow task. */
+    t->t_end = bb_now_ns();
     br_ctx_init(rt, w->id, t, MKS_EV_TASK_END, &ctx);
     br_hook(rt, &ctx);
     prof_rec(w, BR_PROF_END, t);

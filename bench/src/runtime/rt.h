@@ -63,6 +63,7 @@ struct br_task {
     int32_t prio;
     uint32_t worker;
     uint64_t t_ready, t_start;
+    uint64_t t_end; /* body ended (0 while running): ctx.t_end at TASK_END and the release */
     uint64_t release_at; /* notify-delay: when the postponed release is due */
     uint32_t next_dep;   /* index of the next dependent of wait_ev */
 };

@@ -94,7 +94,9 @@ struct mks_hook_ctx {
     uint64_t t_start;     /*  96: when the task started (0 if not yet) */
     uint64_t value;       /* 104: event-specific: wait target count, bytes moved,
                                   pressure threshold, new generation */
-    uint64_t reserved[2]; /* 112: zero; room for v1 additions without resizing */
+    uint64_t t_end;       /* 112: when the task body ended (TASK_END, DEP_RELEASE,
+                                  COMM_*), 0 if not yet */
+    uint64_t reserved[1]; /* 120: zero; room for v1 additions without resizing */
 };
 
 #define MKS_HOOK_CTX_V1_SIZE 128u
@@ -116,6 +118,8 @@ MKS_STATIC_ASSERT(__builtin_offsetof(struct mks_hook_ctx, dep_event) == 56, "ctx
 MKS_STATIC_ASSERT(__builtin_offsetof(struct mks_hook_ctx, comm_gen) == 64, "ctx.comm_gen");
 MKS_STATIC_ASSERT(__builtin_offsetof(struct mks_hook_ctx, t_now) == 80, "ctx.t_now");
 MKS_STATIC_ASSERT(__builtin_offsetof(struct mks_hook_ctx, value) == 104, "ctx.value");
+MKS_STATIC_ASSERT(__builtin_offsetof(struct mks_hook_ctx, t_end) == 112, "ctx.t_end");
+MKS_STATIC_ASSERT(__builtin_offsetof(struct mks_hook_ctx, reserved) == 120, "ctx.reserved");
 MKS_STATIC_ASSERT(MKS_ALIGNOF(struct mks_hook_ctx) == 8, "ctx alignment");
 #endif
 

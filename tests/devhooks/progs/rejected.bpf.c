@@ -13,7 +13,7 @@ int good(const struct mks_hook_ctx *ctx)
 SEC("mkscope/task_start")
 int reads_reserved(const struct mks_hook_ctx *ctx)
 {
-    return ctx->reserved[1];
+    return ctx->reserved[0];
 }
 
 /* A CONTROL program where a priority hint means nothing. */
