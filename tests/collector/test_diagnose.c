@@ -3,7 +3,9 @@
  * rank 1, rank 1 on rank 2), twenty steps, and one fault injected into the
  * summaries of rank 2 for steps 10..12.  For each cause the answer must
  * name it at rank 2 with the right task class, and ranks 0 and 1 must show
- * remote_stall links on the way.  A clean run names nothing; a rank with
+ * remote_stall links on the way.  Every rank also reports the agent's
+ * local release record of gemm (the task's end and its release), which a
+ * local notification delay on rank 2 stretches.  A clean run names nothing; a rank with
  * too little coverage makes the answer undecided with the reason.
  */
 #include <errno.h>
@@ -32,7 +34,7 @@
 #define FAULT  (400 * US)
 #define NW     4
 
-enum fault { NONE, SLOW_TASK, IMBALANCE, IMBALANCE_QWI, NOTIFY, TRANSFER, LOW_COVERAGE };
+enum fault { NONE, SLOW_TASK, IMBALANCE, IMBALANCE_QWI, NOTIFY, TRANSFER, LOW_COVERAGE, NOTIFY_LOCAL };
 /* Steps reported without times, only generation advances (as an agent
  * without step monitors does). */
 static bool gens_only;
@@ -41,6 +43,13 @@ static const char *const names[] = {"gemm", "attn", "send"};
 static uint64_t gen_of(uint32_t producer, uint32_t consumer, uint32_t step)
 {
     return mks_commid_for_transfer(1, producer, consumer, step, 0, 0);
+}
+
+/* Key of a local release record: comm-ids' kind bits 0, bit 61 set
+ * (docs/wire.md, Release). */
+static uint64_t local_gen(uint32_t step, uint32_t cls)
+{
+    return (1ull << 61) | ((uint64_t)step << 8) | cls;
 }
 
 static void put_hist(uint64_t *b, uint64_t v, uint64_t n)
@@ -114,7 +123,8 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
     /* release to the previous rank */
     if (r > 0) {
         struct fa_release *rl = &sum->rels[sum->n_rels++];
-        uint64_t shift = r == 2 ? ((hit && (f == SLOW_TASK || f == IMBALANCE || f == IMBALANCE_QWI))
+        uint64_t shift = r == 2 ? ((hit && (f == SLOW_TASK || f == IMBALANCE || f == IMBALANCE_QWI ||
+                                            f == NOTIFY_LOCAL))
                                        ? FAULT
                                        : 0)
                                 : prop;
@@ -127,6 +137,14 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
         rl->t_comm_end = rl->t_comm_begin + 6 * US + (hit && f == TRANSFER ? FAULT : 0);
         rl->t_release = rl->t_comm_end + 2 * US + (hit && f == NOTIFY ? FAULT : 0);
     }
+    /* gemm's local release: 3 us after the task's end, the fault's time
+     * later on rank 2 under NOTIFY_LOCAL (attn, and the send, wait for it) */
+    struct fa_release *lr = &sum->rels[sum->n_rels++];
+    lr->comm_gen = local_gen(s, 0);
+    lr->consumer = r, lr->cls = 0, lr->step = s, lr->worker = 3;
+    lr->t_start = base + 200 * US + (r == 2 ? 0 : prop);
+    lr->t_end = lr->t_start + 20 * US;
+    lr->t_release = lr->t_end + 3 * US + (hit && f == NOTIFY_LOCAL ? FAULT : 0);
     for (uint32_t w = 0; w < NW; w++) {
         struct fa_worker *ws = &sum->workers[sum->n_workers++];
         ws->worker = w, ws->step = s, ws->busy = 800 * US;
@@ -236,6 +254,9 @@ static void expect_root(enum fault f, const char *cause, const char *cls)
     if (f == SLOW_TASK)
         assert_int_equal(json_integer_value(json_object_get(json_array_get(chain, 2), "norm_ns")),
                          30 * US);
+    if (f == NOTIFY_LOCAL) /* gemm's usual gap between end and release */
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(chain, 2), "norm_ns")),
+                         3 * US);
     json_t *steps = json_object_get(g, "steps");
     assert_int_equal(json_array_size(steps), F_HI - F_LO + 1);
     for (size_t i = 0; i < json_array_size(steps); i++)
@@ -269,6 +290,14 @@ static void test_imbalance_qwi(void **s)
     expect_root(IMBALANCE_QWI, "local_imbalance", "gemm");
 }
 static void test_notify(void **s) { (void)s; expect_root(NOTIFY, "notify_delay", "attn"); }
+/* The gemm task of rank 2 ends on time but releases attn late: named from
+ * the local release record, at rank 2 with the releasing class. */
+static void test_notify_local(void **s)
+{
+    (void)s;
+    gens_only = false;
+    expect_root(NOTIFY_LOCAL, "notify_delay", "gemm");
+}
 static void test_transfer(void **s) { (void)s; expect_root(TRANSFER, "slow_transfer", "attn"); }
 static void test_comm_class_is_transfer(void **s)
 {
@@ -345,6 +374,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slow_task),   cmocka_unit_test(test_imbalance),
         cmocka_unit_test(test_imbalance_qwi), cmocka_unit_test(test_notify),
+        cmocka_unit_test(test_notify_local),
         cmocka_unit_test(test_transfer),    cmocka_unit_test(test_gens_only),
         cmocka_unit_test(test_comm_class_is_transfer),
         cmocka_unit_test(test_clean),
