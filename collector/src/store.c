@@ -233,17 +233,26 @@ static void bindv(sqlite3_stmt *s, const char *fmt, va_list ap)
     }
 }
 
+/* Prepare sql and bind the values fmt describes; SQLite's result code. */
+static int prep_bound(struct mks_store *st, sqlite3_stmt **s, const char *sql, const char *fmt,
+                      va_list ap)
+{
+    int rc = sqlite3_prepare_v2(st->db, sql, -1, s, NULL);
+    if (rc == SQLITE_OK)
+        bindv(*s, fmt, ap);
+    return rc;
+}
+
 /* Run one statement with bound values; returns SQLite's result code. */
 static int exec_stmt(struct mks_store *st, const char *sql, const char *fmt, ...)
 {
     sqlite3_stmt *s;
-    int rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
-    if (rc != SQLITE_OK)
-        return rc;
     va_list ap;
     va_start(ap, fmt);
-    bindv(s, fmt, ap);
+    int rc = prep_bound(st, &s, sql, fmt, ap);
     va_end(ap);
+    if (rc != SQLITE_OK)
+        return rc;
     rc = sqlite3_step(s);
     sqlite3_finalize(s);
     return rc == SQLITE_ROW ? SQLITE_DONE : rc;
@@ -252,13 +261,12 @@ static int exec_stmt(struct mks_store *st, const char *sql, const char *fmt, ...
 static int query_u64(struct mks_store *st, uint64_t *out, const char *sql, const char *fmt, ...)
 {
     sqlite3_stmt *s;
-    int rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
-    if (rc != SQLITE_OK)
-        return rc;
     va_list ap;
     va_start(ap, fmt);
-    bindv(s, fmt, ap);
+    int rc = prep_bound(st, &s, sql, fmt, ap);
     va_end(ap);
+    if (rc != SQLITE_OK)
+        return rc;
     rc = sqlite3_step(s);
     if (rc == SQLITE_ROW) {
         *out = (uint64_t)sqlite3_column_int64(s, 0);

@@ -572,6 +572,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             }
             break;
         case MKS_BPF_ALU64 | MKS_BPF_END | MKS_BPF_K: /* bswap */
+        case MKS_BPF_ALU | MKS_BPF_END | MKS_BPF_X:   /* to big endian on this little-endian VM */
             if (IMM == 16)
                 r[DST] = vm_bswap16(r[DST]);
             else if (IMM == 32)
@@ -649,18 +650,6 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             else if (IMM == 32)
                 r[DST] = (uint32_t)r[DST];
             else if (IMM != 64) {
-                err = MKS_VM_EINSN;
-                goto out;
-            }
-            break;
-        case MKS_BPF_ALU | MKS_BPF_END | MKS_BPF_X: /* to big endian: swap */
-            if (IMM == 16)
-                r[DST] = vm_bswap16(r[DST]);
-            else if (IMM == 32)
-                r[DST] = vm_bswap32(r[DST]);
-            else if (IMM == 64)
-                r[DST] = vm_bswap64(r[DST]);
-            else {
                 err = MKS_VM_EINSN;
                 goto out;
             }
