@@ -1,82 +1,14 @@
 /*
  * The task schema the runtime publishes at init: a serialized
  * mkscope.v1.TaskSchema (proto/mkscope.proto).  Encoded here with a few lines
- * of protobuf wire format rather than protobuf-c, so the runtime links nothing
+ * of protobuf wire format (mkscope/pbwrite.h) rather than protobuf-c, so the runtime links nothing
  * beyond devhooks and comm-ids, as a megakernel on a bare GPU machine must.
  */
 #include <errno.h>
-#include <stdlib.h>
-#include <string.h>
 
+#include "mkscope/pbwrite.h"
 #include "model.h"
 #include "workload.h"
-
-struct pb {
-    uint8_t *p;
-    size_t n, cap;
-    int oom;
-};
-
-static void put(struct pb *b, const void *d, size_t n)
-{
-    if (b->oom || !n)
-        return;
-    if (b->n + n > b->cap) {
-        size_t cap = (b->cap ? b->cap * 2 : 256) + n;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-static void varint(struct pb *b, uint64_t v)
-{
-    uint8_t t[10];
-    size_t n = 0;
-    do {
-        t[n] = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v)
-            t[n] |= 0x80;
-        n++;
-    } while (v);
-    put(b, t, n);
-}
-
-static void f_u(struct pb *b, uint32_t field, uint64_t v)
-{
-    if (!v)
-        return; /* proto3 default */
-    varint(b, (uint64_t)field << 3);
-    varint(b, v);
-}
-
-static void f_bytes(struct pb *b, uint32_t field, const void *d, size_t n)
-{
-    varint(b, ((uint64_t)field << 3) | 2);
-    varint(b, n);
-    put(b, d, n);
-}
-
-static void f_str(struct pb *b, uint32_t field, const char *s)
-{
-    f_bytes(b, field, s, strlen(s));
-}
-
-static void f_msg(struct pb *b, uint32_t field, struct pb *m)
-{
-    if (m->oom)
-        b->oom = 1;
-    f_bytes(b, field, m->p, m->n);
-    free(m->p);
-    memset(m, 0, sizeof(*m));
-}
 
 /* Dependency classes: what a task waits on. */
 enum {
@@ -122,50 +54,48 @@ static const struct cls_info infos[BC_EXPERT0] = {
 int bw_schema_encode(const struct mks_bench_config *cfg, uint32_t rank, uint8_t **buf_p,
                      size_t *len_p)
 {
-    struct pb root = {0};
+    struct mks_pbw root = {0}, m = {0}, deps = {0};
     char nb[32];
     for (uint32_t c = 0; c < mks_bench_class_count(cfg); c++) {
-        struct pb m = {0};
         const struct cls_info *in = c < BC_EXPERT0 ? &infos[c] : NULL;
-        f_u(&m, 1, c);
-        f_str(&m, 2, mks_bench_class_name(cfg, c, nb, sizeof(nb)));
-        f_str(&m, 3, in ? in->op : "moe.expert");
-        f_str(&m, 4, in ? in->fn : "bm_expert_out");
-        f_str(&m, 5, in ? in->region : "expert.out");
-        struct pb deps = {0};
+        mks_pbw_uint3(&m, 1, c);
+        mks_pbw_str(&m, 2, mks_bench_class_name(cfg, c, nb, sizeof(nb)));
+        mks_pbw_str(&m, 3, in ? in->op : "moe.expert");
+        mks_pbw_str(&m, 4, in ? in->fn : "bm_expert_out");
+        mks_pbw_str(&m, 5, in ? in->region : "expert.out");
         for (int k = 0; k < 3; k++) {
             int d = in ? in->deps[k] : (k == 0 ? DC_ROUTED : -1);
             if (d >= 0)
-                varint(&deps, (uint64_t)d);
+                mks_pbw_varint(&deps, (uint64_t)d);
         }
-        f_msg(&m, 6, &deps); /* packed repeated uint32 */
-        f_u(&m, 7, c == BC_AR_SEND || c == BC_AR_REDUCE);
-        f_msg(&root, 1, &m);
+        mks_pbw_sub(&m, 6, &deps); /* packed repeated uint32 */
+        mks_pbw_uint3(&m, 7, c == BC_AR_SEND || c == BC_AR_REDUCE);
+        mks_pbw_sub(&root, 1, &m);
     }
     for (uint32_t d = 0; d < DC_COUNT; d++) {
-        struct pb m = {0};
-        f_u(&m, 1, d);
-        f_str(&m, 2, dc_names[d]);
-        f_u(&m, 3, d == DC_REMOTE);
-        f_msg(&root, 2, &m);
+        mks_pbw_uint3(&m, 1, d);
+        mks_pbw_str(&m, 2, dc_names[d]);
+        mks_pbw_uint3(&m, 3, d == DC_REMOTE);
+        mks_pbw_sub(&root, 2, &m);
     }
     for (uint32_t ch = BW_CH_AR_ATTN; ch <= BW_CH_AR_MOE; ch++) {
         for (uint32_t p = 0; p < cfg->ranks; p++) {
             if (p == rank)
                 continue;
-            struct pb m = {0};
-            f_u(&m, 1, ch); /* the comm-ids channel of its transfers */
-            f_str(&m, 2, ch == BW_CH_AR_ATTN ? "allreduce.attention" : "allreduce.moe");
-            f_u(&m, 3, p);
-            f_str(&m, 4, "allreduce");
-            f_msg(&root, 3, &m);
+            mks_pbw_uint3(&m, 1, ch); /* the comm-ids channel of its transfers */
+            mks_pbw_str(&m, 2, ch == BW_CH_AR_ATTN ? "allreduce.attention" : "allreduce.moe");
+            mks_pbw_uint3(&m, 3, p);
+            mks_pbw_str(&m, 4, "allreduce");
+            mks_pbw_sub(&root, 3, &m);
         }
     }
+    mks_pbw_free(&m);
+    mks_pbw_free(&deps);
     if (root.oom) {
-        free(root.p);
+        mks_pbw_free(&root);
         return -ENOMEM;
     }
     *buf_p = root.p;
-    *len_p = root.n;
+    *len_p = root.len;
     return 0;
 }

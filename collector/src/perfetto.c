@@ -1,9 +1,9 @@
 /*
  * Perfetto protobuf trace from the Chrome JSON trace (see perfetto.h).
  *
- * Encoded by hand: the few messages used are written field by field with
- * the field numbers of Perfetto's public trace schema, so the collector and
- * the CLI need no generated code for it.  tests/collector/perfetto_trace.proto
+ * Encoded by hand (mkscope/pbwrite.h): the few messages used are written
+ * field by field with the field numbers of Perfetto's public trace schema,
+ * so the collector and the CLI need no generated code for it.  tests/collector/perfetto_trace.proto
  * holds the same subset as a schema, and the test decodes our output with
  * code generated from it.
  *
@@ -12,6 +12,8 @@
  * come first, then each track's events in time order.
  */
 #include "perfetto.h"
+
+#include "mkscope/pbwrite.h"
 
 #include <errno.h>
 #include <math.h>
@@ -43,88 +45,6 @@ enum {
 };
 enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_INSTANT = 3 };
 enum { SEQ_INCREMENTAL_STATE_CLEARED = 1 };
-enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2 };
-
-struct pb {
-    uint8_t *p;
-    size_t len, cap;
-    bool oom;
-};
-
-static void pb_put(struct pb *b, const void *d, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        uint8_t *np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, d, n);
-    b->len += n;
-}
-
-static void pb_varint(struct pb *b, uint64_t v)
-{
-    uint8_t t[10];
-    size_t n = 0;
-    do {
-        t[n] = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v)
-            t[n] |= 0x80;
-        n++;
-    } while (v);
-    pb_put(b, t, n);
-}
-
-static void pb_tag(struct pb *b, unsigned field, unsigned wt)
-{
-    pb_varint(b, (uint64_t)field << 3 | wt);
-}
-
-static void pb_uint(struct pb *b, unsigned field, uint64_t v)
-{
-    pb_tag(b, field, WT_VARINT);
-    pb_varint(b, v);
-}
-
-static void pb_fixed64(struct pb *b, unsigned field, uint64_t v)
-{
-    uint8_t t[8];
-    for (int i = 0; i < 8; i++)
-        t[i] = (uint8_t)(v >> (8 * i));
-    pb_tag(b, field, WT_I64);
-    pb_put(b, t, 8);
-}
-
-static void pb_bytes(struct pb *b, unsigned field, const void *d, size_t n)
-{
-    pb_tag(b, field, WT_LEN);
-    pb_varint(b, n);
-    pb_put(b, d, n);
-}
-
-static void pb_str(struct pb *b, unsigned field, const char *s)
-{
-    pb_bytes(b, field, s, strlen(s));
-}
-
-/* Append sub as a length-delimited field of b and empty sub for reuse. */
-static void pb_sub(struct pb *b, unsigned field, struct pb *sub)
-{
-    if (sub->oom)
-        b->oom = true;
-    pb_bytes(b, field, sub->p, sub->len);
-    sub->len = 0;
-}
 
 /* One thing to draw on a worker track. */
 struct item {
@@ -176,29 +96,30 @@ static int64_t ns_of(const json_t *v)
     return (int64_t)llround(us * 1000.0);
 }
 
-static void packet_event(struct pb *out, struct pb *pkt, struct pb *ev, int64_t t, bool first)
+static void packet_event(struct mks_pbw *out, struct mks_pbw *pkt, struct mks_pbw *ev, int64_t t,
+                         bool first)
 {
-    pb_uint(pkt, F_PKT_TIMESTAMP, (uint64_t)(t < 0 ? 0 : t));
-    pb_uint(pkt, F_PKT_SEQ_ID, 1);
+    mks_pbw_uint(pkt, F_PKT_TIMESTAMP, (uint64_t)(t < 0 ? 0 : t));
+    mks_pbw_uint(pkt, F_PKT_SEQ_ID, 1);
     if (first)
-        pb_uint(pkt, F_PKT_SEQ_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
-    pb_sub(pkt, F_PKT_TRACK_EVENT, ev);
-    pb_sub(out, F_TRACE_PACKET, pkt);
+        mks_pbw_uint(pkt, F_PKT_SEQ_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
+    mks_pbw_sub(pkt, F_PKT_TRACK_EVENT, ev);
+    mks_pbw_sub(out, F_TRACE_PACKET, pkt);
 }
 
-static void emit(struct pb *out, struct pb *pkt, struct pb *ev, const struct track *tr,
-                 const struct item *it, int type, int64_t t, bool *first)
+static void emit(struct mks_pbw *out, struct mks_pbw *pkt, struct mks_pbw *ev,
+                 const struct track *tr, const struct item *it, int type, int64_t t, bool *first)
 {
-    pb_uint(ev, F_TE_TYPE, (uint64_t)type);
-    pb_uint(ev, F_TE_TRACK, track_uuid(tr->pid, tr->tid));
+    mks_pbw_uint(ev, F_TE_TYPE, (uint64_t)type);
+    mks_pbw_uint(ev, F_TE_TRACK, track_uuid(tr->pid, tr->tid));
     if (type != TYPE_SLICE_END) {
-        pb_str(ev, F_TE_CATEGORIES, it->cat);
-        pb_str(ev, F_TE_NAME, it->name);
+        mks_pbw_str(ev, F_TE_CATEGORIES, it->cat);
+        mks_pbw_str(ev, F_TE_NAME, it->name);
     }
     if (it->kind == 1)
-        pb_fixed64(ev, F_TE_FLOW, it->flow);
+        mks_pbw_fixed64(ev, F_TE_FLOW, it->flow);
     else if (it->kind == 2)
-        pb_fixed64(ev, F_TE_FLOW_END, it->flow);
+        mks_pbw_fixed64(ev, F_TE_FLOW_END, it->flow);
     packet_event(out, pkt, ev, t, *first);
     *first = false;
 }
@@ -253,7 +174,7 @@ int mks_trace_perfetto(const json_t *chrome, uint8_t **buf_p, size_t *len_p)
     }
     qsort(items, ni, sizeof(*items), cmp_item);
 
-    struct pb out = {0}, pkt = {0}, sub = {0}, sub2 = {0};
+    struct mks_pbw out = {0}, pkt = {0}, sub = {0}, sub2 = {0};
     bool first = true;
     /* Descriptors: a process track per rank, a child track per worker. */
     for (size_t k = 0; k < nt; k++) {
@@ -263,24 +184,24 @@ int mks_trace_perfetto(const json_t *chrome, uint8_t **buf_p, size_t *len_p)
         char name[64];
         if (!seen) {
             snprintf(name, sizeof(name), "rank %lld", (long long)tracks[k].pid);
-            pb_uint(&sub2, F_PD_PID, (uint64_t)(tracks[k].pid + 1));
-            pb_str(&sub2, F_PD_NAME, name);
-            pb_uint(&sub, F_TD_UUID, proc_uuid(tracks[k].pid));
-            pb_sub(&sub, F_TD_PROCESS, &sub2);
-            pb_uint(&pkt, F_PKT_SEQ_ID, 1);
+            mks_pbw_uint(&sub2, F_PD_PID, (uint64_t)(tracks[k].pid + 1));
+            mks_pbw_str(&sub2, F_PD_NAME, name);
+            mks_pbw_uint(&sub, F_TD_UUID, proc_uuid(tracks[k].pid));
+            mks_pbw_sub(&sub, F_TD_PROCESS, &sub2);
+            mks_pbw_uint(&pkt, F_PKT_SEQ_ID, 1);
             if (first)
-                pb_uint(&pkt, F_PKT_SEQ_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
+                mks_pbw_uint(&pkt, F_PKT_SEQ_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
             first = false;
-            pb_sub(&pkt, F_PKT_TRACK_DESCRIPTOR, &sub);
-            pb_sub(&out, F_TRACE_PACKET, &pkt);
+            mks_pbw_sub(&pkt, F_PKT_TRACK_DESCRIPTOR, &sub);
+            mks_pbw_sub(&out, F_TRACE_PACKET, &pkt);
         }
         snprintf(name, sizeof(name), "worker %lld", (long long)tracks[k].tid);
-        pb_uint(&sub, F_TD_UUID, track_uuid(tracks[k].pid, tracks[k].tid));
-        pb_uint(&sub, F_TD_PARENT, proc_uuid(tracks[k].pid));
-        pb_str(&sub, F_TD_NAME, name);
-        pb_uint(&pkt, F_PKT_SEQ_ID, 1);
-        pb_sub(&pkt, F_PKT_TRACK_DESCRIPTOR, &sub);
-        pb_sub(&out, F_TRACE_PACKET, &pkt);
+        mks_pbw_uint(&sub, F_TD_UUID, track_uuid(tracks[k].pid, tracks[k].tid));
+        mks_pbw_uint(&sub, F_TD_PARENT, proc_uuid(tracks[k].pid));
+        mks_pbw_str(&sub, F_TD_NAME, name);
+        mks_pbw_uint(&pkt, F_PKT_SEQ_ID, 1);
+        mks_pbw_sub(&pkt, F_PKT_TRACK_DESCRIPTOR, &sub);
+        mks_pbw_sub(&out, F_TRACE_PACKET, &pkt);
     }
     /* Events track by track, slices nested with a stack. */
     size_t depth = 0;
