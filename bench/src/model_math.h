@@ -232,7 +232,8 @@ static inline BM_HD void bm_batch_end(const struct bm_model *m, struct bm_batch 
     }
 }
 
-/* What the fault plan does to one task. */
+/* What the fault plan does to one task.  comm_delay_ns is a deadline: the
+ * transfer completes no earlier than that long after the task became ready. */
 struct bm_fault_effect {
     uint64_t run_delay_ns, notify_delay_ns, hold_ns, starve_ns, comm_delay_ns;
     int32_t force_worker;
@@ -254,28 +255,37 @@ static inline BM_HD uint32_t bm_class_occurrences(uint32_t cls, uint32_t layers)
 }
 
 /* The fault plan of one task on `rank` with W workers and L layers: class
- * cls, decode step, tile, one of n_op tasks of its operator, k the
- * all-reduce index for communication tasks.  Each fault's magnitude is spread
- * over the tasks it hits so that an affected step grows by about `magnitude`
- * whatever the fault type:
- *   task-delay, moe-skew  each task runs magnitude / (occurrences x waves)
- *                          longer, waves = ceil(n_op / W) tasks per worker;
- *   notify-delay          each task's release waits magnitude / occurrences
- *                          after its end while its worker goes on;
- *   queue-oversub         the operator's tasks all go to one worker, each
- *                          held magnitude / (occurrences x n_op) in its queue;
- *   tile-starve           the scheduler passes the tile over for
- *                          magnitude / occurrences after it became ready;
- *   comm-delay            the transfer of each selected all-reduce takes
- *                          magnitude / (all-reduces x waves) longer. */
+ * cls, decode step, tile, task idx of the n_op tasks of its operator (in the
+ * order they become ready), k the all-reduce index for communication tasks.
+ * Each fault's magnitude is spread over the tasks it hits so that an
+ * affected step grows by about `magnitude` whatever the fault type, the
+ * worker count and the time the task bodies take; occ is how often the
+ * class occurs in a step, waves = ceil(n_op / W) the tasks a worker runs:
+ *   task-delay, moe-skew  each task runs magnitude / (occ x waves) longer
+ *                          (the workers' waves side by side);
+ *   notify-delay          each task's release waits magnitude / occ after
+ *                          its end while its worker goes on;
+ *   queue-oversub         tasks 0..waves-1 all go to one worker (a fair
+ *                          share: more would serialise their bodies, which
+ *                          costs whatever the bodies take), each held
+ *                          magnitude / (occ x waves) in its queue before it
+ *                          starts: that worker's backlog grows by
+ *                          magnitude / occ while the others idle;
+ *   tile-starve           the scheduler passes the tile over until
+ *                          magnitude / occ after it became ready;
+ *   comm-delay            each transfer of a selected all-reduce completes
+ *                          no earlier than magnitude / (selected all-reduces)
+ *                          after it became ready: a deadline, so every peer
+ *                          sees its data equally late however the sends
+ *                          share the workers. */
 static inline BM_HD void bm_fault_plan(const struct mks_fault *faults, uint32_t n_faults,
                                        uint32_t rank, uint32_t W, uint32_t L, uint32_t cls,
-                                       uint32_t step, uint32_t tile_x, uint32_t n_op, uint32_t k,
-                                       struct bm_fault_effect *fx)
+                                       uint32_t step, uint32_t tile_x, uint32_t idx, uint32_t n_op,
+                                       uint32_t k, struct bm_fault_effect *fx)
 {
     memset(fx, 0, sizeof(*fx));
     fx->force_worker = -1;
-    uint64_t waves = n_op ? (n_op + W - 1) / W : 1;
+    uint64_t waves = n_op && W ? (n_op + W - 1) / W : 1;
     for (uint32_t i = 0; i < n_faults; i++) {
         const struct mks_fault *f = &faults[i];
         if (f->rank != (int32_t)rank || step < f->step_lo || step > f->step_hi)
@@ -296,18 +306,18 @@ static inline BM_HD void bm_fault_plan(const struct mks_fault *faults, uint32_t 
             fx->notify_delay_ns += mag / occ;
             break;
         case MKS_FAULT_QUEUE_OVERSUB:
-            fx->force_worker = f->worker;
-            fx->hold_ns += mag / (occ * (n_op ? n_op : 1));
+            if (idx < waves) {
+                fx->force_worker = f->worker;
+                fx->hold_ns += mag / (occ * waves);
+            }
             break;
         case MKS_FAULT_TILE_STARVE:
             if ((int32_t)tile_x == f->tile)
                 fx->starve_ns += mag / occ;
             break;
         case MKS_FAULT_COMM_DELAY:
-            if (f->gen == MKS_FAULT_ANY || (uint64_t)f->gen == k) {
-                uint64_t n_ar = f->gen == MKS_FAULT_ANY ? 2ull * L : 1;
-                fx->comm_delay_ns += mag / (n_ar * waves);
-            }
+            if (f->gen == MKS_FAULT_ANY || (uint64_t)f->gen == k)
+                fx->comm_delay_ns += mag / (f->gen == MKS_FAULT_ANY ? 2ull * L : 1);
             break;
         }
     }

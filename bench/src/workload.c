@@ -115,12 +115,15 @@ static void fail(struct bw_rank *rk, int rc)
 
 /* ---- fault planning -------------------------------------------------------- */
 
-/* Apply the fault plan to a task of the graph (bm_fault_plan). */
-static void plan(const struct bw_rank *rk, struct br_task *t, uint32_t n_op, uint32_t k)
+/* Apply the fault plan to task idx of the n_op tasks of an operator
+ * (bm_fault_plan; idx in the order the graph lists them, which is the order
+ * they become ready). */
+static void plan(const struct bw_rank *rk, struct br_task *t, uint32_t idx, uint32_t n_op,
+                 uint32_t k)
 {
     struct bm_fault_effect fx;
     bm_fault_plan(rk->m.faults, rk->m.n_faults, rk->rank, rk->W, rk->L, t->cls, t->step, t->tile_x,
-                  n_op, k, &fx);
+                  idx, n_op, k, &fx);
     t->run_delay_ns += fx.run_delay_ns;
     t->notify_delay_ns += fx.notify_delay_ns;
     t->hold_ns += fx.hold_ns;
@@ -211,7 +214,7 @@ static void body_send(struct br_rt *rt, uint32_t w, struct br_task *t)
     br_hook_remote(rt, w, t, MKS_EV_COMM_BEGIN, peer, cg, dep, bytes);
     memcpy(bs_inbox_data(rk->shm, peer, rk->rank, seq), rk->partial, bytes);
     if (t->comm_delay_ns)
-        br_fault_sleep(rt, w, t->comm_delay_ns);
+        br_fault_sleep_until(rt, w, t->t_ready + t->comm_delay_ns);
     br_hook_remote(rt, w, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
 }
 
@@ -316,7 +319,7 @@ static void body_router(struct br_rt *rt, uint32_t w, struct br_task *t)
             p.trig_ev = ev_of(rk, l, OP_EXPERT);
             p.body = body_expert;
             p.force_worker = -1;
-            plan(rk, &p, Te, 0);
+            plan(rk, &p, tile, Te, 0);
             if (!br_task_add_live(rt, &p)) {
                 fprintf(stderr, "mkscope-bench: rank %u: task graph full\n", rk->rank);
                 fail(rk, -ENOSPC);
@@ -529,13 +532,13 @@ static int add_allreduce(struct bw_rank *rk, uint32_t s, uint32_t l, uint32_t k,
             ADD_OR_FAIL(rk, s, BC_AR_SEND, l, p, k, wait, ev_send, body_send);
             t->release = release_send;
             t->flags |= MKS_CTX_F_COMM;
-            plan(rk, t, rk->R - 1, k);
+            plan(rk, t, p < rk->rank ? p : p - 1, rk->R - 1, k);
         }
         reduce_wait = ev_send;
     }
     ADD_OR_FAIL(rk, s, BC_AR_REDUCE, l, 0, k, reduce_wait, ev_done, body_reduce);
     t->flags |= MKS_CTX_F_COMM;
-    plan(rk, t, 1, k);
+    plan(rk, t, 0, 1, k);
     return 0;
 }
 
@@ -550,20 +553,21 @@ static int build_step(struct bw_rank *rk, uint32_t s)
     if (s > 0 && !rk->interval_ns)
         br_event_expect(rk->rt, E_STEP, 1); /* released by the previous sample */
     for (uint32_t l = 0; l < rk->L; l++) {
-        uint32_t in = l == 0 ? E_STEP : ev_of(rk, l - 1, OP_AR2);
+        uint32_t in = l == 0 ? E_STEP : ev_of(rk, l - 1, OP_AR2), i_act = 0;
         for (uint32_t i = 0; i < m->B; i++) {
             if (!rk->batch.slot[i].active)
                 continue;
             ADD_OR_FAIL(rk, s, BC_NORM, l, i, 0, in, ev_of(rk, l, OP_NORM), body_norm);
             t->req_gen = rk->batch.slot[i].req_gen;
             t->flags |= MKS_CTX_F_DYNAMIC; /* exists for this request (batch shape) */
-            plan(rk, t, n_act, 0);
+            plan(rk, t, i_act++, n_act, 0);
         }
         for (uint32_t x = 0; x < rk->T; x++) {
             ADD_OR_FAIL(rk, s, BC_QKV, l, x, 0, ev_of(rk, l, OP_NORM), ev_of(rk, l, OP_QKV),
                         body_qkv);
-            plan(rk, t, rk->T, 0);
+            plan(rk, t, x, rk->T, 0);
         }
+        i_act = 0;
         for (uint32_t i = 0; i < m->B; i++) {
             if (!rk->batch.slot[i].active)
                 continue;
@@ -572,13 +576,13 @@ static int build_step(struct bw_rank *rk, uint32_t s)
                             body_attn);
                 t->req_gen = rk->batch.slot[i].req_gen;
                 t->flags |= MKS_CTX_F_DYNAMIC;
-                plan(rk, t, n_act * m->cfg.heads, 0);
+                plan(rk, t, i_act++, n_act * m->cfg.heads, 0);
             }
         }
         for (uint32_t x = 0; x < rk->T; x++) {
             ADD_OR_FAIL(rk, s, BC_OPROJ, l, x, 0, ev_of(rk, l, OP_ATTN), ev_of(rk, l, OP_OPROJ),
                         body_oproj);
-            plan(rk, t, rk->T, 0);
+            plan(rk, t, x, rk->T, 0);
         }
         int rc = add_allreduce(rk, s, l, 2 * l, ev_of(rk, l, OP_OPROJ), ev_of(rk, l, OP_SEND1),
                                ev_of(rk, l, OP_AR1));
@@ -586,11 +590,11 @@ static int build_step(struct bw_rank *rk, uint32_t s)
             return rc;
         ADD_OR_FAIL(rk, s, BC_ROUTER, l, 0, 0, ev_of(rk, l, OP_AR1), ev_of(rk, l, OP_ROUTER),
                     body_router);
-        plan(rk, t, 1, 0);
+        plan(rk, t, 0, 1, 0);
         /* expert tasks are added by the router; combine waits on their event */
         ADD_OR_FAIL(rk, s, BC_COMBINE, l, 0, 0, ev_of(rk, l, OP_EXPERT), ev_of(rk, l, OP_COMB),
                     body_combine);
-        plan(rk, t, 1, 0);
+        plan(rk, t, 0, 1, 0);
         rc = add_allreduce(rk, s, l, 2 * l + 1, ev_of(rk, l, OP_COMB), ev_of(rk, l, OP_SEND2),
                            ev_of(rk, l, OP_AR2));
         if (rc)
@@ -598,7 +602,7 @@ static int build_step(struct bw_rank *rk, uint32_t s)
     }
     for (uint32_t x = 0; x < rk->T; x++) {
         ADD_OR_FAIL(rk, s, BC_LMHEAD, 0, x, 0, ev_of(rk, rk->L - 1, OP_AR2), ev_lm(rk), body_lm);
-        plan(rk, t, rk->T, 0);
+        plan(rk, t, x, rk->T, 0);
     }
     uint32_t trig = s + 1 < m->cfg.steps && !rk->interval_ns ? E_STEP : BR_EV_NONE;
     /* add() raises E_STEP's target only through build_step's own expect */
@@ -611,7 +615,7 @@ static int build_step(struct bw_rank *rk, uint32_t s)
     t->wait_ev = ev_lm(rk);
     t->trig_ev = trig;
     t->body = body_sample;
-    plan(rk, t, 1, 0);
+    plan(rk, t, 0, 1, 0);
     br_graph_commit(rk->rt);
     return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * Fault specs: every type parses with its documented defaults, every bad spec
- * is refused with a one-line reason, and the ground truth file carries what
- * the spec said (nothing measured).
+ * is refused with a one-line reason, the ground truth file carries what
+ * the spec said (nothing measured), and the fault plan spreads a magnitude
+ * so that each type adds it once per step whatever the worker count.
  */
 #include <jansson.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 
 #include "mkscope/bench.h"
 #include "mkscope/commid.h"
+#include "model.h"
 
 static struct mks_bench_config cfg4(void)
 {
@@ -189,6 +191,127 @@ static void test_config_check(void **state)
     assert_int_equal(mks_bench_class_find(&c, "expert."), -1);
 }
 
+
+/* What one operator's tasks (n_op of them, W workers) get from a fault:
+ * the largest per-worker sum of run delay and of hold when tasks are dealt
+ * as the runtime deals them (forced ones first, the rest round robin over the
+ * other workers), the forced count, and the comm deadline of each task. */
+struct op_plan {
+    uint64_t run_max, hold_max, notify_max, starve_max, comm_min, comm_max;
+    uint32_t forced, hit;
+};
+
+static struct op_plan plan_op(const struct mks_fault *f, uint32_t W, uint32_t L, uint32_t cls,
+                              uint32_t n_op, uint32_t k)
+{
+    struct op_plan o = {.comm_min = UINT64_MAX};
+    uint64_t run[256] = {0}, hold[256] = {0};
+    uint32_t rr = 0;
+    assert_true(W <= 256);
+    for (uint32_t i = 0; i < n_op; i++) {
+        struct bm_fault_effect fx;
+        bm_fault_plan(f, 1, (uint32_t)f->rank, W, L, cls, 3, i, i, n_op, k, &fx);
+        uint32_t w;
+        if (fx.force_worker >= 0) {
+            w = (uint32_t)fx.force_worker;
+            o.forced++;
+        } else {
+            w = rr++ % W;
+            if (o.forced && w == (uint32_t)f->worker && W > 1)
+                w = rr++ % W;
+        }
+        run[w] += fx.run_delay_ns;
+        hold[w] += fx.hold_ns;
+        if (fx.notify_delay_ns > o.notify_max)
+            o.notify_max = fx.notify_delay_ns;
+        if (fx.starve_ns > o.starve_max)
+            o.starve_max = fx.starve_ns;
+        if (fx.comm_delay_ns < o.comm_min)
+            o.comm_min = fx.comm_delay_ns;
+        if (fx.comm_delay_ns > o.comm_max)
+            o.comm_max = fx.comm_delay_ns;
+        o.hit += fx.run_delay_ns || fx.hold_ns || fx.notify_delay_ns || fx.starve_ns ||
+                 fx.comm_delay_ns;
+    }
+    for (uint32_t w = 0; w < W; w++) {
+        if (run[w] > o.run_max)
+            o.run_max = run[w];
+        if (hold[w] > o.hold_max)
+            o.hold_max = hold[w];
+    }
+    return o;
+}
+
+static void test_plan_bounded(void **state)
+{
+    (void)state;
+    struct mks_bench_config c = cfg4();
+    struct mks_fault f;
+    char err[256];
+    const uint32_t L = 2;
+    /* the CPU's 2 workers with 4 tiles; a GPU's 131 with 32 or 4 */
+    const uint32_t workers[] = {2, 131, 131}, tiles[] = {4, 32, 4};
+    for (uint32_t v = 0; v < 3; v++) {
+        uint32_t W = workers[v], T = tiles[v];
+        /* 2000 us a step over L layers: the slowest worker adds 1000 us per layer */
+        assert_int_equal(mks_fault_parse("task-delay:rank=1,class=qkv_proj,magnitude=2000", &c,
+                                         &f, err, sizeof(err)),
+                         0);
+        struct op_plan o = plan_op(&f, W, L, BC_QKV, T, 0);
+        assert_int_equal(o.run_max, 1000000);
+        assert_int_equal(o.hit, T);
+
+        /* queue-oversub: a fair share of the tiles on the held worker, held
+         * magnitude / layers in all; no body waits behind more than that */
+        assert_int_equal(mks_fault_parse("queue-oversub:rank=1,worker=1,magnitude=2000", &c, &f,
+                                         err, sizeof(err)),
+                         0);
+        o = plan_op(&f, W, L, BC_QKV, T, 0);
+        assert_int_equal(o.forced, (T + W - 1) / W);
+        assert_int_equal(o.hold_max, 1000000);
+        assert_int_equal(o.hit, o.forced);
+        assert_int_equal(o.run_max, 0);
+
+        /* notify-delay and tile-starve: side by side, magnitude / occurrences */
+        assert_int_equal(mks_fault_parse("notify-delay:rank=1,class=qkv_proj,magnitude=2000", &c,
+                                         &f, err, sizeof(err)),
+                         0);
+        o = plan_op(&f, W, L, BC_QKV, T, 0);
+        assert_int_equal(o.notify_max, 1000000);
+        assert_int_equal(mks_fault_parse("tile-starve:rank=1,tile=2,magnitude=2000", &c, &f, err,
+                                         sizeof(err)),
+                         0);
+        o = plan_op(&f, W, L, BC_QKV, T, 0);
+        assert_int_equal(o.starve_max, 1000000);
+        assert_int_equal(o.hit, 1);
+    }
+    /* comm-delay: one deadline for every send of a selected all-reduce,
+     * however many sends share a worker; other all-reduces untouched */
+    assert_int_equal(mks_fault_parse("comm-delay:rank=2,magnitude=2000", &c, &f, err, sizeof(err)),
+                     0);
+    struct op_plan o = plan_op(&f, 2, L, BC_AR_SEND, 3, 1);
+    assert_int_equal(o.comm_min, 500000);
+    assert_int_equal(o.comm_max, 500000);
+    assert_int_equal(mks_fault_parse("comm-delay:rank=2,gen=1,magnitude=2000", &c, &f, err,
+                                     sizeof(err)),
+                     0);
+    o = plan_op(&f, 2, L, BC_AR_SEND, 3, 1);
+    assert_int_equal(o.comm_min, 2000000);
+    o = plan_op(&f, 2, L, BC_AR_SEND, 3, 2);
+    assert_int_equal(o.hit, 0);
+    /* another rank's tasks and steps outside the fault are left alone */
+    assert_int_equal(mks_fault_parse("task-delay:rank=1,class=qkv_proj,steps=5-9", &c, &f, err,
+                                     sizeof(err)),
+                     0);
+    o = plan_op(&f, 2, L, BC_QKV, 4, 0);
+    assert_int_equal(o.hit, 0);
+    f.rank = 0;
+    f.step_lo = 0;
+    struct bm_fault_effect fx;
+    bm_fault_plan(&f, 1, 1, 2, L, BC_QKV, 3, 0, 0, 4, 0, &fx);
+    assert_int_equal(fx.run_delay_ns, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,6 +319,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_truth_file),
         cmocka_unit_test(test_config_check),
+        cmocka_unit_test(test_plan_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

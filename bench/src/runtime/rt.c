@@ -524,6 +524,13 @@ void br_fault_sleep(struct br_rt *rt, uint32_t worker, uint64_t ns)
     w->sleep_debt = (int64_t)(w->sleep_end - t0) - want;
 }
 
+void br_fault_sleep_until(struct br_rt *rt, uint32_t worker, uint64_t deadline)
+{
+    uint64_t now = bb_now_ns();
+    if (now < deadline)
+        br_fault_sleep(rt, worker, deadline - now);
+}
+
 /* What a task releases when it is done: its remote events (the task's own
  * release step), then its local event. */
 static void release(struct br_rt *rt, uint32_t worker, struct br_task *t)

@@ -57,7 +57,8 @@ struct br_task {
                                  the worker moves on */
     uint64_t hold_ns;         /* queue-oversub: backlog ahead of the task */
     uint64_t starve_ns;       /* tile-starve: scheduler passes it over */
-    uint64_t comm_delay_ns;   /* comm-delay: the body's transfer is slow */
+    uint64_t comm_delay_ns;   /* comm-delay: the body's transfer completes no earlier
+                                 than this long after t_ready */
     int32_t force_worker;     /* queue-oversub: the oversubscribed queue, or -1 */
     /* scheduler state */
     int32_t prio;
@@ -138,6 +139,8 @@ int br_wait_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t,
 /* An injected delay of ns on worker (fault plans; task bodies for delays
  * inside a transfer). */
 void br_fault_sleep(struct br_rt *rt, uint32_t worker, uint64_t ns);
+/* The same until the clock (bb_now_ns) reads deadline; nothing if it has. */
+void br_fault_sleep_until(struct br_rt *rt, uint32_t worker, uint64_t deadline);
 
 /* Counts the runtime keeps itself, independent of hooks. */
 uint64_t br_class_count(const struct br_rt *rt, uint32_t cls);
