@@ -12,7 +12,13 @@
 #
 #   bench/gpu/e2e.sh [--out DIR] [--ranks N] [--steps N] [--mag US]
 #                    [--intervals "0 2000"] [--timeout S] [--budget S]
+#                    [--faults "td nd qo ts cd ms"|none] [--detached]
 #
+# --faults: the fault runs to make (short names as in the table; default
+# all, `none`: the clean run only).  --detached: per interval also one run
+# of the same bench with no agent and no collector (hooks compiled in,
+# nothing attached), whose step time the table shows beside the attached
+# clean run's.
 # --intervals: one pass over all runs per value of the bench's
 # --step-interval-us (idle time between steps; 0 = steps back to back).
 # Every process runs under `timeout` (--timeout per run, default 40 s); once
@@ -34,9 +40,14 @@ set -uo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$PWD/gpu-e2e-out}
-ranks=2 steps=60 mag=50000 intervals="0" tmo=40 budget=200
-usage="usage: $0 [--out DIR] [--ranks N] [--steps N] [--mag US] [--intervals \"0 2000\"] [--timeout S] [--budget S]"
+ranks=2 steps=60 mag=50000 intervals="0" tmo=40 budget=200 only="td nd qo ts cd ms" detached=0
+usage="usage: $0 [--out DIR] [--ranks N] [--steps N] [--mag US] [--intervals \"0 2000\"] [--timeout S] [--budget S] [--faults \"td nd qo ts cd ms\"|none] [--detached]"
 while [ $# -gt 0 ]; do
+    if [ "$1" = --detached ]; then
+        detached=1
+        shift
+        continue
+    fi
     [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
     case $1 in
     --out) out=$2 ;;
@@ -46,6 +57,7 @@ while [ $# -gt 0 ]; do
     --intervals) intervals=$2 ;;
     --timeout) tmo=$2 ;;
     --budget) budget=$2 ;;
+    --faults) only=$2 ;;
     *) echo "$usage" >&2; exit 2 ;;
     esac
     shift 2
@@ -55,6 +67,11 @@ case "$ranks$steps$mag$tmo$budget${intervals// /}" in
 esac
 [ "$ranks" -ge 2 ] || { echo "$0: --ranks must be at least 2 (a remote stall needs a peer)" >&2; exit 2; }
 [ "$steps" -ge 40 ] || { echo "$0: --steps must be at least 40 (faults at steps 20-24)" >&2; exit 2; }
+for f in $only; do
+    case " none td nd qo ts cd ms " in *" $f "*) ;; *)
+        echo "$0: --faults takes td nd qo ts cd ms or none, not '$f'" >&2; exit 2 ;;
+    esac
+done
 
 # NVLink multicast stays off: a program using it can take a shared host's
 # GPUs out of service.
@@ -165,6 +182,23 @@ one_run() {
     return 0
 }
 
+# detached_run NAME INTERVAL: the bench alone, hooks compiled in and nothing attached
+detached_run() {
+    local name=$1 ival=$2 d=$out/$1 rc
+    mkdir -p "$d"
+    if [ $((SECONDS - t0)) -ge "$budget" ]; then
+        printf '%s\t%s\t%s\tskipped\t-\n' "$name" detached "$ival" >>"$out/runs.tsv"
+        return 0
+    fi
+    local t=$SECONDS
+    timeout -k 5 "$tmo" "$bench" run --backend "$backend" --ranks "$ranks" --steps "$steps" \
+        --job "e2e$name$$" --step-interval-us "$ival" --json "$d/bench.json" >"$d/launch.log" 2>&1
+    rc=$?
+    printf '%s\t%s\t%s\t%s\t-\n' "$name" detached "$ival" "$rc" >>"$out/runs.tsv"
+    echo "-- $name: bench rc $rc, $((SECONDS - t)) s"
+    return 0
+}
+
 faults=(
     "td task-delay"
     "nd notify-delay"
@@ -174,10 +208,12 @@ faults=(
     "ms moe-skew"
 )
 for ival in $intervals; do
+    [ "$detached" = 1 ] && detached_run "detached_i$ival" "$ival"
     one_run "clean_i$ival" - "$ival"
     r=1
     for spec in "${faults[@]}"; do
         set -- $spec
+        case " $only " in *" $1 "*) ;; *) r=$((r + 1)); continue ;; esac
         # the faulty rank moves around so that no rank's peculiarity passes for a diagnosis
         one_run "$1_i$ival" "$2:rank=$((r % ranks)),magnitude=$mag,steps=20-24" "$ival"
         r=$((r + 1))
@@ -255,6 +291,8 @@ for line in open(os.path.join(out, "runs.tsv")):
     named = "-"
     if rc == "skipped":
         verdict = "skipped"
+    elif fault == "detached":
+        verdict = "ok" if rc == "0" else "FAIL: bench rc " + rc
     elif rc != "0":
         verdict = "FAIL: launcher rc " + rc
     elif diag is None:
@@ -271,7 +309,7 @@ for line in open(os.path.join(out, "runs.tsv")):
         g = max(diag, key=lambda g: len(g.get("steps", [])))
         named = "%s r%s %s (%d st)" % (g.get("cause"), g.get("root", {}).get("rank"),
                                        g.get("root", {}).get("task_class"), len(g.get("steps", [])))
-    counts = {"0": "equal", "": "-"}.get(crc, "DIFFER" if rc == "0" else "-")
+    counts = {"0": "equal", "": "-", "-": "-"}.get(crc, "DIFFER" if rc == "0" else "-")
     rows.append((name, fault.split(":")[0], ival, step, infault, counts, named, verdict))
 
 hdr = ("run", "fault", "ival_us", "step_us", "fault_step_us", "counts", "largest group", "verdict")
@@ -280,7 +318,7 @@ print("== end to end (%s backend; step_us: median of the slowest rank's step out
       "20-24, first 5 left out; fault_step_us: inside)" % backend)
 for r in [hdr] + rows:
     print("  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)))
-bad = [r[0] for r in rows if r[7] != "ok" or r[5] != "equal"]
+bad = [r[0] for r in rows if r[7] != "ok" or (r[5] != "equal" and r[1] != "detached")]
 print("RESULT: %s" % ("all runs ok" if not bad else "problems in " + " ".join(bad)))
 PY
 echo "results in $out"

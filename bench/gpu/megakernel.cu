@@ -12,8 +12,10 @@
  *             with the whole block, and release the event.  All-reduce tasks
  *             write partial sums into the peer's inbox (CUDA IPC over NVLink)
  *             and bump its counter; the reduce task waits on every peer's
- *             counter.  Every hook of the ABI is called at its place through
- *             devhooks' device hook (mkscope/devhook.cuh).
+ *             counter.  Every hook of the ABI is called at its place; with
+ *             programs attached, a worker's events run on a monitor warp
+ *             of its block, the scheduler's inline (bg_hw, below;
+ *             mkscope/devhook.cuh).
  * per-op      One kernel per operator (grid = its tiles), NCCL all-reduce.
  * graph       The per-op step captured once as a CUDA Graph and replayed.
  *
@@ -80,15 +82,22 @@ struct bg_task {
     uint32_t step, layer, tile_x, tile_y, trig_ev, k;
     uint64_t gen, req_gen, t_ready;
     uint64_t run_delay, notify_delay, hold, comm_delay;
+    /* TASK_ASSIGN left to the receiving worker (see bg_hw): its time and
+     * the queue's depth then */
+    uint64_t assign_t;
+    uint32_t assign_depth, assign_defer;
 };
 
 struct bg_queue {
     uint32_t head; /* written by the worker */
     uint32_t pad0[31];
-    uint32_t tail; /* written by the scheduler */
-    uint32_t pad1[31];
+    uint32_t tail; /* written by the scheduler; the low half of the polled word */
+    uint32_t gate; /* its high half: written by devhooks' pump only (qword()) */
+    uint32_t pad1[30];
     uint32_t slot[BG_QCAP];
 };
+static_assert(offsetof(struct bg_queue, tail) % 8 == 0 && sizeof(struct bg_queue) % 8 == 0,
+              "the polled words are 8-aligned 64-bit words (mks_rt_cuda_gate)");
 
 /* Everything the kernels use, passed by value. */
 struct bg_dev {
@@ -109,7 +118,6 @@ struct bg_dev {
     uint32_t *order; /* scheduler scratch */
     unsigned long long *ev_count, *ev_target;
     struct bg_queue *queues;
-    uint32_t *hook_lock; /* per hook worker slot (workers, scheduler) */
     unsigned long long *step_ns, *class_counts, *faulted, *req_gen_out;
     uint32_t *abort; /* set when a peer timed out: everyone stops */
     int32_t *tokens;
@@ -139,12 +147,6 @@ static __device__ void spin_ns(uint64_t ns)
         __nanosleep(256);
 }
 
-static __device__ void spin_until(uint64_t t)
-{
-    while (now_ns() < t)
-        __nanosleep(256);
-}
-
 static __device__ __forceinline__ uint32_t vload32(const uint32_t *p)
 {
     return *(const volatile uint32_t *)p;
@@ -155,33 +157,169 @@ static __device__ __forceinline__ uint64_t vload64(const unsigned long long *p)
     return *(const volatile unsigned long long *)p;
 }
 
-struct bg_hw { /* a hook worker: cached attach mask of the thread running hooks */
+/* Named barrier 1 over the BG_THREADS task threads: a worker block may also
+ * hold a monitor warp, which never joins the bodies' barriers. */
+static __device__ __forceinline__ void bg_sync(void)
+{
+    asm volatile("bar.sync 1, %0;" : : "n"(BG_THREADS) : "memory");
+}
+
+/* The queue word a worker polls: tail in the low half (the scheduler's
+ * 32-bit stores), and in the high half, with hooks, devhooks' gate bit and
+ * attach mask, which the pump writes (mks_rt_cuda_gate). */
+static __device__ __forceinline__ uint64_t qword(const struct bg_queue *q)
+{
+    return *(const volatile unsigned long long *)&q->tail;
+}
+
+/*
+ * Who runs hooks, and where their programs run.
+ *
+ * worker     thread 0 of a worker block.  Which events are attached comes
+ *            with each task, in the queue word it polls anyway, so a
+ *            detached worker tests a register and nothing else.  Attached,
+ *            it copies each event's context into the block's shared-memory
+ *            ring, and the block's monitor warp (threads BG_THREADS to
+ *            BG_THREADS + 31, mks_dev_monitor_warp) runs the programs in
+ *            the worker's hook slot, of which it is the only runner.
+ * scheduler  thread 0 of block 0, hook slot W.  Its own events (TASK_READY,
+ *            GEN_ADVANCE) run inline through its cache
+ *            (mks_dev_hook_run_cached), a CONTROL hint being needed at
+ *            once.  TASK_ASSIGN names the receiving worker: when a CONTROL
+ *            program is attached there it runs inline in slot W
+ *            (mks_dev_hook_run_as); otherwise the scheduler fills what the
+ *            context needs into the task and the receiving worker hands
+ *            the context to its monitor warp ahead of TASK_START, so that
+ *            the scheduler, on every task's critical path, runs no
+ *            observe program.
+ */
+struct bg_hw {
 #ifndef MKS_HOOKS_DISABLED
-    struct mks_dev_worker w;
+    struct mks_dev_worker w;   /* scheduler: cached attach mask */
+    struct mks_dev_hcache *hc; /* scheduler: inline runs */
+    struct mks_dev_ring *ring; /* worker: its monitor warp's ring */
 #endif
     uint32_t id;
+    uint32_t mask;    /* worker: events attached for the task it runs now */
     uint64_t t_start; /* start of the task thread 0 runs now (0: none), for its hooks' ctx */
     uint64_t t_end;   /* end of its body (0: running), ctx.t_end of its end and releases */
 };
 
-static __device__ void hw_init(const struct bg_dev &D, struct bg_hw *h, uint32_t id)
+static __device__ void hw_init(const struct bg_dev &D, struct bg_hw *h, uint32_t id, void *ring,
+                               void *hc)
 {
     h->id = id;
+    h->mask = 0;
     h->t_start = 0;
     h->t_end = 0;
 #ifndef MKS_HOOKS_DISABLED
-    if (D.have_hooks)
-        mks_dev_worker_init(&D.hooks, &h->w);
+    h->ring = (struct mks_dev_ring *)ring;
+    h->hc = (struct mks_dev_hcache *)hc;
+    if (D.have_hooks && h->hc)
+        mks_dev_worker_init_cached(&D.hooks, &h->w, h->hc);
+#else
+    (void)D, (void)ring, (void)hc;
 #endif
 }
 
-static __device__ __forceinline__ int attached(const struct bg_dev &D, struct bg_hw *h, uint32_t ev)
+/* ---- worker side: events to the monitor warp ---- */
+
+static __device__ __forceinline__ int w_on(const struct bg_hw *h, uint32_t ev)
+{
+#ifdef MKS_HOOKS_DISABLED
+    (void)h, (void)ev;
+    return 0;
+#else
+    return (h->mask >> ev) & 1u;
+#endif
+}
+
+/* The context into the block's ring.  A full ring makes the worker wait for
+ * the monitor warp, bounded; after that the event counts as lost, so the
+ * programs' ran + lost = eligible holds. */
+static __device__ __noinline__ void w_emit(struct bg_hw *h, const struct mks_hook_ctx *c)
+{
+#ifdef MKS_HOOKS_DISABLED
+    (void)h, (void)c;
+#else
+    struct mks_hook_ctx *s = mks_dev_ring_slot(h->ring, c->event);
+    if (s) {
+        *s = *c;
+        mks_dev_ring_push(h->ring);
+    }
+#endif
+}
+
+/* Wait, bounded, until the monitor warp has taken every event pushed so
+ * far.  The warp runs one batch of events on its lanes side by side, so two
+ * events of one worker that must be seen in order (depwait keeps a wait's
+ * begin time per worker for its end) go into different batches. */
+static __device__ void w_drain(struct bg_hw *h)
+{
+#ifdef MKS_HOOKS_DISABLED
+    (void)h;
+#else
+    const uint32_t head = h->ring->head;
+    for (uint32_t n = 0; n < MKS_DEV_RING_SPINS; n++) {
+        if (*(volatile uint32_t *)&h->ring->tail == head)
+            return;
+        __nanosleep(256);
+    }
+#endif
+}
+
+/* ---- scheduler side: inline through its cache ---- */
+
+static __device__ __forceinline__ int s_on(const struct bg_dev &D, struct bg_hw *h, uint32_t ev)
 {
 #ifdef MKS_HOOKS_DISABLED
     (void)D, (void)h, (void)ev;
     return 0;
 #else
-    return D.have_hooks && mks_dev_attached(&D.hooks, &h->w, ev);
+    if (!D.have_hooks)
+        return 0;
+    MKS_DEV_HOOK_IF(&D.hooks, &h->w, ev)
+    return 1;
+    return 0;
+#endif
+}
+
+/* Once per dispatch and while the scheduler waits: a change of programs or
+ * an epoch flip makes it leave the epoch its cache holds, which ends the
+ * pump's grace period (a wait can last as long as a step). */
+static __device__ __forceinline__ void s_poll(const struct bg_dev &D, struct bg_hw *h)
+{
+#ifdef MKS_HOOKS_DISABLED
+    (void)D, (void)h;
+#else
+    if (!D.have_hooks)
+        return;
+    mks_dev_worker_task(&D.hooks, &h->w);
+    if (__builtin_expect(h->w.mask & MKS_DEV_SYNC, 0)) {
+        h->w.mask &= ~MKS_DEV_SYNC;
+        mks_dev_worker_changed(&D.hooks, h->hc);
+    }
+#endif
+}
+
+/* Run c's programs inline in the scheduler's slot; the clamped hint. */
+static __device__ int32_t s_run(const struct bg_dev &D, struct bg_hw *h, struct mks_hook_ctx *c)
+{
+#ifdef MKS_HOOKS_DISABLED
+    (void)D, (void)h, (void)c;
+    return 0;
+#else
+    return mks_dev_hook_run_as(&D.hooks, h->hc, h->id, c);
+#endif
+}
+
+static __device__ int s_wants_hint(const struct bg_dev &D, struct bg_hw *h, uint32_t ev)
+{
+#ifdef MKS_HOOKS_DISABLED
+    (void)D, (void)h, (void)ev;
+    return 0;
+#else
+    return mks_dev_hook_wants_hint(&D.hooks, h->hc, h->id, ev);
 #endif
 }
 
@@ -214,32 +352,12 @@ static __device__ void ctx_fill(const struct bg_dev &D, uint32_t worker, const s
     c->t_now = now_ns();
 }
 
-/* Run the hook of c->event; the worker slot is locked because the scheduler
- * runs TASK_ASSIGN in the receiving worker's slot (devhooks keeps per-slot
- * state).  Only reached when a program is attached. */
-static __device__ int32_t run_hook(const struct bg_dev &D, struct mks_hook_ctx *c)
-{
-#ifdef MKS_HOOKS_DISABLED
-    (void)D, (void)c;
-    return 0;
-#else
-    uint32_t *lock = &D.hook_lock[c->worker * 32u];
-    while (atomicCAS(lock, 0u, 1u) != 0u)
-        __nanosleep(64);
-    __threadfence();
-    int32_t hint = mks_dev_hook_run(&D.hooks, c);
-    __threadfence();
-    atomicExch(lock, 0u);
-    return hint;
-#endif
-}
-
-/* A hook about a remote dependency or transfer, when attached. */
+/* A worker's hook about a remote dependency or transfer, when attached. */
 static __device__ void remote_hook(const struct bg_dev &D, struct bg_hw *h, const struct bg_task *t,
                                    uint16_t ev, uint32_t peer, uint64_t cg, uint64_t dep,
                                    uint64_t value)
 {
-    if (!attached(D, h, ev))
+    if (!w_on(h, ev))
         return;
     struct mks_hook_ctx c;
     ctx_fill(D, h->id, t, ev, h->t_start, &c);
@@ -249,7 +367,9 @@ static __device__ void remote_hook(const struct bg_dev &D, struct bg_hw *h, cons
     c.dep_event = dep;
     c.dep_class = MKS_DEP_REMOTE;
     c.value = value;
-    run_hook(D, &c);
+    if (ev == MKS_EV_DEP_WAIT_END)
+        w_drain(h); /* its begin in an earlier batch */
+    w_emit(h, &c);
 }
 
 static __device__ void prof_rec(const struct bg_dev &D, uint32_t w, uint8_t kind,
@@ -324,20 +444,20 @@ static __device__ __forceinline__ float dot_col(const float *x, const float *W, 
 static __device__ void norm_blk(const float *x, const float *w, float *out, uint32_t n, float *sh)
 {
     __shared__ float s_r;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+    for (uint32_t i = threadIdx.x; i < n; i += BG_THREADS)
         sh[i] = x[i];
-    __syncthreads();
+    bg_sync();
     if (threadIdx.x == 0) {
         float ss = 0.0f;
         for (uint32_t i = 0; i < n; i++)
             ss += sh[i] * sh[i];
         s_r = 1.0f / sqrtf(ss / (float)n + 1e-6f);
     }
-    __syncthreads();
+    bg_sync();
     const float r = s_r;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+    for (uint32_t i = threadIdx.x; i < n; i += BG_THREADS)
         out[i] = sh[i] * r * w[i];
-    __syncthreads();
+    bg_sync();
 }
 
 static __device__ void body_norm(const struct bg_dev &D, const struct bg_task *t, float *sh)
@@ -347,9 +467,9 @@ static __device__ void body_norm(const struct bg_dev &D, const struct bg_task *t
     float *x = D.x + (size_t)s * H;
     if (t->layer == 0) {
         const float *e = m->embed + (size_t)D.batch->slot[s].token * H;
-        for (uint32_t i = threadIdx.x; i < H; i += blockDim.x)
+        for (uint32_t i = threadIdx.x; i < H; i += BG_THREADS)
             x[i] = e[i];
-        __syncthreads();
+        bg_sync();
     }
     norm_blk(x, m->layer[t->layer].norm1, D.xn + (size_t)s * H, H, sh);
 }
@@ -369,7 +489,7 @@ static __device__ void body_qkv(const struct bg_dev &D, const struct bg_task *t)
         const float *xn = D.xn + (size_t)s * m->H;
         /* bm_qkv_cols: column c of this rank's q|k|v block is global column
          * off + c mod QDr of q, k or v */
-        for (uint32_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+        for (uint32_t c = c0 + threadIdx.x; c < c1; c += BG_THREADS) {
             const uint32_t which = c / QDr, col = off + c - which * QDr;
             const float *W = which == 0 ? Ly->wq : which == 1 ? Ly->wk : Ly->wv;
             float *dst = which == 0 ? D.q + (size_t)s * QD : which == 1 ? D.kc + kvo : D.vc + kvo;
@@ -389,13 +509,13 @@ static __device__ void body_attn(const struct bg_dev &D, const struct bg_task *t
     const float *q = D.q + (size_t)s * QD, *kc = D.kc + kvo, *vc = D.vc + kvo;
     float *sc = sh; /* pos + 1 <= max_len scores */
     const float scale = 1.0f / sqrtf((float)HD);
-    for (uint32_t p = threadIdx.x; p <= pos; p += blockDim.x) {
+    for (uint32_t p = threadIdx.x; p <= pos; p += BG_THREADS) {
         float d = 0.0f;
         for (uint32_t i = 0; i < HD; i++)
             d += q[off + i] * kc[(size_t)p * QD + off + i];
         sc[p] = d * scale;
     }
-    __syncthreads();
+    bg_sync();
     if (threadIdx.x == 0) {
         float mx = -INFINITY;
         for (uint32_t p = 0; p <= pos; p++)
@@ -403,21 +523,21 @@ static __device__ void body_attn(const struct bg_dev &D, const struct bg_task *t
                 mx = sc[p];
         s_mx = mx;
     }
-    __syncthreads();
+    bg_sync();
     const float mx = s_mx;
-    for (uint32_t p = threadIdx.x; p <= pos; p += blockDim.x)
+    for (uint32_t p = threadIdx.x; p <= pos; p += BG_THREADS)
         sc[p] = expf(sc[p] - mx);
-    __syncthreads();
+    bg_sync();
     if (threadIdx.x == 0) {
         float sum = 0.0f;
         for (uint32_t p = 0; p <= pos; p++)
             sum += sc[p];
         s_sum = sum;
     }
-    __syncthreads();
+    bg_sync();
     const float sum = s_sum;
     float *out = D.o + (size_t)s * QD + off;
-    for (uint32_t i = threadIdx.x; i < HD; i += blockDim.x) {
+    for (uint32_t i = threadIdx.x; i < HD; i += BG_THREADS) {
         float acc = 0.0f;
         for (uint32_t p = 0; p <= pos; p++) {
             float w = sc[p] / sum;
@@ -438,7 +558,7 @@ static __device__ void body_oproj(const struct bg_dev &D, const struct bg_task *
         if (!D.batch->slot[s].active)
             continue;
         const float *o = D.o + (size_t)s * m->QD + off;
-        for (uint32_t j = c0 + threadIdx.x; j < c1; j += blockDim.x)
+        for (uint32_t j = c0 + threadIdx.x; j < c1; j += BG_THREADS)
             D.partial[(size_t)s * m->H + j] = dot_col(o, wo, D.QDr, m->H, j);
     }
 }
@@ -453,12 +573,12 @@ static __device__ void body_send(const struct bg_dev &D, const struct bg_task *t
     if (threadIdx.x == 0)
         remote_hook(D, h, t, MKS_EV_COMM_BEGIN, peer, cg, dep, bytes);
     float *dst = D.peer_data[peer] + (size_t)(seq & 1u) * n;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+    for (uint32_t i = threadIdx.x; i < n; i += BG_THREADS)
         dst[i] = D.partial[i];
-    __syncthreads();
+    bg_sync();
     if (threadIdx.x == 0) {
-        if (t->comm_delay) /* a deadline after the send became ready (bm_fault_plan) */
-            spin_until(t->t_ready + t->comm_delay);
+        if (t->comm_delay)
+            spin_ns(t->comm_delay);
         remote_hook(D, h, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
     }
 }
@@ -497,8 +617,8 @@ static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task 
         }
         __threadfence_system();
     }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    bg_sync();
+    for (uint32_t i = threadIdx.x; i < n; i += BG_THREADS) {
         uint32_t s = i / m->H;
         if (!D.batch->slot[s].active)
             continue;
@@ -521,12 +641,12 @@ static __device__ void body_router(const struct bg_dev &D, const struct bg_task 
         float *xn = D.xn + (size_t)s * m->H;
         norm_blk(D.x + (size_t)s * m->H, m->layer[t->layer].norm2, xn, m->H, sh);
         /* bm_route: the logits, then top-k and gates on one thread */
-        for (uint32_t e = threadIdx.x; e < E; e += blockDim.x)
+        for (uint32_t e = threadIdx.x; e < E; e += BG_THREADS)
             s_logit[e] = dot_col(xn, wr, m->H, E, e);
-        __syncthreads();
+        bg_sync();
         if (threadIdx.x == 0)
             bm_route_select(m, t->step, s_logit, D.sel_e + s * K, D.sel_g + s * K);
-        __syncthreads();
+        bg_sync();
     }
 }
 
@@ -548,15 +668,15 @@ static __device__ void body_expert(const struct bg_dev &D, const struct bg_task 
                 continue;
             const float *xn = D.xn + (size_t)s * H;
             const float gate = D.sel_g[s * K + k];
-            for (uint32_t j = threadIdx.x; j < F; j += blockDim.x) {
+            for (uint32_t j = threadIdx.x; j < F; j += BG_THREADS) {
                 float v = dot_col(xn, w1, H, F, j);
                 sh[j] = gate * v / (1.0f + expf(-v)); /* SiLU, as bm_expert_out */
             }
-            __syncthreads();
+            bg_sync();
             float *out = D.P + ((size_t)el * m->B + s) * H;
-            for (uint32_t c = c0 + threadIdx.x; c < c1; c += blockDim.x)
+            for (uint32_t c = c0 + threadIdx.x; c < c1; c += BG_THREADS)
                 out[c] = dot_col(sh, w2, F, H, c);
-            __syncthreads();
+            bg_sync();
         }
     }
 }
@@ -566,7 +686,7 @@ static __device__ void body_combine(const struct bg_dev &D, const struct bg_task
     (void)t;
     const struct bm_model *m = &D.m;
     const uint32_t K = m->cfg.topk;
-    for (uint32_t i = threadIdx.x; i < m->B * m->H; i += blockDim.x) {
+    for (uint32_t i = threadIdx.x; i < m->B * m->H; i += BG_THREADS) {
         uint32_t s = i / m->H, j = i % m->H;
         float v = 0.0f;
         if (D.batch->slot[s].active)
@@ -590,9 +710,9 @@ static __device__ void body_lm(const struct bg_dev &D, const struct bg_task *t, 
         if (!D.batch->slot[s].active)
             continue;
         norm_blk(D.x + (size_t)s * m->H, m->normf, sh, m->H, sh);
-        for (uint32_t c = c0 + threadIdx.x; c < c1; c += blockDim.x)
+        for (uint32_t c = c0 + threadIdx.x; c < c1; c += BG_THREADS)
             D.logits[(size_t)s * m->V + c] = dot_col(sh, m->lmhead, m->H, m->V, c);
-        __syncthreads();
+        bg_sync();
     }
 }
 
@@ -614,7 +734,7 @@ static __device__ void body_sample(const struct bg_dev &D, const struct bg_task 
             float bv = -INFINITY;
             uint32_t bi = 0xffffffffu;
             double ds = 0.0;
-            for (uint32_t v = tid; v < V; v += blockDim.x) {
+            for (uint32_t v = tid; v < V; v += BG_THREADS) {
                 if (bi == 0xffffffffu || lg[v] > bv) {
                     bv = lg[v];
                     bi = v;
@@ -624,8 +744,8 @@ static __device__ void body_sample(const struct bg_dev &D, const struct bg_task 
             s_v[tid] = bv;
             s_i[tid] = bi;
             s_d[tid] = ds;
-            __syncthreads();
-            for (uint32_t h = blockDim.x / 2; h > 0; h /= 2) {
+            bg_sync();
+            for (uint32_t h = BG_THREADS / 2; h > 0; h /= 2) {
                 if (tid < h) {
                     const uint32_t o = tid + h;
                     if (s_i[o] != 0xffffffffu &&
@@ -636,11 +756,11 @@ static __device__ void body_sample(const struct bg_dev &D, const struct bg_task 
                     }
                     s_d[tid] += s_d[o];
                 }
-                __syncthreads();
+                bg_sync();
             }
             tok = (int32_t)s_i[0];
             lsum += s_d[0];
-            __syncthreads(); /* s_* reused by the next slot */
+            bg_sync(); /* s_* reused by the next slot */
         }
         if (tid == 0) {
             D.req_gen_out[(size_t)st * B + i] = sl->active ? sl->req_gen : 0;
@@ -694,58 +814,71 @@ static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t,
 
 /* ---- persistent megakernel: workers ------------------------------------------ */
 
-static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh)
+static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh, void *ring)
 {
     __shared__ uint32_t s_idx;
     struct bg_hw h;
     uint32_t head = 0;
-    hw_init(D, &h, w);
+    hw_init(D, &h, w, ring, NULL);
     struct bg_queue *q = &D.queues[w];
     for (;;) {
         if (threadIdx.x == 0) {
-            while (vload32(&q->tail) == head && !vload32(D.abort))
+            uint64_t qw;
+            while ((uint32_t)(qw = qword(q)) == head && !vload32(D.abort))
                 __nanosleep(64);
-            if (vload32(&q->tail) == head) {
+            if ((uint32_t)qw == head) {
                 s_idx = BG_STOP; /* aborted */
             } else {
                 __threadfence();
                 s_idx = vload32(&q->slot[head % BG_QCAP]);
                 head++;
                 *(volatile uint32_t *)&q->head = head;
+#ifndef MKS_HOOKS_DISABLED
+                h.mask = mks_dev_gate_on(qw) ? mks_dev_gate_mask(qw) : 0u;
+#endif
             }
         }
-        __syncthreads();
+        bg_sync();
         const uint32_t idx = s_idx;
         if (idx == BG_STOP)
             break;
         const struct bg_task *t = &D.tasks[idx];
         if (threadIdx.x == 0) {
+            if (t->assign_defer) {
+                /* the scheduler's TASK_ASSIGN, as it filled it (see bg_hw) */
+                struct mks_hook_ctx c;
+                ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
+                c.t_now = t->assign_t;
+                c.value = w;
+                c.queue_depth = t->assign_depth;
+                w_emit(&h, &c);
+            }
             if (t->hold | t->run_delay | t->notify_delay | t->comm_delay)
                 atomicAdd(D.faulted, 1ull);
             if (t->hold)
                 spin_ns(t->hold);
             h.t_start = now_ns();
             h.t_end = 0;
-            if (attached(D, &h, MKS_EV_TASK_START)) {
+            if (w_on(&h, MKS_EV_TASK_START)) {
                 struct mks_hook_ctx c;
                 ctx_fill(D, w, t, MKS_EV_TASK_START, h.t_start, &c);
                 c.queue_depth = vload32(&q->tail) - head;
-                run_hook(D, &c);
+                w_emit(&h, &c);
             }
             prof_rec(D, w, BR_PROF_BEGIN, t);
         }
-        __syncthreads();
+        bg_sync();
         run_body(D, t, &h, sh);
-        __syncthreads();
+        bg_sync();
         if (threadIdx.x == 0) {
             if (t->run_delay)
                 spin_ns(t->run_delay);
             h.t_end = now_ns();
-            if (attached(D, &h, MKS_EV_TASK_END)) {
+            if (w_on(&h, MKS_EV_TASK_END)) {
                 struct mks_hook_ctx c;
                 ctx_fill(D, w, t, MKS_EV_TASK_END, h.t_start, &c);
                 c.t_end = h.t_end;
-                run_hook(D, &c);
+                w_emit(&h, &c);
             }
             prof_rec(D, w, BR_PROF_END, t);
             atomicAdd(&D.class_counts[t->cls], 1ull);
@@ -755,17 +888,21 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
                 release_send(D, t, &h);
             __threadfence(); /* the task's writes before its release */
             unsigned long long v = atomicAdd(&D.ev_count[t->trig_ev], 1ull) + 1;
-            if (attached(D, &h, MKS_EV_DEP_RELEASE)) {
+            if (w_on(&h, MKS_EV_DEP_RELEASE)) {
                 struct mks_hook_ctx c;
                 ctx_fill(D, w, t, MKS_EV_DEP_RELEASE, h.t_start, &c);
                 c.t_end = h.t_end;
                 c.dep_event = t->trig_ev;
                 c.dep_class = MKS_DEP_LOCAL;
                 c.value = v;
-                run_hook(D, &c);
+                w_emit(&h, &c);
             }
         }
     }
+#ifndef MKS_HOOKS_DISABLED
+    if (threadIdx.x == 0 && h.ring)
+        mks_dev_ring_stop(h.ring); /* the monitor warp drains the ring and returns */
+#endif
 }
 
 /* ---- persistent megakernel: the scheduler ------------------------------------ */
@@ -773,7 +910,6 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
 struct sched {
     uint32_t step, buf, n; /* tasks built in the step buffer */
     uint32_t rr;
-    int32_t avoid; /* queue-oversub: the held worker, which the operator's other tasks avoid */
     struct bg_hw h;
 };
 
@@ -801,13 +937,12 @@ static __device__ void req_task(const struct bg_dev &D, struct sched *S, struct 
     t->flags |= MKS_CTX_F_DYNAMIC;
 }
 
-/* The fault plan of task idx (in ready order) of the n_op tasks of an operator. */
-static __device__ void plan(const struct bg_dev &D, struct bg_task *t, uint32_t idx, uint32_t n_op,
-                            uint32_t k, int32_t *force, uint64_t *starve)
+static __device__ void plan(const struct bg_dev &D, struct bg_task *t, uint32_t n_op, uint32_t k,
+                            int32_t *force, uint64_t *starve)
 {
     struct bm_fault_effect fx;
-    bm_fault_plan(D.m.faults, D.m.n_faults, D.rank, D.W, D.L, t->cls, t->step, t->tile_x, idx, n_op,
-                  k, &fx);
+    bm_fault_plan(D.m.faults, D.m.n_faults, D.rank, D.W, D.L, t->cls, t->step, t->tile_x, n_op, k,
+                  &fx);
     t->run_delay = fx.run_delay_ns;
     t->notify_delay = fx.notify_delay_ns;
     t->hold = fx.hold_ns;
@@ -820,17 +955,22 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
 {
     struct bg_task *t = &D.tasks[idx];
     uint32_t w = force >= 0 && (uint32_t)force < D.W ? (uint32_t)force : S->rr++ % D.W;
-    if (force < 0 && S->avoid >= 0 && w == (uint32_t)S->avoid && D.W > 1)
-        w = S->rr++ % D.W; /* the held worker gets its fair share only */
     struct bg_queue *q = &D.queues[w];
-    if (attached(D, &S->h, MKS_EV_TASK_ASSIGN)) {
+    if (s_on(D, &S->h, MKS_EV_TASK_ASSIGN)) {
         struct mks_hook_ctx c;
         ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
         c.value = w;
         c.queue_depth = q->tail - vload32(&q->head);
-        /* Device queues are rings the worker consumes from the front, so a
-         * task cannot jump one; a hint sends it to the shortest queue. */
-        if (run_hook(D, &c) > 0 && force < 0) {
+        if (!s_wants_hint(D, &S->h, MKS_EV_TASK_ASSIGN)) {
+            /* observe programs only: the worker hands the context to its
+             * monitor warp (see bg_hw) */
+            t->assign_t = c.t_now;
+            t->assign_depth = c.queue_depth;
+            t->assign_defer = 1;
+        } else if (s_run(D, &S->h, &c) > 0 && force < 0) {
+            /* Device queues are rings the worker consumes from the front,
+             * so a task cannot jump one; a hint sends it to the shortest
+             * queue. */
             uint32_t best = c.queue_depth;
             for (uint32_t i = 0; i < D.W && best; i++) {
                 uint32_t d = D.queues[i].tail - vload32(&D.queues[i].head);
@@ -846,6 +986,7 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
     while (tail - vload32(&q->head) >= BG_QCAP) {
         if (vload32(D.abort))
             return;
+        s_poll(D, &S->h);
         __nanosleep(64);
     }
     q->slot[tail % BG_QCAP] = idx;
@@ -859,6 +1000,7 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
                                 uint32_t ev, uint32_t n_op, uint32_t k)
 {
     D.ev_target[ev] += n;
+    s_poll(D, &S->h);
     uint64_t now = now_ns();
     uint32_t *ord = D.order; /* [0, n): ready order, [n, 2n): passed over */
     int32_t *prio = (int32_t *)(D.order + 2 * (size_t)D.max_tasks);
@@ -867,12 +1009,12 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
         struct bg_task *t = &D.tasks[idx];
         t->t_ready = now;
         int32_t p = 0;
-        if (attached(D, &S->h, MKS_EV_TASK_READY)) {
+        if (s_on(D, &S->h, MKS_EV_TASK_READY)) {
             struct mks_hook_ctx c;
             ctx_fill(D, D.W, t, MKS_EV_TASK_READY, 0, &c);
             c.dep_event = ev;
             c.dep_class = MKS_DEP_LOCAL;
-            p = run_hook(D, &c);
+            p = s_run(D, &S->h, &c);
         }
         uint32_t j = i;
         while (j > 0 && prio[j - 1] < p) {
@@ -889,12 +1031,9 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
     for (uint32_t i = 0; i < n; i++) {
         int32_t force;
         uint64_t starve;
-        plan(D, &D.tasks[ord[i]], i, n_op, k, &force, &starve);
-        if (force >= 0)
-            S->avoid = force;
+        plan(D, &D.tasks[ord[i]], n_op, k, &force, &starve);
         if (starve) {
             atomicAdd(D.faulted, 1ull); /* the injector's count, as on the CPU */
-            prio[waiting] = (int32_t)i; /* the ready order, no longer needed, keeps its place */
             ord[n + waiting++] = ord[i];
             due_max = now + starve > due_max ? now + starve : due_max;
             continue;
@@ -902,24 +1041,27 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
         assign(D, S, ord[i], force);
     }
     if (waiting) {
-        while (now_ns() < due_max)
+        while (now_ns() < due_max) {
+            s_poll(D, &S->h);
             __nanosleep(1000);
+        }
         for (uint32_t i = 0; i < waiting; i++) {
             int32_t force;
             uint64_t starve;
-            plan(D, &D.tasks[ord[n + i]], (uint32_t)prio[i], n_op, k, &force, &starve);
+            plan(D, &D.tasks[ord[n + i]], n_op, k, &force, &starve);
             assign(D, S, ord[n + i], force);
         }
     }
-    S->avoid = -1;
-    while (vload64(&D.ev_count[ev]) < D.ev_target[ev] && !vload32(D.abort))
+    while (vload64(&D.ev_count[ev]) < D.ev_target[ev] && !vload32(D.abort)) {
+        s_poll(D, &S->h);
         __nanosleep(128);
+    }
     __threadfence();
 }
 
 static __device__ void gen_advance(const struct bg_dev &D, struct sched *S, int32_t slot)
 {
-    if (!attached(D, &S->h, MKS_EV_GEN_ADVANCE))
+    if (!s_on(D, &S->h, MKS_EV_GEN_ADVANCE))
         return;
     struct mks_hook_ctx c;
     ctx_fill(D, D.W, NULL, MKS_EV_GEN_ADVANCE, 0, &c);
@@ -931,7 +1073,7 @@ static __device__ void gen_advance(const struct bg_dev &D, struct sched *S, int3
         c.req_gen = D.batch->slot[slot].req_gen;
         c.value = c.req_gen;
     }
-    run_hook(D, &c);
+    s_run(D, &S->h, &c);
 }
 
 static __device__ void sched_allreduce(const struct bg_dev &D, struct sched *S, uint32_t l,
@@ -959,8 +1101,12 @@ static __device__ void scheduler_main(const struct bg_dev &D)
 {
     struct sched S;
     memset(&S, 0, sizeof(S));
-    S.avoid = -1;
-    hw_init(D, &S.h, D.W);
+#ifndef MKS_HOOKS_DISABLED
+    struct mks_dev_hcache hc; /* inline runs, hook slot W */
+    hw_init(D, &S.h, D.W, NULL, &hc);
+#else
+    hw_init(D, &S.h, D.W, NULL, NULL);
+#endif
     const struct bm_model *m = &D.m;
     bm_batch_init(m, D.batch);
     for (uint32_t s = 0; s < m->cfg.steps && !vload32(D.abort); s++) {
@@ -1043,17 +1189,39 @@ static __device__ void scheduler_main(const struct bg_dev &D)
         __threadfence();
         *(volatile uint32_t *)&q->tail = tail + 1;
     }
+#ifndef MKS_HOOKS_DISABLED
+    if (D.have_hooks)
+        mks_dev_worker_exit(&D.hooks, &S.h.w); /* the cache's coverage, and out of the epoch */
+#endif
 }
 
-__global__ void __launch_bounds__(BG_THREADS) bg_megakernel(struct bg_dev D)
+/* Blocks of BG_THREADS task threads, and with hooks a monitor warp more
+ * (run_persistent). */
+__global__ void __launch_bounds__(BG_THREADS + 32) bg_megakernel(struct bg_dev D)
 {
     extern __shared__ float sh[];
+    void *ring = NULL;
     if (blockIdx.x == 0) {
         if (threadIdx.x == 0)
             scheduler_main(D);
         return;
     }
-    worker_main(D, blockIdx.x - 1, sh);
+#ifndef MKS_HOOKS_DISABLED
+    __shared__ struct mks_dev_ring s_ring;
+    if (D.have_hooks) {
+        if (threadIdx.x == 0)
+            mks_dev_ring_init(&s_ring);
+        __syncthreads();
+        /* The monitor warp, picked by a vote: ptxas then knows the branch
+         * is warp-uniform (devhook.cuh, "the gate bit"). */
+        if (__all_sync(0xffffffffu, threadIdx.x >= BG_THREADS)) {
+            mks_dev_monitor_warp(&D.hooks, &s_ring, blockIdx.x - 1);
+            return;
+        }
+        ring = &s_ring;
+    }
+#endif
+    worker_main(D, blockIdx.x - 1, sh, ring);
 }
 
 /* ---- kernel per operator ---------------------------------------------------- */
@@ -1086,7 +1254,7 @@ __global__ void __launch_bounds__(BG_THREADS)
         }
         int32_t force;
         uint64_t starve;
-        plan(D, &t, blockIdx.x, n_tiles, 0, &force, &starve);
+        plan(D, &t, n_tiles, 0, &force, &starve);
     }
     __syncthreads();
     /* blocks of inactive requests and unchosen experts have nothing to do */
@@ -1361,7 +1529,6 @@ static int setup(struct host_rank *H, const struct bg_rank_args *a, const struct
     TRY(dalloc(H, &D.ev_count, n_ev));
     TRY(dalloc(H, &D.ev_target, n_ev));
     TRY(dalloc(H, &D.queues, D.W));
-    TRY(dalloc(H, &D.hook_lock, (size_t)(D.W + 1) * 32));
     TRY(dalloc(H, &D.step_ns, cfg->steps));
     TRY(dalloc(H, &D.class_counts, mks_bench_class_count(cfg)));
     TRY(dalloc(H, &D.faulted, 1));
@@ -1385,7 +1552,22 @@ static int setup(struct host_rank *H, const struct bg_rank_args *a, const struct
         D.have_hooks = 1;
     }
 #endif
-    return setup_inboxes(H, a);
+    TRY(setup_inboxes(H, a));
+#ifndef MKS_HOOKS_DISABLED
+    if (D.have_hooks) {
+        /* The queues' zeroed words in place before the pump writes their
+         * high halves (cudaMemset may still be queued). */
+        CK(cudaDeviceSynchronize());
+        int rc = mks_rt_cuda_gate(a->hooks, (uint64_t *)&D.queues[0].tail, D.W,
+                                  (uint32_t)sizeof(struct bg_queue));
+        if (rc) {
+            snprintf(H->err, H->err_len, "rank %u: devhooks gate on the queue words: %s", D.rank,
+                     strerror(-rc));
+            return rc;
+        }
+    }
+#endif
+    return 0;
 }
 
 #ifdef MKS_BENCH_PROFILER
@@ -1405,7 +1587,8 @@ static int run_persistent(struct host_rank *H, const struct bg_rank_args *a)
                             (int)shmem));
     void *args[] = {&D};
     /* cooperative: every block resident at once, or spinning would deadlock */
-    CK(cudaLaunchCooperativeKernel((void *)bg_megakernel, dim3(D.W + 1), dim3(BG_THREADS), args,
+    const uint32_t threads = BG_THREADS + (D.have_hooks ? 32u : 0u); /* the monitor warp */
+    CK(cudaLaunchCooperativeKernel((void *)bg_megakernel, dim3(D.W + 1), dim3(threads), args,
                                    shmem, 0));
     CK(cudaDeviceSynchronize());
     uint32_t aborted = 0;

@@ -68,27 +68,63 @@ static __device__ void dev_hc_leave(struct mks_cb *cb, struct mks_dev_hcache *hc
     hc->inside = 0;
 }
 
-extern "C" __device__ int32_t mks_dev_hook_run_cached(const struct mks_dev_rt *rt,
-                                                      struct mks_dev_hcache *hc,
-                                                      struct mks_hook_ctx *ctx)
+/* Inside the current epoch as hook slot `slot`, leaving another slot's
+ * first. */
+static __device__ __forceinline__ void dev_hc_sync(struct mks_cb *cb, struct mks_dev_hcache *hc,
+                                                   uint32_t slot)
+{
+    if (MKS_UNLIKELY(!hc->inside || hc->worker != slot)) {
+        if (hc->inside)
+            dev_hc_leave(cb, hc);
+        dev_hc_enter(cb, hc, slot);
+    }
+}
+
+extern "C" __device__ int32_t mks_dev_hook_run_as(const struct mks_dev_rt *rt,
+                                                  struct mks_dev_hcache *hc, uint32_t slot,
+                                                  struct mks_hook_ctx *ctx)
 {
     struct mks_cb *cb = (struct mks_cb *)rt->cb;
-    uint32_t ev = ctx->event, w = ctx->worker;
+    uint32_t ev = ctx->event;
     uint64_t word;
     ctx->abi_version = MKS_HOOK_ABI_VERSION;
     ctx->size = (uint16_t)sizeof(*ctx);
-    if (ev >= MKS_EV_COUNT || w >= cb->n_workers)
+    /* ctx->worker indexes per-worker maps and sampling counters */
+    if (ev >= MKS_EV_COUNT || slot >= cb->n_workers || ctx->worker >= cb->n_workers)
         return 0;
-    if (MKS_UNLIKELY(!hc->inside || hc->worker != w)) {
-        if (hc->inside)
-            dev_hc_leave(cb, hc);
-        dev_hc_enter(cb, hc, w);
-    }
+    dev_hc_sync(cb, hc, slot);
     word = hc->word[ev];
     if (!word)
         return 0;
     return mksi_hook_exec_cov(cb, rt->rank, ctx, hc->epoch, word,
                               (struct mks_cb_cov *)hc->cov[ev]);
+}
+
+extern "C" __device__ int32_t mks_dev_hook_run_cached(const struct mks_dev_rt *rt,
+                                                      struct mks_dev_hcache *hc,
+                                                      struct mks_hook_ctx *ctx)
+{
+    return mks_dev_hook_run_as(rt, hc, ctx->worker, ctx);
+}
+
+extern "C" __device__ int mks_dev_hook_wants_hint(const struct mks_dev_rt *rt,
+                                                  struct mks_dev_hcache *hc, uint32_t slot,
+                                                  uint32_t ev)
+{
+    struct mks_cb *cb = (struct mks_cb *)rt->cb;
+    uint64_t word;
+    if (ev >= MKS_EV_COUNT || slot >= cb->n_workers)
+        return 0;
+    /* The program table was published before the hook words the entry
+     * read (acquire), so plain loads of it see what the word names. */
+    dev_hc_sync(cb, hc, slot);
+    word = hc->word[ev];
+    for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
+        uint32_t s = mks_cb_word_slot(word, i);
+        if (s && cb->progs[s - 1].type == MKS_PROG_CONTROL)
+            return 1;
+    }
+    return 0;
 }
 
 extern "C" __device__ uint32_t mks_dev_worker_changed(const struct mks_dev_rt *rt,

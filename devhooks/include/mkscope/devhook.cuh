@@ -117,6 +117,24 @@ extern "C" __device__ int32_t mks_dev_hook_run_cached(const struct mks_dev_rt *r
                                                       struct mks_dev_hcache *hc,
                                                       struct mks_hook_ctx *ctx);
 
+/* mks_dev_hook_run_cached() for a runner that reports events about other
+ * workers under its own hook slot: a scheduler's TASK_ASSIGN names the
+ * worker the task goes to (ctx->worker, which programs see and which
+ * indexes per-worker maps), while the epoch entry and the coverage are
+ * slot's, the one hc enters.  A worker that has its own runner (a monitor
+ * warp) keeps it the only one writing its slot. */
+extern "C" __device__ int32_t mks_dev_hook_run_as(const struct mks_dev_rt *rt,
+                                                  struct mks_dev_hcache *hc, uint32_t slot,
+                                                  struct mks_hook_ctx *ctx);
+
+/* 1 when a CONTROL program is attached at ev (its priority hint is needed
+ * at once: run the event inline), 0 when only OBSERVE programs are, which
+ * may run later, off the critical path.  Reads the hook word through hc
+ * (entering the epoch as slot when it is not inside). */
+extern "C" __device__ int mks_dev_hook_wants_hint(const struct mks_dev_rt *rt,
+                                                  struct mks_dev_hcache *hc, uint32_t slot,
+                                                  uint32_t ev);
+
 /* The pump's word moved: flush and leave (when inside); returns the attach
  * mask, read again. */
 extern "C" __device__ uint32_t mks_dev_worker_changed(const struct mks_dev_rt *rt,
