@@ -4,8 +4,9 @@
  * was told to do, never anything measured.
  *
  * Magnitude is the time in microseconds a fault adds to each affected step of
- * the faulty rank; the runtime spreads it over the tasks the fault hits (see
- * plan() in workload.c), so faults of one magnitude look alike from outside.
+ * the faulty rank; bm_fault_plan() (model_math.h, shared by the CPU runtime
+ * and the CUDA megakernel) spreads it over the tasks the fault hits, so
+ * faults of one magnitude look alike from outside.
  */
 #include <errno.h>
 #include <inttypes.h>
