@@ -57,7 +57,8 @@
 /* Wait between registration attempts the collector refused. */
 #define REGISTER_RETRY_NS 1000000000ull
 
-enum inflight { IF_NONE, IF_REGISTER, IF_SUMMARY, IF_HEARTBEAT, IF_REPLY };
+/* IF_REPLAY: a summary an earlier agent of this spool left behind (spool.h). */
+enum inflight { IF_NONE, IF_REGISTER, IF_SUMMARY, IF_HEARTBEAT, IF_REPLY, IF_REPLAY };
 
 struct reply {
     uint8_t *buf;
@@ -86,15 +87,15 @@ struct agent {
     struct agt_spool *spool;
     uint64_t seq;      /* last seq given to a summary */
     uint64_t acked;    /* highest seq acknowledged */
-    uint32_t refusals;    /* consecutive refusals of the head summary */
-    uint64_t refused;     /* summaries dropped because the collector refused them */
+    uint32_t refusals; /* consecutive refusals of the head summary */
+    uint64_t refused;  /* summaries dropped because the collector refused them */
     uint64_t lost_reported;
     struct agt_budget budget;
-    uint32_t sample_shift;      /* largest shift in force (reported in summaries) */
-    uint32_t cmd_shift[MKS_EV_COUNT];  /* set by the collector's SetBudget */
+    uint32_t sample_shift;            /* largest shift in force (reported in summaries) */
+    uint32_t cmd_shift[MKS_EV_COUNT]; /* set by the collector's SetBudget */
     uint64_t cmd_insns[MKS_EV_COUNT];
-    uint32_t auto_shift;        /* the agent's own, on the detail hooks */
-    uint32_t pressure, relief;  /* consecutive epochs over / within the budget */
+    uint32_t auto_shift;       /* the agent's own, on the detail hooks */
+    uint32_t pressure, relief; /* consecutive epochs over / within the budget */
     struct reply replies[MAX_REPLIES];
     int n_replies;
 
@@ -198,7 +199,7 @@ static int send_buf(struct agent *a, const uint8_t *buf, size_t len, enum inflig
     if (!a->first_send_ns)
         a->first_send_ns = now;
     a->n_sends++;
-    if (kind != IF_SUMMARY) /* summaries were charged when they were made */
+    if (kind != IF_SUMMARY && kind != IF_REPLAY) /* charged when they were made */
         agt_budget_charge(&a->budget, len);
     return 0;
 }
@@ -304,6 +305,22 @@ static void pump(struct agent *a, uint64_t now)
     uint64_t seq;
     const void *buf;
     size_t len;
+    /* An earlier agent's summaries first: they are older than ours. */
+    while (agt_spool_replay_head(a->spool, &buf, &len) == 0) {
+        mks_envelope *env = NULL;
+        char why[256];
+        if (mks_wire_decode(buf, len, a->have_key ? &a->key : NULL, &env, why, sizeof(why)) == 0 &&
+            env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY) {
+            mks_wire_free(env);
+            send_buf(a, buf, len, IF_REPLAY, 0, now);
+            return;
+        }
+        agt_log_warn("spool: a summary left by an earlier agent is not valid (%s); counting it as"
+                     " lost",
+                     env ? "not a summary" : why);
+        mks_wire_free(env);
+        agt_spool_replay_pop(a->spool, 0);
+    }
     if (agt_spool_head(a->spool, &seq, &buf, &len) == 0) {
         if (send_buf(a, buf, len, IF_SUMMARY, seq, now) == 0)
             agt_spool_pin(a->spool, seq);
@@ -438,8 +455,8 @@ static int install_attach(struct agent *a, const Mkscope__V1__AttachProgram *ap,
         snprintf(path, sizeof(path), "%s/%s.bpf.o", a->o.monitors_dir, ap->builtin);
         rc = mks_obj_open_file(path, &obj, err, sizeof(err));
     } else if (ap->bpf_object.len) {
-        rc = mks_obj_open_mem(ap->bpf_object.data, ap->bpf_object.len, name, &obj, err,
-                              sizeof(err));
+        rc =
+            mks_obj_open_mem(ap->bpf_object.data, ap->bpf_object.len, name, &obj, err, sizeof(err));
     } else {
         snprintf(res->log, sizeof(res->log), "attach: neither a BPF object nor a built-in name");
         return -EINVAL;
@@ -595,8 +612,7 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
             break;
         }
         r.ok = 1;
-        agt_log_info("budget: %" PRIu64 " bytes/s, sample shift %u, %" PRIu64
-                     " insns per epoch",
+        agt_log_info("budget: %" PRIu64 " bytes/s, sample shift %u, %" PRIu64 " insns per epoch",
                      b->bytes_per_sec, b->sample_shift, b->insn_budget);
         break;
     }
@@ -618,8 +634,7 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
             if (agt_ucx_connect(ep, &a->ucx, why, sizeof(why)) == 0)
                 snprintf(msg + l, sizeof(msg) - l, "; raw events over UCX to %s", ep);
             else
-                snprintf(msg + l, sizeof(msg) - l, "; %s: raw events go on the ingest socket",
-                         why);
+                snprintf(msg + l, sizeof(msg) - l, "; %s: raw events go on the ingest socket", why);
         }
         r.ok = err == 0;
         r.cost = cost;
@@ -690,6 +705,10 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
             agt_spool_ack(a->spool, a->inflight_seq);
             a->refused++;
             a->refusals = 0;
+        } else if (was == IF_REPLAY && ++a->refusals >= 3) {
+            agt_log_err("dropping a summary of an earlier agent the collector refuses");
+            agt_spool_replay_pop(a->spool, 0); /* counted lost there */
+            a->refusals = 0;
         } else if (was == IF_REPLY) {
             pop_reply(a);
         }
@@ -697,7 +716,8 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
         return;
     }
     if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_ACK) {
-        agt_log_warn("collector answered with %s, expected ack", mks_wire_body_name(env->body_case));
+        agt_log_warn("collector answered with %s, expected ack",
+                     mks_wire_body_name(env->body_case));
         mks_wire_free(env);
         return;
     }
@@ -707,6 +727,8 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
      * rank, which may belong to an earlier agent. */
     if (was == IF_SUMMARY)
         ack_up_to(a, env->ack->up_to_seq);
+    if (was == IF_REPLAY) /* the ack speaks for the earlier incarnation */
+        agt_spool_replay_pop(a->spool, 1);
     if (was == IF_REPLY)
         pop_reply(a);
     for (size_t i = 0; i < env->ack->n_commands; i++)
@@ -771,8 +793,8 @@ static int try_open(struct agent *a, uint64_t now)
         return err;
     }
     if (info.rank != a->o.rank || info.n_ranks == 0 || info.rank >= info.n_ranks) {
-        agt_log_err("control block says rank %u of %u, expected rank %u", info.rank,
-                    info.n_ranks, a->o.rank);
+        agt_log_err("control block says rank %u of %u, expected rank %u", info.rank, info.n_ranks,
+                    a->o.rank);
         mks_ctl_close(ctl);
         return -EINVAL;
     }
@@ -823,16 +845,15 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
     }
     struct agt_spool_stats st;
     agt_spool_stats(a->spool, &st);
-    struct agt_encode_meta meta = {.job = a->o.job,
-                                   .rank = a->o.rank,
-                                   .incarnation = a->incarnation,
-                                   .seq = a->seq + 1,
-                                   .lost_summaries = st.lost + st.lost_tags + st.stale +
-                                                     a->refused - a->lost_reported,
-                                   .sample_shift = a->sample_shift,
-                                   .prog_names = (const char *const *)a->progs.names_by_id,
-                                   .n_prog_names = sizeof(a->progs.names_by_id) /
-                                                   sizeof(a->progs.names_by_id[0])};
+    struct agt_encode_meta meta = {
+        .job = a->o.job,
+        .rank = a->o.rank,
+        .incarnation = a->incarnation,
+        .seq = a->seq + 1,
+        .lost_summaries = st.lost + st.lost_tags + st.stale + a->refused - a->lost_reported,
+        .sample_shift = a->sample_shift,
+        .prog_names = (const char *const *)a->progs.names_by_id,
+        .n_prog_names = sizeof(a->progs.names_by_id) / sizeof(a->progs.names_by_id[0])};
     const struct mks_wire_key *key = a->have_key ? &a->key : NULL;
     uint8_t *bufs[AGT_TIER_COUNT] = {0};
     size_t sizes[AGT_TIER_COUNT] = {0};
@@ -867,8 +888,8 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
             a->n_summaries++;
             for (int c = 0; c < MKS_MON_MAX_CLASSES; c++)
                 a->class_counts[c] += s->cls[c].count;
-            agt_log_debug("summary seq %" PRIu64 ": epochs %" PRIu64 "..%" PRIu64
-                          ", %" PRIu64 " tasks, %zu bytes, tier %u",
+            agt_log_debug("summary seq %" PRIu64 ": epochs %" PRIu64 "..%" PRIu64 ", %" PRIu64
+                          " tasks, %zu bytes, tier %u",
                           meta.seq, s->epoch_first, s->epoch_last, agt_summary_total(s),
                           sizes[tier], agt_tier_wire((enum agt_tier)tier));
         }
@@ -1070,10 +1091,8 @@ static void write_stats(struct agent *a)
             ",\"summaries\":%" PRIu64 ",\"acked_seq\":%" PRIu64 ",\"last_seq\":%" PRIu64
             ",\"unacked\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"held_epochs\":%" PRIu64
             ",\"bytes_sent\":%" PRIu64 ",\"sending_seconds\":%.3f,\"sends\":%" PRIu64
-            ",\"resends\":%" PRIu64
-            ",\"attaches\":%" PRIu64 ",\"raw_batches_dropped\":%" PRIu64
-            ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64
-            "],\"class_counts\":{",
+            ",\"resends\":%" PRIu64 ",\"attaches\":%" PRIu64 ",\"raw_batches_dropped\":%" PRIu64
+            ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "],\"class_counts\":{",
             a->o.rank, a->incarnation, secs, a->n_epochs, a->n_summaries, a->acked, a->seq,
             st.entries, st.lost + st.stale + a->refused, a->n_held, a->budget.sent,
             (double)(a->last_send_ns - a->first_send_ns) / 1e9, a->n_sends, a->n_resends,
@@ -1198,8 +1217,7 @@ int agt_run(const struct agt_opts *opts)
         return 1;
     }
     agt_log_info("job %s rank %u: collector %s, epoch %" PRIu64 " ms, budget %s", a->o.job,
-                 a->o.rank, a->o.collector, a->o.epoch_ms,
-                 a->o.budget ? "limited" : "unlimited");
+                 a->o.rank, a->o.collector, a->o.epoch_ms, a->o.budget ? "limited" : "unlimited");
     for (;;) {
         uint64_t now = mono_ns();
         if (agt_link_expired(a->link, now)) {
@@ -1228,8 +1246,8 @@ int agt_run(const struct agt_opts *opts)
         if (a->stopping) {
             struct agt_spool_stats st;
             agt_spool_stats(a->spool, &st);
-            int idle = st.entries == 0 && a->n_replies == 0 && !a->pending &&
-                       !a->final_heartbeat && !agt_link_busy(a->link);
+            int idle = st.entries == 0 && a->n_replies == 0 && !a->pending && !a->final_heartbeat &&
+                       !agt_link_busy(a->link);
             if (idle || now >= a->stop_deadline_ns || !a->have_info)
                 break;
         }

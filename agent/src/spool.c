@@ -22,6 +22,8 @@
 #define SPOOL_DEFAULT_MEM  (8u << 20)
 #define SPOOL_DEFAULT_DISK (256u << 20)
 #define SPOOL_SUFFIX       ".sum"
+#define SPOOL_REPLAY       "replay"    /* subdirectory: files of earlier agents */
+#define SPOOL_MAX_FILE     (64u << 20) /* larger than any summary we write */
 
 struct entry {
     uint64_t seq, tag;
@@ -41,6 +43,12 @@ struct agt_spool {
     uint64_t pinned;   /* seq of the entry in flight, 0 for none */
     void *scratch;     /* head payload read back from disk */
     size_t scratch_cap;
+    /* Summaries an earlier agent left on disk, oldest first: file names in
+     * the replay directory, sent before this agent's own. */
+    char *rdir;
+    char **replay;
+    size_t n_replay, replay_next;
+    uint64_t replayed;
 };
 
 static struct entry *at(struct agt_spool *sp, size_t i)
@@ -53,22 +61,104 @@ static void entry_path(const struct agt_spool *sp, uint64_t seq, char *buf, size
     snprintf(buf, len, "%s/%020llu%s", sp->dir, (unsigned long long)seq, SPOOL_SUFFIX);
 }
 
-static int remove_stale(struct agt_spool *sp)
+static int is_spool_file(const char *name)
 {
+    size_t l = strlen(name), sl = strlen(SPOOL_SUFFIX);
+    return l > sl && strcmp(name + l - sl, SPOOL_SUFFIX) == 0;
+}
+
+static int replay_filter(const struct dirent *de)
+{
+    return is_spool_file(de->d_name);
+}
+
+/* A crashed agent leaves its oldest unacknowledged summaries in the spool
+ * directory, each a complete authenticated envelope of its incarnation.
+ * They move into the replay directory under a new generation prefix
+ * (several crashes in a row keep their order: generation, then seq) and
+ * are listed oldest first.  What exceeds the disk bound is removed and
+ * counted as lost (stale). */
+static int adopt_stale(struct agt_spool *sp)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", sp->dir, SPOOL_REPLAY);
+    sp->rdir = strdup(path);
+    if (!sp->rdir)
+        return -ENOMEM;
+    struct dirent **names = NULL;
+    int n = scandir(sp->rdir, &names, replay_filter, alphasort);
+    if (n < 0 && errno != ENOENT)
+        return -errno;
+    if (n < 0)
+        n = 0; /* made when the first file moves in */
+    unsigned long gen = 0;
+    if (n > 0)
+        gen = strtoul(names[n - 1]->d_name, NULL, 10);
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    gen++;
+
     DIR *d = opendir(sp->dir);
     if (!d)
         return -errno;
     struct dirent *de;
-    size_t sl = strlen(SPOOL_SUFFIX);
     while ((de = readdir(d))) {
-        size_t l = strlen(de->d_name);
-        if (l <= sl || strcmp(de->d_name + l - sl, SPOOL_SUFFIX) != 0)
+        if (!is_spool_file(de->d_name))
             continue;
-        if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+        if (mkdir(sp->rdir, 0700) != 0 && errno != EEXIST) {
+            int err = -errno;
+            closedir(d);
+            return err;
+        }
+        char to[4096];
+        snprintf(to, sizeof(to), "%s/%010lu-%s", sp->rdir, gen, de->d_name);
+        snprintf(path, sizeof(path), "%s/%s", sp->dir, de->d_name);
+        if (rename(path, to) != 0) {
+            agt_log_warn("spool: cannot move %s to %s: %s; counting it as lost", path, to,
+                         strerror(errno));
+            unlink(path);
             sp->stale++;
+        }
     }
     closedir(d);
-    return 0;
+
+    names = NULL;
+    n = scandir(sp->rdir, &names, replay_filter, alphasort);
+    if (n < 0)
+        return errno == ENOENT ? 0 : -errno;
+    /* Keep the newest files within the disk bound. */
+    uint64_t total = 0;
+    int first = n;
+    while (first > 0) {
+        struct stat stt;
+        snprintf(path, sizeof(path), "%s/%s", sp->rdir, names[first - 1]->d_name);
+        uint64_t sz = stat(path, &stt) == 0 ? (uint64_t)stt.st_size : 0;
+        if (total + sz > sp->disk_limit)
+            break;
+        total += sz;
+        first--;
+    }
+    int err = 0;
+    sp->replay = calloc((size_t)(n > 0 ? n : 1), sizeof(*sp->replay));
+    if (!sp->replay)
+        err = -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        if (i < first || err) {
+            snprintf(path, sizeof(path), "%s/%s", sp->rdir, names[i]->d_name);
+            if (!err && unlink(path) == 0)
+                sp->stale++;
+        } else if (!(sp->replay[sp->n_replay] = strdup(names[i]->d_name))) {
+            err = -ENOMEM;
+        } else {
+            sp->n_replay++;
+        }
+        free(names[i]);
+    }
+    free(names);
+    if (!sp->n_replay)
+        rmdir(sp->rdir); /* nothing left to send: no trace of it */
+    return err;
 }
 
 int agt_spool_create(const struct agt_spool_opts *opts, struct agt_spool **sp_p)
@@ -94,15 +184,20 @@ int agt_spool_create(const struct agt_spool_opts *opts, struct agt_spool **sp_p)
             agt_spool_destroy(sp);
             return err;
         }
-        int err = remove_stale(sp);
+        int err = adopt_stale(sp);
         if (err) {
             agt_log_err("spool: cannot read directory %s: %s", sp->dir, strerror(-err));
             agt_spool_destroy(sp);
             return err;
         }
         if (sp->stale)
-            agt_log_warn("spool: removed %llu summaries of an earlier agent in %s",
+            agt_log_warn("spool: removed %llu summaries of an earlier agent in %s (over the"
+                         " disk bound); counted as lost",
                          (unsigned long long)sp->stale, sp->dir);
+        if (sp->n_replay)
+            agt_log_info("spool: %zu summaries of an earlier agent in %s go to the collector"
+                         " first",
+                         sp->n_replay, sp->rdir);
     }
     *sp_p = sp;
     return 0;
@@ -165,6 +260,11 @@ void agt_spool_destroy(struct agt_spool *sp)
     free(sp->q);
     free(sp->dir);
     free(sp->scratch);
+    /* Replay files not yet delivered stay for the next agent. */
+    for (size_t i = 0; i < sp->n_replay; i++)
+        free(sp->replay[i]);
+    free(sp->replay);
+    free(sp->rdir);
     free(sp);
 }
 
@@ -324,6 +424,48 @@ int agt_spool_head(struct agt_spool *sp, uint64_t *seq_p, const void **buf_p, si
     return -ENOENT;
 }
 
+int agt_spool_replay_head(struct agt_spool *sp, const void **buf_p, size_t *len_p)
+{
+    if (!sp || !buf_p || !len_p)
+        return -EINVAL;
+    while (sp->replay_next < sp->n_replay) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", sp->rdir, sp->replay[sp->replay_next]);
+        struct stat st;
+        int err = stat(path, &st) == 0 ? 0 : -errno;
+        if (!err && (st.st_size <= 0 || (uint64_t)st.st_size > SPOOL_MAX_FILE))
+            err = -EFBIG;
+        if (!err)
+            err = read_file(sp, path, (size_t)st.st_size);
+        if (err == 0) {
+            *buf_p = sp->scratch;
+            *len_p = (size_t)st.st_size;
+            return 0;
+        }
+        agt_log_warn("spool: cannot read %s: %s; counting it as lost", path,
+                     err == -EFBIG ? "empty or larger than any summary" : strerror(-err));
+        agt_spool_replay_pop(sp, 0);
+    }
+    return -ENOENT;
+}
+
+void agt_spool_replay_pop(struct agt_spool *sp, int delivered)
+{
+    if (!sp || sp->replay_next >= sp->n_replay)
+        return;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", sp->rdir, sp->replay[sp->replay_next]);
+    unlink(path);
+    free(sp->replay[sp->replay_next]);
+    sp->replay[sp->replay_next++] = NULL;
+    if (delivered)
+        sp->replayed++;
+    else
+        sp->stale++;
+    if (sp->replay_next == sp->n_replay)
+        rmdir(sp->rdir);
+}
+
 uint64_t agt_spool_ack(struct agt_spool *sp, uint64_t up_to)
 {
     uint64_t k = 0;
@@ -341,5 +483,7 @@ void agt_spool_stats(const struct agt_spool *sp, struct agt_spool_stats *st)
                                    .disk_bytes = sp->disk_used,
                                    .lost = sp->lost,
                                    .lost_tags = sp->lost_tags,
-                                   .stale = sp->stale};
+                                   .stale = sp->stale,
+                                   .replay_left = sp->n_replay - sp->replay_next,
+                                   .replayed = sp->replayed};
 }

@@ -9,6 +9,11 @@
  * agent reports that count in its next summary, so an overflow is never
  * silent.  The link always sends the oldest entry first (nanomsg REQ has one
  * request in flight), which is what keeps replays in order.
+ *
+ * An agent that crashes leaves its spilled summaries in the directory.  The
+ * next agent with the same directory moves them to DIR/replay and sends
+ * them, as they are (each a complete envelope of the earlier incarnation,
+ * which the collector stores under that incarnation), before its own.
  */
 #ifndef MKS_AGENT_SPOOL_H
 #define MKS_AGENT_SPOOL_H
@@ -17,10 +22,10 @@
 #include <stdint.h>
 
 struct agt_spool_opts {
-    size_t sz;          /* sizeof(struct agt_spool_opts) */
-    size_t mem_bytes;   /* payload bytes held in memory; 0 = default (8 MiB) */
-    const char *dir;    /* disk spool directory, NULL for memory only */
-    size_t disk_bytes;  /* payload bytes on disk; 0 = default (256 MiB) when dir is set */
+    size_t sz;         /* sizeof(struct agt_spool_opts) */
+    size_t mem_bytes;  /* payload bytes held in memory; 0 = default (8 MiB) */
+    const char *dir;   /* disk spool directory, NULL for memory only */
+    size_t disk_bytes; /* payload bytes on disk; 0 = default (256 MiB) when dir is set */
 };
 
 struct agt_spool_stats {
@@ -29,7 +34,9 @@ struct agt_spool_stats {
     uint64_t disk_bytes;  /* payload bytes on disk */
     uint64_t lost;        /* entries dropped on overflow since creation */
     uint64_t lost_tags;   /* sum of the tags of those entries */
-    uint64_t stale;       /* files of an earlier incarnation removed at creation */
+    uint64_t stale;       /* summaries of an earlier agent that could not be replayed */
+    uint64_t replay_left; /* summaries of an earlier agent still to send */
+    uint64_t replayed;    /* summaries of an earlier agent the collector stored */
 };
 
 struct agt_spool;
@@ -56,6 +63,15 @@ void agt_spool_pin(struct agt_spool *sp, uint64_t seq);
 /* Cumulative acknowledgement: drops every entry with seq <= up_to.  Returns
  * the number of entries dropped. */
 uint64_t agt_spool_ack(struct agt_spool *sp, uint64_t up_to);
+
+/* The oldest summary of an earlier agent still to send: -ENOENT when none
+ * is left.  An unreadable file is counted lost and skipped.  *buf_p stays
+ * valid until the next call on the spool. */
+int agt_spool_replay_head(struct agt_spool *sp, const void **buf_p, size_t *len_p);
+
+/* Done with the replay head: stored by the collector (delivered != 0) or
+ * given up on (counted as lost in `stale`).  Its file is removed. */
+void agt_spool_replay_pop(struct agt_spool *sp, int delivered);
 
 void agt_spool_stats(const struct agt_spool *sp, struct agt_spool_stats *st);
 

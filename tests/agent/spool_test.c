@@ -1,6 +1,7 @@
 /*
- * Spool: order of replay, cumulative acks, memory->disk spill, and that every
- * overflow is counted as lost.
+ * Spool: order of replay, cumulative acks, memory->disk spill, that every
+ * overflow is counted as lost, and that a crashed agent's spilled summaries
+ * are sent again by the next agent.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -152,8 +153,8 @@ static void test_disk_spill_keeps_everything_in_order(void **state)
 {
     (void)state;
     struct agt_spool *sp;
-    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir,
-                               .disk_bytes = 10000};
+    struct agt_spool_opts o = {
+        .sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir, .disk_bytes = 10000};
     assert_int_equal(agt_spool_create(&o, &sp), 0);
     push_n(sp, 1, 40, 50);
     struct agt_spool_stats st;
@@ -172,8 +173,7 @@ static void test_disk_overflow_counts_lost(void **state)
 {
     (void)state;
     struct agt_spool *sp;
-    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir,
-                               .disk_bytes = 200};
+    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir, .disk_bytes = 200};
     assert_int_equal(agt_spool_create(&o, &sp), 0);
     push_n(sp, 1, 30, 20); /* 600 bytes, room for 300 */
     struct agt_spool_stats st;
@@ -202,17 +202,41 @@ static void test_unreadable_file_is_lost_not_skipped_silently(void **state)
     agt_spool_destroy(sp);
 }
 
-static void test_stale_files_removed_and_counted(void **state)
+static void write_stale(const char *dir, int seq, const char *text)
 {
-    (void)state;
-    char path[128];
-    snprintf(path, sizeof(path), "%s/%020d.sum", tmpdir, 77);
+    char path[160];
+    snprintf(path, sizeof(path), "%s/%020d.sum", dir, seq);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
-    fputs("old", f);
+    fputs(text, f);
     fclose(f);
+}
+
+/* Replays every summary the spool offers, checking each against want[]. */
+static void replay_check(struct agt_spool *sp, const char *const *want, size_t n)
+{
+    const void *buf;
+    size_t len, k = 0;
+    while (agt_spool_replay_head(sp, &buf, &len) == 0) {
+        assert_true(k < n);
+        assert_int_equal(len, strlen(want[k]));
+        assert_memory_equal(buf, want[k], len);
+        agt_spool_replay_pop(sp, 1);
+        k++;
+    }
+    assert_int_equal(k, n);
+}
+
+/* A crashed agent's files are sent again by the next one, oldest first,
+ * and nothing else of the directory is touched. */
+static void test_stale_files_replayed(void **state)
+{
+    (void)state;
+    write_stale(tmpdir, 78, "second");
+    write_stale(tmpdir, 77, "first");
+    char path[128];
     snprintf(path, sizeof(path), "%s/keep.txt", tmpdir);
-    f = fopen(path, "w");
+    FILE *f = fopen(path, "w");
     assert_non_null(f);
     fclose(f);
     struct agt_spool *sp;
@@ -220,10 +244,75 @@ static void test_stale_files_removed_and_counted(void **state)
     assert_int_equal(agt_spool_create(&o, &sp), 0);
     struct agt_spool_stats st;
     agt_spool_stats(sp, &st);
-    assert_int_equal(st.stale, 1);
-    assert_int_equal(count_files(), 1); /* only keep.txt */
+    assert_int_equal(st.stale, 0);
+    assert_int_equal(st.replay_left, 2);
+    /* this agent's own summaries spill beside them without a clash */
+    push_n(sp, 77, 3, 20);
+    static const char *const want[] = {"first", "second"};
+    replay_check(sp, want, 2);
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.replayed, 2);
+    assert_int_equal(st.replay_left, 0);
+    assert_int_equal(st.stale, 0);
+    drain_check(sp, 77, 3, 20);
+    assert_int_equal(count_files(), 1); /* only keep.txt: replay files and their folder gone */
     agt_spool_destroy(sp);
     unlink(path);
+}
+
+/* Two crashes in a row: the first agent's leftovers still go first. A
+ * summary given up on is counted lost. */
+static void test_replay_order_across_crashes(void **state)
+{
+    (void)state;
+    write_stale(tmpdir, 5, "a5");
+    write_stale(tmpdir, 6, "a6");
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .dir = tmpdir};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    agt_spool_destroy(sp); /* a crash before anything was sent */
+    write_stale(tmpdir, 1, "b1");
+    write_stale(tmpdir, 2, "b2");
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.replay_left, 4);
+    const void *buf;
+    size_t len;
+    assert_int_equal(agt_spool_replay_head(sp, &buf, &len), 0);
+    assert_memory_equal(buf, "a5", 2);
+    agt_spool_replay_pop(sp, 0); /* refused for good */
+    static const char *const want[] = {"a6", "b1", "b2"};
+    replay_check(sp, want, 3);
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.stale, 1);
+    assert_int_equal(st.replayed, 3);
+    assert_int_equal(count_files(), 0);
+    agt_spool_destroy(sp);
+}
+
+/* Leftovers beyond the disk bound: the oldest go, counted as lost; an
+ * empty or unreadable file is lost too, never sent. */
+static void test_replay_bounded_and_validated(void **state)
+{
+    (void)state;
+    write_stale(tmpdir, 1, "0123456789");
+    write_stale(tmpdir, 2, "abcdefghij");
+    write_stale(tmpdir, 3, "");
+    write_stale(tmpdir, 4, "ABCDEFGHIJ");
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .dir = tmpdir, .disk_bytes = 25};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.stale, 1); /* seq 1 over the bound */
+    assert_int_equal(st.replay_left, 3);
+    static const char *const want[] = {"abcdefghij", "ABCDEFGHIJ"};
+    replay_check(sp, want, 2);
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.stale, 2); /* and the empty one */
+    assert_int_equal(st.replayed, 2);
+    agt_spool_destroy(sp);
 }
 
 /* The entry in flight is never the one an overflow drops. */
@@ -255,8 +344,7 @@ static void test_pinned_head_on_disk(void **state)
 {
     (void)state;
     struct agt_spool *sp;
-    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 40, .dir = tmpdir,
-                               .disk_bytes = 60};
+    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 40, .dir = tmpdir, .disk_bytes = 60};
     assert_int_equal(agt_spool_create(&o, &sp), 0);
     push_n(sp, 1, 5, 20); /* 1..3 on disk, 4..5 in memory */
     agt_spool_pin(sp, 1);
@@ -291,8 +379,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_disk_overflow_counts_lost, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_unreadable_file_is_lost_not_skipped_silently,
                                         setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_stale_files_removed_and_counted, setup_dir,
-                                        teardown_dir),
+        cmocka_unit_test_setup_teardown(test_stale_files_replayed, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_replay_order_across_crashes, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_replay_bounded_and_validated, setup_dir, teardown_dir),
         cmocka_unit_test(test_pinned_head_survives_overflow),
         cmocka_unit_test_setup_teardown(test_pinned_head_on_disk, setup_dir, teardown_dir),
     };

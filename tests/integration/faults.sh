@@ -5,6 +5,8 @@
 #     order.
 #  2. An agent is killed mid-run: its rank runs on (the job completes, steps
 #     stay within noise of the other ranks'), and a restarted agent reattaches.
+#  3. An agent dies while the collector is away: the summaries it spilled to
+#     its disk spool reach the collector through the next agent, each once.
 source "$(dirname "$0")/lib.sh"
 outage=${MKS_IT_OUTAGE_S:-10}
 
@@ -61,7 +63,7 @@ for r in 0 1; do
     --epoch-ms 50 --monitors "$MKS_MONITORS_DIR" -v
   eval "agent$r=$started"
 done
-bench_argv "$job" --ranks 2 --steps 4000 --json "$d2/bench.json"
+bench_argv "$job" --ranks 2 --steps 10000 --json "$d2/bench.json"
 start "$d2/bench.log" "${bench_cmd[@]}"
 bench=$started
 sleep 1
@@ -94,3 +96,47 @@ echo "rank 1 steps: median $(echo "$verdict" | cut -d' ' -f1) ns, worst 100-step
 [ "$(echo "$verdict" | cut -d' ' -f3)" = ok ] || fail "rank 1 slowed down while its agent was away"
 kill -TERM -- "-$agent0" 2>/dev/null || true
 echo "agent death: rank ran on, restarted agent reattached"
+
+# --- 3: an agent dies with its spool on disk ------------------------------------------
+d3="$dir/spool"
+mkdir -p "$d3"
+job="its$$"
+kill -TERM -- "-$collector_pid"
+wait "$collector_pid" 2>/dev/null || true
+spool_agent() {
+  start "$d3/agent-$1.log" "$MKS_AGENT_BIN" --job "$job" --rank 0 --collector "ipc://$dir/ingest" \
+    --epoch-ms 50 --monitors "$MKS_MONITORS_DIR" --buffer-bytes 1024 --spool-dir "$d3/spool" \
+    --timeout-ms 200 -v
+}
+spool_agent a
+agent_a=$started
+bench_argv "$job" --ranks 1 --steps 100000
+start "$d3/bench.log" "${bench_cmd[@]}"
+bench=$started
+# with no collector every summary waits in the spool, spilled past 1 KiB
+for _ in $(seq 100); do
+  n_files=$(find "$d3/spool" -maxdepth 1 -name '*.sum' 2>/dev/null | wc -l)
+  [ "$n_files" -ge 10 ] && break
+  sleep 0.1
+done
+kill -KILL -- "-$agent_a"
+wait "$agent_a" 2>/dev/null || true
+n_files=$(find "$d3/spool" -maxdepth 1 -name '*.sum' | wc -l)
+[ "$n_files" -ge 10 ] || { tail -n 20 "$d3/agent-a.log" "$d3/bench.log" >&2; fail "the agent spilled only $n_files summaries to disk"; }
+start_collector
+spool_agent b
+agent_b=$started
+# the earlier incarnation's summaries: seqs 1..n_files, each once
+want="$n_files 1 $n_files $n_files"
+got=""
+for _ in $(seq 150); do
+  got=$(cli sql "SELECT COUNT(*), MIN(seq), MAX(seq), COUNT(DISTINCT seq) FROM epochs WHERE job='$job' GROUP BY incarnation ORDER BY incarnation LIMIT 1" 2>/dev/null |
+    awk 'NR == 2 { print $1, $2, $3, $4 }') || true
+  [ "$got" = "$want" ] && break
+  sleep 0.1
+done
+[ "$got" = "$want" ] || fail "replayed summaries: got '$got', want (count min max distinct) '$want'"
+grep -q "go to the collector first" "$d3/agent-b.log" || fail "the second agent did not replay"
+[ -z "$(find "$d3/spool" -path '*/replay/*' -name '*.sum')" ] || fail "replay files left behind"
+kill -TERM -- "-$bench" "-$agent_b" 2>/dev/null || true
+echo "agent death with a disk spool: $n_files summaries sent by the next agent"
