@@ -147,6 +147,12 @@ static __device__ void spin_ns(uint64_t ns)
         __nanosleep(256);
 }
 
+static __device__ void spin_until(uint64_t t)
+{
+    while (now_ns() < t)
+        __nanosleep(256);
+}
+
 static __device__ __forceinline__ uint32_t vload32(const uint32_t *p)
 {
     return *(const volatile uint32_t *)p;
@@ -577,8 +583,8 @@ static __device__ void body_send(const struct bg_dev &D, const struct bg_task *t
         dst[i] = D.partial[i];
     bg_sync();
     if (threadIdx.x == 0) {
-        if (t->comm_delay)
-            spin_ns(t->comm_delay);
+        if (t->comm_delay) /* a deadline after the send became ready (bm_fault_plan) */
+            spin_until(t->t_ready + t->comm_delay);
         remote_hook(D, h, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
     }
 }
@@ -910,6 +916,7 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
 struct sched {
     uint32_t step, buf, n; /* tasks built in the step buffer */
     uint32_t rr;
+    int32_t avoid; /* queue-oversub: the held worker, which the operator's other tasks avoid */
     struct bg_hw h;
 };
 
@@ -937,12 +944,13 @@ static __device__ void req_task(const struct bg_dev &D, struct sched *S, struct 
     t->flags |= MKS_CTX_F_DYNAMIC;
 }
 
-static __device__ void plan(const struct bg_dev &D, struct bg_task *t, uint32_t n_op, uint32_t k,
-                            int32_t *force, uint64_t *starve)
+/* The fault plan of task idx (in ready order) of the n_op tasks of an operator. */
+static __device__ void plan(const struct bg_dev &D, struct bg_task *t, uint32_t idx, uint32_t n_op,
+                            uint32_t k, int32_t *force, uint64_t *starve)
 {
     struct bm_fault_effect fx;
-    bm_fault_plan(D.m.faults, D.m.n_faults, D.rank, D.W, D.L, t->cls, t->step, t->tile_x, n_op, k,
-                  &fx);
+    bm_fault_plan(D.m.faults, D.m.n_faults, D.rank, D.W, D.L, t->cls, t->step, t->tile_x, idx, n_op,
+                  k, &fx);
     t->run_delay = fx.run_delay_ns;
     t->notify_delay = fx.notify_delay_ns;
     t->hold = fx.hold_ns;
@@ -955,6 +963,8 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
 {
     struct bg_task *t = &D.tasks[idx];
     uint32_t w = force >= 0 && (uint32_t)force < D.W ? (uint32_t)force : S->rr++ % D.W;
+    if (force < 0 && S->avoid >= 0 && w == (uint32_t)S->avoid && D.W > 1)
+        w = S->rr++ % D.W; /* the held worker gets its fair share only */
     struct bg_queue *q = &D.queues[w];
     if (s_on(D, &S->h, MKS_EV_TASK_ASSIGN)) {
         struct mks_hook_ctx c;
@@ -1031,9 +1041,12 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
     for (uint32_t i = 0; i < n; i++) {
         int32_t force;
         uint64_t starve;
-        plan(D, &D.tasks[ord[i]], n_op, k, &force, &starve);
+        plan(D, &D.tasks[ord[i]], i, n_op, k, &force, &starve);
+        if (force >= 0)
+            S->avoid = force;
         if (starve) {
             atomicAdd(D.faulted, 1ull); /* the injector's count, as on the CPU */
+            prio[waiting] = (int32_t)i; /* the ready order, no longer needed, keeps its place */
             ord[n + waiting++] = ord[i];
             due_max = now + starve > due_max ? now + starve : due_max;
             continue;
@@ -1048,10 +1061,11 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
         for (uint32_t i = 0; i < waiting; i++) {
             int32_t force;
             uint64_t starve;
-            plan(D, &D.tasks[ord[n + i]], n_op, k, &force, &starve);
+            plan(D, &D.tasks[ord[n + i]], (uint32_t)prio[i], n_op, k, &force, &starve);
             assign(D, S, ord[n + i], force);
         }
     }
+    S->avoid = -1;
     while (vload64(&D.ev_count[ev]) < D.ev_target[ev] && !vload32(D.abort)) {
         s_poll(D, &S->h);
         __nanosleep(128);
@@ -1101,6 +1115,7 @@ static __device__ void scheduler_main(const struct bg_dev &D)
 {
     struct sched S;
     memset(&S, 0, sizeof(S));
+    S.avoid = -1;
 #ifndef MKS_HOOKS_DISABLED
     struct mks_dev_hcache hc; /* inline runs, hook slot W */
     hw_init(D, &S.h, D.W, NULL, &hc);
@@ -1254,7 +1269,7 @@ __global__ void __launch_bounds__(BG_THREADS)
         }
         int32_t force;
         uint64_t starve;
-        plan(D, &t, n_tiles, 0, &force, &starve);
+        plan(D, &t, blockIdx.x, n_tiles, 0, &force, &starve);
     }
     __syncthreads();
     /* blocks of inactive requests and unchosen experts have nothing to do */
