@@ -528,9 +528,11 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
         if ((rc = store_summary_rows(st, eid, s)) != SQLITE_OK)
             goto fail;
         rc = exec_stmt(st,
-                       "UPDATE ranks SET summaries = summaries + 1, last_epoch = ?,"
+                       "UPDATE ranks SET summaries = summaries + 1,"
+                       " last_epoch = CASE WHEN incarnation = ? THEN ? ELSE last_epoch END,"
                        " lost_summaries = lost_summaries + ? WHERE job=? AND rank=?",
-                       "uuti", s->epoch, s->lost_summaries, env->job, (int64_t)env->rank);
+                       "uuuti", env->incarnation, s->epoch, s->lost_summaries, env->job,
+                       (int64_t)env->rank);
     }
     if (rc != SQLITE_DONE)
         goto fail;
@@ -539,8 +541,10 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
                   " incarnation=?",
                   "tiu", env->job, (int64_t)env->rank, env->incarnation) != SQLITE_DONE)
         goto fail;
-    exec_stmt(st, "UPDATE ranks SET acked_seq=? WHERE job=? AND rank=?", "uti", *seq_p, env->job,
-              (int64_t)env->rank);
+    /* A summary of an earlier incarnation (an agent sending what a crashed
+     * one spooled) says nothing of the current agent's progress. */
+    exec_stmt(st, "UPDATE ranks SET acked_seq=? WHERE job=? AND rank=? AND incarnation=?", "utiu",
+              *seq_p, env->job, (int64_t)env->rank, env->incarnation);
     if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
         goto fail;
     if (++st->since_retain >= RETAIN_EVERY) {
