@@ -82,10 +82,10 @@ struct bg_task {
     uint32_t step, layer, tile_x, tile_y, trig_ev, k;
     uint64_t gen, req_gen, t_ready;
     uint64_t run_delay, notify_delay, hold, comm_delay;
-    /* TASK_ASSIGN left to the receiving worker (see bg_hw): its time and
-     * the queue's depth then */
-    uint64_t assign_t;
-    uint32_t assign_depth, assign_defer;
+    /* TASK_ASSIGN and QUEUE_PRESSURE left to the receiving worker (see
+     * bg_hw): their times and the queue's depth at the assignment */
+    uint64_t assign_t, pressure_t;
+    uint32_t assign_depth, assign_defer, pressure_defer, pad;
 };
 
 struct bg_queue {
@@ -197,7 +197,8 @@ static __device__ __forceinline__ uint64_t qword(const struct bg_queue *q)
  *            context needs into the task and the receiving worker hands
  *            the context to its monitor warp ahead of TASK_START, so that
  *            the scheduler, on every task's critical path, runs no
- *            observe program.
+ *            observe program.  QUEUE_PRESSURE (a worker's queue reached
+ *            the declared depth at an assignment) goes the same way.
  */
 struct bg_hw {
 #ifndef MKS_HOOKS_DISABLED
@@ -859,6 +860,14 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
                 c.queue_depth = t->assign_depth;
                 w_emit(&h, &c);
             }
+            if (t->pressure_defer) {
+                struct mks_hook_ctx c;
+                ctx_fill(D, w, t, MKS_EV_QUEUE_PRESSURE, 0, &c);
+                c.t_now = t->pressure_t;
+                c.value = D.m.cfg.queue_pressure;
+                c.queue_depth = D.m.cfg.queue_pressure;
+                w_emit(&h, &c);
+            }
             if (t->hold | t->run_delay | t->notify_delay | t->comm_delay)
                 atomicAdd(D.faulted, 1ull);
             if (t->hold)
@@ -991,6 +1000,13 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
             }
             q = &D.queues[w];
         }
+    }
+    /* The queue reaches the declared pressure depth with this task (as the
+     * CPU runtime counts it); left to the worker like TASK_ASSIGN. */
+    const uint32_t qp = D.m.cfg.queue_pressure;
+    if (qp && s_on(D, &S->h, MKS_EV_QUEUE_PRESSURE) && q->tail - vload32(&q->head) + 1u == qp) {
+        t->pressure_t = now_ns();
+        t->pressure_defer = 1;
     }
     uint32_t tail = q->tail;
     while (tail - vload32(&q->head) >= BG_QCAP) {

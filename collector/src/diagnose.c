@@ -16,8 +16,10 @@
  *                       to the producer rank and classify there);
  *      local_imbalance  ready tasks queued while workers idled (the agent's
  *                       queued_while_idle_ns, else queueing excess capped by
- *                       worker idle excess);
- *      slow_task        one task class's run time above its norm;
+ *                       worker idle excess, else the queueing excess spread
+ *                       over the workers or the longest wait's excess);
+ *      slow_task        one task class's run time above its norm (spread
+ *                       over the workers, or the longest task's excess);
  *      notify_delay     release later than the producing task's end (minus
  *                       the transfer) by more than its norm: a remote
  *                       release, or a local one (the agent's per (step,
@@ -32,6 +34,13 @@
  *    answer undecided, with the reason.
  * 5. Groups.  Slow steps with the same chain (ranks and causes) and root
  *    class form one group.
+ *
+ * A class's total excess divided by the worker count is what the step loses
+ * when the excess is spread evenly (a few workers, all busy); with many
+ * workers (a GPU's 131) and one task late, the step loses that task's
+ * excess instead, which the longest task (or wait) gives.  Agents send
+ * histograms without their maximum, so the longest is taken as the lower
+ * bound of the highest non-empty log2 bucket (at least half the true one).
  */
 #include "diagnose.h"
 
@@ -58,7 +67,7 @@ struct srow { /* (rank, step) */
 };
 struct crow { /* (rank, step, class) */
     uint32_t rank, step, cls;
-    double count, run_sum, run_max, queue_sum, queue_count;
+    double count, run_sum, run_max, queue_sum, queue_count, queue_max;
 };
 struct erow { /* (epoch, class): task statistics of a whole epoch */
     uint32_t rank, cls;
@@ -128,6 +137,27 @@ static int prep(struct diag *d, const char *sql, sqlite3_stmt **s)
 static uint64_t u64(sqlite3_stmt *s, int i)
 {
     return (uint64_t)sqlite3_column_int64(s, i);
+}
+
+/* SQL mks_hist_floor(blob): the least value the highest non-empty bucket of
+ * a stored histogram holds (store.c's blob: little-endian u64 buckets; bucket
+ * b > 0 holds [2^(b-1), 2^b)), 0 for none. */
+static void hist_floor_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    const uint8_t *p = sqlite3_value_blob(argv[0]);
+    int n = sqlite3_value_bytes(argv[0]) / 8;
+    int64_t v = 0;
+    for (int b = n - 1; p && b > 0; b--) {
+        uint64_t c = 0;
+        for (int i = 0; i < 8; i++)
+            c |= (uint64_t)p[b * 8 + i] << (8 * i);
+        if (c) {
+            v = b - 1 < 62 ? (int64_t)1 << (b - 1) : INT64_MAX;
+            break;
+        }
+    }
+    sqlite3_result_int64(ctx, v);
 }
 
 static int cmp_srow(const void *a, const void *b)
@@ -223,11 +253,17 @@ static int load(struct diag *d)
     }
     sqlite3_finalize(s);
     cap = 0;
+    if (sqlite3_create_function(mks_store_db(d->st), "mks_hist_floor", 1,
+                                SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, hist_floor_fn, NULL,
+                                NULL) != SQLITE_OK)
+        return -EIO;
     if (prep(d,
              "SELECT e.rank, t.step, t.class, SUM(t.count), SUM(CASE WHEN t.run_sum > 0 THEN"
-             " t.run_sum ELSE t.sum_run_ns END), MAX(t.run_max), SUM(t.queue_sum),"
-             " SUM(t.queue_count) FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
-             " WHERE e.job = ?1 GROUP BY e.rank, t.step, t.class",
+             " t.run_sum ELSE t.sum_run_ns END), MAX(CASE WHEN t.run_max > 0 THEN t.run_max"
+             " ELSE mks_hist_floor(t.run_hist) END), SUM(t.queue_sum), SUM(t.queue_count),"
+             " MAX(CASE WHEN t.queue_max > 0 THEN t.queue_max ELSE"
+             " mks_hist_floor(t.queue_hist) END) FROM task_stats t JOIN epochs e ON"
+             " e.id = t.epoch_id WHERE e.job = ?1 GROUP BY e.rank, t.step, t.class",
              &s))
         return -EIO;
     while (sqlite3_step(s) == SQLITE_ROW) {
@@ -236,7 +272,7 @@ static int load(struct diag *d)
         r->rank = (uint32_t)u64(s, 0), r->step = (uint32_t)u64(s, 1), r->cls = (uint32_t)u64(s, 2);
         r->count = (double)u64(s, 3), r->run_sum = (double)u64(s, 4);
         r->run_max = (double)u64(s, 5), r->queue_sum = (double)u64(s, 6);
-        r->queue_count = (double)u64(s, 7);
+        r->queue_count = (double)u64(s, 7), r->queue_max = (double)u64(s, 8);
     }
     sqlite3_finalize(s);
     /* Per-epoch class statistics and which steps each epoch carried: when an
@@ -407,7 +443,7 @@ static void build_clock(struct diag *d)
 
 struct memo {
     uint64_t key;
-    double v[3];
+    double v[4];
     uint8_t used;
 };
 
@@ -694,7 +730,7 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
         }
     }
     /* Task classes: run time (slow task) and queueing (imbalance). */
-    double queue_ex = 0, best_q = 0;
+    double queue_ex = 0, best_q = 0, queue_max_ex = 0;
     bool have_step_rows = false;
     for (size_t i = 0; i < d->nc; i++) {
         const struct crow *c = &d->c[i];
@@ -703,10 +739,11 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
         have_step_rows = true;
         bool fresh = true;
         struct memo *mm = memo_get(d, memo_key(K_CLASS, rank, 0, c->cls), &fresh);
-        double norm_mean, norm_max, norm_q;
+        double norm_mean, norm_max, norm_q, norm_qmax;
         if (fresh) {
             size_t n = 0, m = 0, q = 0;
             double *bmean = buf, *bmax = buf + d->nc, *bq = buf + 2 * d->nc;
+            double *bqmax = buf + 3 * d->nc;
             for (size_t k = 0; k < d->nc; k++) {
                 const struct crow *o = &d->c[k];
                 if (o->rank != rank || o->cls != c->cls || o->count <= 0)
@@ -714,7 +751,7 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
                 bmean[n++] = o->run_sum / o->count;
                 bmax[m++] = o->run_max;
                 if (o->queue_count > 0)
-                    bq[q++] = o->queue_sum / o->queue_count;
+                    bqmax[q] = o->queue_max, bq[q++] = o->queue_sum / o->queue_count;
             }
             /* A class seen in fewer than half of the rank's steps (an
              * expert chosen now and then, or steps the agent could not keep
@@ -733,14 +770,15 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
                     bmean[n++] = o->run_sum / o->count;
                     bmax[m++] = o->run_max;
                     if (o->queue_count > 0)
-                        bq[q++] = o->queue_sum / o->queue_count;
+                        bqmax[q] = o->queue_max, bq[q++] = o->queue_sum / o->queue_count;
                 }
             }
             norm_mean = median(bmean, n), norm_max = median(bmax, m), norm_q = median(bq, q);
+            norm_qmax = median(bqmax, q);
             if (mm)
-                mm->v[0] = norm_mean, mm->v[1] = norm_max, mm->v[2] = norm_q;
+                mm->v[0] = norm_mean, mm->v[1] = norm_max, mm->v[2] = norm_q, mm->v[3] = norm_qmax;
         } else {
-            norm_mean = mm->v[0], norm_max = mm->v[1], norm_q = mm->v[2];
+            norm_mean = mm->v[0], norm_max = mm->v[1], norm_q = mm->v[2], norm_qmax = mm->v[3];
         }
         double ws = c->cls < 256 ? wait_sum[c->cls] : 0, wm = c->cls < 256 ? wait_max[c->cls] : 0;
         double ex_total = (c->run_sum - c->count * norm_mean - ws) / nw;
@@ -752,10 +790,13 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
         }
         if (c->queue_count > 0) {
             double qe = (c->queue_sum - c->queue_count * norm_q) / nw;
+            double qm = c->queue_max > 0 ? c->queue_max - norm_qmax : 0;
             if (qe > 0)
                 queue_ex += qe;
-            if (qe > best_q)
-                best_q = qe, v->cls[C_IMBALANCE] = c->cls;
+            if (qm > queue_max_ex)
+                queue_max_ex = qm;
+            if ((qe > qm ? qe : qm) > best_q)
+                best_q = qe > qm ? qe : qm, v->cls[C_IMBALANCE] = c->cls;
         }
     }
     if (!have_step_rows)
@@ -775,8 +816,9 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
         v->score[C_IMBALANCE] = queue_ex < idle_ex ? queue_ex : idle_ex;
     } else {
         /* Queueing alone: a task held in a queue (passed over, or behind
-         * one worker's backlog) while the step waits for it. */
-        v->score[C_IMBALANCE] = queue_ex;
+         * one worker's backlog) while the step waits for it; one such task
+         * among many workers costs the step its own wait. */
+        v->score[C_IMBALANCE] = queue_ex > queue_max_ex ? queue_ex : queue_max_ex;
     }
     if (v->score[C_IMBALANCE] < 0)
         v->score[C_IMBALANCE] = 0;
@@ -1074,7 +1116,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     d.memo = calloc(d.memo_cap, sizeof(*d.memo));
     if (!d.memo)
         d.memo_cap = 0; /* no cache: slower, same answers */
-    size_t bufn = 3 * (d.nc + d.nw + d.nr + d.ns + d.nec) + 16;
+    size_t bufn = 4 * (d.nc + d.nw + d.nr + d.ns + d.nec) + 16;
     buf = malloc(bufn * sizeof(double));
     /* Distinct steps and their times (slowest rank). */
     steps = malloc((d.ns + 1) * sizeof(uint32_t));

@@ -6,7 +6,10 @@
  * remote_stall links on the way.  Every rank also reports the agent's
  * local release record of gemm (the task's end and its release), which a
  * local notification delay on rank 2 stretches.  A clean run names nothing; a rank with
- * too little coverage makes the answer undecided with the reason.
+ * too little coverage makes the answer undecided with the reason.  With many
+ * workers (a GPU's) and one task late, in its run or in its queue, the
+ * diagnosis names it from the longest task, which it reads off the
+ * histograms when, as from real agents, the summaries carry no maximum.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -34,7 +37,18 @@
 #define FAULT  (400 * US)
 #define NW     4
 
-enum fault { NONE, SLOW_TASK, IMBALANCE, IMBALANCE_QWI, NOTIFY, TRANSFER, LOW_COVERAGE, NOTIFY_LOCAL };
+enum fault {
+    NONE,
+    SLOW_TASK,
+    IMBALANCE,
+    IMBALANCE_QWI,
+    NOTIFY,
+    TRANSFER,
+    LOW_COVERAGE,
+    NOTIFY_LOCAL,
+    SLOW_ONE,      /* one attn task runs FAULT longer */
+    IMBALANCE_ONE, /* one gemm task waits FAULT longer in its queue */
+};
 /* Steps reported without times, only generation advances (as an agent
  * without step monitors does). */
 static bool gens_only;
@@ -79,6 +93,11 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
     put_hist(t->queue_b, 5 * US, 40);
     if (hit && (f == IMBALANCE || f == IMBALANCE_QWI))
         t->queue_sum += NW * FAULT;
+    if (hit && f == IMBALANCE_ONE) {
+        t->queue_sum += FAULT;
+        put_hist(t->queue_b, 5 * US, -1ull); /* one out of the usual bucket */
+        put_hist(t->queue_b, 5 * US + FAULT, 1);
+    }
     /* attn: 20 tasks of 30 us */
     t = &sum->ts[sum->n_ts++];
     t->cls = 1, t->step = s, t->count = 20, t->sum_run = 20 * 30 * US, t->run_max = 31 * US;
@@ -87,6 +106,11 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
     if (hit && f == SLOW_TASK) {
         t->sum_run += NW * FAULT;
         t->run_max += 100 * US;
+    }
+    if (hit && f == SLOW_ONE) {
+        t->sum_run += FAULT;
+        put_hist(t->run_b, 30 * US, -1ull); /* one out of the usual bucket */
+        put_hist(t->run_b, 30 * US + FAULT, 1);
     }
     /* send: the communication task */
     t = &sum->ts[sum->n_ts++];
@@ -124,7 +148,8 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
     if (r > 0) {
         struct fa_release *rl = &sum->rels[sum->n_rels++];
         uint64_t shift = r == 2 ? ((hit && (f == SLOW_TASK || f == IMBALANCE || f == IMBALANCE_QWI ||
-                                            f == NOTIFY_LOCAL))
+                                            f == NOTIFY_LOCAL || f == SLOW_ONE ||
+                                            f == IMBALANCE_ONE))
                                        ? FAULT
                                        : 0)
                                 : prop;
@@ -309,6 +334,29 @@ static void test_comm_class_is_transfer(void **s)
     tweak = NULL;
 }
 
+/* 132 workers, no worker rows, no maxima in the summaries (what agents on a
+ * GPU send): one late task's excess spread over the workers explains
+ * nothing; the longest task, from the histogram, names it. */
+#define MANY_WORKERS                                                                               \
+    "UPDATE ranks SET n_workers = 132; DELETE FROM workers;"                                       \
+    " UPDATE task_stats SET run_max = 0, queue_max = 0"
+static void test_slow_one_of_many(void **s)
+{
+    (void)s;
+    gens_only = false;
+    tweak = MANY_WORKERS;
+    expect_root(SLOW_ONE, "slow_task", "attn");
+    tweak = NULL;
+}
+static void test_queued_one_of_many(void **s)
+{
+    (void)s;
+    gens_only = false;
+    tweak = MANY_WORKERS;
+    expect_root(IMBALANCE_ONE, "local_imbalance", "gemm");
+    tweak = NULL;
+}
+
 static void test_gens_only(void **s)
 {
     (void)s;
@@ -377,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_notify_local),
         cmocka_unit_test(test_transfer),    cmocka_unit_test(test_gens_only),
         cmocka_unit_test(test_comm_class_is_transfer),
+        cmocka_unit_test(test_slow_one_of_many), cmocka_unit_test(test_queued_one_of_many),
         cmocka_unit_test(test_clean),
         cmocka_unit_test(test_low_coverage), cmocka_unit_test(test_empty),
     };
