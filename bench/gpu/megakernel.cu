@@ -926,6 +926,12 @@ struct sched {
     uint32_t step, buf, n; /* tasks built in the step buffer */
     uint32_t rr;
     int32_t avoid; /* queue-oversub: the held worker, which the operator's other tasks avoid */
+    /* The faults on this rank that cover this step, copied at its start: the
+     * plan of every task reads them, and reading the fault table in global
+     * memory from the one scheduler thread cost 0.25-0.5 us a task (a
+     * faulted run's medium step was 0.4 ms longer also outside its faults). */
+    struct mks_fault faults[MKS_BENCH_MAX_FAULTS];
+    uint32_t n_faults;
     struct bg_hw h;
 };
 
@@ -953,13 +959,17 @@ static __device__ void req_task(const struct bg_dev &D, struct sched *S, struct 
     t->flags |= MKS_CTX_F_DYNAMIC;
 }
 
-/* The fault plan of task idx (in ready order) of the n_op tasks of an operator. */
-static __device__ void plan(const struct bg_dev &D, struct bg_task *t, uint32_t idx, uint32_t n_op,
+/* The fault plan of task idx (in ready order; an expert's tile) of the n_op
+ * tasks of an operator. */
+static __device__ void plan(const struct bg_dev &D, const struct mks_fault *faults,
+                            uint32_t n_faults, struct bg_task *t, uint32_t idx, uint32_t n_op,
                             uint32_t k, int32_t *force, uint64_t *starve)
 {
     struct bm_fault_effect fx;
-    bm_fault_plan(D.m.faults, D.m.n_faults, D.rank, D.W, D.L, t->cls, t->step, t->tile_x, idx, n_op,
-                  k, &fx);
+    if (t->cls >= BC_EXPERT0)
+        idx = t->tile_y; /* n_op counts one expert's tiles */
+    bm_fault_plan(faults, n_faults, D.rank, D.W, D.L, t->cls, t->step, t->tile_x, idx, n_op, k,
+                  &fx);
     t->run_delay = fx.run_delay_ns;
     t->notify_delay = fx.notify_delay_ns;
     t->hold = fx.hold_ns;
@@ -1057,7 +1067,7 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
     for (uint32_t i = 0; i < n; i++) {
         int32_t force;
         uint64_t starve;
-        plan(D, &D.tasks[ord[i]], i, n_op, k, &force, &starve);
+        plan(D, S->faults, S->n_faults, &D.tasks[ord[i]], i, n_op, k, &force, &starve);
         if (force >= 0)
             S->avoid = force;
         if (starve) {
@@ -1077,7 +1087,8 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
         for (uint32_t i = 0; i < waiting; i++) {
             int32_t force;
             uint64_t starve;
-            plan(D, &D.tasks[ord[n + i]], (uint32_t)prio[i], n_op, k, &force, &starve);
+            plan(D, S->faults, S->n_faults, &D.tasks[ord[n + i]], (uint32_t)prio[i], n_op, k,
+                 &force, &starve);
             assign(D, S, ord[n + i], force);
         }
     }
@@ -1145,6 +1156,11 @@ static __device__ void scheduler_main(const struct bg_dev &D)
         S.step = s;
         S.buf = s & 1u;
         S.n = 0;
+        S.n_faults = 0;
+        for (uint32_t i = 0; i < m->n_faults && S.n_faults < MKS_BENCH_MAX_FAULTS; i++)
+            if (m->faults[i].rank == (int32_t)D.rank && s >= m->faults[i].step_lo &&
+                s <= m->faults[i].step_hi)
+                S.faults[S.n_faults++] = m->faults[i];
         uint32_t joined = bm_batch_begin(m, D.batch, s);
         gen_advance(D, &S, -1);
         for (uint32_t i = 0; i < m->B; i++)
@@ -1285,7 +1301,7 @@ __global__ void __launch_bounds__(BG_THREADS)
         }
         int32_t force;
         uint64_t starve;
-        plan(D, &t, blockIdx.x, n_tiles, 0, &force, &starve);
+        plan(D, D.m.faults, D.m.n_faults, &t, blockIdx.x, n_tiles, 0, &force, &starve);
     }
     __syncthreads();
     /* blocks of inactive requests and unchosen experts have nothing to do */
