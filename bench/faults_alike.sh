@@ -8,8 +8,12 @@
 # meet at every all-reduce, so each sees the job's step).  Per type it
 # prints the mean step time over the faulted steps minus the clean runs'
 # mean over the same steps (same seed: the same requests join and leave),
-# that as a ratio to the magnitude, the standard error over rounds, and the
-# spread: the largest type's added time over the smallest's.
+# that as a ratio to the magnitude, the standard error over rounds, the same
+# with medians instead of means (robust when other work on the machine
+# stalls a few steps by milliseconds), the mean difference outside the
+# faulted steps (the injector should cost nothing there; the first 5 steps
+# left out), and the spread: the largest type's added time over the
+# smallest's.
 #
 #   bench/faults_alike.sh BENCH_EXE [--backend cpu|cuda] [--size small|medium]
 #       [--ranks N] [--magnitude US] [--steps N] [--window A-B] [--reps N]
@@ -120,57 +124,80 @@ done
 load1=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
 
 python3 - "$out" "$lo" "$hi" "$mag" "$reps" "$load0" "$load1" "${list[@]}" <<'PY' | tee "$out/summary.txt"
-import json, math, os, sys
+import json, math, os, statistics, sys
 out, lo, hi, mag, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 load0, load1, names = sys.argv[6], sys.argv[7], sys.argv[8:]
 
-def outer(path):
-    """Mean job step time (us) over the window, and the injector's task count."""
+def job_steps(path):
+    """The job's step times (us, mean over ranks), the injector's task count."""
     try:
         d = json.load(open(path))
     except (OSError, ValueError):
         return None
     ranks = d["ranks"]
-    steps = [sum(r["step_ns"][s] for r in ranks) / len(ranks) for s in range(lo, hi + 1)]
-    return sum(steps) / len(steps) / 1e3, sum(r.get("faulted_tasks", 0) for r in ranks)
+    return ([sum(r["step_ns"][s] for r in ranks) / len(ranks) / 1e3
+             for s in range(len(ranks[0]["step_ns"]))],
+            sum(r.get("faulted_tasks", 0) for r in ranks))
 
-runs = {c: [outer(os.path.join(out, "%s.%d.json" % (c, r))) for r in range(1, reps + 1)]
+def mean(v):
+    return sum(v) / len(v) if v else float("nan")
+
+runs = {c: [job_steps(os.path.join(out, "%s.%d.json" % (c, r))) for r in range(1, reps + 1)]
         for c in names}
-base = [v[0] if v else None for v in runs["clean"]]
-ok_base = [b for b in base if b is not None]
-if not ok_base:
+
+def pooled(c, outside=False):
+    v = []
+    for x in runs[c]:
+        if x:
+            v += x[0][5:lo] + x[0][hi + 1:] if outside else x[0][lo:hi + 1]
+    return v
+
+def round_means(c):
+    return [mean(x[0][lo:hi + 1]) if x else None for x in runs[c]]
+
+clean_in = pooled("clean")
+if not clean_in:
     print("no clean run completed: nothing to compare")
     sys.exit(0)
-base_mean = sum(ok_base) / len(ok_base)
-print("clean: %.1f us a step over steps %d-%d (mean of %d rounds)" % (base_mean, lo, hi, len(ok_base)))
-print("%-14s %10s %10s %7s %9s %8s" % ("fault", "step_us", "added_us", "ratio", "se_us", "tasks"))
+clean_out = pooled("clean", True)
+base = round_means("clean")
+print("clean: %.1f us a step over steps %d-%d (mean; median %.1f; %d rounds)" %
+      (mean(clean_in), lo, hi, statistics.median(clean_in), sum(1 for b in base if b is not None)))
+print("%-14s %10s %10s %7s %8s %10s %7s %8s %10s" % ("fault", "step_us", "added_us", "ratio", "se_us",
+      "med_added", "m_ratio", "tasks", "outside_us"))
 rows = {}
 for c in names[1:]:
-    v = [x for x in runs[c] if x]
+    v = pooled(c)
     if not v:
         print("%-14s   no run completed" % c)
         continue
-    m = sum(x[0] for x in v) / len(v)
+    added = mean(v) - mean(clean_in)
+    med = statistics.median(v) - statistics.median(clean_in)
     # paired with the clean run of the same round where both completed
-    diffs = [x[0] - b for x, b in zip(runs[c], base) if x and b is not None]
+    diffs = [f - b for f, b in zip(round_means(c), base) if f is not None and b is not None]
     se = float("nan")
     if len(diffs) > 1:
-        md = sum(diffs) / len(diffs)
-        se = math.sqrt(sum((d - md) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs))
-    added = m - base_mean
-    rows[c] = {"step_us": m, "added_us": added, "ratio": added / mag if mag else float("nan"),
-               "se_us": se, "faulted_tasks": v[0][1], "rounds": len(v)}
-    print("%-14s %10.1f %+10.1f %7.3f %9.1f %8d" % (c, m, added, rows[c]["ratio"], se, v[0][1]))
-spread = float("nan")
+        se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+    o = pooled(c, True)
+    outside = mean(o) - mean(clean_out) if o and clean_out else float("nan")
+    tasks = next(x[1] for x in runs[c] if x)
+    rows[c] = {"step_us": mean(v), "added_us": added, "ratio": added / mag if mag else float("nan"),
+               "se_us": se, "median_added_us": med,
+               "median_ratio": med / mag if mag else float("nan"), "faulted_tasks": tasks,
+               "rounds": len(diffs), "outside_us": outside}
+    print("%-14s %10.1f %+10.1f %7.3f %8.1f %+10.1f %7.3f %8d %+10.1f" %
+          (c, mean(v), added, rows[c]["ratio"], se, med, rows[c]["median_ratio"], tasks, outside))
+spread = {}
 faults = [r for c, r in rows.items() if c != "skew-routing"]
-if faults:
-    a = [r["added_us"] for r in faults]
-    if min(a) > 0:
-        spread = max(a) / min(a)
-    print("spread (max/min added): %.3f; ratios %.3f..%.3f; load average %s -> %s" %
-          (spread, min(r["ratio"] for r in faults), max(r["ratio"] for r in faults),
-           load0, load1))
-json.dump({"magnitude_us": mag, "window": [lo, hi], "rounds": reps, "clean_step_us": base_mean,
+for key, label in (("added_us", "mean"), ("median_added_us", "median")):
+    a = [r[key] for r in faults]
+    if not a:
+        continue
+    spread[label] = max(a) / min(a) if min(a) > 0 else float("nan")
+    print("spread (max/min added, %s): %.3f; ratios %.3f..%.3f" %
+          (label, spread[label], min(a) / mag, max(a) / mag))
+print("load average %s -> %s" % (load0, load1))
+json.dump({"magnitude_us": mag, "window": [lo, hi], "rounds": reps, "clean_step_us": mean(clean_in),
            "faults": rows, "spread": spread, "load": [load0, load1]},
           open(os.path.join(out, "summary.json"), "w"), indent=1)
 PY
