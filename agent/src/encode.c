@@ -223,6 +223,13 @@ static int add_waits(struct arena *a, const struct agt_summary *s, Mkscope__V1__
          * one (an older monitor, or it comes in a later epoch) the data's
          * arrival is the best estimate of the release. */
         m->t_start_dev_ns = r->v.t_start;
+        /* Several workers' monitors update one local record, per (step,
+         * class), without a lock (on a GPU their monitor warps run side by
+         * side): a start after the end comes from another task.  The
+         * record keeps its end and notification, what notify_delay judges,
+         * rather than failing the whole summary on the wire's check. */
+        if (r->v.t_end && r->v.t_start > r->v.t_end)
+            m->t_start_dev_ns = 0;
         m->t_comm_begin_dev_ns = r->v.t_start <= r->v.t_release ? r->v.t_start : 0;
         m->t_comm_end_dev_ns = r->v.t_release;
         m->t_end_dev_ns = r->v.t_end;

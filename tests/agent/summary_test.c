@@ -321,6 +321,40 @@ static void test_encode_tiers_keep_counts(void **state)
     agt_summary_free(s);
 }
 
+/* A local release record torn by two workers' monitors (the start of one
+ * task, the end of another, earlier one) still makes a summary: the start
+ * is dropped, the end and the notification kept. */
+static void test_encode_torn_local_release(void **state)
+{
+    (void)state;
+    struct agt_summary *s = agt_summary_new();
+    s->release = calloc(1, sizeof(*s->release));
+    assert_non_null(s->release);
+    s->n_release = s->cap_release = 1;
+    s->release[0].key.comm_gen = MKS_MON_LOCAL_REL_GEN(7, 3);
+    s->release[0].key.peer = 2;
+    s->release[0].v.t_start = 5128;
+    s->release[0].v.t_end = 5000;
+    s->release[0].v.t_notify = 9000;
+    s->release[0].v.task_class = 3;
+    s->release[0].v.step = 7;
+    struct agt_encode_meta meta = {.job = "j1", .rank = 2, .incarnation = 1, .seq = 1};
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(agt_summary_encode(s, AGT_TIER_FULL, &meta, NULL, &buf, &len), 0);
+    mks_envelope *env;
+    char err[256];
+    assert_int_equal(mks_wire_decode(buf, len, NULL, &env, err, sizeof(err)), 0);
+    const Mkscope__V1__EpochSummary *es = env->epoch_summary;
+    assert_int_equal(es->n_releases, 1);
+    assert_int_equal(es->releases[0]->t_start_dev_ns, 0);
+    assert_int_equal(es->releases[0]->t_end_dev_ns, 5000);
+    assert_int_equal(es->releases[0]->t_release_dev_ns, 9000);
+    mks_wire_free(env);
+    free(buf);
+    agt_summary_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_user_map_with_builtin_name_stays_raw),
         cmocka_unit_test(test_map_read_error_is_reported),
         cmocka_unit_test(test_merge_adds_up),
+        cmocka_unit_test(test_encode_torn_local_release),
         cmocka_unit_test(test_encode_tiers_keep_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
