@@ -932,6 +932,7 @@ struct sched {
      * faulted run's medium step was 0.4 ms longer also outside its faults). */
     struct mks_fault faults[MKS_BENCH_MAX_FAULTS];
     uint32_t n_faults;
+    uint64_t cls_mask[2]; /* the classes they name (bit per class id) */
     struct bg_hw h;
 };
 
@@ -976,6 +977,20 @@ static __device__ void plan(const struct bg_dev &D, const struct mks_fault *faul
     t->comm_delay = fx.comm_delay_ns;
     *force = fx.force_worker;
     *starve = fx.starve_ns;
+}
+
+/* The plan of a task from the step's faults.  A task of a class no fault of
+ * the step names keeps what new_task() gave it, no delay: the scheduler's
+ * time per task stays what it is in a run without faults. */
+static __device__ void sched_plan(const struct bg_dev &D, const struct sched *S, struct bg_task *t,
+                                  uint32_t idx, uint32_t n_op, uint32_t k, int32_t *force,
+                                  uint64_t *starve)
+{
+    *force = -1;
+    *starve = 0;
+    if (t->cls < 128 && !((S->cls_mask[t->cls >> 6] >> (t->cls & 63)) & 1u))
+        return;
+    plan(D, S->faults, S->n_faults, t, idx, n_op, k, force, starve);
 }
 
 static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t idx, int32_t force)
@@ -1067,7 +1082,7 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
     for (uint32_t i = 0; i < n; i++) {
         int32_t force;
         uint64_t starve;
-        plan(D, S->faults, S->n_faults, &D.tasks[ord[i]], i, n_op, k, &force, &starve);
+        sched_plan(D, S, &D.tasks[ord[i]], i, n_op, k, &force, &starve);
         if (force >= 0)
             S->avoid = force;
         if (starve) {
@@ -1087,8 +1102,7 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
         for (uint32_t i = 0; i < waiting; i++) {
             int32_t force;
             uint64_t starve;
-            plan(D, S->faults, S->n_faults, &D.tasks[ord[n + i]], (uint32_t)prio[i], n_op, k,
-                 &force, &starve);
+            sched_plan(D, S, &D.tasks[ord[n + i]], (uint32_t)prio[i], n_op, k, &force, &starve);
             assign(D, S, ord[n + i], force);
         }
     }
@@ -1157,10 +1171,17 @@ static __device__ void scheduler_main(const struct bg_dev &D)
         S.buf = s & 1u;
         S.n = 0;
         S.n_faults = 0;
-        for (uint32_t i = 0; i < m->n_faults && S.n_faults < MKS_BENCH_MAX_FAULTS; i++)
-            if (m->faults[i].rank == (int32_t)D.rank && s >= m->faults[i].step_lo &&
-                s <= m->faults[i].step_hi)
-                S.faults[S.n_faults++] = m->faults[i];
+        S.cls_mask[0] = S.cls_mask[1] = 0;
+        for (uint32_t i = 0; i < m->n_faults && S.n_faults < MKS_BENCH_MAX_FAULTS; i++) {
+            const struct mks_fault *f = &m->faults[i];
+            if (f->rank != (int32_t)D.rank || s < f->step_lo || s > f->step_hi)
+                continue;
+            S.faults[S.n_faults++] = *f;
+            if (f->cls >= 0 && f->cls < 128)
+                S.cls_mask[f->cls >> 6] |= 1ull << (f->cls & 63);
+            else
+                S.cls_mask[0] = S.cls_mask[1] = ~0ull; /* any class */
+        }
         uint32_t joined = bm_batch_begin(m, D.batch, s);
         gen_advance(D, &S, -1);
         for (uint32_t i = 0; i < m->B; i++)
