@@ -36,20 +36,9 @@ export NCCL_NVLS_ENABLE=0
 mkdir -p "$out"
 build=${MKS_FALIKE_BUILD:-$root/build-gpu-falike}
 t0=$SECONDS
-cmake_args=()
-prefix_lib=""
-if [ -n "${MKS_DEBS:-}" ]; then
-    prefix=${TMPDIR:-/tmp}/mkscope-falike-prefix
-    mkdir -p "$prefix"
-    IFS=: read -r -a debdirs <<<"$MKS_DEBS"
-    for dd in "${debdirs[@]}"; do
-        for f in "$dd"/*.deb; do dpkg -x "$f" "$prefix" || { echo "$0: cannot unpack $f" >&2; exit 1; }; done
-    done
-    prefix_lib=$prefix/usr/lib/x86_64-linux-gnu
-    cmake_args+=(-DCMAKE_PREFIX_PATH="$prefix/usr"
-        "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$prefix_lib -L$prefix_lib")
-    export CPATH=$prefix/usr/include${CPATH:+:$CPATH}
-fi
+# shellcheck source=bench/gpu/debs_prefix.sh
+source "$root/bench/gpu/debs_prefix.sh"
+mks_debs_prefix mkscope-falike-prefix || exit 1
 nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader >"$out/falike-gpus.txt" 2>&1
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 if ! { cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMKS_BUILD_TESTS=OFF \
