@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # Step time of the CPU backend's build variants side by side (hooks compiled
 # out, compiled in and detached, native profiler), interleaved over several
-# rounds so machine noise hits them alike; then the step time each fault type
-# adds at one magnitude.  Prints median step times in microseconds.
+# rounds so machine noise hits them alike.  Prints median step times in
+# microseconds.  The time each fault type adds: bench/faults_alike.sh.
 #
-#   bench/cpu_variants.sh BUILD_DIR [--ranks N] [--steps N] [--rounds N] [--magnitude US]
+#   bench/cpu_variants.sh BUILD_DIR [--ranks N] [--steps N] [--rounds N]
 set -euo pipefail
-bin=${1:?usage: $0 BUILD_DIR [--ranks N] [--steps N] [--rounds N] [--magnitude US]}/bench
+bin=${1:?usage: $0 BUILD_DIR [--ranks N] [--steps N] [--rounds N]}/bench
 shift
-ranks=4 steps=200 rounds=5 mag=2000
+ranks=4 steps=200 rounds=5
 while [ $# -gt 0 ]; do
     case $1 in
     --ranks) ranks=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    --magnitude) mag=$2; shift 2 ;;
     *) echo "$0: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -44,17 +43,4 @@ for i in $(seq "$rounds"); do
 done
 for v in nohooks hooks prof; do
     printf "  %-8s %s\n" "$v" "$(median 5 "$steps" "$tmp"/$v.*.json)"
-done
-
-lo=$((steps / 4)) hi=$((steps / 2))
-echo "== faults on rank 1, magnitude $mag us, steps $lo-$((hi - 1)) (median step inside / outside)"
-for f in "" task-delay moe-skew notify-delay queue-oversub comm-delay tile-starve; do
-    spec=()
-    [ -n "$f" ] && spec=(--fault "$f:rank=1,magnitude=$mag,steps=$lo-$((hi - 1))")
-    for i in $(seq "$rounds"); do
-        "$bin/mkscope-bench" run --ranks "$ranks" --steps "$steps" --job "cv$$" -q \
-            "${spec[@]}" --json "$tmp/f${f:-none}.$i.json"
-    done
-    printf "  %-14s %8s %8s\n" "${f:-none}" "$(median $lo $hi "$tmp"/f${f:-none}.*.json)" \
-        "$(median $((hi + 5)) "$steps" "$tmp"/f${f:-none}.*.json)"
 done
