@@ -25,9 +25,9 @@
 # notify-delay delays qkv_proj's releases (there are no sends).  The extra
 # type skew-routing is moe-skew at magnitude 0: the skewed routing alone,
 # shown as a row (its ratio: its added time over the magnitude) but left out
-# of the spread.  The CUDA
-# backend runs one rank per visible GPU (set CUDA_VISIBLE_DEVICES).  Every
-# run goes under `timeout` (--timeout, default 120 s).  Result JSON and logs
+# of the spread.  The CUDA backend runs one rank per visible GPU (set
+# CUDA_VISIBLE_DEVICES).  Every run goes under `timeout` (--timeout, default
+# 120 s).  Result JSON and logs
 # go to DIR (default a temporary folder, removed); the table also to
 # DIR/summary.txt and the numbers to DIR/summary.json.  Exit code 1 if a
 # run failed, 2 on bad options.
