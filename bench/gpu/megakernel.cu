@@ -199,6 +199,12 @@ static __device__ __forceinline__ uint64_t qword(const struct bg_queue *q)
  *            the scheduler, on every task's critical path, runs no
  *            observe program.  QUEUE_PRESSURE (a worker's queue reached
  *            the declared depth at an assignment) goes the same way.
+ *
+ * The code of both exists twice (template argument HK): the instantiation
+ * without hooks is the compiled-out build's, and runs while nothing is
+ * attached; the hooked one is called out of line, by a worker for a task
+ * whose queue word has the gate bit, by the scheduler for a step that
+ * starts with one of its events attached.
  */
 struct bg_hw {
 #ifndef MKS_HOOKS_DISABLED
@@ -231,13 +237,16 @@ static __device__ void hw_init(const struct bg_dev &D, struct bg_hw *h, uint32_t
 
 /* ---- worker side: events to the monitor warp ---- */
 
-static __device__ __forceinline__ int w_on(const struct bg_hw *h, uint32_t ev)
+/* HK: the hooked instantiation of the worker's and the scheduler's code.
+ * The other one, which runs while nothing is attached, is the source of
+ * the hooks-compiled-out build: no hook test and no hook state in it. */
+template <bool HK> static __device__ __forceinline__ int w_on(const struct bg_hw *h, uint32_t ev)
 {
 #ifdef MKS_HOOKS_DISABLED
     (void)h, (void)ev;
     return 0;
 #else
-    return (h->mask >> ev) & 1u;
+    return HK && ((h->mask >> ev) & 1u);
 #endif
 }
 
@@ -277,19 +286,25 @@ static __device__ void w_drain(struct bg_hw *h)
 
 /* ---- scheduler side: inline through its cache ---- */
 
+template <bool HK>
 static __device__ __forceinline__ int s_on(const struct bg_dev &D, struct bg_hw *h, uint32_t ev)
 {
 #ifdef MKS_HOOKS_DISABLED
     (void)D, (void)h, (void)ev;
     return 0;
 #else
-    if (!D.have_hooks)
+    if (!HK || !D.have_hooks)
         return 0;
     MKS_DEV_HOOK_IF(&D.hooks, &h->w, ev)
     return 1;
     return 0;
 #endif
 }
+
+/* The events the scheduler raises. */
+#define BG_SCHED_EVENTS                                                                            \
+    ((1u << MKS_EV_TASK_READY) | (1u << MKS_EV_TASK_ASSIGN) | (1u << MKS_EV_GEN_ADVANCE) |         \
+     (1u << MKS_EV_QUEUE_PRESSURE))
 
 /* Once per dispatch and while the scheduler waits: a change of programs or
  * an epoch flip makes it leave the epoch its cache holds, which ends the
@@ -360,11 +375,12 @@ static __device__ void ctx_fill(const struct bg_dev &D, uint32_t worker, const s
 }
 
 /* A worker's hook about a remote dependency or transfer, when attached. */
+template <bool HK>
 static __device__ void remote_hook(const struct bg_dev &D, struct bg_hw *h, const struct bg_task *t,
                                    uint16_t ev, uint32_t peer, uint64_t cg, uint64_t dep,
                                    uint64_t value)
 {
-    if (!w_on(h, ev))
+    if (!w_on<HK>(h, ev))
         return;
     struct mks_hook_ctx c;
     ctx_fill(D, h->id, t, ev, h->t_start, &c);
@@ -570,6 +586,7 @@ static __device__ void body_oproj(const struct bg_dev &D, const struct bg_task *
     }
 }
 
+template <bool HK>
 static __device__ void body_send(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h)
 {
     const struct bm_model *m = &D.m;
@@ -578,7 +595,7 @@ static __device__ void body_send(const struct bg_dev &D, const struct bg_task *t
     const uint64_t cg = comm_gen(t->step, k, D.rank, peer), dep = remote_ev(peer, D.rank);
     const uint64_t bytes = (uint64_t)n * sizeof(float);
     if (threadIdx.x == 0)
-        remote_hook(D, h, t, MKS_EV_COMM_BEGIN, peer, cg, dep, bytes);
+        remote_hook<HK>(D, h, t, MKS_EV_COMM_BEGIN, peer, cg, dep, bytes);
     float *dst = D.peer_data[peer] + (size_t)(seq & 1u) * n;
     for (uint32_t i = threadIdx.x; i < n; i += BG_THREADS)
         dst[i] = D.partial[i];
@@ -586,21 +603,23 @@ static __device__ void body_send(const struct bg_dev &D, const struct bg_task *t
     if (threadIdx.x == 0) {
         if (t->comm_delay) /* a deadline after the send became ready (bm_fault_plan) */
             spin_until(t->t_ready + t->comm_delay);
-        remote_hook(D, h, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
+        remote_hook<HK>(D, h, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
     }
 }
 
 /* The send's notification, after the task's end (thread 0). */
+template <bool HK>
 static __device__ void release_send(const struct bg_dev &D, const struct bg_task *t,
                                     struct bg_hw *h)
 {
     const uint32_t peer = t->tile_x, k = t->tile_y, seq = ar_seq(D, t->step, k);
     __threadfence_system(); /* the data before the release, seen over NVLink */
     atomicAdd_system(D.peer_count[peer], 1u);
-    remote_hook(D, h, t, MKS_EV_DEP_RELEASE, peer, comm_gen(t->step, k, D.rank, peer),
-                remote_ev(peer, D.rank), seq + 1);
+    remote_hook<HK>(D, h, t, MKS_EV_DEP_RELEASE, peer, comm_gen(t->step, k, D.rank, peer),
+                    remote_ev(peer, D.rank), seq + 1);
 }
 
+template <bool HK>
 static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h)
 {
     const struct bm_model *m = &D.m;
@@ -610,7 +629,7 @@ static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task 
             if (p == D.rank)
                 continue;
             const uint64_t cg = comm_gen(t->step, k, p, D.rank), dep = remote_ev(D.rank, p);
-            remote_hook(D, h, t, MKS_EV_DEP_WAIT_BEGIN, p, cg, dep, seq + 1);
+            remote_hook<HK>(D, h, t, MKS_EV_DEP_WAIT_BEGIN, p, cg, dep, seq + 1);
             prof_rec(D, h->id, BR_PROF_WAIT_BEGIN, t);
             const uint32_t *cnt = &D.inbox_count[p * BG_CSTRIDE];
             const uint64_t t0 = now_ns();
@@ -620,7 +639,7 @@ static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task 
                 __nanosleep(32);
             }
             prof_rec(D, h->id, BR_PROF_WAIT_END, t);
-            remote_hook(D, h, t, MKS_EV_DEP_WAIT_END, p, cg, dep, seq + 1);
+            remote_hook<HK>(D, h, t, MKS_EV_DEP_WAIT_END, p, cg, dep, seq + 1);
         }
         __threadfence_system();
     }
@@ -779,6 +798,7 @@ static __device__ void body_sample(const struct bg_dev &D, const struct bg_task 
         D.logit_sum[st] = lsum;
 }
 
+template <bool HK>
 static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h,
                                 float *sh)
 {
@@ -796,10 +816,10 @@ static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t,
         body_oproj(D, t);
         break;
     case BC_AR_SEND:
-        body_send(D, t, h);
+        body_send<HK>(D, t, h);
         break;
     case BC_AR_REDUCE:
-        body_reduce(D, t, h);
+        body_reduce<HK>(D, t, h);
         break;
     case BC_ROUTER:
         body_router(D, t, sh);
@@ -821,9 +841,98 @@ static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t,
 
 /* ---- persistent megakernel: workers ------------------------------------------ */
 
+/* One task on the worker's block, after thread 0 popped it; HK: with its
+ * hook sites (see bg_hw). */
+template <bool HK>
+static __device__ __forceinline__ void run_task(const struct bg_dev &D, uint32_t w,
+                                                const struct bg_task *t, struct bg_hw *h,
+                                                const struct bg_queue *q, uint32_t head, float *sh)
+{
+    if (threadIdx.x == 0) {
+        if (HK && t->assign_defer) {
+            /* the scheduler's TASK_ASSIGN, as it filled it (see bg_hw) */
+            struct mks_hook_ctx c;
+            ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
+            c.t_now = t->assign_t;
+            c.value = w;
+            c.queue_depth = t->assign_depth;
+            w_emit(h, &c);
+        }
+        if (HK && t->pressure_defer) {
+            struct mks_hook_ctx c;
+            ctx_fill(D, w, t, MKS_EV_QUEUE_PRESSURE, 0, &c);
+            c.t_now = t->pressure_t;
+            c.value = D.m.cfg.queue_pressure;
+            c.queue_depth = D.m.cfg.queue_pressure;
+            w_emit(h, &c);
+        }
+        if (t->hold | t->run_delay | t->notify_delay | t->comm_delay)
+            atomicAdd(D.faulted, 1ull);
+        if (t->hold)
+            spin_ns(t->hold);
+        if (HK) {
+            h->t_start = now_ns();
+            h->t_end = 0;
+        }
+        if (w_on<HK>(h, MKS_EV_TASK_START)) {
+            struct mks_hook_ctx c;
+            ctx_fill(D, w, t, MKS_EV_TASK_START, h->t_start, &c);
+            c.queue_depth = vload32(&q->tail) - head;
+            w_emit(h, &c);
+        }
+        prof_rec(D, w, BR_PROF_BEGIN, t);
+    }
+    bg_sync();
+    run_body<HK>(D, t, h, sh);
+    bg_sync();
+    if (threadIdx.x == 0) {
+        if (t->run_delay)
+            spin_ns(t->run_delay);
+        if (HK)
+            h->t_end = now_ns();
+        if (w_on<HK>(h, MKS_EV_TASK_END)) {
+            struct mks_hook_ctx c;
+            ctx_fill(D, w, t, MKS_EV_TASK_END, h->t_start, &c);
+            c.t_end = h->t_end;
+            w_emit(h, &c);
+        }
+        prof_rec(D, w, BR_PROF_END, t);
+        atomicAdd(&D.class_counts[t->cls], 1ull);
+        if (t->notify_delay)
+            spin_ns(t->notify_delay);
+        if (t->cls == BC_AR_SEND)
+            release_send<HK>(D, t, h);
+        __threadfence(); /* the task's writes before its release */
+        unsigned long long v = atomicAdd(&D.ev_count[t->trig_ev], 1ull) + 1;
+        if (w_on<HK>(h, MKS_EV_DEP_RELEASE)) {
+            struct mks_hook_ctx c;
+            ctx_fill(D, w, t, MKS_EV_DEP_RELEASE, h->t_start, &c);
+            c.t_end = h->t_end;
+            c.dep_event = t->trig_ev;
+            c.dep_class = MKS_DEP_LOCAL;
+            c.value = v;
+            w_emit(h, &c);
+        }
+    }
+}
+
+#ifndef MKS_HOOKS_DISABLED
+/* Out of line: the detached loop keeps the compiled-out build's code. */
+static __device__ __noinline__ void run_task_hooked(const struct bg_dev &D, uint32_t w,
+                                                    const struct bg_task *t, struct bg_hw *h,
+                                                    const struct bg_queue *q, uint32_t head,
+                                                    float *sh)
+{
+    run_task<true>(D, w, t, h, q, head, sh);
+}
+#endif
+
 static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh, void *ring)
 {
     __shared__ uint32_t s_idx;
+#ifndef MKS_HOOKS_DISABLED
+    __shared__ uint32_t s_hooked;
+#endif
     struct bg_hw h;
     uint32_t head = 0;
     hw_init(D, &h, w, ring, NULL);
@@ -841,7 +950,8 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
                 head++;
                 *(volatile uint32_t *)&q->head = head;
 #ifndef MKS_HOOKS_DISABLED
-                h.mask = mks_dev_gate_on(qw) ? mks_dev_gate_mask(qw) : 0u;
+                s_hooked = mks_dev_gate_on(qw);
+                h.mask = mks_dev_gate_mask(qw);
 #endif
             }
         }
@@ -850,69 +960,16 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
         if (idx == BG_STOP)
             break;
         const struct bg_task *t = &D.tasks[idx];
-        if (threadIdx.x == 0) {
-            if (t->assign_defer) {
-                /* the scheduler's TASK_ASSIGN, as it filled it (see bg_hw) */
-                struct mks_hook_ctx c;
-                ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
-                c.t_now = t->assign_t;
-                c.value = w;
-                c.queue_depth = t->assign_depth;
-                w_emit(&h, &c);
-            }
-            if (t->pressure_defer) {
-                struct mks_hook_ctx c;
-                ctx_fill(D, w, t, MKS_EV_QUEUE_PRESSURE, 0, &c);
-                c.t_now = t->pressure_t;
-                c.value = D.m.cfg.queue_pressure;
-                c.queue_depth = D.m.cfg.queue_pressure;
-                w_emit(&h, &c);
-            }
-            if (t->hold | t->run_delay | t->notify_delay | t->comm_delay)
-                atomicAdd(D.faulted, 1ull);
-            if (t->hold)
-                spin_ns(t->hold);
-            h.t_start = now_ns();
-            h.t_end = 0;
-            if (w_on(&h, MKS_EV_TASK_START)) {
-                struct mks_hook_ctx c;
-                ctx_fill(D, w, t, MKS_EV_TASK_START, h.t_start, &c);
-                c.queue_depth = vload32(&q->tail) - head;
-                w_emit(&h, &c);
-            }
-            prof_rec(D, w, BR_PROF_BEGIN, t);
+#ifndef MKS_HOOKS_DISABLED
+        /* The same answer in every thread of the block; a vote makes it
+         * warp-uniform to ptxas, so the call below costs the detached
+         * loop nothing (devhook.cuh, "the gate bit"). */
+        if (__all_sync(0xffffffffu, s_hooked != 0)) {
+            run_task_hooked(D, w, t, &h, q, head, sh);
+            continue;
         }
-        bg_sync();
-        run_body(D, t, &h, sh);
-        bg_sync();
-        if (threadIdx.x == 0) {
-            if (t->run_delay)
-                spin_ns(t->run_delay);
-            h.t_end = now_ns();
-            if (w_on(&h, MKS_EV_TASK_END)) {
-                struct mks_hook_ctx c;
-                ctx_fill(D, w, t, MKS_EV_TASK_END, h.t_start, &c);
-                c.t_end = h.t_end;
-                w_emit(&h, &c);
-            }
-            prof_rec(D, w, BR_PROF_END, t);
-            atomicAdd(&D.class_counts[t->cls], 1ull);
-            if (t->notify_delay)
-                spin_ns(t->notify_delay);
-            if (t->cls == BC_AR_SEND)
-                release_send(D, t, &h);
-            __threadfence(); /* the task's writes before its release */
-            unsigned long long v = atomicAdd(&D.ev_count[t->trig_ev], 1ull) + 1;
-            if (w_on(&h, MKS_EV_DEP_RELEASE)) {
-                struct mks_hook_ctx c;
-                ctx_fill(D, w, t, MKS_EV_DEP_RELEASE, h.t_start, &c);
-                c.t_end = h.t_end;
-                c.dep_event = t->trig_ev;
-                c.dep_class = MKS_DEP_LOCAL;
-                c.value = v;
-                w_emit(&h, &c);
-            }
-        }
+#endif
+        run_task<false>(D, w, t, &h, q, head, sh);
     }
 #ifndef MKS_HOOKS_DISABLED
     if (threadIdx.x == 0 && h.ring)
@@ -933,6 +990,7 @@ struct sched {
     struct mks_fault faults[MKS_BENCH_MAX_FAULTS];
     uint32_t n_faults;
     uint64_t cls_mask[2]; /* the classes they name (bit per class id) */
+    uint32_t hooked;      /* this step runs the hooked code: a scheduler event is attached */
     struct bg_hw h;
 };
 
@@ -993,6 +1051,7 @@ static __device__ void sched_plan(const struct bg_dev &D, const struct sched *S,
     plan(D, S->faults, S->n_faults, t, idx, n_op, k, force, starve);
 }
 
+template <bool HK>
 static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t idx, int32_t force)
 {
     struct bg_task *t = &D.tasks[idx];
@@ -1000,7 +1059,7 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
     if (force < 0 && S->avoid >= 0 && w == (uint32_t)S->avoid && D.W > 1)
         w = S->rr++ % D.W; /* the held worker gets its fair share only */
     struct bg_queue *q = &D.queues[w];
-    if (s_on(D, &S->h, MKS_EV_TASK_ASSIGN)) {
+    if (s_on<HK>(D, &S->h, MKS_EV_TASK_ASSIGN)) {
         struct mks_hook_ctx c;
         ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
         c.value = w;
@@ -1029,7 +1088,8 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
     /* The queue reaches the declared pressure depth with this task (as the
      * CPU runtime counts it); left to the worker like TASK_ASSIGN. */
     const uint32_t qp = D.m.cfg.queue_pressure;
-    if (qp && s_on(D, &S->h, MKS_EV_QUEUE_PRESSURE) && q->tail - vload32(&q->head) + 1u == qp) {
+    if (qp && s_on<HK>(D, &S->h, MKS_EV_QUEUE_PRESSURE) &&
+        q->tail - vload32(&q->head) + 1u == qp) {
         t->pressure_t = now_ns();
         t->pressure_defer = 1;
     }
@@ -1037,7 +1097,8 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
     while (tail - vload32(&q->head) >= BG_QCAP) {
         if (vload32(D.abort))
             return;
-        s_poll(D, &S->h);
+        if (HK)
+            s_poll(D, &S->h);
         __nanosleep(64);
     }
     q->slot[tail % BG_QCAP] = idx;
@@ -1047,11 +1108,13 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
 
 /* Make tasks [first, first + n) of the step buffer ready, order them by the
  * CONTROL hint, assign them, and wait for their event. */
-static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_t first, uint32_t n,
-                                uint32_t ev, uint32_t n_op, uint32_t k)
+template <bool HK>
+static __device__ void dispatch_t(const struct bg_dev &D, struct sched *S, uint32_t first,
+                                  uint32_t n, uint32_t ev, uint32_t n_op, uint32_t k)
 {
     D.ev_target[ev] += n;
-    s_poll(D, &S->h);
+    if (HK)
+        s_poll(D, &S->h);
     uint64_t now = now_ns();
     uint32_t *ord = D.order; /* [0, n): ready order, [n, 2n): passed over */
     int32_t *prio = (int32_t *)(D.order + 2 * (size_t)D.max_tasks);
@@ -1060,7 +1123,7 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
         struct bg_task *t = &D.tasks[idx];
         t->t_ready = now;
         int32_t p = 0;
-        if (s_on(D, &S->h, MKS_EV_TASK_READY)) {
+        if (s_on<HK>(D, &S->h, MKS_EV_TASK_READY)) {
             struct mks_hook_ctx c;
             ctx_fill(D, D.W, t, MKS_EV_TASK_READY, 0, &c);
             c.dep_event = ev;
@@ -1092,31 +1155,56 @@ static __device__ void dispatch(const struct bg_dev &D, struct sched *S, uint32_
             due_max = now + starve > due_max ? now + starve : due_max;
             continue;
         }
-        assign(D, S, ord[i], force);
+        assign<HK>(D, S, ord[i], force);
     }
     if (waiting) {
         while (now_ns() < due_max) {
-            s_poll(D, &S->h);
+            if (HK)
+                s_poll(D, &S->h);
             __nanosleep(1000);
         }
         for (uint32_t i = 0; i < waiting; i++) {
             int32_t force;
             uint64_t starve;
             sched_plan(D, S, &D.tasks[ord[n + i]], (uint32_t)prio[i], n_op, k, &force, &starve);
-            assign(D, S, ord[n + i], force);
+            assign<HK>(D, S, ord[n + i], force);
         }
     }
     S->avoid = -1;
     while (vload64(&D.ev_count[ev]) < D.ev_target[ev] && !vload32(D.abort)) {
-        s_poll(D, &S->h);
+        if (HK)
+            s_poll(D, &S->h);
         __nanosleep(128);
     }
     __threadfence();
 }
 
+#ifndef MKS_HOOKS_DISABLED
+static __device__ __noinline__ void dispatch_hooked(const struct bg_dev &D, struct sched *S,
+                                                    uint32_t first, uint32_t n, uint32_t ev,
+                                                    uint32_t n_op, uint32_t k)
+{
+    dispatch_t<true>(D, S, first, n, ev, n_op, k);
+}
+#endif
+
+/* The step's code, hooked or the compiled-out build's (S->hooked). */
+static __device__ __forceinline__ void dispatch(const struct bg_dev &D, struct sched *S,
+                                                uint32_t first, uint32_t n, uint32_t ev,
+                                                uint32_t n_op, uint32_t k)
+{
+#ifndef MKS_HOOKS_DISABLED
+    if (S->hooked) {
+        dispatch_hooked(D, S, first, n, ev, n_op, k);
+        return;
+    }
+#endif
+    dispatch_t<false>(D, S, first, n, ev, n_op, k);
+}
+
 static __device__ void gen_advance(const struct bg_dev &D, struct sched *S, int32_t slot)
 {
-    if (!s_on(D, &S->h, MKS_EV_GEN_ADVANCE))
+    if (!S->hooked || !s_on<true>(D, &S->h, MKS_EV_GEN_ADVANCE))
         return;
     struct mks_hook_ctx c;
     ctx_fill(D, D.W, NULL, MKS_EV_GEN_ADVANCE, 0, &c);
@@ -1182,6 +1270,14 @@ static __device__ void scheduler_main(const struct bg_dev &D)
             else
                 S.cls_mask[0] = S.cls_mask[1] = ~0ull; /* any class */
         }
+#ifndef MKS_HOOKS_DISABLED
+        /* Once a step: are scheduler events attached (the pump's change
+         * word, as a worker's gate; out of the epoch after a change) */
+        if (D.have_hooks) {
+            s_poll(D, &S.h);
+            S.hooked = (S.h.w.mask & BG_SCHED_EVENTS) != 0;
+        }
+#endif
         uint32_t joined = bm_batch_begin(m, D.batch, s);
         gen_advance(D, &S, -1);
         for (uint32_t i = 0; i < m->B; i++)
@@ -1337,7 +1433,7 @@ __global__ void __launch_bounds__(BG_THREADS)
         if (!any)
             return;
     }
-    run_body(D, &t, NULL, sh);
+    run_body<false>(D, &t, NULL, sh);
     __syncthreads();
     if (threadIdx.x == 0) {
         if (t.run_delay) {
