@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef MKS_BENCH_HAVE_NCCL
 #include <nccl.h>
@@ -1938,6 +1939,48 @@ static int collect(struct host_rank *H, const struct bg_rank_args *a)
     return rc;
 }
 
+#ifndef MKS_HOOKS_DISABLED
+static uint64_t host_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* --wait-agents: let an agent attach before the first task, as the CPU
+ * backend does (bench/src/workload.c), so that its counts cover the whole
+ * run: until programs are attached and the attach mask has not changed for
+ * 50 ms (an agent attaches its monitors one after another; meanwhile the
+ * pump has put them and the workers' gate bits on the device), at most
+ * wait_ms.  Without it a rank whose kernel started first ran its first
+ * tasks unobserved. */
+static void wait_agents(const struct bg_rank_args *a)
+{
+    const uint32_t wait_ms = a->cfg->wait_agents_ms;
+    if (!a->hooks || !wait_ms)
+        return;
+    const volatile uint32_t *mask = ((const struct mks_rt_hot *)(const void *)a->hooks)->mask;
+    const uint64_t settle = 50ull * 1000 * 1000, t0 = host_ns();
+    uint32_t last = *mask;
+    uint64_t since = t0;
+    while (host_ns() - t0 < (uint64_t)wait_ms * 1000 * 1000) {
+        uint32_t m = *mask;
+        if (m != last) {
+            last = m;
+            since = host_ns();
+        } else if (m && host_ns() - since >= settle) {
+            return;
+        }
+        struct timespec nap = {0, 2 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    if (!last)
+        fprintf(stderr,
+                "mkscope-bench: rank %u: no agent attached within %u ms; running unobserved\n",
+                a->rank, wait_ms);
+}
+#endif
+
 extern "C" int bg_rank_run(const struct bg_rank_args *a)
 {
     struct host_rank *H = (struct host_rank *)calloc(1, sizeof(*H));
@@ -1967,6 +2010,10 @@ extern "C" int bg_rank_run(const struct bg_rank_args *a)
         return -EINVAL;
     }
     rc = setup(H, a, &hm, (uint32_t)n_sms);
+#ifndef MKS_HOOKS_DISABLED
+    if (!rc && a->cfg->cuda_mode == MKS_BENCH_CUDA_PERSISTENT)
+        wait_agents(a);
+#endif
     if (!rc)
         rc = a->cfg->cuda_mode == MKS_BENCH_CUDA_PERSISTENT
                  ? run_persistent(H, a)
