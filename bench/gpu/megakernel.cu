@@ -184,7 +184,7 @@ static __device__ __forceinline__ uint64_t qword(const struct bg_queue *q)
  *
  * worker     thread 0 of a worker block.  Which events are attached comes
  *            with each task, in the queue word it polls anyway, so a
- *            detached worker tests a register and nothing else.  Attached,
+ *            detached worker tests a bit it has loaded already.  Attached,
  *            it copies each event's context into the block's shared-memory
  *            ring, and the block's monitor warp (threads BG_THREADS to
  *            BG_THREADS + 31, mks_dev_monitor_warp) runs the programs in
