@@ -991,6 +991,7 @@ struct sched {
     struct mks_fault faults[MKS_BENCH_MAX_FAULTS];
     uint32_t n_faults;
     uint64_t cls_mask[2]; /* the classes they name (bit per class id) */
+    struct bm_fault_gain gain; /* the plan's closed loop (model_math.h) */
     uint32_t hooked;      /* this step runs the hooked code: a scheduler event is attached */
     struct bg_hw h;
 };
@@ -1023,13 +1024,13 @@ static __device__ void req_task(const struct bg_dev &D, struct sched *S, struct 
  * tasks of an operator. */
 static __device__ void plan(const struct bg_dev &D, const struct mks_fault *faults,
                             uint32_t n_faults, struct bg_task *t, uint32_t idx, uint32_t n_op,
-                            uint32_t k, int32_t *force, uint64_t *starve)
+                            uint32_t k, uint32_t gain, int32_t *force, uint64_t *starve)
 {
     struct bm_fault_effect fx;
     if (t->cls >= BC_EXPERT0)
         idx = t->tile_y; /* n_op counts one expert's tiles */
     bm_fault_plan(faults, n_faults, D.rank, D.W, D.L, t->cls, t->step, t->tile_x, idx, n_op, k,
-                  &fx);
+                  gain, &fx);
     t->run_delay = fx.run_delay_ns;
     t->notify_delay = fx.notify_delay_ns;
     t->hold = fx.hold_ns;
@@ -1049,7 +1050,7 @@ static __device__ void sched_plan(const struct bg_dev &D, const struct sched *S,
     *starve = 0;
     if (t->cls < 128 && !((S->cls_mask[t->cls >> 6] >> (t->cls & 63)) & 1u))
         return;
-    plan(D, S->faults, S->n_faults, t, idx, n_op, k, force, starve);
+    plan(D, S->faults, S->n_faults, t, idx, n_op, k, S->gain.gain, force, starve);
 }
 
 template <bool HK>
@@ -1246,6 +1247,7 @@ static __device__ void scheduler_main(const struct bg_dev &D)
     struct sched S;
     memset(&S, 0, sizeof(S));
     S.avoid = -1;
+    bm_fault_gain_init(&S.gain);
 #ifndef MKS_HOOKS_DISABLED
     struct mks_dev_hcache hc; /* inline runs, hook slot W */
     hw_init(D, &S.h, D.W, NULL, &hc);
@@ -1343,7 +1345,9 @@ static __device__ void scheduler_main(const struct bg_dev &D)
         for (uint32_t i = 0; i < m->B; i++)
             sampled[i] = (int32_t)vload32((const uint32_t *)&D.sampled[i]);
         bm_batch_end(m, D.batch, s, sampled);
-        D.step_ns[s] = now_ns() - t0;
+        uint64_t took = now_ns() - t0;
+        D.step_ns[s] = took;
+        bm_fault_gain_update(&S.gain, s, took, bm_fault_step_mag(m->faults, m->n_faults, D.rank, s));
     }
     for (uint32_t w = 0; w < D.W; w++) {
         struct bg_queue *q = &D.queues[w];
@@ -1419,7 +1423,9 @@ __global__ void __launch_bounds__(BG_THREADS)
         }
         int32_t force;
         uint64_t starve;
-        plan(D, D.m.faults, D.m.n_faults, &t, blockIdx.x, n_tiles, 0, &force, &starve);
+        /* open loop: the kernel-per-operator build has no step scheduler */
+        plan(D, D.m.faults, D.m.n_faults, &t, blockIdx.x, n_tiles, 0, BM_GAIN_ONE, &force,
+             &starve);
     }
     __syncthreads();
     /* blocks of inactive requests and unchosen experts have nothing to do */

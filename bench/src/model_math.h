@@ -254,13 +254,81 @@ static inline BM_HD uint32_t bm_class_occurrences(uint32_t cls, uint32_t layers)
     }
 }
 
+/* The plan's gain, in 1/BM_GAIN_ONE: BM_GAIN_ONE plans the magnitudes as
+ * written (see bm_fault_gain_update). */
+#define BM_GAIN_ONE 1024u
+
+/* Closed loop on the outer picture.  The plan below puts each fault's
+ * magnitude where the fault acts, but how much of it reaches the step's end
+ * depends on the slack around that place: a delayed tile whose operator has
+ * other tiles still running, a late transfer whose peer is late anyway, a
+ * skewed routing that adds time of its own.  So every rank measures its
+ * steps: the usual step time from the steps outside its faults, and after
+ * each step inside one the time it added against the magnitude asked for;
+ * the next step's plan is scaled by the ratio (at most 4/3 up or 3/4 down a
+ * step, between 1/4 and 4 in all).  A fault then adds about its magnitude
+ * whatever the slack, and still acts where its type says: only the size of
+ * its per-task delays follows the loop.  The ground truth stays the spec. */
+struct bm_fault_gain {
+    uint64_t base_ns; /* the rank's usual step: running mean of clean steps */
+    uint32_t n_base;  /* clean steps in it */
+    uint32_t gain;    /* the next step's plan scale, BM_GAIN_ONE = as written */
+};
+
+static inline BM_HD void bm_fault_gain_init(struct bm_fault_gain *g)
+{
+    g->base_ns = 0;
+    g->n_base = 0;
+    g->gain = BM_GAIN_ONE;
+}
+
+/* The magnitude, in ns, of rank's faults that cover step. */
+static inline BM_HD uint64_t bm_fault_step_mag(const struct mks_fault *faults, uint32_t n_faults,
+                                               uint32_t rank, uint32_t step)
+{
+    uint64_t mag = 0;
+    for (uint32_t i = 0; i < n_faults; i++)
+        if (faults[i].rank == (int32_t)rank && step >= faults[i].step_lo &&
+            step <= faults[i].step_hi)
+            mag += faults[i].magnitude_us * 1000ull;
+    return mag;
+}
+
+/* Step `step` of the rank took step_ns; mag_ns its faults' magnitude
+ * (bm_fault_step_mag).  The first step is left out of the usual time (its
+ * caches are cold), and the loop waits for three clean steps. */
+static inline BM_HD void bm_fault_gain_update(struct bm_fault_gain *g, uint32_t step,
+                                              uint64_t step_ns, uint64_t mag_ns)
+{
+    if (!mag_ns) {
+        if (step == 0)
+            return;
+        /* a mean over the first 8, then a running one (1/8 a step) */
+        uint32_t k = g->n_base < 7 ? g->n_base + 1 : 8;
+        g->base_ns = g->n_base ? g->base_ns - g->base_ns / k + step_ns / k : step_ns;
+        g->n_base++;
+        return;
+    }
+    if (g->n_base < 3)
+        return;
+    uint64_t added = step_ns > g->base_ns ? step_ns - g->base_ns : 0;
+    if (added < mag_ns / 4)
+        added = mag_ns / 4;
+    uint64_t ng = (uint64_t)g->gain * mag_ns / added;
+    uint64_t lo = (uint64_t)g->gain * 3 / 4, hi = (uint64_t)g->gain * 4 / 3;
+    ng = ng < lo ? lo : ng > hi ? hi : ng;
+    ng = ng < BM_GAIN_ONE / 4 ? BM_GAIN_ONE / 4 : ng > BM_GAIN_ONE * 4 ? BM_GAIN_ONE * 4 : ng;
+    g->gain = (uint32_t)ng;
+}
+
 /* The fault plan of one task on `rank` with W workers and L layers: class
  * cls, decode step, tile, task idx of the n_op tasks of its operator (in the
  * order they become ready), k the all-reduce index for communication tasks.
- * Each fault's magnitude is spread over the tasks it hits so that an
- * affected step grows by about `magnitude` whatever the fault type, the
- * worker count and the time the task bodies take; occ is how often the
- * class occurs in a step, waves = ceil(n_op / W) the tasks a worker runs:
+ * Each fault's magnitude (scaled by gain, bm_fault_gain_update) is spread
+ * over the tasks it hits so that an affected step grows by about `magnitude`
+ * whatever the fault type, the worker count and the time the task bodies
+ * take; occ is how often the class occurs in a step, waves = ceil(n_op / W)
+ * the tasks a worker runs:
  *   task-delay, moe-skew  each task runs magnitude / (occ x waves) longer
  *                          (the workers' waves side by side);
  *   notify-delay          each task's release waits magnitude / occ after
@@ -281,7 +349,7 @@ static inline BM_HD uint32_t bm_class_occurrences(uint32_t cls, uint32_t layers)
 static inline BM_HD void bm_fault_plan(const struct mks_fault *faults, uint32_t n_faults,
                                        uint32_t rank, uint32_t W, uint32_t L, uint32_t cls,
                                        uint32_t step, uint32_t tile_x, uint32_t idx, uint32_t n_op,
-                                       uint32_t k, struct bm_fault_effect *fx)
+                                       uint32_t k, uint32_t gain, struct bm_fault_effect *fx)
 {
     memset(fx, 0, sizeof(*fx));
     fx->force_worker = -1;
@@ -295,7 +363,8 @@ static inline BM_HD void bm_fault_plan(const struct mks_fault *faults, uint32_t 
             continue;
         if (f->cls != MKS_FAULT_ANY && (uint32_t)f->cls != cls)
             continue;
-        uint64_t mag = f->magnitude_us * 1000ull, occ = bm_class_occurrences(cls, L);
+        uint64_t mag = f->magnitude_us * 1000ull * gain / BM_GAIN_ONE,
+                 occ = bm_class_occurrences(cls, L);
         switch (f->type) {
         case MKS_FAULT_TASK_DELAY:
         case MKS_FAULT_MOE_SKEW:

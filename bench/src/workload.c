@@ -62,6 +62,7 @@ struct bw_rank {
     struct bs_result res;
     uint32_t rank, R, L, W, QDr, T, n_own;
     uint64_t step_t0;
+    struct bm_fault_gain gain; /* the fault plan's closed loop (model_math.h) */
     /* --step-interval: steps start at most this often; between steps the
      * rank idles outside any task, released by the main thread */
     uint64_t interval_ns;
@@ -123,7 +124,7 @@ static void plan(const struct bw_rank *rk, struct br_task *t, uint32_t idx, uint
 {
     struct bm_fault_effect fx;
     bm_fault_plan(rk->m.faults, rk->m.n_faults, rk->rank, rk->W, rk->L, t->cls, t->step, t->tile_x,
-                  idx, n_op, k, &fx);
+                  idx, n_op, k, rk->gain.gain, &fx);
     t->run_delay_ns += fx.run_delay_ns;
     t->notify_delay_ns += fx.notify_delay_ns;
     t->hold_ns += fx.hold_ns;
@@ -437,6 +438,8 @@ static void body_sample(struct br_rt *rt, uint32_t w, struct br_task *t)
     bm_batch_end(m, &rk->batch, s, sampled);
     uint64_t now = bb_now_ns();
     rk->res.step_ns[s] = now - rk->step_t0;
+    bm_fault_gain_update(&rk->gain, s, rk->res.step_ns[s],
+                         bm_fault_step_mag(m->faults, m->n_faults, rk->rank, s));
     if (s + 1 >= m->cfg.steps) {
         br_finish(rt, 0);
         return;
@@ -682,6 +685,7 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
 {
     struct bw_rank rk;
     memset(&rk, 0, sizeof(rk));
+    bm_fault_gain_init(&rk.gain);
     rk.shm = shm;
     rk.rank = rank;
     rk.R = cfg->ranks;

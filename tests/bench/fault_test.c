@@ -191,7 +191,6 @@ static void test_config_check(void **state)
     assert_int_equal(mks_bench_class_find(&c, "expert."), -1);
 }
 
-
 /* What one operator's tasks (n_op of them, W workers) get from a fault:
  * the largest per-worker sum of run delay and of hold when tasks are dealt
  * as the runtime deals them (forced ones first, the rest round robin over the
@@ -210,7 +209,7 @@ static struct op_plan plan_op(const struct mks_fault *f, uint32_t W, uint32_t L,
     assert_true(W <= 256);
     for (uint32_t i = 0; i < n_op; i++) {
         struct bm_fault_effect fx;
-        bm_fault_plan(f, 1, (uint32_t)f->rank, W, L, cls, 3, i, i, n_op, k, &fx);
+        bm_fault_plan(f, 1, (uint32_t)f->rank, W, L, cls, 3, i, i, n_op, k, BM_GAIN_ONE, &fx);
         uint32_t w;
         if (fx.force_worker >= 0) {
             w = (uint32_t)fx.force_worker;
@@ -230,8 +229,8 @@ static struct op_plan plan_op(const struct mks_fault *f, uint32_t W, uint32_t L,
             o.comm_min = fx.comm_delay_ns;
         if (fx.comm_delay_ns > o.comm_max)
             o.comm_max = fx.comm_delay_ns;
-        o.hit += fx.run_delay_ns || fx.hold_ns || fx.notify_delay_ns || fx.starve_ns ||
-                 fx.comm_delay_ns;
+        o.hit +=
+            fx.run_delay_ns || fx.hold_ns || fx.notify_delay_ns || fx.starve_ns || fx.comm_delay_ns;
     }
     for (uint32_t w = 0; w < W; w++) {
         if (run[w] > o.run_max)
@@ -254,8 +253,8 @@ static void test_plan_bounded(void **state)
     for (uint32_t v = 0; v < 3; v++) {
         uint32_t W = workers[v], T = tiles[v];
         /* 2000 us a step over L layers: the slowest worker adds 1000 us per layer */
-        assert_int_equal(mks_fault_parse("task-delay:rank=1,class=qkv_proj,magnitude=2000", &c,
-                                         &f, err, sizeof(err)),
+        assert_int_equal(mks_fault_parse("task-delay:rank=1,class=qkv_proj,magnitude=2000", &c, &f,
+                                         err, sizeof(err)),
                          0);
         struct op_plan o = plan_op(&f, W, L, BC_QKV, T, 0);
         assert_int_equal(o.run_max, 1000000);
@@ -278,9 +277,9 @@ static void test_plan_bounded(void **state)
                          0);
         o = plan_op(&f, W, L, BC_QKV, T, 0);
         assert_int_equal(o.notify_max, 1000000);
-        assert_int_equal(mks_fault_parse("tile-starve:rank=1,tile=2,magnitude=2000", &c, &f, err,
-                                         sizeof(err)),
-                         0);
+        assert_int_equal(
+            mks_fault_parse("tile-starve:rank=1,tile=2,magnitude=2000", &c, &f, err, sizeof(err)),
+            0);
         o = plan_op(&f, W, L, BC_QKV, T, 0);
         assert_int_equal(o.starve_max, 1000000);
         assert_int_equal(o.hit, 1);
@@ -292,30 +291,103 @@ static void test_plan_bounded(void **state)
     struct op_plan o = plan_op(&f, 2, L, BC_AR_SEND, 3, 1);
     assert_int_equal(o.comm_min, 500000);
     assert_int_equal(o.comm_max, 500000);
-    assert_int_equal(mks_fault_parse("comm-delay:rank=2,gen=1,magnitude=2000", &c, &f, err,
-                                     sizeof(err)),
-                     0);
+    assert_int_equal(
+        mks_fault_parse("comm-delay:rank=2,gen=1,magnitude=2000", &c, &f, err, sizeof(err)), 0);
     o = plan_op(&f, 2, L, BC_AR_SEND, 3, 1);
     assert_int_equal(o.comm_min, 2000000);
     o = plan_op(&f, 2, L, BC_AR_SEND, 3, 2);
     assert_int_equal(o.hit, 0);
     /* another rank's tasks and steps outside the fault are left alone */
-    assert_int_equal(mks_fault_parse("task-delay:rank=1,class=qkv_proj,steps=5-9", &c, &f, err,
-                                     sizeof(err)),
-                     0);
+    assert_int_equal(
+        mks_fault_parse("task-delay:rank=1,class=qkv_proj,steps=5-9", &c, &f, err, sizeof(err)), 0);
     o = plan_op(&f, 2, L, BC_QKV, 4, 0);
     assert_int_equal(o.hit, 0);
     f.rank = 0;
     f.step_lo = 0;
     struct bm_fault_effect fx;
-    bm_fault_plan(&f, 1, 1, 2, L, BC_QKV, 3, 0, 0, 4, 0, &fx);
+    bm_fault_plan(&f, 1, 1, 2, L, BC_QKV, 3, 0, 0, 4, 0, BM_GAIN_ONE, &fx);
     assert_int_equal(fx.run_delay_ns, 0);
+}
+
+/* The plan's closed loop: a rank whose fault reaches the step's end only in
+ * part (slack absorbs some of every delay) gets its plan scaled until the
+ * step grows by the magnitude; one that overshoots is scaled down; the
+ * scale moves at most 4/3 or 3/4 a step and stays within 1/4..4; noise
+ * around the answer leaves it near 1. */
+static uint64_t loop_run(double absorbed, uint64_t offset_ns, uint64_t mag_ns, uint32_t steps,
+                         uint32_t *gain_out, uint32_t *max_step_change_pct)
+{
+    struct bm_fault_gain g;
+    bm_fault_gain_init(&g);
+    const uint64_t base = 10000000; /* a 10 ms step */
+    uint64_t added_last = 0;
+    uint32_t prev = g.gain, worst = 0;
+    for (uint32_t s = 0; s < steps; s++) {
+        int in = s >= 10;
+        uint64_t mag = in ? mag_ns : 0;
+        /* what the step takes: the plan's delay, part of it absorbed */
+        uint64_t delay = mag * g.gain / BM_GAIN_ONE;
+        uint64_t added = in ? (uint64_t)((double)delay * (1.0 - absorbed)) + offset_ns : 0;
+        bm_fault_gain_update(&g, s, base + (s == 0 ? 5000000 : 0) + added, mag);
+        uint32_t ch = (uint32_t)(g.gain > prev ? (uint64_t)(g.gain - prev) * 100 / prev
+                                               : (uint64_t)(prev - g.gain) * 100 / prev);
+        if (ch > worst)
+            worst = ch;
+        prev = g.gain;
+        added_last = added;
+    }
+    *gain_out = g.gain;
+    *max_step_change_pct = worst;
+    return added_last;
+}
+
+static void test_gain_loop(void **state)
+{
+    (void)state;
+    uint32_t gain, change;
+    /* 40% of every delay absorbed: the loop asks 1/0.6 of the magnitude */
+    uint64_t added = loop_run(0.4, 0, 1000000, 40, &gain, &change);
+    assert_true(added > 980000 && added < 1020000);
+    assert_true(gain > 1650 && gain < 1770); /* 1024 / 0.6 = 1707 */
+    assert_true(change <= 34);
+    /* 15% more than asked (a fault that adds time of its own) */
+    added = loop_run(0.0, 150000, 1000000, 40, &gain, &change);
+    assert_true(added > 980000 && added < 1020000);
+    assert_true(gain > 850 && gain < 890); /* 1024 * 0.85 = 870 */
+    /* nothing reaches the step: bounded at 4 */
+    added = loop_run(1.0, 0, 1000000, 40, &gain, &change);
+    assert_int_equal(added, 0);
+    assert_int_equal(gain, 4 * BM_GAIN_ONE);
+    /* a fault covering every step from the start: no usual time, as written */
+    struct bm_fault_gain g;
+    bm_fault_gain_init(&g);
+    for (uint32_t s = 0; s < 10; s++)
+        bm_fault_gain_update(&g, s, 20000000, 1000000);
+    assert_int_equal(g.gain, BM_GAIN_ONE);
+    /* the gain scales every delay of the plan */
+    struct mks_bench_config c;
+    mks_bench_config_default(&c);
+    c.ranks = 2;
+    struct mks_fault f;
+    char err[256];
+    assert_int_equal(mks_fault_parse("task-delay:rank=1,class=qkv_proj,magnitude=1000,steps=0-9",
+                                     &c, &f, err, sizeof(err)),
+                     0);
+    struct bm_fault_effect a, b;
+    bm_fault_plan(&f, 1, 1, 4, 2, BC_QKV, 3, 0, 0, 4, 0, BM_GAIN_ONE, &a);
+    bm_fault_plan(&f, 1, 1, 4, 2, BC_QKV, 3, 0, 0, 4, 0, 2 * BM_GAIN_ONE, &b);
+    assert_true(a.run_delay_ns > 0);
+    assert_int_equal(b.run_delay_ns, 2 * a.run_delay_ns);
+    assert_int_equal(bm_fault_step_mag(&f, 1, 1, 9), 1000000);
+    assert_int_equal(bm_fault_step_mag(&f, 1, 1, 10), 0);
+    assert_int_equal(bm_fault_step_mag(&f, 1, 0, 5), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_types_and_defaults),
+        cmocka_unit_test(test_gain_loop),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_truth_file),
         cmocka_unit_test(test_config_check),
