@@ -13,11 +13,15 @@
 # stalls a few steps by milliseconds), the mean difference outside the
 # faulted steps (the injector should cost nothing there; the first 5 steps
 # left out), and the spread: the largest type's added time over the
-# smallest's.
+# smallest's.  With --loop on (the default) a clean calibration run comes
+# first and every faulted run gets it as --baseline: the fault plan's
+# closed loop then scales its delays to the magnitude (docs/bench.md);
+# --loop off measures the plan as written.
 #
 #   bench/faults_alike.sh BENCH_EXE [--backend cpu|cuda] [--size small|medium]
 #       [--ranks N] [--magnitude US] [--steps N] [--window A-B] [--reps N]
 #       [--fault-rank R] [--types "task-delay ..."] [--out DIR] [--timeout S]
+#       [--loop on|off]
 #
 # Defaults: cpu backend, small (the default model), 4 ranks, 2000 us on
 # rank 1 (rank 0 with one rank) in steps 30-79 of 100, 5 rounds.  Types: all
@@ -33,12 +37,13 @@
 # run failed, 2 on bad options.
 set -uo pipefail
 
-usage="usage: $0 BENCH_EXE [--backend cpu|cuda] [--size small|medium] [--ranks N] [--magnitude US] [--steps N] [--window A-B] [--reps N] [--fault-rank R] [--types \"...\"] [--out DIR] [--timeout S]"
+usage="usage: $0 BENCH_EXE [--backend cpu|cuda] [--size small|medium] [--ranks N] [--magnitude US] [--steps N] [--window A-B] [--reps N] [--fault-rank R] [--types \"...\"] [--out DIR] [--timeout S] [--loop on|off]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 exe=$1
 shift
 [ -x "$exe" ] || { echo "$0: $exe is not an executable (give the path of mkscope-bench)" >&2; exit 2; }
 backend=cpu size=small ranks=4 mag=2000 steps=100 window=30-79 reps=5 frank="" out="" tmo=120
+loop=on
 types="task-delay moe-skew notify-delay queue-oversub comm-delay tile-starve"
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
@@ -54,6 +59,7 @@ while [ $# -gt 0 ]; do
     --types) types=$2 ;;
     --out) out=$2 ;;
     --timeout) tmo=$2 ;;
+    --loop) loop=$2 ;;
     *) echo "$usage" >&2; exit 2 ;;
     esac
     shift 2
@@ -67,6 +73,7 @@ lo=${BASH_REMATCH[1]} hi=${BASH_REMATCH[2]}
     { echo "$0: --window $window must lie inside the $steps steps" >&2; exit 2; }
 [ "$reps" -ge 1 ] && [ "$ranks" -ge 1 ] || { echo "$0: --reps and --ranks must be at least 1" >&2; exit 2; }
 case $backend in cpu | cuda) ;; *) echo "$0: --backend is cpu or cuda" >&2; exit 2 ;; esac
+case $loop in on | off) ;; *) echo "$0: --loop is on or off" >&2; exit 2 ;; esac
 case $size in
 small) model=() ;;
 medium) model=(--layers 4 --hidden 1024 --heads 8 --head-dim 64 --experts 16 --ffn 1024 --vocab 4096
@@ -104,12 +111,23 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
 echo "== $backend, $size, $ranks ranks, $steps steps, faults on rank $frank in steps $lo-$hi," \
     "magnitude $mag us, $reps rounds (load average $load0)"
 failed=0
+base=()
+if [ "$loop" = on ]; then
+    if timeout -k 5 "$tmo" "$exe" run --backend "$backend" --ranks "$ranks" --steps "$steps" \
+        "${model[@]}" --job "fa$$c" -q --json "$out/calib.json" >"$out/calib.log" 2>&1; then
+        base=(--baseline "$out/calib.json")
+        echo "closed loop: faulted runs take the clean run calib.json as --baseline"
+    else
+        echo "   calibration run failed ($(tail -n 1 "$out/calib.log")): the plan as written" >&2
+        failed=1
+    fi
+fi
 n=${#list[@]}
 for r in $(seq "$reps"); do
     for i in $(seq 0 $((n - 1))); do
         c=${list[$(((i + r - 1) % n))]} # rotated: no type always runs first
         args=()
-        [ "$c" != clean ] && args=(--fault "$(spec_of "$c")")
+        [ "$c" != clean ] && args=(--fault "$(spec_of "$c")" "${base[@]}")
         timeout -k 5 "$tmo" "$exe" run --backend "$backend" --ranks "$ranks" --steps "$steps" \
             "${model[@]}" --job "fa$$x$r$i" -q "${args[@]}" --json "$out/$c.$r.json" \
             >"$out/$c.$r.log" 2>&1

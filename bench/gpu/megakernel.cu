@@ -1347,7 +1347,8 @@ static __device__ void scheduler_main(const struct bg_dev &D)
         bm_batch_end(m, D.batch, s, sampled);
         uint64_t took = now_ns() - t0;
         D.step_ns[s] = took;
-        bm_fault_gain_update(&S.gain, s, took, bm_fault_step_mag(m->faults, m->n_faults, D.rank, s));
+        bm_fault_gain_update(&S.gain, took, bm_fault_step_mag(m->faults, m->n_faults, D.rank, s),
+                             m->base_ns ? m->base_ns[s] : 0);
     }
     for (uint32_t w = 0; w < D.W; w++) {
         struct bg_queue *q = &D.queues[w];
@@ -1597,6 +1598,11 @@ static int upload_model(struct host_rank *H, const struct bm_model *hm)
         dm.faults = df;
     } else {
         dm.faults = NULL;
+    }
+    if (hm->base_ns) {
+        uint64_t *db;
+        TRY(upload(H, &db, hm->base_ns, hm->cfg.steps));
+        dm.base_ns = db;
     }
     H->D.m = dm;
     return 0;
@@ -2002,6 +2008,8 @@ extern "C" int bg_rank_run(const struct bg_rank_args *a)
         snprintf(a->err, a->err_len, "rank %u: out of memory for the model", a->rank);
         return rc;
     }
+    if (a->cfg->baseline_ns)
+        hm.base_ns = a->cfg->baseline_ns + (size_t)a->rank * a->cfg->steps;
     int dev = 0, n_sms = 0, n_dev = 0;
     cudaGetDevice(&dev);
     cudaGetDeviceCount(&n_dev);

@@ -55,6 +55,9 @@ static void usage(FILE *f)
             "                       (microseconds added per affected step), steps (N or N-M),\n"
             "                       worker (queue-oversub), tile (tile-starve), expert (moe-skew)\n"
             "  --truth FILE         write the ground truth of the faults (JSON)\n"
+            "  --baseline FILE      a clean run's --json of this configuration: the fault\n"
+            "                       plan then scales its delays so that each faulted step\n"
+            "                       grows by the magnitude (docs/bench.md)\n"
             "  --json FILE          write results: per-rank step times, per-class task\n"
             "                       counts, tokens (JSON)\n"
             "  --trace PREFIX       native profiler trace PREFIX.rankR.json (profiler build)\n"
@@ -95,6 +98,7 @@ enum {
     O_QP,
     O_FAULT,
     O_TRUTH,
+    O_BASELINE,
     O_JSON,
     O_TRACE,
     O_CHECK,
@@ -129,6 +133,7 @@ static const struct option opts[] = {
     {"ar-relay", no_argument, NULL, O_AR_RELAY},
     {"fault", required_argument, NULL, O_FAULT},
     {"truth", required_argument, NULL, O_TRUTH},
+    {"baseline", required_argument, NULL, O_BASELINE},
     {"json", required_argument, NULL, O_JSON},
     {"trace", required_argument, NULL, O_TRACE},
     {"check", no_argument, NULL, O_CHECK},
@@ -170,7 +175,7 @@ int main(int argc, char **argv)
     }
     struct mks_bench_config cfg;
     mks_bench_config_default(&cfg);
-    const char *backend = "cpu", *truth = NULL, *json = NULL;
+    const char *backend = "cpu", *truth = NULL, *json = NULL, *baseline = NULL;
     const char *fault_spec[MKS_BENCH_MAX_FAULTS];
     uint32_t n_spec = 0;
     int64_t rank = -1;
@@ -253,6 +258,9 @@ int main(int argc, char **argv)
         case O_TRUTH:
             truth = optarg;
             break;
+        case O_BASELINE:
+            baseline = optarg;
+            break;
         case O_JSON:
             json = optarg;
             break;
@@ -302,6 +310,14 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    uint64_t *baseline_ns = NULL;
+    if (baseline) {
+        if (mks_bench_baseline_load(&cfg, baseline, &baseline_ns, err, sizeof(err))) {
+            fprintf(stderr, "mkscope-bench: %s\n", err);
+            return 2;
+        }
+        cfg.baseline_ns = baseline_ns;
+    }
     struct mks_bench_result *res = NULL, *ref = NULL;
     int rc;
     if (is_ref) {
@@ -312,10 +328,12 @@ int main(int argc, char **argv)
         if (truth && rank <= 0 &&
             mks_bench_truth_write(&cfg, faults, n_spec, truth, err, sizeof(err))) {
             fprintf(stderr, "mkscope-bench: %s\n", err);
+            free(baseline_ns);
             return 1;
         }
         if (!strcmp(backend, "cuda") && cfg.ar_relay) {
             fprintf(stderr, "mkscope-bench: --ar-relay is for the CPU backend\n");
+            free(baseline_ns);
             return 2;
         }
         if (!strcmp(backend, "cuda"))
@@ -325,6 +343,8 @@ int main(int argc, char **argv)
         else
             rc = mks_bench_run(&cfg, faults, n_spec, &res, err, sizeof(err));
     }
+    free(baseline_ns); /* the ranks are done with it */
+    cfg.baseline_ns = NULL;
     if (rc) {
         fprintf(stderr, "mkscope-bench: %s\n", err);
         return 1;

@@ -36,6 +36,7 @@ int bm_model_init(struct bm_model *m, const struct mks_bench_config *cfg,
     m->cfg.trace = NULL;
     m->faults = faults;
     m->n_faults = n_faults;
+    m->cfg.baseline_ns = NULL; /* a rank takes its row: base_ns */
     m->H = cfg->hidden;
     m->NH = cfg->heads * cfg->ranks;
     m->HD = cfg->head_dim;

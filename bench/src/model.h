@@ -44,6 +44,8 @@ struct bm_model {
     float *normf, *lmhead; /* lmhead: [H][V] */
     const struct mks_fault *faults;
     uint32_t n_faults;
+    const uint64_t *base_ns; /* this rank's clean step times, [steps], or NULL
+                                (cfg.baseline_ns; bm_fault_gain_update) */
 };
 
 int bm_model_init(struct bm_model *m, const struct mks_bench_config *cfg,

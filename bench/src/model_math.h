@@ -258,27 +258,28 @@ static inline BM_HD uint32_t bm_class_occurrences(uint32_t cls, uint32_t layers)
  * written (see bm_fault_gain_update). */
 #define BM_GAIN_ONE 1024u
 
-/* Closed loop on the outer picture.  The plan below puts each fault's
- * magnitude where the fault acts, but how much of it reaches the step's end
- * depends on the slack around that place: a delayed tile whose operator has
- * other tiles still running, a late transfer whose peer is late anyway, a
- * skewed routing that adds time of its own.  So every rank measures its
- * steps: the usual step time from the steps outside its faults, and after
- * each step inside one the time it added against the magnitude asked for;
- * the next step's plan is scaled by the ratio (at most 4/3 up or 3/4 down a
- * step, between 1/4 and 4 in all).  A fault then adds about its magnitude
- * whatever the slack, and still acts where its type says: only the size of
- * its per-task delays follows the loop.  The ground truth stays the spec. */
+/* Closed loop on the outer picture, when the run has a baseline.  The plan
+ * below puts each fault's magnitude where the fault acts, but how much of it
+ * reaches the step's end depends on the slack around that place: a delayed
+ * tile whose operator has other tiles still running, a late transfer whose
+ * peer is late anyway, a skewed routing that adds time of its own.  Given
+ * each step's time in a clean run of the same configuration (the same seed:
+ * the same requests join and leave, so the clean steps are known one by
+ * one; --baseline), a rank compares each step inside its faults with the
+ * clean one and scales the next step's plan by magnitude / added (at most
+ * 4/3 up or 3/4 down a step, between 1/4 and 4 in all).  A fault then adds
+ * about its magnitude whatever the slack, and still acts where its type
+ * says: only the size of its per-task delays follows the loop.  A running
+ * mean of the rank's own clean steps is no substitute: decode steps grow
+ * with the KV cache and jump as requests join, and the loop would chase
+ * that.  Without a baseline the plan is as written.  The ground truth is
+ * the spec either way. */
 struct bm_fault_gain {
-    uint64_t base_ns; /* the rank's usual step: running mean of clean steps */
-    uint32_t n_base;  /* clean steps in it */
-    uint32_t gain;    /* the next step's plan scale, BM_GAIN_ONE = as written */
+    uint32_t gain; /* the next step's plan scale, BM_GAIN_ONE = as written */
 };
 
 static inline BM_HD void bm_fault_gain_init(struct bm_fault_gain *g)
 {
-    g->base_ns = 0;
-    g->n_base = 0;
     g->gain = BM_GAIN_ONE;
 }
 
@@ -294,24 +295,14 @@ static inline BM_HD uint64_t bm_fault_step_mag(const struct mks_fault *faults, u
     return mag;
 }
 
-/* Step `step` of the rank took step_ns; mag_ns its faults' magnitude
- * (bm_fault_step_mag).  The first step is left out of the usual time (its
- * caches are cold), and the loop waits for three clean steps. */
-static inline BM_HD void bm_fault_gain_update(struct bm_fault_gain *g, uint32_t step,
-                                              uint64_t step_ns, uint64_t mag_ns)
+/* A step of the rank took step_ns; mag_ns is its faults' magnitude
+ * (bm_fault_step_mag), base_ns the same step in the clean run (0: none). */
+static inline BM_HD void bm_fault_gain_update(struct bm_fault_gain *g, uint64_t step_ns,
+                                              uint64_t mag_ns, uint64_t base_ns)
 {
-    if (!mag_ns) {
-        if (step == 0)
-            return;
-        /* a mean over the first 8, then a running one (1/8 a step) */
-        uint32_t k = g->n_base < 7 ? g->n_base + 1 : 8;
-        g->base_ns = g->n_base ? g->base_ns - g->base_ns / k + step_ns / k : step_ns;
-        g->n_base++;
+    if (!mag_ns || !base_ns)
         return;
-    }
-    if (g->n_base < 3)
-        return;
-    uint64_t added = step_ns > g->base_ns ? step_ns - g->base_ns : 0;
+    uint64_t added = step_ns > base_ns ? step_ns - base_ns : 0;
     if (added < mag_ns / 4)
         added = mag_ns / 4;
     uint64_t ng = (uint64_t)g->gain * mag_ns / added;

@@ -236,3 +236,90 @@ int mks_bench_result_write_json(const struct mks_bench_result *res,
         return bb_err(err, err_len, -EIO, "cannot write result file %s", path);
     return 0;
 }
+
+/* A configuration field of the baseline file that must equal this run's. */
+static int baseline_field(json_t *c, const char *name, uint64_t want, const char *path, char *err,
+                          size_t err_len)
+{
+    json_t *v = json_object_get(c, name);
+    if (!json_is_integer(v) || (uint64_t)json_integer_value(v) != want)
+        return bb_err(err, err_len, -EINVAL,
+                      "baseline %s: %s is not this run's %llu (a clean run of the same"
+                      " configuration is needed)",
+                      path, name, (unsigned long long)want);
+    return 0;
+}
+
+int mks_bench_baseline_load(const struct mks_bench_config *cfg, const char *path, uint64_t **out,
+                            char *err, size_t err_len)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root)
+        return bb_err(err, err_len, -EINVAL, "baseline %s: %s (line %d)", path, je.text, je.line);
+    uint64_t *v = NULL;
+    int rc = -EINVAL;
+    json_t *c = json_object_get(root, "config"), *ranks = json_object_get(root, "ranks");
+    if (!json_is_object(c) || !json_is_array(ranks)) {
+        bb_err(err, err_len, rc, "baseline %s: not a result file of mkscope-bench --json", path);
+        goto out;
+    }
+    const struct {
+        const char *name;
+        uint64_t want;
+    } fields[] = {{"ranks", cfg->ranks},     {"layers", cfg->layers},   {"hidden", cfg->hidden},
+                  {"heads", cfg->heads},     {"experts", cfg->experts}, {"tiles", cfg->tiles},
+                  {"workers", cfg->workers}, {"steps", cfg->steps},     {"batch", cfg->batch},
+                  {"seed", cfg->seed}};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (baseline_field(c, fields[i].name, fields[i].want, path, err, err_len))
+            goto out;
+    if (json_array_size(ranks) != cfg->ranks) {
+        bb_err(err, err_len, rc, "baseline %s: %zu ranks of step times, the run has %u", path,
+               json_array_size(ranks), cfg->ranks);
+        goto out;
+    }
+    v = calloc((size_t)cfg->ranks * cfg->steps, sizeof(*v));
+    if (!v) {
+        rc = bb_err(err, err_len, -ENOMEM, "baseline %s: out of memory", path);
+        goto out;
+    }
+    for (size_t i = 0; i < cfg->ranks; i++) {
+        json_t *o = json_array_get(ranks, i), *st = json_object_get(o, "step_ns"),
+               *r = json_object_get(o, "rank"), *ft = json_object_get(o, "faulted_tasks");
+        if (!json_is_integer(r) || json_integer_value(r) < 0 ||
+            json_integer_value(r) >= (json_int_t)cfg->ranks || !json_is_array(st) ||
+            json_array_size(st) != cfg->steps) {
+            bb_err(err, err_len, rc, "baseline %s: rank entry %zu needs rank and %u step_ns", path,
+                   i, cfg->steps);
+            goto out;
+        }
+        if (json_is_integer(ft) && json_integer_value(ft) != 0) {
+            bb_err(err, err_len, rc, "baseline %s: rank %lld ran with faults: not a clean run",
+                   path, (long long)json_integer_value(r));
+            goto out;
+        }
+        uint64_t *row = v + (size_t)json_integer_value(r) * cfg->steps;
+        for (uint32_t s = 0; s < cfg->steps; s++) {
+            json_t *x = json_array_get(st, s);
+            if (!json_is_integer(x) || json_integer_value(x) <= 0) {
+                bb_err(err, err_len, rc, "baseline %s: rank %lld step %u: not a step time", path,
+                       (long long)json_integer_value(r), s);
+                goto out;
+            }
+            if (row[s]) {
+                bb_err(err, err_len, rc, "baseline %s: rank %lld given twice", path,
+                       (long long)json_integer_value(r));
+                goto out;
+            }
+            row[s] = (uint64_t)json_integer_value(x);
+        }
+    }
+    *out = v;
+    v = NULL;
+    rc = 0;
+out:
+    free(v);
+    json_decref(root);
+    return rc;
+}

@@ -438,8 +438,9 @@ static void body_sample(struct br_rt *rt, uint32_t w, struct br_task *t)
     bm_batch_end(m, &rk->batch, s, sampled);
     uint64_t now = bb_now_ns();
     rk->res.step_ns[s] = now - rk->step_t0;
-    bm_fault_gain_update(&rk->gain, s, rk->res.step_ns[s],
-                         bm_fault_step_mag(m->faults, m->n_faults, rk->rank, s));
+    bm_fault_gain_update(&rk->gain, rk->res.step_ns[s],
+                         bm_fault_step_mag(m->faults, m->n_faults, rk->rank, s),
+                         m->base_ns ? m->base_ns[s] : 0);
     if (s + 1 >= m->cfg.steps) {
         br_finish(rt, 0);
         return;
@@ -702,6 +703,8 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
         rank_free(&rk);
         return bb_err(err, err_len, rc, "rank %u: out of memory for the model", rank);
     }
+    if (cfg->baseline_ns)
+        rk.m.base_ns = cfg->baseline_ns + (size_t)rank * cfg->steps;
     const struct bm_model *m = &rk.m;
     rk.QDr = cfg->heads * cfg->head_dim;
     rk.n_own = (m->E + rk.R - 1 - rank) / rk.R;

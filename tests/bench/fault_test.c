@@ -4,6 +4,7 @@
  * the spec said (nothing measured), and the fault plan spreads a magnitude
  * so that each type adds it once per step whatever the worker count.
  */
+#include <errno.h>
 #include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -312,23 +313,24 @@ static void test_plan_bounded(void **state)
 /* The plan's closed loop: a rank whose fault reaches the step's end only in
  * part (slack absorbs some of every delay) gets its plan scaled until the
  * step grows by the magnitude; one that overshoots is scaled down; the
- * scale moves at most 4/3 or 3/4 a step and stays within 1/4..4; noise
- * around the answer leaves it near 1. */
+ * scale moves at most 4/3 or 3/4 a step and stays within 1/4..4; the clean
+ * steps may differ from one another (they are compared one by one); with
+ * no baseline the plan stays as written. */
 static uint64_t loop_run(double absorbed, uint64_t offset_ns, uint64_t mag_ns, uint32_t steps,
-                         uint32_t *gain_out, uint32_t *max_step_change_pct)
+                         int with_base, uint32_t *gain_out, uint32_t *max_step_change_pct)
 {
     struct bm_fault_gain g;
     bm_fault_gain_init(&g);
-    const uint64_t base = 10000000; /* a 10 ms step */
     uint64_t added_last = 0;
     uint32_t prev = g.gain, worst = 0;
     for (uint32_t s = 0; s < steps; s++) {
         int in = s >= 10;
         uint64_t mag = in ? mag_ns : 0;
+        uint64_t clean = 10000000 + 200000ull * s; /* steps grow: a KV cache */
         /* what the step takes: the plan's delay, part of it absorbed */
         uint64_t delay = mag * g.gain / BM_GAIN_ONE;
         uint64_t added = in ? (uint64_t)((double)delay * (1.0 - absorbed)) + offset_ns : 0;
-        bm_fault_gain_update(&g, s, base + (s == 0 ? 5000000 : 0) + added, mag);
+        bm_fault_gain_update(&g, clean + added, mag, with_base ? clean : 0);
         uint32_t ch = (uint32_t)(g.gain > prev ? (uint64_t)(g.gain - prev) * 100 / prev
                                                : (uint64_t)(prev - g.gain) * 100 / prev);
         if (ch > worst)
@@ -346,24 +348,22 @@ static void test_gain_loop(void **state)
     (void)state;
     uint32_t gain, change;
     /* 40% of every delay absorbed: the loop asks 1/0.6 of the magnitude */
-    uint64_t added = loop_run(0.4, 0, 1000000, 40, &gain, &change);
+    uint64_t added = loop_run(0.4, 0, 1000000, 40, 1, &gain, &change);
     assert_true(added > 980000 && added < 1020000);
     assert_true(gain > 1650 && gain < 1770); /* 1024 / 0.6 = 1707 */
     assert_true(change <= 34);
     /* 15% more than asked (a fault that adds time of its own) */
-    added = loop_run(0.0, 150000, 1000000, 40, &gain, &change);
+    added = loop_run(0.0, 150000, 1000000, 40, 1, &gain, &change);
     assert_true(added > 980000 && added < 1020000);
     assert_true(gain > 850 && gain < 890); /* 1024 * 0.85 = 870 */
     /* nothing reaches the step: bounded at 4 */
-    added = loop_run(1.0, 0, 1000000, 40, &gain, &change);
+    added = loop_run(1.0, 0, 1000000, 40, 1, &gain, &change);
     assert_int_equal(added, 0);
     assert_int_equal(gain, 4 * BM_GAIN_ONE);
-    /* a fault covering every step from the start: no usual time, as written */
-    struct bm_fault_gain g;
-    bm_fault_gain_init(&g);
-    for (uint32_t s = 0; s < 10; s++)
-        bm_fault_gain_update(&g, s, 20000000, 1000000);
-    assert_int_equal(g.gain, BM_GAIN_ONE);
+    /* no baseline: as written */
+    added = loop_run(0.4, 0, 1000000, 40, 0, &gain, &change);
+    assert_int_equal(gain, BM_GAIN_ONE);
+    assert_true(added > 590000 && added < 610000);
     /* the gain scales every delay of the plan */
     struct mks_bench_config c;
     mks_bench_config_default(&c);
@@ -383,14 +383,77 @@ static void test_gain_loop(void **state)
     assert_int_equal(bm_fault_step_mag(&f, 1, 0, 5), 0);
 }
 
+/* --baseline: a clean run's result file of the same configuration, every
+ * mismatch refused with a line that says what. */
+static void test_baseline_load(void **state)
+{
+    (void)state;
+    struct mks_bench_config c;
+    mks_bench_config_default(&c);
+    c.ranks = 2;
+    c.steps = 3;
+    char path[] = "/tmp/mks-baseline-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char cfgj[512], text[1024], err[512];
+    snprintf(cfgj, sizeof(cfgj),
+             "{\"ranks\":2,\"layers\":%u,\"hidden\":%u,\"heads\":%u,\"experts\":%u,"
+             "\"tiles\":%u,\"workers\":%u,\"steps\":3,\"batch\":%u,\"seed\":%llu}",
+             c.layers, c.hidden, c.heads, c.experts, c.tiles, c.workers, c.batch,
+             (unsigned long long)c.seed);
+    const char *ranks_ok = "[{\"rank\":1,\"step_ns\":[4,5,6],\"faulted_tasks\":0},"
+                           "{\"rank\":0,\"step_ns\":[1,2,3],\"faulted_tasks\":0}]";
+    static const struct {
+        const char *ranks, *want;
+    } cases[] = {
+        {"[{\"rank\":0,\"step_ns\":[1,2,3]}]", "1 ranks of step times"},
+        {"[{\"rank\":0,\"step_ns\":[1,2]},{\"rank\":1,\"step_ns\":[1,2,3]}]", "needs rank and 3"},
+        {"[{\"rank\":0,\"step_ns\":[1,2,3]},{\"rank\":0,\"step_ns\":[1,2,3]}]", "given twice"},
+        {"[{\"rank\":0,\"step_ns\":[1,0,3]},{\"rank\":1,\"step_ns\":[1,2,3]}]",
+         "step 1: not a step time"},
+        {"[{\"rank\":0,\"step_ns\":[1,2,3],\"faulted_tasks\":7},{\"rank\":1,\"step_ns\":[1,2,3]}]",
+         "not a clean run"},
+    };
+    uint64_t *v = NULL;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(text, sizeof(text), "{\"config\":%s,\"ranks\":%s}", cfgj, cases[i].ranks);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+        assert_int_equal(mks_bench_baseline_load(&c, path, &v, err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, cases[i].want));
+    }
+    /* another configuration */
+    c.steps = 4;
+    assert_int_equal(mks_bench_baseline_load(&c, path, &v, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "steps is not this run's 4"));
+    c.steps = 3;
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"config\": [", f);
+    fclose(f);
+    assert_int_equal(mks_bench_baseline_load(&c, path, &v, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "baseline /tmp/mks-baseline-"));
+    snprintf(text, sizeof(text), "{\"config\":%s,\"ranks\":%s}", cfgj, ranks_ok);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(mks_bench_baseline_load(&c, path, &v, err, sizeof(err)), 0);
+    static const uint64_t want[] = {1, 2, 3, 4, 5, 6};
+    assert_memory_equal(v, want, sizeof(want));
+    free(v);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_types_and_defaults),
-        cmocka_unit_test(test_gain_loop),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_truth_file),
-        cmocka_unit_test(test_config_check),
+        cmocka_unit_test(test_types_and_defaults), cmocka_unit_test(test_gain_loop),
+        cmocka_unit_test(test_baseline_load),      cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_truth_file),         cmocka_unit_test(test_config_check),
         cmocka_unit_test(test_plan_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -69,6 +69,10 @@ struct mks_bench_config {
                                   all-reduce contribution only once rank r-1's
                                   has arrived, so waits chain from rank to rank
                                   (multi-hop wait chains); 0 = all at once */
+    const uint64_t *baseline_ns; /* [ranks][steps]: each rank's step times in a
+                                    clean run of this configuration, for the
+                                    fault plan's closed loop; NULL: the plan as
+                                    written (mks_bench_baseline_load) */
 };
 
 /* How the CUDA backend runs a step. */
@@ -79,6 +83,12 @@ enum mks_bench_cuda_mode {
 };
 
 void mks_bench_config_default(struct mks_bench_config *cfg);
+
+/* The per-rank step times of a result file (--json) of a clean run with the
+ * configuration's ranks and steps, as cfg->baseline_ns wants them; the
+ * caller frees *out.  0, or -errno with one line in err. */
+int mks_bench_baseline_load(const struct mks_bench_config *cfg, const char *path, uint64_t **out,
+                            char *err, size_t err_len);
 /* 0 or -EINVAL with one line in err. */
 int mks_bench_config_check(const struct mks_bench_config *cfg, char *err, size_t err_len);
 
