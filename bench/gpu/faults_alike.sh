@@ -10,6 +10,10 @@
 # to OUT/falike-runs.tar.gz.
 #
 #   bench/gpu/faults_alike.sh [--out DIR] [--reps N] [--budget S] [--ranks "1 2"]
+#                             [--loop "on off"]
+#
+# --loop: the closed loop settings to run, each a pass of its own, in this
+# order (bench/faults_alike.sh --loop; default "on").
 #
 # MKS_DEBS=DIR[:DIR...]: .deb files of the dependencies unpacked into a
 # prefix (as bench/gpu/e2e.sh does, for GPU machines without our packages);
@@ -17,8 +21,8 @@
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-$PWD/falike-out} reps=3 budget=240 ranks_list="1 2"
-usage="usage: $0 [--out DIR] [--reps N] [--budget S] [--ranks \"1 2\"]"
+out=${OUT:-$PWD/falike-out} reps=3 budget=240 ranks_list="1 2" loops="on"
+usage="usage: $0 [--out DIR] [--reps N] [--budget S] [--ranks \"1 2\"] [--loop \"on off\"]"
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
     case $1 in
@@ -26,6 +30,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2 ;;
     --budget) budget=$2 ;;
     --ranks) ranks_list=$2 ;;
+    --loop) loops=$2 ;;
     *) echo "$usage" >&2; exit 2 ;;
     esac
     shift 2
@@ -51,25 +56,27 @@ echo "built in $((SECONDS - t0)) s; $ngpu GPU(s)"
 [ -n "$prefix_lib" ] && export LD_LIBRARY_PATH=$prefix_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 runs=$(mktemp -d)
 rc=0
-for R in $ranks_list; do
-    [ "$R" -le "$ngpu" ] || { echo "skipping $R ranks: $ngpu GPU(s)"; continue; }
-    vis=$(seq -s, 0 $((R - 1)))
-    for size in medium small; do
-        left=$((budget - (SECONDS - t0)))
-        if [ "$left" -lt 20 ]; then
-            echo "skipping $R ranks, $size: budget spent"
-            continue
-        fi
-        steps=60 window=20-39 types="task-delay moe-skew notify-delay queue-oversub comm-delay tile-starve"
-        [ "$size" = medium ] && steps=40 window=15-34
-        [ "$size" = medium ] && [ "$R" = 1 ] && types="$types skew-routing"
-        CUDA_VISIBLE_DEVICES=$vis timeout -k 5 "$left" "$root/bench/faults_alike.sh" \
-            "$build/bench/mkscope-bench" --backend cuda --size "$size" --ranks "$R" \
-            --magnitude 1000 --steps "$steps" --window "$window" --reps "$reps" --timeout 60 \
-            --types "$types" \
-            --out "$runs/r$R-$size" >"$out/falike-$R-$size.txt" 2>&1 || rc=1
-        cat "$out/falike-$R-$size.txt"
-        echo "   ($((SECONDS - t0)) s so far)"
+for loop in $loops; do
+    for R in $ranks_list; do
+        [ "$R" -le "$ngpu" ] || { echo "skipping $R ranks: $ngpu GPU(s)"; continue; }
+        vis=$(seq -s, 0 $((R - 1)))
+        for size in medium small; do
+            left=$((budget - (SECONDS - t0)))
+            if [ "$left" -lt 20 ]; then
+                echo "skipping $R ranks, $size, loop $loop: budget spent"
+                continue
+            fi
+            steps=60 window=20-39 types="task-delay moe-skew notify-delay queue-oversub comm-delay tile-starve"
+            [ "$size" = medium ] && steps=40 window=15-34
+            [ "$size" = medium ] && [ "$R" = 1 ] && types="$types skew-routing"
+            CUDA_VISIBLE_DEVICES=$vis timeout -k 5 "$left" "$root/bench/faults_alike.sh" \
+                "$build/bench/mkscope-bench" --backend cuda --size "$size" --ranks "$R" \
+                --magnitude 1000 --steps "$steps" --window "$window" --reps "$reps" --timeout 60 \
+                --types "$types" --loop "$loop" \
+                --out "$runs/r$R-$size-$loop" >"$out/falike-$R-$size-$loop.txt" 2>&1 || rc=1
+            cat "$out/falike-$R-$size-$loop.txt"
+            echo "   ($((SECONDS - t0)) s so far)"
+        done
     done
 done
 tar -czf "$out/falike-runs.tar.gz" -C "$runs" . 2>/dev/null
