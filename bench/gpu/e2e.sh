@@ -92,23 +92,11 @@ if [ "$backend" = cuda ]; then
     [ "$ngpu" -ge "$ranks" ] || { echo "$0: $ranks ranks need $ranks GPUs" >&2; exit 1; }
 fi
 
-# Dependencies unpacked from .deb files into a prefix.
-cmake_args=()
-prefix_lib=""
-if [ -n "${MKS_DEBS:-}" ]; then
-    prefix=${TMPDIR:-/tmp}/mkscope-e2e-prefix
-    mkdir -p "$prefix"
-    IFS=: read -r -a debdirs <<<"$MKS_DEBS"
-    for dd in "${debdirs[@]}"; do
-        for f in "$dd"/*.deb; do dpkg -x "$f" "$prefix" || { echo "$0: cannot unpack $f" >&2; exit 1; }; done
-    done
-    prefix_lib=$prefix/usr/lib/x86_64-linux-gnu
-    # the linker finds the libraries' own dependencies (libelf, gnutls's) there;
-    # LD_LIBRARY_PATH only for the programs, after the build (not for nvcc, cmake)
-    cmake_args+=(-DCMAKE_PREFIX_PATH="$prefix/usr"
-        "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$prefix_lib -L$prefix_lib")
-    export CPATH=$prefix/usr/include${CPATH:+:$CPATH}
-fi
+# Dependencies unpacked from .deb files into a prefix (LD_LIBRARY_PATH only
+# for the programs, after the build: not for nvcc, cmake).
+# shellcheck source=bench/gpu/debs_prefix.sh
+source "$root/bench/gpu/debs_prefix.sh"
+mks_debs_prefix mkscope-e2e-prefix || exit 1
 [ -n "${MKS_PROTO_GEN_DIR:-}" ] && cmake_args+=(-DMKS_PROTO_GEN_DIR="$MKS_PROTO_GEN_DIR")
 [ -n "${MKS_PREBUILT_BPF_DIR:-}" ] && cmake_args+=(-DMKS_PREBUILT_BPF_DIR="$MKS_PREBUILT_BPF_DIR")
 # shellcheck disable=SC2206
