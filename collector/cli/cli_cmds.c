@@ -165,6 +165,10 @@ int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n
         {
             text_group(cli->out, g, !strcmp(cmd, "waitchain"));
         }
+        json_int_t hidden = json_integer_value(json_object_get(a, "hidden_groups"));
+        if (hidden > 0)
+            fprintf(cli->out, "(%lld shorter group%s of slow steps left out by --min-steps)\n",
+                    (long long)hidden, hidden == 1 ? "" : "s");
     }
     json_decref(a);
     return 0;

@@ -43,23 +43,25 @@ static const struct cmd_help cmds[] = {
     {"sql", "mkscope sql 'SELECT ...'",
      "One read-only SQL statement on the store (schema in docs/collector.md).", NULL,
      "  mkscope sql 'SELECT rank, COUNT(*) FROM epochs GROUP BY rank'\n", " "},
-    {"diagnose", "mkscope diagnose [--step N] [--slow F] [--min-coverage R]",
+    {"diagnose", "mkscope diagnose [--step N] [--slow F] [--min-coverage R] [--min-steps N]",
      "Root cause of each group of slow steps: remote stall, local scheduler\n"
      "imbalance, slow task class, late notification or slow transfer, with the\n"
      "root rank, task class, generation, the chain of waits and the coverage.\n"
      "-f json prints one JSON object per group, one per line.",
      "  --step N           only step N\n"
      "  --slow F           a step is slow above (1 + F) x the median [0.2]\n"
-     "  --min-coverage R   below this share of observed events: undecided [0.5]\n",
-     "  mkscope diagnose\n  mkscope diagnose -f json\n  mkscope diagnose --step 37\n",
-     " step slow min-coverage "},
+     "  --min-coverage R   below this share of observed events: undecided [0.5]\n"
+     "  --min-steps N      leave out groups of fewer slow steps (counted) [1]\n",
+     "  mkscope diagnose\n  mkscope diagnose -f json\n  mkscope diagnose --step 37\n"
+     "  mkscope diagnose --min-steps 3\n",
+     " step slow min-coverage min-steps "},
     {"waitchain", "mkscope waitchain [--step N] [-f text|dot|json]",
      "The chains of the diagnosis as a tree of waits across ranks; -f dot writes a\n"
      "Graphviz graph.",
      "  --step N           only step N\n"
-     "  --slow F, --min-coverage R   as for diagnose\n",
+     "  --slow F, --min-coverage R, --min-steps N   as for diagnose\n",
      "  mkscope waitchain\n  mkscope waitchain --step 37 -f dot | dot -Tsvg > chain.svg\n",
-     " step slow min-coverage "},
+     " step slow min-coverage min-steps "},
     {"attach",
      "mkscope attach OBJ.bpf.o | --builtin NAME [--name N] [--hook H] [--ranks all|0,2]"
      " [--wait MS]",

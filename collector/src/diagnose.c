@@ -47,6 +47,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1097,6 +1098,8 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             d.o.min_excess_ns = opts->min_excess_ns;
         if (opts->min_coverage > 0)
             d.o.min_coverage = opts->min_coverage;
+        if (opts->sz >= offsetof(struct mks_diag_opts, min_steps) + sizeof(opts->min_steps))
+            d.o.min_steps = opts->min_steps;
         d.o.only_step = opts->only_step;
     }
     int rc = load(&d);
@@ -1224,6 +1227,15 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         json_array_append_new(groups, group_json(&d, &chains[worst], srank[worst], steps[worst],
                                                  sl, stime[worst], med, buf));
     }
+    /* Groups of fewer slow steps than asked for are left out, counted: a
+     * loaded machine stalls single steps now and then. */
+    size_t hidden = 0;
+    for (size_t gi = json_array_size(groups); gi-- > 0;)
+        if (json_array_size(json_object_get(json_array_get(groups, gi), "steps")) <
+            d.o.min_steps) {
+            json_array_remove(groups, gi);
+            hidden++;
+        }
     /* Decided groups first, larger first: they are what the run is about;
      * undecided ones are often noise of a loaded machine. */
     size_t ng = json_array_size(groups);
@@ -1254,9 +1266,11 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         reason = "no step times stored yet: are agents running with the standard monitors?";
     else if (!n_slow)
         reason = "no step is slower than the median by the threshold";
-    *out = json_pack("{s:s, s:I, s:I, s:I, s:o, s:o}", "job", job, "median_step_ns",
+    else if (!json_array_size(groups))
+        reason = "every group of slow steps is shorter than --min-steps";
+    *out = json_pack("{s:s, s:I, s:I, s:I, s:o, s:I, s:o}", "job", job, "median_step_ns",
                      (json_int_t)med, "steps", (json_int_t)n_steps, "slow_steps",
-                     (json_int_t)n_slow, "groups", groups,
+                     (json_int_t)n_slow, "groups", groups, "hidden_groups", (json_int_t)hidden,
                      "reason", reason ? json_string(reason) : json_null());
     groups = NULL;
     rc = 0;
@@ -1306,6 +1320,13 @@ int mks_serve_diagnose(const struct mks_serve_env *env, const Mkscope__V1__CliRe
         if (*end || o.min_coverage <= 0 || o.min_coverage > 1)
             return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
                                   "--min-coverage wants a ratio in (0, 1]");
+    }
+    if ((a = mks_serve_arg(req, "min-steps"))) {
+        unsigned long v = strtoul(a, &end, 10);
+        if (*end || !*a || *a == '-' || v < 1 || v > 1000000)
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "--min-steps wants a number of steps, 1 or more");
+        o.min_steps = (uint32_t)v;
     }
     if (mks_diagnose(env->st, job, &o, out, err, errlen))
         return MKS_EXIT_ERROR;

@@ -17,10 +17,12 @@ struct mks_diag_opts {
     uint64_t min_excess_ns; /* and at least this much over the median; 0: 20 us */
     double min_coverage;   /* below this ratio a link is undecided; 0: 0.5 */
     int64_t only_step;     /* -1: every step */
+    uint32_t min_steps;    /* groups of fewer slow steps are left out (and
+                              counted in "hidden_groups"); 0: 1, all shown */
 };
 
 /* Diagnose the slow steps of `job`: *out = {"median_step_ns", "steps",
- * "slow_steps", "groups": [...], "reason"}.  Returns 0 or a negative errno
+ * "slow_steps", "groups": [...], "hidden_groups", "reason"}.  Returns 0 or a negative errno
  * with one line in err. */
 int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_opts *opts,
                  json_t **out, char *err, size_t errlen);

@@ -403,6 +403,30 @@ static void test_low_coverage(void **s)
     mks_store_close(st);
 }
 
+/* --min-steps: the fault's group of 3 slow steps stays with 3, goes (and
+ * is counted) with 4. */
+static void test_min_steps(void **s)
+{
+    (void)s;
+    gens_only = false;
+    struct mks_store *st = fill(SLOW_TASK);
+    char err[256];
+    for (uint32_t m = 3; m <= 4; m++) {
+        json_t *out = NULL;
+        struct mks_diag_opts o = {.sz = sizeof(o), .only_step = -1, .min_steps = m};
+        if (mks_diagnose(st, "diag", &o, &out, err, sizeof(err)))
+            fail_msg("diagnose: %s", err);
+        size_t want = m <= F_HI - F_LO + 1 ? 1 : 0;
+        assert_int_equal(json_array_size(json_object_get(out, "groups")), want);
+        assert_int_equal(json_integer_value(json_object_get(out, "hidden_groups")), 1 - want);
+        assert_int_equal(json_integer_value(json_object_get(out, "slow_steps")), F_HI - F_LO + 1);
+        if (!want)
+            assert_non_null(strstr(js(out, "reason"), "--min-steps"));
+        json_decref(out);
+    }
+    mks_store_close(st);
+}
+
 static void test_empty(void **s)
 {
     (void)s;
@@ -427,7 +451,8 @@ int main(void)
         cmocka_unit_test(test_comm_class_is_transfer),
         cmocka_unit_test(test_slow_one_of_many), cmocka_unit_test(test_queued_one_of_many),
         cmocka_unit_test(test_clean),
-        cmocka_unit_test(test_low_coverage), cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_low_coverage), cmocka_unit_test(test_min_steps),
+        cmocka_unit_test(test_empty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
