@@ -13,7 +13,11 @@
 #   bench/gpu/e2e.sh [--out DIR] [--ranks N] [--steps N] [--mag US]
 #                    [--intervals "0 2000"] [--timeout S] [--budget S]
 #                    [--faults "td nd qo ts cd ms"|none] [--detached]
+#                    [--size small|medium]
 #
+# --size: the bench's model, small (its default) or medium (as
+# bench/gpu/run.sh's: 4 layers, hidden 1024, 16 experts, 32 tiles, batch 8;
+# about 1900 tasks a step on a GPU).
 # --faults: the fault runs to make (short names as in the table; default
 # all, `none`: the clean run only).  --detached: per interval also one run
 # of the same bench with no agent and no collector (hooks compiled in,
@@ -41,7 +45,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$PWD/gpu-e2e-out}
 ranks=2 steps=60 mag=50000 intervals="0" tmo=40 budget=200 only="td nd qo ts cd ms" detached=0
-usage="usage: $0 [--out DIR] [--ranks N] [--steps N] [--mag US] [--intervals \"0 2000\"] [--timeout S] [--budget S] [--faults \"td nd qo ts cd ms\"|none] [--detached]"
+size=small
+usage="usage: $0 [--out DIR] [--ranks N] [--steps N] [--mag US] [--intervals \"0 2000\"] [--timeout S] [--budget S] [--faults \"td nd qo ts cd ms\"|none] [--detached] [--size small|medium]"
 while [ $# -gt 0 ]; do
     if [ "$1" = --detached ]; then
         detached=1
@@ -58,6 +63,7 @@ while [ $# -gt 0 ]; do
     --timeout) tmo=$2 ;;
     --budget) budget=$2 ;;
     --faults) only=$2 ;;
+    --size) size=$2 ;;
     *) echo "$usage" >&2; exit 2 ;;
     esac
     shift 2
@@ -66,6 +72,12 @@ case "$ranks$steps$mag$tmo$budget${intervals// /}" in
 *[!0-9]* | '') echo "$0: numbers expected; $usage" >&2; exit 2 ;;
 esac
 [ "$ranks" -ge 2 ] || { echo "$0: --ranks must be at least 2 (a remote stall needs a peer)" >&2; exit 2; }
+case $size in
+small) model=() ;;
+medium) model=(--layers 4 --hidden 1024 --heads 8 --head-dim 64 --experts 16 --ffn 1024 --vocab 4096
+    --tiles 32 --batch 8 --max-len 64) ;;
+*) echo "$0: --size is small or medium" >&2; exit 2 ;;
+esac
 [ "$steps" -ge 40 ] || { echo "$0: --steps must be at least 40 (faults at steps 20-24)" >&2; exit 2; }
 for f in $only; do
     case " none td nd qo ts cd ms " in *" $f "*) ;; *)
@@ -149,7 +161,7 @@ one_run() {
         timeout -k 5 "$tmo" "$root/deploy/local/mkscope-launch" --ranks "$ranks" \
         --backend "$backend" --job "e2e$name$$" --dir "$d" --steps "$steps" --epoch-ms 5 \
         --keep-collector "${fa[@]}" -q -- --truth "$d/truth.json" --step-interval-us "$ival" \
-        >"$d/launch.log" 2>&1
+        "${model[@]}" >"$d/launch.log" 2>&1
     rc=$?
     local cli=("$cli_bin" --collector "ipc://$d/cli" --timeout 5000)
     if [ -s "$d/collector.pid" ]; then
@@ -180,7 +192,8 @@ detached_run() {
     fi
     local t=$SECONDS
     timeout -k 5 "$tmo" "$bench" run --backend "$backend" --ranks "$ranks" --steps "$steps" \
-        --job "e2e$name$$" --step-interval-us "$ival" --json "$d/bench.json" >"$d/launch.log" 2>&1
+        --job "e2e$name$$" --step-interval-us "$ival" "${model[@]}" --json "$d/bench.json" \
+        >"$d/launch.log" 2>&1
     rc=$?
     printf '%s\t%s\t%s\t%s\t-\n' "$name" detached "$ival" "$rc" >>"$out/runs.tsv"
     echo "-- $name: bench rc $rc, $((SECONDS - t)) s"
