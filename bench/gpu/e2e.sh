@@ -9,17 +9,22 @@
 # for 3 or more steps; and the per-rank, per-class task counts the collector
 # learned must equal the megakernel's own (mks-countcheck).  The truth file
 # is read here only, never given to the collector.
+# With 3 ranks or more, one more run (hop) makes a wait chain of two hops:
+# the bench's --ar-relay (rank r sends its all-reduce contribution once rank
+# r-1's has arrived) with rank R-3's queue oversubscribed; besides the
+# fault, some chain must read R-1 remote_stall -> R-2 remote_stall -> R-3
+# local_imbalance.
 #
 #   bench/gpu/e2e.sh [--out DIR] [--ranks N] [--steps N] [--mag US]
 #                    [--intervals "0 2000"] [--timeout S] [--budget S]
-#                    [--faults "td nd qo ts cd ms"|none] [--detached]
+#                    [--faults "td nd qo ts cd ms hop"|none] [--detached]
 #                    [--size small|medium]
 #
 # --size: the bench's model, small (its default) or medium (as
 # bench/gpu/run.sh's: 4 layers, hidden 1024, 16 experts, 32 tiles, batch 8;
 # about 1900 tasks a step on a GPU).
 # --faults: the fault runs to make (short names as in the table; default
-# all, `none`: the clean run only).  --detached: per interval also one run
+# all, hop only with 3 ranks or more; `none`: the clean run only).  --detached: per interval also one run
 # of the same bench with no agent and no collector (hooks compiled in,
 # nothing attached), whose step time the table shows beside the attached
 # clean run's.
@@ -44,9 +49,9 @@ set -uo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$PWD/gpu-e2e-out}
-ranks=2 steps=60 mag=50000 intervals="0" tmo=40 budget=200 only="td nd qo ts cd ms" detached=0
+ranks=2 steps=60 mag=50000 intervals="0" tmo=40 budget=200 only='' detached=0
 size=small
-usage="usage: $0 [--out DIR] [--ranks N] [--steps N] [--mag US] [--intervals \"0 2000\"] [--timeout S] [--budget S] [--faults \"td nd qo ts cd ms\"|none] [--detached] [--size small|medium]"
+usage="usage: $0 [--out DIR] [--ranks N] [--steps N] [--mag US] [--intervals \"0 2000\"] [--timeout S] [--budget S] [--faults \"td nd qo ts cd ms hop\"|none] [--detached] [--size small|medium]"
 while [ $# -gt 0 ]; do
     if [ "$1" = --detached ]; then
         detached=1
@@ -79,11 +84,18 @@ medium) model=(--layers 4 --hidden 1024 --heads 8 --head-dim 64 --experts 16 --f
 *) echo "$0: --size is small or medium" >&2; exit 2 ;;
 esac
 [ "$steps" -ge 40 ] || { echo "$0: --steps must be at least 40 (faults at steps 20-24)" >&2; exit 2; }
+if [ -z "$only" ]; then
+    only="td nd qo ts cd ms"
+    [ "$ranks" -lt 3 ] || only="$only hop"
+fi
 for f in $only; do
-    case " none td nd qo ts cd ms " in *" $f "*) ;; *)
-        echo "$0: --faults takes td nd qo ts cd ms or none, not '$f'" >&2; exit 2 ;;
+    case $f in none | td | nd | qo | ts | cd | ms | hop) ;; *)
+        echo "$0: --faults takes td nd qo ts cd ms hop or none, not '$f'" >&2; exit 2 ;;
     esac
 done
+case " $only " in *" hop "*)
+    [ "$ranks" -ge 3 ] || { echo "$0: hop (a chain of two hops) needs --ranks 3 or more" >&2; exit 2; } ;;
+esac
 
 # NVLink multicast stays off: a program using it can take a shared host's
 # GPUs out of service.
@@ -146,10 +158,12 @@ missing=$(for b in "$agent" "$collector" "$cli_bin" "$bench" "$countcheck"; do l
 export MKS_MONITORS_DIR=$build/agent/monitors
 
 : >"$out/runs.tsv"
-# one_run NAME FAULT-SPEC|- INTERVAL: collector, launcher (ranks + agents),
-# then the diagnosis, the counts and the status, all in $out/NAME
+# one_run NAME FAULT-SPEC|- INTERVAL [BENCH-ARG...]: collector, launcher
+# (ranks + agents), then the diagnosis, the counts and the status, all in
+# $out/NAME
 one_run() {
     local name=$1 fault=$2 ival=$3 d=$out/$1 rc crc fa=()
+    shift 3
     mkdir -p "$d"
     if [ $((SECONDS - t0)) -ge "$budget" ]; then
         printf '%s\t%s\t%s\tskipped\t-\n' "$name" "$fault" "$ival" >>"$out/runs.tsv"
@@ -161,7 +175,7 @@ one_run() {
         timeout -k 5 "$tmo" "$root/deploy/local/mkscope-launch" --ranks "$ranks" \
         --backend "$backend" --job "e2e$name$$" --dir "$d" --steps "$steps" --epoch-ms 5 \
         --keep-collector "${fa[@]}" -q -- --truth "$d/truth.json" --step-interval-us "$ival" \
-        "${model[@]}" >"$d/launch.log" 2>&1
+        "${model[@]}" "$@" >"$d/launch.log" 2>&1
     rc=$?
     local cli=("$cli_bin" --collector "ipc://$d/cli" --timeout 5000)
     if [ -s "$d/collector.pid" ]; then
@@ -219,6 +233,10 @@ for ival in $intervals; do
         one_run "$1_i$ival" "$2:rank=$((r % ranks)),magnitude=$mag,steps=20-24" "$ival"
         r=$((r + 1))
     done
+    case " $only " in *" hop "*)
+        one_run "hop_i$ival" "queue-oversub:rank=$((ranks - 3)),magnitude=$mag,steps=20-24" "$ival" \
+            --ar-relay ;;
+    esac
 done
 echo "   runs took $((SECONDS - t0)) s in all"
 
@@ -271,6 +289,21 @@ def judge_fault(diag, truth):
         return "FAIL: no rank shows a remote stall on rank %s" % f["rank"]
     return "ok"
 
+def judge_hops(diag, truth):
+    # R-1 waits on R-2, which waits on R-3, the rank with the fault
+    v = judge_fault(diag, truth)
+    if v != "ok":
+        return v
+    r = truth["faults"][0]["rank"]
+    want = ["%d:remote_stall" % (r + 2), "%d:remote_stall" % (r + 1), "%d:local_imbalance" % r]
+    for g in diag:
+        if g.get("cause") != "local_imbalance" or g.get("root", {}).get("rank") != r:
+            continue
+        for ch in [g.get("chain") or []] + [s.get("chain") or [] for s in g.get("stalled") or []]:
+            if ["%s:%s" % (c.get("rank"), c.get("cause")) for c in ch][-3:] == want:
+                return "ok"
+    return "FAIL: no chain " + " -> ".join(want)
+
 def med(v):
     return statistics.median(v) if v else float("nan")
 
@@ -303,9 +336,11 @@ for line in open(os.path.join(out, "runs.tsv")):
         verdict = "ok" if not big else "FAIL: %d groups of 3+ slow steps name a cause" % len(big)
     elif not truth or not truth.get("faults"):
         verdict = "FAIL: no truth"
+    elif name.startswith("hop"):
+        verdict = judge_hops(diag, truth)
     else:
         verdict = judge_fault(diag, truth)
-    if diag:
+    if diag and max(len(g.get("steps", [])) for g in diag):
         # the diagnosis' largest group: what a reader sees first
         g = max(diag, key=lambda g: len(g.get("steps", [])))
         named = "%s r%s %s (%d st)" % (g.get("cause"), g.get("root", {}).get("rank"),

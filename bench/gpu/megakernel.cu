@@ -86,7 +86,8 @@ struct bg_task {
     /* TASK_ASSIGN and QUEUE_PRESSURE left to the receiving worker (see
      * bg_hw): their times and the queue's depth at the assignment */
     uint64_t assign_t, pressure_t;
-    uint32_t assign_depth, assign_defer, pressure_defer, pad;
+    uint32_t assign_depth, assign_defer, pressure_defer;
+    uint32_t relay; /* --ar-relay: the reduce-class task that only waits for rank - 1 */
 };
 
 struct bg_queue {
@@ -422,6 +423,18 @@ static __device__ __forceinline__ uint32_t ev_of(uint32_t l, uint32_t op)
     return 1 + l * BG_EVL + op;
 }
 
+/* LM head's event, after the layers' */
+static __host__ __device__ __forceinline__ uint32_t ev_lm(const struct bg_dev &D)
+{
+    return 1 + D.L * BG_EVL;
+}
+
+/* --ar-relay: all-reduce k's contribution of rank - 1 has arrived */
+static __host__ __device__ __forceinline__ uint32_t ev_relay(const struct bg_dev &D, uint32_t k)
+{
+    return ev_lm(D) + 1 + k;
+}
+
 static __device__ __forceinline__ uint32_t ar_seq(const struct bg_dev &D, uint32_t step, uint32_t k)
 {
     return step * 2 * D.L + k;
@@ -620,28 +633,44 @@ static __device__ void release_send(const struct bg_dev &D, const struct bg_task
                     remote_ev(peer, D.rank), seq + 1);
 }
 
+/* Wait until peer p's contribution to all-reduce k of this step has arrived
+ * (thread 0), between the dependency-wait hooks. */
+template <bool HK>
+static __device__ void wait_peer(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h,
+                                 uint32_t p, uint32_t k, uint32_t seq)
+{
+    const uint64_t cg = comm_gen(t->step, k, p, D.rank), dep = remote_ev(D.rank, p);
+    remote_hook<HK>(D, h, t, MKS_EV_DEP_WAIT_BEGIN, p, cg, dep, seq + 1);
+    prof_rec(D, h->id, BR_PROF_WAIT_BEGIN, t);
+    const uint32_t *cnt = &D.inbox_count[p * BG_CSTRIDE];
+    const uint64_t t0 = now_ns();
+    while ((int32_t)(vload32(cnt) - (seq + 1)) < 0 && !vload32(D.abort)) {
+        if (now_ns() - t0 > BG_PEER_TIMEOUT_NS)
+            atomicExch(D.abort, 1u);
+        __nanosleep(32);
+    }
+    prof_rec(D, h->id, BR_PROF_WAIT_END, t);
+    remote_hook<HK>(D, h, t, MKS_EV_DEP_WAIT_END, p, cg, dep, seq + 1);
+}
+
+/* --ar-relay: wait for the previous rank's contribution before the sends
+ * (the data stays in the inbox for the reduce, which finds it there). */
+template <bool HK>
+static __device__ void body_relay(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h)
+{
+    if (threadIdx.x == 0)
+        wait_peer<HK>(D, t, h, D.rank - 1, t->tile_y, ar_seq(D, t->step, t->tile_y));
+}
+
 template <bool HK>
 static __device__ void body_reduce(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h)
 {
     const struct bm_model *m = &D.m;
     const uint32_t k = t->tile_y, seq = ar_seq(D, t->step, k), n = m->B * m->H;
     if (threadIdx.x == 0) {
-        for (uint32_t p = 0; p < D.R; p++) {
-            if (p == D.rank)
-                continue;
-            const uint64_t cg = comm_gen(t->step, k, p, D.rank), dep = remote_ev(D.rank, p);
-            remote_hook<HK>(D, h, t, MKS_EV_DEP_WAIT_BEGIN, p, cg, dep, seq + 1);
-            prof_rec(D, h->id, BR_PROF_WAIT_BEGIN, t);
-            const uint32_t *cnt = &D.inbox_count[p * BG_CSTRIDE];
-            const uint64_t t0 = now_ns();
-            while ((int32_t)(vload32(cnt) - (seq + 1)) < 0 && !vload32(D.abort)) {
-                if (now_ns() - t0 > BG_PEER_TIMEOUT_NS)
-                    atomicExch(D.abort, 1u);
-                __nanosleep(32);
-            }
-            prof_rec(D, h->id, BR_PROF_WAIT_END, t);
-            remote_hook<HK>(D, h, t, MKS_EV_DEP_WAIT_END, p, cg, dep, seq + 1);
-        }
+        for (uint32_t p = 0; p < D.R; p++)
+            if (p != D.rank)
+                wait_peer<HK>(D, t, h, p, k, seq);
         __threadfence_system();
     }
     bg_sync();
@@ -820,7 +849,10 @@ static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t,
         body_send<HK>(D, t, h);
         break;
     case BC_AR_REDUCE:
-        body_reduce<HK>(D, t, h);
+        if (t->relay)
+            body_relay<HK>(D, t, h);
+        else
+            body_reduce<HK>(D, t, h);
         break;
     case BC_ROUTER:
         body_router(D, t, sh);
@@ -1048,6 +1080,8 @@ static __device__ void sched_plan(const struct bg_dev &D, const struct sched *S,
 {
     *force = -1;
     *starve = 0;
+    if (t->relay) /* no fault plan, as on the CPU */
+        return;
     if (t->cls < 128 && !((S->cls_mask[t->cls >> 6] >> (t->cls & 63)) & 1u))
         return;
     plan(D, S->faults, S->n_faults, t, idx, n_op, k, S->gain.gain, force, starve);
@@ -1224,6 +1258,15 @@ static __device__ void gen_advance(const struct bg_dev &D, struct sched *S, int3
 static __device__ void sched_allreduce(const struct bg_dev &D, struct sched *S, uint32_t l,
                                        uint32_t k, uint32_t ev_send, uint32_t ev_done)
 {
+    if (D.R > 1 && D.m.cfg.ar_relay && D.rank > 0) {
+        /* --ar-relay: a task of the reduce's class that only waits for rank - 1 */
+        uint32_t first = S->n, ev = ev_relay(D, k);
+        struct bg_task *t = new_task(D, S, BC_AR_REDUCE, l, D.rank - 1, k, ev);
+        t->flags = MKS_CTX_F_COMM;
+        t->k = k;
+        t->relay = 1;
+        dispatch(D, S, first, 1, ev, 1, k);
+    }
     if (D.R > 1) {
         uint32_t first = S->n;
         for (uint32_t p = 0; p < D.R; p++) {
@@ -1334,10 +1377,10 @@ static __device__ void scheduler_main(const struct bg_dev &D)
             dispatch(D, &S, first, 1, ev_of(l, OP_COMB), 1, 0);
             sched_allreduce(D, &S, l, 2 * l + 1, ev_of(l, OP_SEND2), ev_of(l, OP_AR2));
         }
-        uint32_t ev_lm = 1 + D.L * BG_EVL, first = S.n;
+        uint32_t first = S.n;
         for (uint32_t x = 0; x < D.T; x++)
-            new_task(D, &S, BC_LMHEAD, 0, x, 0, ev_lm);
-        dispatch(D, &S, first, D.T, ev_lm, D.T, 0);
+            new_task(D, &S, BC_LMHEAD, 0, x, 0, ev_lm(D));
+        dispatch(D, &S, first, D.T, ev_lm(D), D.T, 0);
         first = S.n;
         new_task(D, &S, BC_SAMPLE, 0, 0, 0, 0);
         dispatch(D, &S, first, 1, 0, 1, 0);
@@ -1697,12 +1740,12 @@ static int setup(struct host_rank *H, const struct bg_rank_args *a, const struct
     TRY(dalloc(H, &D.batch, 1));
     TRY(dalloc(H, &D.sampled, B));
     TRY(dalloc(H, &D.d_step, 1));
-    uint32_t per_layer =
-        (uint32_t)(B + 2 * D.T + B * cfg->heads + 2 * (D.R - 1) + 4 + D.n_own * D.Te);
+    uint32_t per_layer = (uint32_t)(B + 2 * D.T + B * cfg->heads + 2 * (D.R - 1) + 4 +
+                                    D.n_own * D.Te + (cfg->ar_relay ? 2 : 0));
     D.max_tasks = D.L * per_layer + D.T + 1;
     TRY(dalloc(H, &D.tasks, 2 * (size_t)D.max_tasks));
     TRY(dalloc(H, &D.order, 3 * (size_t)D.max_tasks));
-    const uint32_t n_ev = 2 + D.L * BG_EVL;
+    const uint32_t n_ev = ev_relay(D, 2 * D.L); /* the last relay event's index + 1 */
     TRY(dalloc(H, &D.ev_count, n_ev));
     TRY(dalloc(H, &D.ev_target, n_ev));
     TRY(dalloc(H, &D.queues, D.W));

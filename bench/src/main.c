@@ -46,8 +46,9 @@ static void usage(FILE *f)
             "                       (CPU backend; paces long demo runs; default 0)\n"
             "  --wait-agents MS     before the first step each rank waits up to MS ms for an\n"
             "                       agent to attach programs (hooks build; default 0)\n"
-            "  --ar-relay           CPU backend: rank r sends its all-reduce contribution only\n"
-            "                       after rank r-1's has arrived (waits chain rank to rank)\n"
+            "  --ar-relay           rank r sends its all-reduce contribution only after rank\n"
+            "                       r-1's has arrived (waits chain rank to rank; CPU backend\n"
+            "                       and --cuda-mode persistent)\n"
             "  --fault SPEC         inject a fault; repeat to combine. SPEC is\n"
             "                       TYPE:key=value,... with TYPE one of task-delay, moe-skew,\n"
             "                       notify-delay, queue-oversub, comm-delay, tile-starve and\n"
@@ -331,8 +332,10 @@ int main(int argc, char **argv)
             free(baseline_ns);
             return 1;
         }
-        if (!strcmp(backend, "cuda") && cfg.ar_relay) {
-            fprintf(stderr, "mkscope-bench: --ar-relay is for the CPU backend\n");
+        if (!strcmp(backend, "cuda") && cfg.ar_relay &&
+            cfg.cuda_mode != MKS_BENCH_CUDA_PERSISTENT) {
+            /* per-op and graph builds all-reduce with NCCL, which has no relay */
+            fprintf(stderr, "mkscope-bench: --ar-relay needs --cuda-mode persistent\n");
             free(baseline_ns);
             return 2;
         }

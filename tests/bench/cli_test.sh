@@ -34,6 +34,7 @@ expect 2 "--rank 4 not in 0..3" run --ranks 4 --rank 4
 expect 2 "unexpected argument" run extra
 expect 2 "needs the profiler build" run --trace /tmp/x
 expect 2 "job name" run --job 'a/b'
+expect 2 "needs --cuda-mode persistent" run --backend cuda --cuda-mode per-op --ar-relay
 expect 0 "" --help
 "$bench" --help | grep -q EXAMPLES || { echo "FAIL: --help has no EXAMPLES"; fails=$((fails + 1)); }
 

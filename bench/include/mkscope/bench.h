@@ -65,7 +65,7 @@ struct mks_bench_config {
     uint32_t wait_agents_ms;   /* before the first step, wait up to this long
                                   for an agent to attach programs to the
                                   rank's control block; 0 = do not wait */
-    uint32_t ar_relay;         /* CPU backend: 1 = rank r > 0 sends its
+    uint32_t ar_relay;         /* CPU and persistent CUDA: 1 = rank r > 0 sends its
                                   all-reduce contribution only once rank r-1's
                                   has arrived, so waits chain from rank to rank
                                   (multi-hop wait chains); 0 = all at once */
