@@ -24,10 +24,14 @@ cmake --build "$work/build" -j2 --target mks_monitors mks_proto >>"$work/log" 2>
 cp "$work/build/proto/gen/mkscope.pb-c.c" "$work/build/proto/gen/mkscope.pb-c.h" "$dir/gen/"
 rm -f "$dir/monitors"/*.bpf.o
 cp "$work/build/agent/monitors"/*.bpf.o "$dir/monitors/"
-# runtime libraries of sqlite3, gnutls (libmicrohttpd) and ucx (libnuma)
+# runtime libraries of sqlite3, gnutls (libmicrohttpd) and ucx (libnuma).
+# Not nettle, hogweed or gmp: the GPU machines' own gnutls needs their newer
+# nettle (siv_gcm), and Debian's, found first through -rpath-link, fails the
+# collector's link there.
+rm -f "$dir/debs"/libnettle8_*.deb "$dir/debs"/libhogweed6_*.deb "$dir/debs"/libgmp10_*.deb
 if ! ls "$dir/debs"/libsqlite3-0_*.deb >/dev/null 2>&1; then
     (cd "$dir/debs" && apt-get download libsqlite3-0 libunistring2 libidn2-0 libp11-kit0 \
-        libtasn1-6 libnettle8 libhogweed6 libgmp10 libffi8 libzstd1 libnuma1)
+        libtasn1-6 libffi8 libzstd1 libnuma1)
 fi
 echo "prepared $dir from $(git -C "$root" rev-parse --short HEAD):" \
     "$(ls "$dir/monitors" | tr '\n' ' ')"
