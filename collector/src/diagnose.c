@@ -12,8 +12,10 @@
  * 3. The chain.  Start at the slowest rank of the slow step.  At each rank
  *    score five explanations in nanoseconds of delay they add beyond the
  *    norm:
- *      remote_stall     a remote wait longer than its norm (follow comm_gen
- *                       to the producer rank and classify there);
+ *      remote_stall     remote waits longer than their norm, summed per
+ *                       peer over the step's transfers (follow the longest
+ *                       one's comm_gen to the producer rank and classify
+ *                       there);
  *      local_imbalance  ready tasks queued while workers idled (the agent's
  *                       queued_while_idle_ns, else queueing excess capped by
  *                       worker idle excess, else the queueing excess spread
@@ -25,6 +27,9 @@
  *                       release, or a local one (the agent's per (step,
  *                       class) record of the latest local release);
  *      slow_transfer    the transfer (comm begin -> end) longer than its norm.
+ *    Waits and releases are judged against the same transfer (channel, op)
+ *    in other steps; a step's transfers follow one another, so their
+ *    excesses add up (the side-by-side ones of one transfer count once).
  *    The largest wins if it explains at least a fifth of the delay that led
  *    here; else the link is undecided.  Remote waits are joined to releases
  *    with comm-ids' mks_waitedge_join on clocks aligned from the epochs'
@@ -110,6 +115,8 @@ struct diag {
     int16_t family[256];     /* "expert.3" -> the lowest class id of "expert.*"; -1 none */
     struct memo *memo;       /* norms computed once per key (open addressing) */
     size_t memo_cap;
+    struct ex_ent *ex; /* scratch: one rank's waits or releases of a step */
+    size_t ex_cap;
     struct mks_clock_model *clock;
 };
 
@@ -544,7 +551,8 @@ enum { C_REMOTE, C_IMBALANCE, C_SLOW_TASK, C_NOTIFY, C_TRANSFER, C_N };
 struct verdict {
     double score[C_N];
     int64_t cls[C_N];       /* task class behind each score, -1 none */
-    const struct wrow *wait; /* the remote wait behind C_REMOTE */
+    const struct wrow *wait; /* the remote wait behind C_REMOTE: the longest of its peer */
+    double wait_ex;          /* that wait's own excess (the score sums the peer's) */
     const struct rrow *rel;  /* the release behind C_NOTIFY / C_TRANSFER */
     double detail[C_N];     /* the norm the score is measured against */
 };
@@ -563,65 +571,156 @@ static bool local_release(uint64_t gen)
     return (gen >> 61) == 1u;
 }
 
-/* The release a consumer's wait (or a step) points at on this rank, and
- * the rank's local releases of the step: a late one holds up the tasks of
- * the step that the remote release comes after. */
+/* Where a transfer sits in its step's graph: channel and op of a graph id,
+ * the same for that transfer in every step and between any two ranks; 0 for
+ * ids that carry no place (NCCL's, local releases). */
+static uint32_t op_key(uint64_t gen)
+{
+    struct mks_commid_fields f;
+    uint32_t k = mks_commid_kind(gen);
+    if (local_release(gen) || (k != MKS_COMMID_STEP && k != MKS_COMMID_REQ) ||
+        mks_commid_decode(gen, &f))
+        return 0;
+    return 1 + (f.channel << 12 | f.op);
+}
+
+/* One wait or release of the step being scored, with its excess over the
+ * norm of the same transfer in other steps (NAN: not measured). */
+struct ex_ent {
+    size_t idx;
+    uint32_t peer, op;
+    double a, b, norm_a, norm_b;
+};
+
+static struct ex_ent *ex_next(struct diag *d, size_t n)
+{
+    if (n == d->ex_cap) {
+        size_t cap = d->ex_cap ? 2 * d->ex_cap : 64;
+        struct ex_ent *p = realloc(d->ex, cap * sizeof(*p));
+        if (!p)
+            return NULL;
+        d->ex = p, d->ex_cap = cap;
+    }
+    return &d->ex[n];
+}
+
+/* Whether entry i carries the largest value (field a or b) of its group:
+ * entries of one peer (or any peer, peer_too false) and one transfer place
+ * run side by side, so only the largest counts; other places follow one
+ * another and add up.  Entries with no place are their own group. */
+static bool ex_leads(const struct ex_ent *e, size_t n, size_t i, bool use_b, bool peer_too)
+{
+    double x = use_b ? e[i].b : e[i].a;
+    if (isnan(x))
+        return false;
+    if (!e[i].op)
+        return true;
+    for (size_t j = 0; j < n; j++) {
+        if (j == i || e[j].op != e[i].op || (peer_too && e[j].peer != e[i].peer))
+            continue;
+        double y = use_b ? e[j].b : e[j].a;
+        if (!isnan(y) && (y > x || (y == x && j < i)))
+            return false;
+    }
+    return true;
+}
+
+/* The releases of the step on this rank: all of them, or those toward the
+ * consumer whose wait (gen) led here.  Notification delay and slow transfer
+ * each score the sum over the step's transfers, one after another (each
+ * all-reduce of each layer), of the latest one's excess over the norm of the
+ * same transfer in other steps; a late local release adds its own.  The
+ * release with the largest single excess is the one named. */
 static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_t gen,
                            struct verdict *v, double *buf)
 {
+    const bool graph = gen && op_key(gen);
+    const uint32_t consumer = graph ? mks_commid_dst_rank(gen) : UINT32_MAX;
+    size_t n = 0;
     for (size_t i = 0; i < d->nr; i++) {
         const struct rrow *r = &d->r[i];
         if (r->rank != rank)
             continue;
-        if (local_release(r->gen) ? r->step != step : gen ? r->gen != gen : r->step != step)
-            continue;
-        /* Norms over the same (consumer, class) releases of other steps. */
-        double notify = -1, xfer = -1;
-        bool fresh = true;
-        struct memo *mm = memo_get(d, memo_key(K_RELEASE, rank, r->consumer, r->cls), &fresh);
-        size_t nn = 0, nx = 0;
-        double *bn = buf, *bx = buf + d->nr;
-        for (size_t k = 0; fresh && k < d->nr; k++) {
-            const struct rrow *o = &d->r[k];
-            if (o->rank != rank || o->consumer != r->consumer || o->cls != r->cls)
+        if (local_release(r->gen) || !gen || graph) {
+            if (r->step != step ||
+                (!local_release(r->gen) && consumer != UINT32_MAX && r->consumer != consumer))
                 continue;
-            if (o->t_cb && o->t_ce >= o->t_cb)
-                bx[nx++] = (double)(o->t_ce - o->t_cb);
-            uint64_t base = release_base(o);
-            if (base && o->t_rel >= base) {
-                double g = (double)(o->t_rel - base);
-                if (o->t_end && o->t_cb && o->t_cb >= o->t_end)
-                    g += (double)(o->t_cb - o->t_end); /* waiting for the transfer to start */
-                bn[nn++] = g;
-            }
+        } else if (r->gen != gen) {
+            continue;
         }
+        const uint32_t op = op_key(r->gen);
+        /* Norms over the same (consumer, class, place) releases of other steps. */
+        bool fresh = true;
+        struct memo *mm =
+            memo_get(d, memo_key(K_RELEASE, rank, r->consumer, (r->cls & 0xff) | op << 8), &fresh);
         double nx_med, nn_med;
         if (fresh) {
+            size_t nn = 0, nx = 0;
+            double *bn = buf, *bx = buf + d->nr;
+            for (size_t k = 0; k < d->nr; k++) {
+                const struct rrow *o = &d->r[k];
+                if (o->rank != rank || o->consumer != r->consumer || o->cls != r->cls ||
+                    op_key(o->gen) != op)
+                    continue;
+                if (o->t_cb && o->t_ce >= o->t_cb)
+                    bx[nx++] = (double)(o->t_ce - o->t_cb);
+                uint64_t base = release_base(o);
+                if (base && o->t_rel >= base) {
+                    double g = (double)(o->t_rel - base);
+                    if (o->t_end && o->t_cb && o->t_cb >= o->t_end)
+                        g += (double)(o->t_cb - o->t_end); /* waiting for the transfer to start */
+                    bn[nn++] = g;
+                }
+            }
             nx_med = median(bx, nx), nn_med = median(bn, nn);
             if (mm)
                 mm->v[0] = nx_med, mm->v[1] = nn_med;
         } else {
             nx_med = mm->v[0], nn_med = mm->v[1];
         }
+        struct ex_ent *e = ex_next(d, n);
+        if (!e)
+            break; /* out of memory: what was gathered still counts */
+        *e = (struct ex_ent){.idx = i,
+                             .peer = r->consumer,
+                             .op = op,
+                             .a = NAN,
+                             .b = NAN,
+                             .norm_a = nx_med,
+                             .norm_b = nn_med};
         if (r->t_cb && r->t_ce >= r->t_cb)
-            xfer = (double)(r->t_ce - r->t_cb) - nx_med;
+            e->a = (double)(r->t_ce - r->t_cb) - nx_med;
         uint64_t base = release_base(r);
         if (base && r->t_rel >= base) {
             double g = (double)(r->t_rel - base);
             if (r->t_end && r->t_cb && r->t_cb >= r->t_end)
                 g += (double)(r->t_cb - r->t_end);
-            notify = g - nn_med;
+            e->b = g - nn_med;
         }
-        if (xfer > v->score[C_TRANSFER]) {
-            v->score[C_TRANSFER] = xfer, v->cls[C_TRANSFER] = r->cls, v->rel = r;
-            v->detail[C_TRANSFER] = nx_med;
-        }
-        if (notify > v->score[C_NOTIFY]) {
-            v->score[C_NOTIFY] = notify, v->cls[C_NOTIFY] = r->cls;
-            v->detail[C_NOTIFY] = nn_med;
-            if (!v->rel || v->score[C_NOTIFY] >= v->score[C_TRANSFER])
-                v->rel = r;
-        }
+        n++;
+    }
+    double xfer = 0, notify = 0;
+    const struct ex_ent *bx = NULL, *bn = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const struct ex_ent *e = &d->ex[i];
+        if (ex_leads(d->ex, n, i, false, false))
+            xfer += e->a;
+        if (ex_leads(d->ex, n, i, true, false))
+            notify += e->b;
+        if (!isnan(e->a) && (!bx || e->a > bx->a))
+            bx = e;
+        if (!isnan(e->b) && (!bn || e->b > bn->b))
+            bn = e;
+    }
+    if (bx && xfer > v->score[C_TRANSFER]) {
+        v->score[C_TRANSFER] = xfer, v->cls[C_TRANSFER] = d->r[bx->idx].cls;
+        v->detail[C_TRANSFER] = bx->norm_a, v->rel = &d->r[bx->idx];
+    }
+    if (bn && notify > v->score[C_NOTIFY]) {
+        v->score[C_NOTIFY] = notify, v->cls[C_NOTIFY] = d->r[bn->idx].cls;
+        v->detail[C_NOTIFY] = bn->norm_b;
+        if (!v->rel || v->score[C_NOTIFY] >= v->score[C_TRANSFER])
+            v->rel = &d->r[bn->idx];
     }
 }
 
@@ -691,22 +790,31 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
     for (int i = 0; i < C_N; i++)
         v->cls[i] = -1;
     double nw = d->n_workers && rank < d->n_ranks && d->n_workers[rank] ? d->n_workers[rank] : 1;
-    /* Remote waits: the one furthest above the norm of its (peer, class).
-     * Waits happen inside a task of the waiting class, so their excess is
-     * kept per class, to be taken out of that class's run time below. */
+    /* Remote waits.  A step waits on a peer once for each transfer of its
+     * graph (each all-reduce of each layer), one after another, so what a
+     * peer costs the step is the sum of those waits' excess, each over the
+     * norm of the same (peer, class, place) wait in other steps.  The chain
+     * follows the peer of the largest sum; its longest wait names the
+     * generation.  Waits happen inside a task of the waiting class, so their
+     * excess is kept per class, to be taken out of that class's run time
+     * below. */
     double wait_sum[256] = {0}, wait_max[256] = {0};
+    size_t nex = 0;
     for (size_t i = 0; i < d->nw; i++) {
         const struct wrow *w = &d->w[i];
         if (w->rank != rank || w->step != step)
             continue;
+        const uint32_t op = op_key(w->gen);
         bool fresh = true;
-        struct memo *mm = memo_get(d, memo_key(K_WAIT, rank, w->peer, w->cls), &fresh);
+        struct memo *mm =
+            memo_get(d, memo_key(K_WAIT, rank, w->peer, (w->cls & 0xff) | op << 8), &fresh);
         double norm;
         if (fresh) {
             size_t n = 0;
             for (size_t k = 0; k < d->nw; k++) {
                 const struct wrow *o = &d->w[k];
-                if (o->rank == rank && o->peer == w->peer && o->cls == w->cls)
+                if (o->rank == rank && o->peer == w->peer && o->cls == w->cls &&
+                    op_key(o->gen) == op)
                     buf[n++] = (double)(o->t_end - o->t_begin);
             }
             norm = median(buf, n);
@@ -725,9 +833,35 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
          * all-reduce every rank waits on every other). */
         if (visited && w->peer < 4096 && visited[w->peer])
             continue;
-        if (ex > v->score[C_REMOTE]) {
-            v->score[C_REMOTE] = ex, v->wait = w, v->cls[C_REMOTE] = w->cls;
-            v->detail[C_REMOTE] = norm;
+        struct ex_ent *e = ex_next(d, nex);
+        if (!e)
+            break; /* out of memory: what was gathered still counts */
+        *e =
+            (struct ex_ent){.idx = i, .peer = w->peer, .op = op, .a = ex, .b = NAN, .norm_a = norm};
+        nex++;
+    }
+    for (size_t i = 0; i < nex; i++) {
+        const struct ex_ent *e = &d->ex[i];
+        bool seen = false; /* each peer once, at its first entry */
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = d->ex[j].peer == e->peer;
+        if (seen)
+            continue;
+        double sum = 0;
+        const struct ex_ent *top = e;
+        for (size_t j = i; j < nex; j++) {
+            const struct ex_ent *f = &d->ex[j];
+            if (f->peer != e->peer)
+                continue;
+            if (ex_leads(d->ex, nex, j, false, true))
+                sum += f->a;
+            if (f->a > top->a)
+                top = f;
+        }
+        if (sum > v->score[C_REMOTE]) {
+            v->score[C_REMOTE] = sum, v->wait = &d->w[top->idx];
+            v->cls[C_REMOTE] = d->w[top->idx].cls, v->detail[C_REMOTE] = top->norm_a;
+            v->wait_ex = top->a;
         }
     }
     /* Task classes: run time (slow task) and queueing (imbalance). */
@@ -931,7 +1065,9 @@ static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double exc
         const struct wrow *w = v.wait;
         L->gen = w->gen;
         L->peer = w->peer;
-        L->lateness = aligned_lateness(d, w, v.score[best]);
+        /* the longest wait's lateness on aligned clocks, plus the excess of
+         * the peer's other waits in the step */
+        L->lateness = aligned_lateness(d, w, v.wait_ex) + (v.score[best] - v.wait_ex);
         if (w->peer >= 4096 || visited[w->peer]) {
             snprintf(ch->reason, sizeof(ch->reason),
                      "wait cycle: rank %u waits on rank %u, already in the chain", rank, w->peer);
@@ -1287,6 +1423,7 @@ out:
     free(d.r);
     free(d.n_workers);
     free(d.memo);
+    free(d.ex);
     mks_clock_model_destroy(d.clock);
     return rc;
 }

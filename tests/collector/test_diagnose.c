@@ -52,11 +52,19 @@ enum fault {
 /* Steps reported without times, only generation advances (as an agent
  * without step monitors does). */
 static bool gens_only;
+/* Transfers between two ranks a step (as each all-reduce of each layer);
+ * a fault on them is spread evenly over all. */
+static uint32_t spread = 1;
 static const char *const names[] = {"gemm", "attn", "send"};
+
+static uint64_t gen_op(uint32_t producer, uint32_t consumer, uint32_t step, uint32_t op)
+{
+    return mks_commid_for_transfer(1, producer, consumer, step, op, 0);
+}
 
 static uint64_t gen_of(uint32_t producer, uint32_t consumer, uint32_t step)
 {
-    return mks_commid_for_transfer(1, producer, consumer, step, 0, 0);
+    return gen_op(producer, consumer, step, 0);
 }
 
 /* Key of a local release record: comm-ids' kind bits 0, bit 61 set
@@ -136,16 +144,17 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
         sum->gen_step = s + 1;
         sum->t_gen = 1000000000ull + s * 1000 * US + done + (2 - r) * 5 * US;
     }
-    /* remote wait on the next rank */
-    if (r < R - 1) {
+    /* remote waits on the next rank, one per transfer, 100 us apart; a
+     * share of the delay each */
+    for (uint32_t k = 0; r < R - 1 && k < spread; k++) {
         struct fa_wait *w = &sum->waits[sum->n_waits++];
-        w->comm_gen = gen_of(r + 1, r, s);
+        w->comm_gen = gen_op(r + 1, r, s, k);
         w->peer = r + 1, w->waiter_class = 0, w->step = s, w->worker = 1;
-        w->t_begin = base + 300 * US;
-        w->t_end = base + 310 * US + prop;
+        w->t_begin = base + 300 * US + k * (100 * US + prop / spread);
+        w->t_end = w->t_begin + 10 * US + prop / spread;
     }
-    /* release to the previous rank */
-    if (r > 0) {
+    /* releases to the previous rank */
+    for (uint32_t k = 0; r > 0 && k < spread; k++) {
         struct fa_release *rl = &sum->rels[sum->n_rels++];
         uint64_t shift = r == 2 ? ((hit && (f == SLOW_TASK || f == IMBALANCE || f == IMBALANCE_QWI ||
                                             f == NOTIFY_LOCAL || f == SLOW_ONE ||
@@ -153,14 +162,16 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
                                        ? FAULT
                                        : 0)
                                 : prop;
-        rl->comm_gen = gen_of(r, r - 1, s);
+        /* later transfers come later by the delay of the earlier ones */
+        uint64_t at = k * (100 * US + (r == 2 ? (hit && f != NONE ? FAULT : 0) : prop) / spread);
+        rl->comm_gen = gen_op(r, r - 1, s, k);
         rl->consumer = r - 1, rl->cls = 1, rl->step = s, rl->worker = 2;
-        rl->t_ready = base + 250 * US + (r == 2 ? 0 : prop);
-        rl->t_start = base + 255 * US + shift;
-        rl->t_end = base + 290 * US + shift;
+        rl->t_ready = base + at + 250 * US + (r == 2 ? 0 : prop / spread);
+        rl->t_start = base + at + 255 * US + shift;
+        rl->t_end = base + at + 290 * US + shift;
         rl->t_comm_begin = rl->t_end + 2 * US;
-        rl->t_comm_end = rl->t_comm_begin + 6 * US + (hit && f == TRANSFER ? FAULT : 0);
-        rl->t_release = rl->t_comm_end + 2 * US + (hit && f == NOTIFY ? FAULT : 0);
+        rl->t_comm_end = rl->t_comm_begin + 6 * US + (hit && f == TRANSFER ? FAULT / spread : 0);
+        rl->t_release = rl->t_comm_end + 2 * US + (hit && f == NOTIFY ? FAULT / spread : 0);
     }
     /* gemm's local release: 3 us after the task's end, the fault's time
      * later on rank 2 under NOTIFY_LOCAL (attn, and the send, wait for it) */
@@ -324,6 +335,30 @@ static void test_notify_local(void **s)
     expect_root(NOTIFY_LOCAL, "notify_delay", "gemm");
 }
 static void test_transfer(void **s) { (void)s; expect_root(TRANSFER, "slow_transfer", "attn"); }
+
+/* The same delays spread over 8 transfers a step (an eighth each, under the
+ * fifth of a step's delay that one cause must explain): the step's waits
+ * add up per peer and its releases per transfer, so the chain and its
+ * root's cause are still found. */
+static void test_notify_spread(void **s)
+{
+    (void)s;
+    spread = 8;
+    expect_root(NOTIFY, "notify_delay", "attn");
+}
+static void test_transfer_spread(void **s)
+{
+    (void)s;
+    spread = 8;
+    expect_root(TRANSFER, "slow_transfer", "attn");
+}
+/* also after a failed test, so the next one sees one transfer a step */
+static int spread_reset(void **s)
+{
+    (void)s;
+    spread = 1;
+    return 0;
+}
 static void test_comm_class_is_transfer(void **s)
 {
     (void)s;
@@ -444,14 +479,21 @@ static void test_empty(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_slow_task),   cmocka_unit_test(test_imbalance),
-        cmocka_unit_test(test_imbalance_qwi), cmocka_unit_test(test_notify),
+        cmocka_unit_test(test_slow_task),
+        cmocka_unit_test(test_imbalance),
+        cmocka_unit_test(test_imbalance_qwi),
+        cmocka_unit_test(test_notify),
         cmocka_unit_test(test_notify_local),
-        cmocka_unit_test(test_transfer),    cmocka_unit_test(test_gens_only),
+        cmocka_unit_test(test_transfer),
+        cmocka_unit_test_teardown(test_notify_spread, spread_reset),
+        cmocka_unit_test_teardown(test_transfer_spread, spread_reset),
+        cmocka_unit_test(test_gens_only),
         cmocka_unit_test(test_comm_class_is_transfer),
-        cmocka_unit_test(test_slow_one_of_many), cmocka_unit_test(test_queued_one_of_many),
+        cmocka_unit_test(test_slow_one_of_many),
+        cmocka_unit_test(test_queued_one_of_many),
         cmocka_unit_test(test_clean),
-        cmocka_unit_test(test_low_coverage), cmocka_unit_test(test_min_steps),
+        cmocka_unit_test(test_low_coverage),
+        cmocka_unit_test(test_min_steps),
         cmocka_unit_test(test_empty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,9 @@
 # cause, rank and task class for most of the faulted steps, and some other
 # rank must show the remote stall on the faulty one.  The bench's --truth
 # file is read here only, never given to the collector.  A notify-delay on a
-# local class (qkv_proj) must be named too.  A clean run must name no fault.  Last, 8 ranks in relay order give a chain of two hops.
+# local class (qkv_proj) must be named too, and two faults spread over the
+# 8 all-reduces of a 4-layer model.  A clean run must name no fault.  Last,
+# 8 ranks in relay order give a chain of two hops.
 #
 # Faults add 50 ms to each of 5 steps whose usual time is 1-2 ms, far above
 # what a loaded 2-core machine adds; agent epochs of 5 ms keep steps apart
@@ -85,6 +87,16 @@ done
 # release records (the task ended on time, its release came late).
 run nl "notify-delay:rank=2,class=qkv_proj,magnitude=$mag,steps=$first-$last"
 check nl notify_delay
+
+# A deeper graph: 4 layers make 8 all-reduces a step, so a fault's 50 ms
+# is spread over 8 transfers (about 6 ms each, an eighth of the step's
+# delay): the waits and releases of the step's transfers must add up.
+bench_extra=(--layers 4)
+run nd4 "notify-delay:rank=2,magnitude=$mag,steps=$first-$last"
+check nd4 notify_delay
+run cd4 "comm-delay:rank=1,magnitude=$mag,steps=$first-$last"
+check cd4 slow_transfer
+bench_extra=()
 
 run clean
 big=$(jq -s '[.[] | select(.cause != "undecided" and .cause != "none" and (.steps | length) >= 3)] | length' \
