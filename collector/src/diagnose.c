@@ -31,7 +31,9 @@
  *    in other steps; a step's transfers follow one another, so their
  *    excesses add up (the side-by-side ones of one transfer count once).
  *    The largest wins if it explains at least a fifth of the delay that led
- *    here; else the link is undecided.  Remote waits are joined to releases
+ *    here, or a twentieth when it is at least twice every other score (the
+ *    per-class scores are lower bounds when a class is late in several
+ *    layers); else the link is undecided.  Remote waits are joined to releases
  *    with comm-ids' mks_waitedge_join on clocks aligned from the epochs'
  *    host/device anchors, which gives each remote link its lateness.
  * 4. Coverage.  A link on a rank whose observed share of events (ran /
@@ -64,6 +66,10 @@
 #define MAX_CHAIN 16
 /* Steps either side a step's time is compared with. */
 #define DIAG_WINDOW 10
+/* A cause at least this many times the next one ... */
+#define DIAG_DOMINANT 2.0
+/* ... needs to explain only this share of the delay (else a fifth). */
+#define DIAG_DOMINANT_SHARE 0.05
 
 struct srow { /* (rank, step) */
     uint32_t rank, step;
@@ -1031,8 +1037,19 @@ static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double exc
         for (int c = 1; c < C_N; c++)
             if (v.score[c] > v.score[best])
                 best = c;
+        double second = 0;
+        for (int c = 0; c < C_N; c++)
+            if (c != best && v.score[c] > second)
+                second = v.score[c];
         double floor_ns = (double)d->o.min_excess_ns / 4;
         double thresh = 0.2 * need > floor_ns ? 0.2 * need : floor_ns;
+        /* Slow tasks and queueing are scored per class by the longest one
+         * (or the excess spread over the workers): a lower bound when the
+         * class is late in several operators of the step (each layer's), so
+         * a class that stands well above every other cause is named with a
+         * smaller share of the delay. */
+        if (second * DIAG_DOMINANT <= v.score[best] && DIAG_DOMINANT_SHARE * need < thresh)
+            thresh = DIAG_DOMINANT_SHARE * need > floor_ns ? DIAG_DOMINANT_SHARE * need : floor_ns;
         if (L->cov_ratio >= 0 && L->cov_ratio < d->o.min_coverage) {
             snprintf(ch->reason, sizeof(ch->reason),
                      "coverage on rank %u in step %u is %.0f%% (below %.0f%%): lower the"

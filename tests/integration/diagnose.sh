@@ -5,8 +5,8 @@
 # cause, rank and task class for most of the faulted steps, and some other
 # rank must show the remote stall on the faulty one.  The bench's --truth
 # file is read here only, never given to the collector.  A notify-delay on a
-# local class (qkv_proj) must be named too, and two faults spread over the
-# 8 all-reduces of a 4-layer model.  A clean run must name no fault.  Last,
+# local class (qkv_proj) must be named too, and four faults spread over
+# the layers of a 4-layer model on 32 workers a rank.  A clean run must name no fault.  Last,
 # 8 ranks in relay order give a chain of two hops.
 #
 # Faults add 50 ms to each of 5 steps whose usual time is 1-2 ms, far above
@@ -88,14 +88,21 @@ done
 run nl "notify-delay:rank=2,class=qkv_proj,magnitude=$mag,steps=$first-$last"
 check nl notify_delay
 
-# A deeper graph: 4 layers make 8 all-reduces a step, so a fault's 50 ms
-# is spread over 8 transfers (about 6 ms each, an eighth of the step's
-# delay): the waits and releases of the step's transfers must add up.
-bench_extra=(--layers 4)
-run nd4 "notify-delay:rank=2,magnitude=$mag,steps=$first-$last"
-check nd4 notify_delay
-run cd4 "comm-delay:rank=1,magnitude=$mag,steps=$first-$last"
-check cd4 slow_transfer
+# A deeper graph on many workers, as on a GPU rank: 4 layers make 8
+# all-reduces a step, and 32 workers a rank.  A fault's 50 ms is spread over
+# the step's operators (about 6 ms each all-reduce, 12 ms each qkv_proj or
+# o_proj): the waits and releases of the step's transfers must add up, and
+# a slow or held class is named by its longest task or queue wait, a lower
+# bound that stands above every other cause.
+bench_extra=(--layers 4 --workers 32)
+r=0
+for spec in "td4 task-delay slow_task" "nd4 notify-delay notify_delay" \
+  "qo4 queue-oversub local_imbalance" "cd4 comm-delay slow_transfer"; do
+  set -- $spec
+  run "$1" "$2:rank=$((r % 3 + 1)),magnitude=$mag,steps=$first-$last"
+  check "$1" "$3"
+  r=$((r + 1))
+done
 bench_extra=()
 
 run clean
