@@ -490,6 +490,15 @@ static struct memo *memo_get(struct diag *d, uint64_t key, bool *fresh)
     return NULL;
 }
 
+/* The memo of a norm per (rank, peer, class, transfer place): class and
+ * place share the key's low 32 bits, so a class id above 255 is not cached. */
+static struct memo *memo_place(struct diag *d, uint64_t tag, uint32_t rank, uint32_t peer,
+                               uint32_t cls, uint32_t op, bool *fresh)
+{
+    *fresh = true;
+    return cls < 256 ? memo_get(d, memo_key(tag, rank, peer, cls | op << 8), fresh) : NULL;
+}
+
 /* ---- statistics helpers ------------------------------------------------------------ */
 
 static int cmp_d(const void *a, const void *b)
@@ -657,8 +666,7 @@ static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_
         const uint32_t op = op_key(r->gen);
         /* Norms over the same (consumer, class, place) releases of other steps. */
         bool fresh = true;
-        struct memo *mm =
-            memo_get(d, memo_key(K_RELEASE, rank, r->consumer, (r->cls & 0xff) | op << 8), &fresh);
+        struct memo *mm = memo_place(d, K_RELEASE, rank, r->consumer, r->cls, op, &fresh);
         double nx_med, nn_med;
         if (fresh) {
             size_t nn = 0, nx = 0;
@@ -812,8 +820,7 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
             continue;
         const uint32_t op = op_key(w->gen);
         bool fresh = true;
-        struct memo *mm =
-            memo_get(d, memo_key(K_WAIT, rank, w->peer, (w->cls & 0xff) | op << 8), &fresh);
+        struct memo *mm = memo_place(d, K_WAIT, rank, w->peer, w->cls, op, &fresh);
         double norm;
         if (fresh) {
             size_t n = 0;
@@ -840,8 +847,8 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
         if (visited && w->peer < 4096 && visited[w->peer])
             continue;
         struct ex_ent *e = ex_next(d, nex);
-        if (!e)
-            break; /* out of memory: what was gathered still counts */
+        if (!e) /* out of memory: what was gathered still counts */
+            continue;
         *e =
             (struct ex_ent){.idx = i, .peer = w->peer, .op = op, .a = ex, .b = NAN, .norm_a = norm};
         nex++;
