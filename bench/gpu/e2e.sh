@@ -24,10 +24,10 @@
 # bench/gpu/run.sh's: 4 layers, hidden 1024, 16 experts, 32 tiles, batch 8;
 # about 1900 tasks a step on a GPU).
 # --faults: the fault runs to make (short names as in the table; default
-# all, hop only with 3 ranks or more; `none`: the clean run only).  --detached: per interval also one run
-# of the same bench with no agent and no collector (hooks compiled in,
-# nothing attached), whose step time the table shows beside the attached
-# clean run's.
+# all, hop only with 3 ranks or more; `none`: the clean run only).
+# --detached: per interval also one run of the same bench with no agent and
+# no collector (hooks compiled in, nothing attached), whose step time the
+# table shows beside the attached clean run's.
 # --intervals: one pass over all runs per value of the bench's
 # --step-interval-us (idle time between steps; 0 = steps back to back).
 # Every process runs under `timeout` (--timeout per run, default 40 s); once

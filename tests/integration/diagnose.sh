@@ -5,9 +5,9 @@
 # cause, rank and task class for most of the faulted steps, and some other
 # rank must show the remote stall on the faulty one.  The bench's --truth
 # file is read here only, never given to the collector.  A notify-delay on a
-# local class (qkv_proj) must be named too, and four faults spread over
-# the layers of a 4-layer model on 32 workers a rank.  A clean run must name no fault.  Last,
-# 8 ranks in relay order give a chain of two hops.
+# local class (qkv_proj) must be named too, and four faults spread over the
+# layers of a 4-layer model on 32 workers a rank.  A clean run must name no
+# fault.  Last, 8 ranks in relay order give a chain of two hops.
 #
 # Faults add 50 ms to each of 5 steps whose usual time is 1-2 ms, far above
 # what a loaded 2-core machine adds; agent epochs of 5 ms keep steps apart
