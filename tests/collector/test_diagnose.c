@@ -255,21 +255,44 @@ static const char *js(json_t *o, const char *k)
     return s ? s : "(null)";
 }
 
-/* The single group must blame `cause` at rank 2, class `cls`, through a
- * remote-stall chain 0 -> 1 -> 2, on steps 10..12. */
 /* SQL run on the store before diagnosing (NULL: none). */
 static const char *tweak;
 
+/* A store filled under fault f, the tweak applied, diagnosed: the one group
+ * there must be (the caller releases *d and *st). */
+static json_t *only_group(enum fault f, struct mks_store **st, json_t **d)
+{
+    *st = fill(f);
+    if (tweak)
+        assert_int_equal(sqlite3_exec(mks_store_db(*st), tweak, NULL, NULL, NULL), SQLITE_OK);
+    *d = diagnose(*st);
+    json_t *groups = json_object_get(*d, "groups");
+    if (json_array_size(groups) != 1)
+        fail_msg("%zu groups: %s", json_array_size(groups), json_dumps(*d, 0));
+    return json_array_get(groups, 0);
+}
+
+/* The group of steps F_LO..F_HI: its cause and root (rank, class). */
+static void expect_group(enum fault f, const char *cause, int rank, const char *cls)
+{
+    struct mks_store *st;
+    json_t *d, *g = only_group(f, &st, &d);
+    json_t *root = json_object_get(g, "root");
+    if (strcmp(js(g, "cause"), cause) ||
+        json_integer_value(json_object_get(root, "rank")) != rank ||
+        strcmp(js(root, "task_class"), cls))
+        fail_msg("want %s at rank %d, %s: %s", cause, rank, cls, json_dumps(g, 0));
+    assert_int_equal(json_array_size(json_object_get(g, "steps")), F_HI - F_LO + 1);
+    json_decref(d);
+    mks_store_close(st);
+}
+
+/* The single group must blame `cause` at rank 2, class `cls`, through a
+ * remote-stall chain 0 -> 1 -> 2, on steps 10..12. */
 static void expect_root(enum fault f, const char *cause, const char *cls)
 {
-    struct mks_store *st = fill(f);
-    if (tweak)
-        assert_int_equal(sqlite3_exec(mks_store_db(st), tweak, NULL, NULL, NULL), SQLITE_OK);
-    json_t *d = diagnose(st);
-    json_t *groups = json_object_get(d, "groups");
-    if (json_array_size(groups) != 1)
-        fail_msg("%zu groups: %s", json_array_size(groups), json_dumps(d, 0));
-    json_t *g = json_array_get(groups, 0);
+    struct mks_store *st;
+    json_t *d, *g = only_group(f, &st, &d);
     if (strcmp(js(g, "cause"), cause))
         fail_msg("cause %s, want %s: %s", js(g, "cause"), cause, json_dumps(g, 0));
     json_t *root = json_object_get(g, "root");
@@ -388,27 +411,6 @@ static void test_slow_one_of_many(void **s)
     expect_root(SLOW_ONE, "slow_task", "attn");
     tweak = NULL;
 }
-/* The group of steps F_LO..F_HI: its cause and root (rank, class). */
-static void expect_group(enum fault f, const char *cause, int rank, const char *cls)
-{
-    struct mks_store *st = fill(f);
-    if (tweak)
-        assert_int_equal(sqlite3_exec(mks_store_db(st), tweak, NULL, NULL, NULL), SQLITE_OK);
-    json_t *d = diagnose(st);
-    json_t *groups = json_object_get(d, "groups");
-    if (json_array_size(groups) != 1)
-        fail_msg("%zu groups: %s", json_array_size(groups), json_dumps(d, 0));
-    json_t *g = json_array_get(groups, 0);
-    json_t *root = json_object_get(g, "root");
-    if (strcmp(js(g, "cause"), cause) ||
-        json_integer_value(json_object_get(root, "rank")) != rank ||
-        strcmp(js(root, "task_class"), cls))
-        fail_msg("want %s at rank %d, %s: %s", cause, rank, cls, json_dumps(g, 0));
-    assert_int_equal(json_array_size(json_object_get(g, "steps")), F_HI - F_LO + 1);
-    json_decref(d);
-    mks_store_close(st);
-}
-
 /* One attn task late by an eighth of the step's delay (the longest task is
  * a lower bound when a class is late in several layers), nothing else
  * late: it stands above every other cause, so it is named although it
