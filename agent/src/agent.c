@@ -1128,7 +1128,8 @@ static int setup(struct agent *a)
     struct agt_spool_opts so = {.sz = sizeof(so),
                                 .mem_bytes = a->o.buffer_bytes,
                                 .dir = a->o.spool_dir,
-                                .disk_bytes = a->o.spool_bytes};
+                                .disk_bytes = a->o.spool_bytes,
+                                .spill_only = a->o.spool_spill_only};
     int err = agt_spool_create(&so, &a->spool);
     if (err)
         return err;

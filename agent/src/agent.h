@@ -17,6 +17,7 @@ struct agt_opts {
     uint64_t budget;          /* bytes per second, 0 unlimited */
     const char *spool_dir;
     uint64_t spool_bytes;     /* disk spool bound */
+    int spool_spill_only;     /* only what overflows buffer_bytes goes to spool_dir */
     uint64_t buffer_bytes;    /* memory buffer bound */
     const char *key_path;     /* MAC key file */
     const char *monitors_dir; /* built-in monitor objects */

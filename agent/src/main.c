@@ -59,8 +59,11 @@ static void usage(FILE *f)
             "  --epoch-ms MS         epoch length (default 100)\n"
             "  --budget BYTES        telemetry budget in bytes per second (default: unlimited)\n"
             "  --buffer-bytes BYTES  memory for summaries the collector has not acked (8 MiB)\n"
-            "  --spool-dir DIR       spill unacked summaries to DIR when memory is full\n"
+            "  --spool-dir DIR       keep every unacked summary in DIR too (a crashed agent's\n"
+            "                        are sent by the next one) and spill there when memory\n"
+            "                        is full\n"
             "  --spool-bytes BYTES   bound of the disk spool (default 256 MiB)\n"
+            "  --spool-spill-only    write to --spool-dir only what overflows memory\n"
             "  --key FILE            shared MAC key (32 bytes or 64 hex digits, mode 600)\n"
             "  --monitors DIR        built-in monitor objects (default %s)\n"
             "  --attach LIST         built-in monitors to attach, comma-separated\n"
@@ -117,7 +120,7 @@ int main(int argc, char **argv)
     enum {
         O_JOB = 256, O_RANK, O_COLLECTOR, O_SURVEY, O_EPOCH, O_BUDGET, O_BUFFER, O_SPOOL_DIR,
         O_SPOOL_BYTES, O_KEY, O_MONITORS, O_ATTACH, O_LEASE, O_HEARTBEAT, O_TIMEOUT, O_DRAIN,
-        O_EXIT_WITH_APP, O_STATS
+        O_EXIT_WITH_APP, O_STATS, O_SPILL_ONLY
     };
     static const struct option lo[] = {
         {"job", required_argument, 0, O_JOB},
@@ -129,6 +132,7 @@ int main(int argc, char **argv)
         {"buffer-bytes", required_argument, 0, O_BUFFER},
         {"spool-dir", required_argument, 0, O_SPOOL_DIR},
         {"spool-bytes", required_argument, 0, O_SPOOL_BYTES},
+        {"spool-spill-only", no_argument, 0, O_SPILL_ONLY},
         {"key", required_argument, 0, O_KEY},
         {"monitors", required_argument, 0, O_MONITORS},
         {"attach", required_argument, 0, O_ATTACH},
@@ -154,6 +158,7 @@ int main(int argc, char **argv)
     };
     uint64_t v;
     int have_rank = 0, c;
+    opterr = 0; /* one line of ours instead of getopt's and ours */
     while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
         switch (c) {
         case O_JOB:
@@ -185,6 +190,9 @@ int main(int argc, char **argv)
             break;
         case O_SPOOL_DIR:
             o.spool_dir = optarg;
+            break;
+        case O_SPILL_ONLY:
+            o.spool_spill_only = 1;
             break;
         case O_SPOOL_BYTES:
             if (parse_u64("--spool-bytes", optarg, 1024, UINT64_MAX / 2, &o.spool_bytes))
@@ -228,7 +236,13 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         default:
-            fprintf(stderr, "mkscope-agent: see --help\n");
+            if (optopt > 0 && optopt < 256)
+                fprintf(stderr, "mkscope-agent: unknown option '-%c'; see --help\n", optopt);
+            else if (optopt)
+                fprintf(stderr, "mkscope-agent: %s needs a value; see --help\n", argv[optind - 1]);
+            else
+                fprintf(stderr, "mkscope-agent: unknown option '%s'; see --help\n",
+                        argv[optind - 1]);
             return 2;
         }
     }
@@ -238,6 +252,10 @@ int main(int argc, char **argv)
     }
     if (!o.job || !have_rank) {
         fprintf(stderr, "mkscope-agent: --job and --rank are required; see --help\n");
+        return 2;
+    }
+    if (o.spool_spill_only && !o.spool_dir) {
+        fprintf(stderr, "mkscope-agent: --spool-spill-only needs --spool-dir\n");
         return 2;
     }
     if (!valid_job(o.job)) {

@@ -1,10 +1,12 @@
 /*
  * Bounded FIFO of unacknowledged summaries (see spool.h).
  *
- * Invariant: the entries on disk are always a prefix of the queue (the oldest
- * ones), because spilling moves the oldest in-memory payload.  So the head is
- * read back from disk while newer entries stay in memory, and order is
- * simply the queue order.
+ * Invariant: the entries whose payload is only on disk are always a prefix
+ * of the queue (the oldest ones, n_disk of them), because spilling moves the
+ * oldest in-memory payload.  So the head is read back from disk while newer
+ * entries stay in memory, and order is simply the queue order.  Written
+ * through, an entry in memory has its file as well (entry.file); spilling it
+ * then only frees the memory.
  */
 #include "spool.h"
 
@@ -28,15 +30,18 @@
 struct entry {
     uint64_t seq, tag;
     size_t len;
-    void *mem; /* NULL while the payload is on disk */
+    void *mem; /* NULL while the payload is on disk only */
+    int file;  /* the payload is in its spool file too */
 };
 
 struct agt_spool {
     struct entry *q; /* ring of cap entries */
     size_t cap, head, n;
-    size_t n_disk; /* entries [head, head + n_disk) are on disk */
+    size_t n_disk; /* entries [head, head + n_disk) have their payload on disk only */
     size_t mem_limit, disk_limit;
     char *dir;
+    int write_through; /* every entry to its file when pushed (opts.spill_only 0) */
+    int through_full;  /* the disk bound stopped writing through (logged once) */
     uint64_t mem_used, disk_used, lost, lost_tags, stale, last_seq;
     int have_seq;
     uint64_t last_tag; /* tag of the entry drop_head() removed last */
@@ -72,6 +77,16 @@ static int replay_filter(const struct dirent *de)
     return is_spool_file(de->d_name);
 }
 
+/* A file being written: renamed to its spool name once complete, so a crash
+ * in the middle leaves no torn summary to replay. */
+#define SPOOL_PART ".part"
+
+static int is_part_file(const char *name)
+{
+    size_t l = strlen(name), sl = strlen(SPOOL_PART);
+    return l > sl && strcmp(name + l - sl, SPOOL_PART) == 0;
+}
+
 /* A crashed agent leaves its oldest unacknowledged summaries in the spool
  * directory, each a complete authenticated envelope of its incarnation.
  * They move into the replay directory under a new generation prefix
@@ -104,6 +119,11 @@ static int adopt_stale(struct agt_spool *sp)
         return -errno;
     struct dirent *de;
     while ((de = readdir(d))) {
+        if (is_part_file(de->d_name)) { /* cut off while being written */
+            snprintf(path, sizeof(path), "%s/%s", sp->dir, de->d_name);
+            unlink(path);
+            continue;
+        }
         if (!is_spool_file(de->d_name))
             continue;
         if (mkdir(sp->rdir, 0700) != 0 && errno != EEXIST) {
@@ -172,6 +192,7 @@ int agt_spool_create(const struct agt_spool_opts *opts, struct agt_spool **sp_p)
         return -ENOMEM;
     sp->mem_limit = o.mem_bytes ? o.mem_bytes : SPOOL_DEFAULT_MEM;
     if (o.dir && *o.dir) {
+        sp->write_through = !o.spill_only;
         sp->dir = strdup(o.dir);
         sp->disk_limit = o.disk_bytes ? o.disk_bytes : SPOOL_DEFAULT_DISK;
         if (!sp->dir) {
@@ -211,11 +232,13 @@ static void drop_head(struct agt_spool *sp)
         sp->mem_used -= e->len;
         free(e->mem);
     } else {
+        sp->n_disk--;
+    }
+    if (e->file) {
         char path[4096];
         entry_path(sp, e->seq, path, sizeof(path));
         unlink(path);
         sp->disk_used -= e->len;
-        sp->n_disk--;
     }
     sp->head = (sp->head + 1) % sp->cap;
     sp->n--;
@@ -283,9 +306,13 @@ static int grow(struct agt_spool *sp)
     return 0;
 }
 
+/* Write the file under a temporary name, then rename it into place: the
+ * spool name never holds part of a summary. */
 static int write_file(const char *path, const void *buf, size_t len)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    char part[4096 + sizeof(SPOOL_PART)];
+    snprintf(part, sizeof(part), "%s%s", path, SPOOL_PART);
+    int fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
     const char *p = buf;
@@ -296,13 +323,17 @@ static int write_file(const char *path, const void *buf, size_t len)
                 continue;
             int err = -errno;
             close(fd);
-            unlink(path);
+            unlink(part);
             return err;
         }
         p += w;
         len -= (size_t)w;
     }
-    close(fd);
+    if (close(fd) != 0 || rename(part, path) != 0) {
+        int err = -errno;
+        unlink(part);
+        return err;
+    }
     return 0;
 }
 
@@ -313,6 +344,13 @@ static int spill_one(struct agt_spool *sp)
     if (!sp->dir || sp->n_disk >= sp->n)
         return -ENOSPC;
     struct entry *e = at(sp, sp->n_disk);
+    if (e->file) { /* written through: its file is there already */
+        free(e->mem);
+        e->mem = NULL;
+        sp->mem_used -= e->len;
+        sp->n_disk++;
+        return 0;
+    }
     while (sp->disk_used + e->len > sp->disk_limit) {
         /* make room by dropping the oldest on disk, never the one in flight */
         int only_pinned = sp->n_disk == 1 && sp->pinned && at(sp, 0)->seq == sp->pinned;
@@ -331,10 +369,41 @@ static int spill_one(struct agt_spool *sp)
     }
     free(e->mem);
     e->mem = NULL;
+    e->file = 1;
     sp->mem_used -= e->len;
     sp->disk_used += e->len;
     sp->n_disk++;
     return 0;
+}
+
+/* Written through: the new entry's file, so that a crash leaves it for the
+ * next agent.  Never at the cost of an older entry: past the disk bound (or
+ * on a write error) the entry stays in memory only, said once. */
+static void write_through(struct agt_spool *sp, struct entry *e)
+{
+    if (sp->disk_used + e->len > sp->disk_limit) {
+        if (!sp->through_full)
+            agt_log_warn("spool: %s is full (%zu bytes): newer summaries are kept in memory"
+                         " only until older ones are acknowledged",
+                         sp->dir, sp->disk_limit);
+        sp->through_full = 1;
+        return;
+    }
+    char path[4096];
+    entry_path(sp, e->seq, path, sizeof(path));
+    int err = write_file(path, e->mem, e->len);
+    if (err) {
+        if (!sp->through_full)
+            agt_log_warn("spool: cannot write %s: %s; keeping summaries in memory only", path,
+                         strerror(-err));
+        sp->through_full = 1;
+        return;
+    }
+    if (sp->through_full)
+        agt_log_info("spool: writing summaries to %s again", sp->dir);
+    sp->through_full = 0;
+    e->file = 1;
+    sp->disk_used += e->len;
 }
 
 int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t len, uint64_t tag)
@@ -354,6 +423,8 @@ int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t l
     if (len)
         memcpy(copy, buf, len);
     *at(sp, sp->n) = (struct entry){.seq = seq, .tag = tag, .len = len, .mem = copy};
+    if (sp->write_through)
+        write_through(sp, at(sp, sp->n));
     sp->n++;
     sp->mem_used += len;
     sp->last_seq = seq;

@@ -10,10 +10,12 @@
  * silent.  The link always sends the oldest entry first (nanomsg REQ has one
  * request in flight), which is what keeps replays in order.
  *
- * An agent that crashes leaves its spilled summaries in the directory.  The
- * next agent with the same directory moves them to DIR/replay and sends
- * them, as they are (each a complete envelope of the earlier incarnation,
- * which the collector stores under that incarnation), before its own.
+ * With a directory, every entry is also written to its own file there when
+ * pushed (unless spill_only), and removed when acknowledged.  An agent that
+ * crashes leaves those files behind.  The next agent with the same directory
+ * moves them to DIR/replay and sends them, as they are (each a complete
+ * envelope of the earlier incarnation, which the collector stores under
+ * that incarnation), before its own.
  */
 #ifndef MKS_AGENT_SPOOL_H
 #define MKS_AGENT_SPOOL_H
@@ -26,6 +28,9 @@ struct agt_spool_opts {
     size_t mem_bytes;  /* payload bytes held in memory; 0 = default (8 MiB) */
     const char *dir;   /* disk spool directory, NULL for memory only */
     size_t disk_bytes; /* payload bytes on disk; 0 = default (256 MiB) when dir is set */
+    int spill_only;    /* 0: every entry is written to dir when pushed, so a crash
+                          leaves all of them (within disk_bytes) for the next agent;
+                          1: only what overflows mem_bytes goes there */
 };
 
 struct agt_spool_stats {

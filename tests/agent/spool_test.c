@@ -1,7 +1,8 @@
 /*
  * Spool: order of replay, cumulative acks, memory->disk spill, that every
- * overflow is counted as lost, and that a crashed agent's spilled summaries
- * are sent again by the next agent.
+ * overflow is counted as lost, that every summary is written through to the
+ * directory, and that a crashed agent's summaries are sent again by the
+ * next agent.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "spool.h"
@@ -154,7 +156,7 @@ static void test_disk_spill_keeps_everything_in_order(void **state)
     (void)state;
     struct agt_spool *sp;
     struct agt_spool_opts o = {
-        .sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir, .disk_bytes = 10000};
+        .sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir, .disk_bytes = 10000, .spill_only = 1};
     assert_int_equal(agt_spool_create(&o, &sp), 0);
     push_n(sp, 1, 40, 50);
     struct agt_spool_stats st;
@@ -173,7 +175,8 @@ static void test_disk_overflow_counts_lost(void **state)
 {
     (void)state;
     struct agt_spool *sp;
-    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir, .disk_bytes = 200};
+    struct agt_spool_opts o = {
+        .sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir, .disk_bytes = 200, .spill_only = 1};
     assert_int_equal(agt_spool_create(&o, &sp), 0);
     push_n(sp, 1, 30, 20); /* 600 bytes, room for 300 */
     struct agt_spool_stats st;
@@ -344,7 +347,8 @@ static void test_pinned_head_on_disk(void **state)
 {
     (void)state;
     struct agt_spool *sp;
-    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 40, .dir = tmpdir, .disk_bytes = 60};
+    struct agt_spool_opts o = {
+        .sz = sizeof(o), .mem_bytes = 40, .dir = tmpdir, .disk_bytes = 60, .spill_only = 1};
     assert_int_equal(agt_spool_create(&o, &sp), 0);
     push_n(sp, 1, 5, 20); /* 1..3 on disk, 4..5 in memory */
     agt_spool_pin(sp, 1);
@@ -368,6 +372,121 @@ static void test_pinned_head_on_disk(void **state)
     agt_spool_destroy(sp);
 }
 
+/* Written through: every entry has its file as soon as it is pushed, also
+ * those memory still holds, and an acknowledgement removes it. */
+static void test_write_through_files(void **state)
+{
+    (void)state;
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 10, 50);
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.lost, 0);
+    assert_int_equal(st.entries, 10);
+    assert_int_equal(st.disk_bytes, 10 * 50);
+    assert_true(st.mem_bytes <= 100);
+    assert_int_equal(count_files(), 10);
+    assert_int_equal(agt_spool_ack(sp, 4), 4);
+    assert_int_equal(count_files(), 6);
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.disk_bytes, 6 * 50);
+    drain_check(sp, 5, 6, 50);
+    assert_int_equal(count_files(), 0);
+    agt_spool_destroy(sp);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    char buf[256];
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+}
+
+/* A crash: the files left behind hold every entry, those in memory too (no
+ * spill happened), and the next agent with the directory replays them in
+ * order; a file cut off while being written is removed, never sent. */
+static void test_write_through_crash_replays_all(void **state)
+{
+    (void)state;
+    char saved[96], from[160], to[200];
+    snprintf(saved, sizeof(saved), "%s-saved", tmpdir);
+    assert_int_equal(mkdir(saved, 0700), 0);
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {.sz = sizeof(o), .dir = tmpdir};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 6, 30);
+    /* what a killed agent leaves: its files, copied aside before the orderly
+     * destroy below removes them */
+    for (int seq = 1; seq <= 6; seq++) {
+        snprintf(from, sizeof(from), "%s/%020d.sum", tmpdir, seq);
+        snprintf(to, sizeof(to), "%s/%020d.sum", saved, seq);
+        copy_file(from, to);
+    }
+    agt_spool_destroy(sp);
+    assert_int_equal(count_files(), 0);
+    snprintf(to, sizeof(to), "%s/%020d.sum.part", saved, 7);
+    FILE *f = fopen(to, "w");
+    assert_non_null(f);
+    fputs("torn", f);
+    fclose(f);
+
+    o.dir = saved;
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.replay_left, 6);
+    assert_int_equal(st.stale, 0);
+    assert_int_equal(access(to, F_OK), -1);
+    const void *buf;
+    size_t len;
+    uint8_t ref[30];
+    for (uint64_t seq = 1; seq <= 6; seq++) {
+        assert_int_equal(agt_spool_replay_head(sp, &buf, &len), 0);
+        assert_int_equal(len, 30);
+        payload(seq, ref, 30);
+        assert_memory_equal(buf, ref, 30);
+        agt_spool_replay_pop(sp, 1);
+    }
+    assert_int_equal(agt_spool_replay_head(sp, &buf, &len), -ENOENT);
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.replayed, 6);
+    agt_spool_destroy(sp);
+    assert_int_equal(rmdir(saved), 0); /* nothing left in it */
+}
+
+/* Past the disk bound, writing through stops without dropping anything:
+ * newer entries stay in memory only until acknowledgements make room. */
+static void test_write_through_disk_full(void **state)
+{
+    (void)state;
+    struct agt_spool *sp;
+    struct agt_spool_opts o = {
+        .sz = sizeof(o), .mem_bytes = 1 << 20, .dir = tmpdir, .disk_bytes = 200};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 10, 50);
+    struct agt_spool_stats st;
+    agt_spool_stats(sp, &st);
+    assert_int_equal(st.lost, 0);
+    assert_int_equal(st.entries, 10);
+    assert_int_equal(st.disk_bytes, 200);
+    assert_int_equal(count_files(), 4);
+    assert_int_equal(agt_spool_ack(sp, 4), 4);
+    assert_int_equal(count_files(), 0);
+    push_n(sp, 11, 2, 50); /* room again */
+    assert_int_equal(count_files(), 2);
+    drain_check(sp, 5, 8, 50);
+    assert_int_equal(count_files(), 0);
+    agt_spool_destroy(sp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -384,6 +503,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replay_bounded_and_validated, setup_dir, teardown_dir),
         cmocka_unit_test(test_pinned_head_survives_overflow),
         cmocka_unit_test_setup_teardown(test_pinned_head_on_disk, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_write_through_files, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_write_through_crash_replays_all, setup_dir,
+                                        teardown_dir),
+        cmocka_unit_test_setup_teardown(test_write_through_disk_full, setup_dir, teardown_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
