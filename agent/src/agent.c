@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -1125,9 +1126,26 @@ static int setup(struct agent *a)
         }
         a->have_key = 1;
     }
+    /* One directory per (job, rank) below --spool-dir: the agents of a node
+     * can share the option, and the next agent of this rank finds what a
+     * crashed one left. */
+    char spool_dir[4096];
+    if (a->o.spool_dir) {
+        if (mkdir(a->o.spool_dir, 0700) != 0 && errno != EEXIST) {
+            int err = -errno;
+            agt_log_err("--spool-dir %s: %s", a->o.spool_dir, strerror(errno));
+            return err;
+        }
+        int n = snprintf(spool_dir, sizeof(spool_dir), "%s/%s.%u", a->o.spool_dir, a->o.job,
+                         a->o.rank);
+        if (n < 0 || (size_t)n >= sizeof(spool_dir)) {
+            agt_log_err("--spool-dir %s: path too long", a->o.spool_dir);
+            return -ENAMETOOLONG;
+        }
+    }
     struct agt_spool_opts so = {.sz = sizeof(so),
                                 .mem_bytes = a->o.buffer_bytes,
-                                .dir = a->o.spool_dir,
+                                .dir = a->o.spool_dir ? spool_dir : NULL,
                                 .disk_bytes = a->o.spool_bytes,
                                 .spill_only = a->o.spool_spill_only};
     int err = agt_spool_create(&so, &a->spool);

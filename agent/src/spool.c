@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,6 +41,7 @@ struct agt_spool {
     size_t n_disk; /* entries [head, head + n_disk) have their payload on disk only */
     size_t mem_limit, disk_limit;
     char *dir;
+    int lock_fd;       /* DIR/lock, held (flock) while this spool lives; -1 none */
     int write_through; /* every entry to its file when pushed (opts.spill_only 0) */
     int through_full;  /* the disk bound stopped writing through (logged once) */
     uint64_t mem_used, disk_used, lost, lost_tags, stale, last_seq;
@@ -190,6 +192,7 @@ int agt_spool_create(const struct agt_spool_opts *opts, struct agt_spool **sp_p)
     struct agt_spool *sp = calloc(1, sizeof(*sp));
     if (!sp)
         return -ENOMEM;
+    sp->lock_fd = -1;
     sp->mem_limit = o.mem_bytes ? o.mem_bytes : SPOOL_DEFAULT_MEM;
     if (o.dir && *o.dir) {
         sp->write_through = !o.spill_only;
@@ -202,6 +205,21 @@ int agt_spool_create(const struct agt_spool_opts *opts, struct agt_spool **sp_p)
         if (mkdir(sp->dir, 0700) != 0 && errno != EEXIST) {
             int err = -errno;
             agt_log_err("spool: cannot create directory %s: %s", sp->dir, strerror(errno));
+            agt_spool_destroy(sp);
+            return err;
+        }
+        /* One agent per directory: a second would take the first one's
+         * files for a crashed agent's and send them again. */
+        char lock[4096];
+        snprintf(lock, sizeof(lock), "%s/lock", sp->dir);
+        sp->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (sp->lock_fd < 0 || flock(sp->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+            int err = errno == EWOULDBLOCK ? -EBUSY : -errno;
+            if (err == -EBUSY)
+                agt_log_err("spool: %s is in use by another agent (of the same job and rank?)",
+                            sp->dir);
+            else
+                agt_log_err("spool: cannot lock %s: %s", lock, strerror(-err));
             agt_spool_destroy(sp);
             return err;
         }
@@ -288,6 +306,8 @@ void agt_spool_destroy(struct agt_spool *sp)
         free(sp->replay[i]);
     free(sp->replay);
     free(sp->rdir);
+    if (sp->lock_fd >= 0)
+        close(sp->lock_fd); /* the lock file stays: removing it would race a next agent */
     free(sp);
 }
 

@@ -81,13 +81,14 @@ static int teardown_dir(void **state)
     return 0;
 }
 
+/* Entries of the spool directory but its lock file. */
 static int count_files(void)
 {
     int n = 0;
     DIR *d = opendir(tmpdir);
     struct dirent *de;
     while (d && (de = readdir(d)))
-        if (de->d_name[0] != '.')
+        if (de->d_name[0] != '.' && strcmp(de->d_name, "lock"))
             n++;
     if (d)
         closedir(d);
@@ -459,7 +460,26 @@ static void test_write_through_crash_replays_all(void **state)
     agt_spool_stats(sp, &st);
     assert_int_equal(st.replayed, 6);
     agt_spool_destroy(sp);
-    assert_int_equal(rmdir(saved), 0); /* nothing left in it */
+    snprintf(to, sizeof(to), "%s/lock", saved);
+    assert_int_equal(unlink(to), 0);
+    assert_int_equal(rmdir(saved), 0); /* nothing else left in it */
+}
+
+/* A second spool on a directory in use is refused: it would take the live
+ * one's files for a crashed agent's. */
+static void test_second_agent_refused(void **state)
+{
+    (void)state;
+    struct agt_spool *sp, *sp2 = NULL;
+    struct agt_spool_opts o = {.sz = sizeof(o), .dir = tmpdir};
+    assert_int_equal(agt_spool_create(&o, &sp), 0);
+    push_n(sp, 1, 3, 20);
+    assert_int_equal(agt_spool_create(&o, &sp2), -EBUSY);
+    assert_null(sp2);
+    assert_int_equal(count_files(), 3); /* the first one's files untouched */
+    agt_spool_destroy(sp);
+    assert_int_equal(agt_spool_create(&o, &sp2), 0); /* free again */
+    agt_spool_destroy(sp2);
 }
 
 /* Past the disk bound, writing through stops without dropping anything:
@@ -507,6 +527,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_through_crash_replays_all, setup_dir,
                                         teardown_dir),
         cmocka_unit_test_setup_teardown(test_write_through_disk_full, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_second_agent_refused, setup_dir, teardown_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
