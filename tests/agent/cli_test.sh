@@ -2,27 +2,9 @@
 # mkscope-agent's command line: bad options exit 2 with one line on stderr
 # that names the option; --help exits 0.  Nothing here reaches a collector.
 set -u
-agent=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-
-expect() { # expect CODE NEEDLE ARGS...
-    local code=$1 needle=$2
-    shift 2
-    timeout 10 "$agent" "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    if [ "$rc" != "$code" ]; then
-        echo "FAIL: '$*' exited $rc, want $code: $(cat "$tmp/err")"
-        fails=$((fails + 1))
-    elif [ -n "$needle" ] && ! grep -q -- "$needle" "$tmp/err"; then
-        echo "FAIL: '$*' stderr lacks '$needle': $(cat "$tmp/err")"
-        fails=$((fails + 1))
-    elif [ "$code" = 2 ] && [ "$(wc -l <"$tmp/err")" != 1 ]; then
-        echo "FAIL: '$*' error is not one line: $(cat "$tmp/err")"
-        fails=$((fails + 1))
-    fi
-}
+prog=$1
+# shellcheck source=tests/cli_expect.sh
+source "$(dirname "$0")/../cli_expect.sh"
 
 expect 2 "--job and --rank are required" --job j
 expect 2 "--job and --rank are required" --rank 0

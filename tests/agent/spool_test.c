@@ -152,18 +152,27 @@ static void test_memory_overflow_counts_lost(void **state)
     agt_spool_destroy(sp);
 }
 
+/* A spool made with o and entries 1..n of len bytes pushed, none lost; *st
+ * its stats then. */
+static struct agt_spool *filled(const struct agt_spool_opts *o, uint64_t n, size_t len,
+                                struct agt_spool_stats *st)
+{
+    struct agt_spool *sp;
+    assert_int_equal(agt_spool_create(o, &sp), 0);
+    push_n(sp, 1, n, len);
+    agt_spool_stats(sp, st);
+    assert_int_equal(st->lost, 0);
+    assert_int_equal(st->entries, n);
+    return sp;
+}
+
 static void test_disk_spill_keeps_everything_in_order(void **state)
 {
     (void)state;
-    struct agt_spool *sp;
     struct agt_spool_opts o = {
         .sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir, .disk_bytes = 10000, .spill_only = 1};
-    assert_int_equal(agt_spool_create(&o, &sp), 0);
-    push_n(sp, 1, 40, 50);
     struct agt_spool_stats st;
-    agt_spool_stats(sp, &st);
-    assert_int_equal(st.lost, 0);
-    assert_int_equal(st.entries, 40);
+    struct agt_spool *sp = filled(&o, 40, 50, &st);
     assert_true(st.mem_bytes <= 100);
     assert_int_equal(st.disk_bytes + st.mem_bytes, 40 * 50);
     assert_int_equal(count_files(), (int)(st.disk_bytes / 50));
@@ -378,14 +387,9 @@ static void test_pinned_head_on_disk(void **state)
 static void test_write_through_files(void **state)
 {
     (void)state;
-    struct agt_spool *sp;
     struct agt_spool_opts o = {.sz = sizeof(o), .mem_bytes = 100, .dir = tmpdir};
-    assert_int_equal(agt_spool_create(&o, &sp), 0);
-    push_n(sp, 1, 10, 50);
     struct agt_spool_stats st;
-    agt_spool_stats(sp, &st);
-    assert_int_equal(st.lost, 0);
-    assert_int_equal(st.entries, 10);
+    struct agt_spool *sp = filled(&o, 10, 50, &st);
     assert_int_equal(st.disk_bytes, 10 * 50);
     assert_true(st.mem_bytes <= 100);
     assert_int_equal(count_files(), 10);
@@ -487,15 +491,10 @@ static void test_second_agent_refused(void **state)
 static void test_write_through_disk_full(void **state)
 {
     (void)state;
-    struct agt_spool *sp;
     struct agt_spool_opts o = {
         .sz = sizeof(o), .mem_bytes = 1 << 20, .dir = tmpdir, .disk_bytes = 200};
-    assert_int_equal(agt_spool_create(&o, &sp), 0);
-    push_n(sp, 1, 10, 50);
     struct agt_spool_stats st;
-    agt_spool_stats(sp, &st);
-    assert_int_equal(st.lost, 0);
-    assert_int_equal(st.entries, 10);
+    struct agt_spool *sp = filled(&o, 10, 50, &st);
     assert_int_equal(st.disk_bytes, 200);
     assert_int_equal(count_files(), 4);
     assert_int_equal(agt_spool_ack(sp, 4), 4);

@@ -3,26 +3,9 @@
 # a 4-rank run with a fault writes results and truth and matches the reference.
 set -u
 bench=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-
-expect() { # expect CODE NEEDLE ARGS...
-    local code=$1 needle=$2
-    shift 2
-    "$bench" "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    if [ "$rc" != "$code" ]; then
-        echo "FAIL: '$*' exited $rc, want $code: $(cat "$tmp/err")"
-        fails=$((fails + 1))
-    elif [ -n "$needle" ] && ! grep -q -- "$needle" "$tmp/err"; then
-        echo "FAIL: '$*' stderr lacks '$needle': $(cat "$tmp/err")"
-        fails=$((fails + 1))
-    elif [ "$code" = 2 ] && [ "$(wc -l <"$tmp/err")" != 1 ]; then
-        echo "FAIL: '$*' error is not one line: $(cat "$tmp/err")"
-        fails=$((fails + 1))
-    fi
-}
+prog=$bench
+# shellcheck source=tests/cli_expect.sh
+source "$(dirname "$0")/../cli_expect.sh"
 
 expect 2 "unknown command" frobnicate
 expect 2 "--ranks" run --ranks abc
