@@ -182,6 +182,12 @@ static int cmp_srow(const void *a, const void *b)
     return x->step < y->step ? -1 : x->step > y->step;
 }
 
+static struct srow *srow_at(struct diag *d, uint32_t rank, uint32_t step)
+{
+    struct srow key = {.rank = rank, .step = step};
+    return d->ns ? bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow) : NULL;
+}
+
 static int load(struct diag *d)
 {
     sqlite3_stmt *s;
@@ -244,8 +250,7 @@ static int load(struct diag *d)
              &s))
         return -EIO;
     while (sqlite3_step(s) == SQLITE_ROW) {
-        struct srow key = {.rank = (uint32_t)u64(s, 0), .step = (uint32_t)u64(s, 1)};
-        struct srow *r = d->ns ? bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow) : NULL;
+        struct srow *r = srow_at(d, (uint32_t)u64(s, 0), (uint32_t)u64(s, 1));
         if (r) {
             r->elig = (double)u64(s, 2), r->ran = (double)u64(s, 3);
             r->thr = (double)u64(s, 4), r->lost = (double)u64(s, 5);
@@ -258,8 +263,7 @@ static int load(struct diag *d)
              &s))
         return -EIO;
     while (sqlite3_step(s) == SQLITE_ROW) {
-        struct srow key = {.rank = (uint32_t)u64(s, 0), .step = (uint32_t)u64(s, 1)};
-        struct srow *r = d->ns ? bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow) : NULL;
+        struct srow *r = srow_at(d, (uint32_t)u64(s, 0), (uint32_t)u64(s, 1));
         if (r) {
             r->idle = (double)u64(s, 2);
             r->has_workers = true;
@@ -515,12 +519,6 @@ static double median(double *v, size_t n)
     if (n > 1)
         qsort(v, n, sizeof(*v), cmp_d);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static struct srow *srow_at(struct diag *d, uint32_t rank, uint32_t step)
-{
-    struct srow key = {.rank = rank, .step = step};
-    return d->ns ? bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow) : NULL;
 }
 
 static double step_dur(const struct srow *r)
