@@ -42,6 +42,7 @@
 #include <string.h>
 
 extern "C" {
+#include "graph.h"
 #include "model.h"
 #include "runtime/prof.h"
 }
@@ -57,26 +58,10 @@ extern "C" {
 #define BG_STOP     0xffffffffu /* task index that ends a worker */
 #define BG_CSTRIDE  32u         /* u32 words between inbox counters (own line) */
 #define BG_PROF_CAP (1u << 14)  /* profiler records per worker block */
-#define BG_EVL      11u         /* events per layer, as in workload.c */
-#define BG_CH_ATTN  1u
-#define BG_CH_MOE   2u
 /* A peer that delivers nothing for this long is gone: the kernel stops and
  * the rank reports it instead of spinning forever. */
 #define BG_PEER_TIMEOUT_NS (30ull * 1000000000ull)
 
-enum {
-    OP_NORM,
-    OP_QKV,
-    OP_ATTN,
-    OP_OPROJ,
-    OP_SEND1,
-    OP_AR1,
-    OP_ROUTER,
-    OP_EXPERT,
-    OP_COMB,
-    OP_SEND2,
-    OP_AR2
-};
 
 struct bg_task {
     uint16_t cls, flags;
@@ -420,13 +405,13 @@ static __device__ void prof_rec(const struct bg_dev &D, uint32_t w, uint8_t kind
 
 static __device__ __forceinline__ uint32_t ev_of(uint32_t l, uint32_t op)
 {
-    return 1 + l * BG_EVL + op;
+    return 1 + l * BW_OPS + op;
 }
 
 /* LM head's event, after the layers' */
 static __host__ __device__ __forceinline__ uint32_t ev_lm(const struct bg_dev &D)
 {
-    return 1 + D.L * BG_EVL;
+    return 1 + D.L * BW_OPS;
 }
 
 /* --ar-relay: all-reduce k's contribution of rank - 1 has arrived */
@@ -444,8 +429,8 @@ static __device__ uint64_t comm_gen(uint32_t step, uint32_t k, uint32_t src, uin
 {
     /* mks_commid_for_transfer's layout (comm-ids/include/mkscope/commid.h),
      * kind STEP; the host library cannot be called on the device */
-    uint32_t l = k / 2, ch = (k & 1) ? BG_CH_MOE : BG_CH_ATTN;
-    uint32_t op = l * BG_EVL + ((k & 1) ? OP_SEND2 : OP_SEND1);
+    uint32_t l = k / 2, ch = (k & 1) ? BW_CH_AR_MOE : BW_CH_AR_ATTN;
+    uint32_t op = l * BW_OPS + ((k & 1) ? OP_SEND2 : OP_SEND1);
     return ((uint64_t)MKS_COMMID_STEP << 62) | ((uint64_t)ch << 56) | ((uint64_t)src << 48) |
            ((uint64_t)dst << 40) | ((uint64_t)(step % MKS_COMMID_STEP_WRAP) << 20) |
            ((uint64_t)op << 8);

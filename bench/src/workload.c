@@ -39,19 +39,6 @@
 #define REMOTE_TIMEOUT_NS (60ull * 1000000000ull) /* a peer that died */
 #define RENDEZVOUS_NS     (60ull * 1000000000ull)
 
-enum {
-    OP_NORM,
-    OP_QKV,
-    OP_ATTN,
-    OP_OPROJ,
-    OP_SEND1,
-    OP_AR1,
-    OP_ROUTER,
-    OP_EXPERT,
-    OP_COMB,
-    OP_SEND2,
-    OP_AR2
-};
 #define E_STEP 0u
 
 struct bw_rank {
@@ -95,7 +82,7 @@ static inline uint32_t ev_relay(const struct bw_rank *rk, uint32_t k)
 uint64_t bw_comm_gen(uint32_t step, uint32_t k, uint32_t src, uint32_t dst)
 {
     uint32_t l = k / 2, ch = (k & 1) ? BW_CH_AR_MOE : BW_CH_AR_ATTN;
-    uint32_t op = l * BW_OPS + ((k & 1) ? BW_OP_SEND2 : BW_OP_SEND1);
+    uint32_t op = l * BW_OPS + ((k & 1) ? OP_SEND2 : OP_SEND1);
     return mks_commid_for_transfer(ch, src, dst, step, op, 0);
 }
 

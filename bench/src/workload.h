@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "graph.h"
 #include "mkscope/bench.h"
 
 struct bs_shm;
@@ -22,14 +23,6 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
 /* The serialized mkscope.v1.TaskSchema of a configuration (malloc'd). */
 int bw_schema_encode(const struct mks_bench_config *cfg, uint32_t rank, uint8_t **buf_p,
                      size_t *len_p);
-
-/* Channels of the graph's transfers (comm-ids channel field). */
-#define BW_CH_AR_ATTN 1u
-#define BW_CH_AR_MOE  2u
-/* Operators per layer in the graph (comm-ids op = layer * BW_OPS + op). */
-#define BW_OPS      11u
-#define BW_OP_SEND1 4u
-#define BW_OP_SEND2 9u
 
 /* The communication generation of all-reduce k (0..2L-1) of step s from
  * src to dst. */
