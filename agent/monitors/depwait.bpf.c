@@ -132,17 +132,17 @@ int wait_end(const struct mks_hook_ctx *ctx)
     return 0;
 }
 
-/* The release record of ctx's transfer (comm_gen, peer), inserted when
- * missing; NULL (and counted) when the table is full. */
-static __always_inline struct mks_mon_release *release_rec(const struct mks_hook_ctx *ctx)
+/* The release record of (comm_gen, peer), inserted when missing; NULL (and
+ * counted) when the table is full. */
+static __always_inline struct mks_mon_release *release_rec(__u64 comm_gen, __u32 peer)
 {
     __u32 zero = 0;
     struct mks_mon_comm_key key;
     struct mks_mon_release *rel;
     struct mks_mon_wait_stats *st;
 
-    key.comm_gen = ctx->comm_gen;
-    key.peer = ctx->peer_rank;
+    key.comm_gen = comm_gen;
+    key.peer = peer;
     key.pad = 0;
     rel = mks_map_lookup(&remote_releases, &key);
     if (rel)
@@ -168,7 +168,7 @@ int release(const struct mks_hook_ctx *ctx)
 
     if (ctx->comm_gen == 0)
         return 0;
-    rel = release_rec(ctx);
+    rel = release_rec(ctx->comm_gen, ctx->peer_rank);
     if (!rel)
         return 0;
     __sync_fetch_and_add(&rel->count, 1);
@@ -185,30 +185,14 @@ int release(const struct mks_hook_ctx *ctx)
  * notification came longest after its task's end. */
 static __always_inline int local_release(const struct mks_hook_ctx *ctx)
 {
-    __u32 zero = 0;
     __u64 t_end = ctx->t_end, t_now = ctx->t_now;
-    struct mks_mon_comm_key key;
     struct mks_mon_release *rel;
-    struct mks_mon_wait_stats *st;
 
     if (t_end == 0 || t_end > t_now)
         return 0;
-    key.comm_gen = MKS_MON_LOCAL_REL_GEN(ctx->step, ctx->task_class);
-    key.peer = ctx->rank;
-    key.pad = 0;
-    rel = mks_map_lookup(&remote_releases, &key);
-    if (!rel) {
-        struct mks_mon_release init = {};
-
-        mks_map_update(&remote_releases, &key, &init, MKS_NOEXIST);
-        rel = mks_map_lookup(&remote_releases, &key);
-        if (!rel) {
-            st = mks_map_lookup(&wait_stats, &zero);
-            if (st)
-                __sync_fetch_and_add(&st->remote_dropped, 1);
-            return 0;
-        }
-    }
+    rel = release_rec(MKS_MON_LOCAL_REL_GEN(ctx->step, ctx->task_class), ctx->rank);
+    if (!rel)
+        return 0;
     __sync_fetch_and_add(&rel->count, 1);
     if (rel->t_notify == 0 || t_now - t_end > rel->t_notify - rel->t_end) {
         rel->t_end = t_end;
@@ -230,7 +214,7 @@ int rel_notify(const struct mks_hook_ctx *ctx)
         return local_release(ctx);
     if (ctx->dep_class != MKS_DEP_REMOTE || ctx->comm_gen == 0)
         return 0;
-    rel = release_rec(ctx);
+    rel = release_rec(ctx->comm_gen, ctx->peer_rank);
     if (!rel)
         return 0;
     rel->t_notify = ctx->t_now;
