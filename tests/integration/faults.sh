@@ -117,13 +117,14 @@ bench=$started
 # with no collector every summary waits in the spool: in memory (1 GiB:
 # nothing spills) and, written through, in its file
 for _ in $(seq 100); do
-  n_files=$(find "$d3/spool/$job.0" -maxdepth 1 -name '*.sum' 2>/dev/null | wc -l)
+  # (the agent may not have made its directory yet: no error for that)
+  n_files=$({ find "$d3/spool/$job.0" -maxdepth 1 -name '*.sum' 2>/dev/null || true; } | wc -l)
   [ "$n_files" -ge 10 ] && break
   sleep 0.1
 done
 kill -KILL -- "-$agent_a"
 wait "$agent_a" 2>/dev/null || true
-n_files=$(find "$d3/spool/$job.0" -maxdepth 1 -name '*.sum' | wc -l)
+n_files=$({ find "$d3/spool/$job.0" -maxdepth 1 -name '*.sum' 2>/dev/null || true; } | wc -l)
 [ "$n_files" -ge 10 ] || { tail -n 20 "$d3/agent-a.log" "$d3/bench.log" >&2; fail "the agent wrote only $n_files summaries to disk"; }
 start_collector
 spool_agent b
