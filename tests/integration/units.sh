@@ -39,6 +39,17 @@ unit_env() {
   grep '^Environment=' "$units/$1" | sed -e 's/^Environment=//'
 }
 
+# wait_started LOG PATTERN PID WHAT: up to 5 s for PATTERN in LOG while PID
+# lives; fail with the log when it does not come
+wait_started() {
+  for _ in $(seq 50); do
+    grep -q "$2" "$1" && break
+    kill -0 "$3" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q "$2" "$1" || fail "$4: $(cat "$1")"
+}
+
 # a stand-in that prints its arguments one per line
 stub="$dir/stub"
 printf '#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n' >"$stub"
@@ -55,12 +66,7 @@ line=$(exec_line mkscope-agent@.service llama.70b.3 mkscope-agent "$MKS_AGENT_BI
 start "$dir/agent.log" env "${envs[@]}" MKSCOPE_COLLECTOR_INGEST="ipc://$dir/ingest" \
   MKSCOPE_AGENT_ARGS="--epoch-ms 50 -v" bash -c "$line"
 agent=$started
-for _ in $(seq 50); do
-  grep -q "job llama.70b rank 3" "$dir/agent.log" && break
-  kill -0 "$agent" 2>/dev/null || break
-  sleep 0.1
-done
-grep -q "job llama.70b rank 3" "$dir/agent.log" || fail "the agent started by the unit's line: $(cat "$dir/agent.log")"
+wait_started "$dir/agent.log" "job llama.70b rank 3" "$agent" "the agent started by the unit's line"
 kill -TERM -- "-$agent"
 echo "agent unit: instance llama.70b.3 is job llama.70b rank 3"
 
@@ -74,11 +80,7 @@ line=$(exec_line mkscope-collector.service "" mkscope-collector "$MKS_COLLECTOR_
 start "$dir/collector.log" env MKSCOPE_COLLECTOR_ARGS="--db=$dir/store.db --ingest ipc://$dir/ingest --survey ipc://$dir/survey --cli ipc://$dir/cli --metrics off --ucx-port off" \
   bash -c "$line"
 collector_pid=$started
-for _ in $(seq 50); do
-  grep -q "db $dir/store.db" "$dir/collector.log" && break
-  kill -0 "$collector_pid" 2>/dev/null || break
-  sleep 0.1
-done
-grep -q "db $dir/store.db" "$dir/collector.log" || fail "the collector started by the unit's line: $(cat "$dir/collector.log")"
+wait_started "$dir/collector.log" "db $dir/store.db" "$collector_pid" \
+  "the collector started by the unit's line"
 cli sql 'SELECT COUNT(*) FROM epochs' >/dev/null || fail "the collector started by the unit's line does not answer"
 echo "collector unit: starts with its arguments and answers"
