@@ -26,11 +26,15 @@
  * safe from two threads at once (the agent does it from its event loop).
  */
 #include <elf.h>
+#include <linux/btf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <bpf/libbpf.h>
 
@@ -262,22 +266,274 @@ static int elf_check(const char *name, const uint8_t *buf, size_t len, char *err
 }
 
 /*
- * BTF check: libbpf 1.1 follows type ids from map definitions and variables
- * without checking them, so every id a type refers to must name a type, and
- * every record must lie inside the type section.  Layout (linux/btf.h):
- * header {u16 magic 0xeb9f, u8 version, u8 flags, u32 hdr_len, u32 type_off,
- * u32 type_len, u32 str_off, u32 str_len}, then types of 12 bytes {name_off,
- * info (vlen bits 0-15, kind bits 24-28), size or type} plus kind data.
+ * BTF check.  libbpf 1.1 follows type ids from map definitions and variables
+ * without checking them: an id past the last type is a NULL dereference, a
+ * typedef or modifier that refers back to itself an endless loop in
+ * skip_mods_and_typedefs() (seen: `mkscope verify` and the agent hung in
+ * bpf_object__open), a struct that contains itself unbounded recursion.  So
+ * before libbpf sees the object, every record must lie inside the type
+ * section, every name inside the strings, every type id a type refers to
+ * must name a type, and the type graph must be finite:
+ *   - a chain of single references (typedef, const, volatile, restrict,
+ *     type tag, pointer, var, func, decl tag) reaches another kind within
+ *     BTF_MAX_DEPTH steps, so it has no cycle;
+ *   - what a type is made of (array elements and index, struct and union
+ *     members, function return and parameters, section variables, and the
+ *     single references except pointers) has no cycle and nests at most
+ *     BTF_MAX_DEPTH deep.  A cycle through a pointer (struct node { struct
+ *     node *next; }) is fine: nothing resolves through a pointer.
+ * The depth is the Linux BTF verifier's MAX_RESOLVE_DEPTH.  Layout
+ * (linux/btf.h): header {u16 magic 0xeb9f, u8 version, u8 flags, u32
+ * hdr_len, u32 type_off, u32 type_len, u32 str_off, u32 str_len}, then
+ * types of 12 bytes {name_off, info (vlen bits 0-15, kind bits 24-28), size
+ * or type} plus kind data.
  */
+#define BTF_MAX_DEPTH 32
+/* More types than any monitor has (hundreds); bounds the check's memory. */
+#define BTF_MAX_TYPES (1u << 20)
+
+struct btf_view {
+    const char *name; /* object, for messages */
+    const uint8_t *types;
+    const char *strs;
+    uint32_t str_len;
+    uint32_t n;          /* types, ids 1..n */
+    uint32_t *off;       /* per id: offset of its record in types */
+};
+
+static const char *btf_kind_name(uint32_t kind)
+{
+    static const char *const names[] = {"void",     "int",      "ptr",        "array",   "struct",
+                                        "union",    "enum",     "fwd",        "typedef", "volatile",
+                                        "const",    "restrict", "func",       "func_proto", "var",
+                                        "datasec",  "float",    "decl_tag",   "type_tag", "enum64"};
+    return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
+}
+
+static void btf_rec(const struct btf_view *b, uint32_t id, uint32_t t[3])
+{
+    memcpy(t, b->types + b->off[id], 12);
+}
+
+static uint32_t btf_kind(const uint32_t t[3])
+{
+    return (t[1] >> 24) & 0x1f;
+}
+
+/* Kinds whose record refers to exactly one type through t[2]. */
+static int btf_is_ref(uint32_t kind)
+{
+    switch (kind) {
+    case BTF_KIND_PTR: case BTF_KIND_TYPEDEF: case BTF_KIND_VOLATILE: case BTF_KIND_CONST:
+    case BTF_KIND_RESTRICT: case BTF_KIND_FUNC: case BTF_KIND_VAR: case BTF_KIND_DECL_TAG:
+    case BTF_KIND_TYPE_TAG:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The k-th type id type `id` refers to, UINT32_MAX past the last; with
+ * parts, only what it is made of (no pointer target). */
+static uint32_t btf_edge(const struct btf_view *b, uint32_t id, uint32_t k, int parts)
+{
+    uint32_t t[3], kind, vlen, x[3];
+    const uint8_t *extra = b->types + b->off[id] + 12;
+    btf_rec(b, id, t);
+    kind = btf_kind(t);
+    vlen = t[1] & 0xffff;
+    switch (kind) {
+    case BTF_KIND_PTR:
+        return !parts && k == 0 ? t[2] : UINT32_MAX;
+    case BTF_KIND_ARRAY:
+        if (k >= 2)
+            return UINT32_MAX;
+        memcpy(x, extra, 12);
+        return x[k];
+    case BTF_KIND_STRUCT:
+    case BTF_KIND_UNION:
+        if (k >= vlen)
+            return UINT32_MAX;
+        memcpy(x, extra + 12ull * k, 12);
+        return x[1];
+    case BTF_KIND_FUNC_PROTO:
+        if (k == 0)
+            return t[2];
+        if (k > vlen)
+            return UINT32_MAX;
+        memcpy(x, extra + 8ull * (k - 1), 8);
+        return x[1];
+    case BTF_KIND_DATASEC:
+        if (k >= vlen)
+            return UINT32_MAX;
+        memcpy(x, extra + 12ull * k, 12);
+        return x[0];
+    default:
+        return btf_is_ref(kind) && k == 0 ? t[2] : UINT32_MAX;
+    }
+}
+
+/* "type 7 (typedef 'u32')" */
+static const char *btf_desc(const struct btf_view *b, uint32_t id, char *buf, size_t len)
+{
+    uint32_t t[3];
+    btf_rec(b, id, t);
+    const char *nm = b->strs + t[0];
+    if (nm[0])
+        snprintf(buf, len, "type %u (%s '%.40s')", id, btf_kind_name(btf_kind(t)), nm);
+    else
+        snprintf(buf, len, "type %u (%s)", id, btf_kind_name(btf_kind(t)));
+    return buf;
+}
+
+/* Records, names and references of every type. */
+static int btf_scan(struct btf_view *b, uint32_t type_len, int pass, char *err, size_t elen)
+{
+    uint64_t off = 0;
+    uint32_t id = 0;
+    while (off < type_len) {
+        uint32_t t[3];
+        if (type_len - off < 12)
+            return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u truncated", b->name, id + 1);
+        if (id + 1 >= BTF_MAX_TYPES)
+            return ld_err(err, elen, -E2BIG, "%s: BTF has more than %u types; expected a monitor's few hundred", b->name,
+                          BTF_MAX_TYPES - 1);
+        memcpy(t, b->types + off, 12);
+        id++;
+        if (pass == 1)
+            b->off[id] = (uint32_t)off;
+        off += 12;
+        uint32_t vlen = t[1] & 0xffff, kind = btf_kind(t);
+        uint64_t extra = 0, names = 0, name_stride = 0;
+        switch (kind) {
+        case BTF_KIND_INT: extra = 4; break;
+        case BTF_KIND_ARRAY: extra = 12; break;
+        case BTF_KIND_STRUCT: case BTF_KIND_UNION: extra = 12ull * vlen; names = vlen; name_stride = 12; break;
+        case BTF_KIND_ENUM: extra = 8ull * vlen; names = vlen; name_stride = 8; break;
+        case BTF_KIND_ENUM64: extra = 12ull * vlen; names = vlen; name_stride = 12; break;
+        case BTF_KIND_FUNC_PROTO: extra = 8ull * vlen; names = vlen; name_stride = 8; break;
+        case BTF_KIND_VAR: case BTF_KIND_DECL_TAG: extra = 4; break;
+        case BTF_KIND_DATASEC: extra = 12ull * vlen; break;
+        case BTF_KIND_FWD: case BTF_KIND_FLOAT: break;
+        default:
+            if (!btf_is_ref(kind))
+                return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u has unknown kind %u", b->name, id, kind);
+        }
+        if (extra > type_len - off)
+            return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u (%s) truncated", b->name, id, btf_kind_name(kind));
+        if (t[0] >= b->str_len)
+            return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u name offset %u outside the %u bytes of strings",
+                          b->name, id, t[0], b->str_len);
+        for (uint64_t k = 0; k < names; k++) {
+            uint32_t no;
+            memcpy(&no, b->types + off + k * name_stride, 4);
+            if (no >= b->str_len)
+                return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u (%s) member %llu name offset %u outside the %u bytes of strings",
+                              b->name, id, btf_kind_name(kind), (unsigned long long)k, no, b->str_len);
+        }
+        off += extra;
+        if (pass == 1) {
+            for (uint32_t k = 0;; k++) {
+                uint32_t to = btf_edge(b, id, k, 0);
+                if (to == UINT32_MAX)
+                    break;
+                if (to > b->n)
+                    return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u (%s) refers to type %u, which does not exist (%u types)",
+                                  b->name, id, btf_kind_name(kind), to, b->n);
+                if (kind == BTF_KIND_DATASEC && to == 0)
+                    return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u (datasec) lists void as a variable", b->name, id);
+            }
+        }
+    }
+    b->n = id;
+    return 0;
+}
+
+/* Cycles and depth, see above.  depth[id]: 0 unvisited, BTF_MAX_DEPTH + 2
+ * on the current path, else the nesting depth below id plus one. */
+static int btf_graph(const struct btf_view *b, char *err, size_t elen)
+{
+    const uint32_t onpath = BTF_MAX_DEPTH + 2;
+    char d1[96], d2[96];
+    uint8_t *depth = calloc((size_t)b->n + 1, 1);
+    struct frame {
+        uint32_t id, k;
+    } *stk = calloc(BTF_MAX_DEPTH + 2, sizeof(*stk));
+    int rc = 0;
+    if (!depth || !stk) {
+        rc = ld_err(err, elen, -ENOMEM, "%s: out of memory", b->name);
+        goto out;
+    }
+    /* Chains of single references, pointers included. */
+    for (uint32_t id = 1; id <= b->n && rc == 0; id++) {
+        uint32_t t[3], cur = id, steps = 0;
+        for (;;) {
+            if (cur == 0)
+                break;
+            btf_rec(b, cur, t);
+            if (!btf_is_ref(btf_kind(t)))
+                break;
+            if (++steps > BTF_MAX_DEPTH) {
+                rc = ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: %s starts a chain of references that is cyclic or longer than %u; expected a chain that ends in a base, struct or function type",
+                            b->name, btf_desc(b, id, d1, sizeof(d1)), BTF_MAX_DEPTH);
+                break;
+            }
+            cur = t[2];
+        }
+    }
+    /* What types are made of: depth first, iteratively, each type once. */
+    for (uint32_t root = 1; root <= b->n && rc == 0; root++) {
+        uint32_t sp = 0;
+        if (depth[root])
+            continue;
+        stk[sp++] = (struct frame){root, 0};
+        depth[root] = (uint8_t)onpath;
+        while (sp > 0 && rc == 0) {
+            struct frame *f = &stk[sp - 1];
+            uint32_t to = btf_edge(b, f->id, f->k++, 1);
+            if (to == UINT32_MAX) {
+                uint32_t best = 0;
+                for (uint32_t k = 0; (to = btf_edge(b, f->id, k, 1)) != UINT32_MAX; k++)
+                    if (to && depth[to] > best)
+                        best = depth[to];
+                depth[f->id] = (uint8_t)(best + 1);
+                sp--;
+                continue;
+            }
+            if (to == 0)
+                continue;
+            if (depth[to] == onpath) {
+                rc = ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: %s contains itself (through %s); expected no cycle except through a pointer",
+                            b->name, btf_desc(b, to, d1, sizeof(d1)), btf_desc(b, f->id, d2, sizeof(d2)));
+                break;
+            }
+            if (depth[to] + sp > BTF_MAX_DEPTH || (depth[to] == 0 && sp >= BTF_MAX_DEPTH)) {
+                rc = ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: %s nests types more than %u deep; expected at most %u",
+                            b->name, btf_desc(b, root, d1, sizeof(d1)), BTF_MAX_DEPTH, BTF_MAX_DEPTH);
+                break;
+            }
+            if (depth[to])
+                continue;
+            depth[to] = (uint8_t)onpath;
+            stk[sp++] = (struct frame){to, 0};
+        }
+    }
+out:
+    free(depth);
+    free(stk);
+    return rc;
+}
+
 static int btf_check(const char *name, const uint8_t *d, uint64_t len, char *err, size_t elen)
 {
-    uint32_t h[6];
+    uint32_t h[5];
     uint16_t magic;
+    int rc;
 
     if (len < 24)
         return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: section shorter than its header", name);
     memcpy(&magic, d, 2);
-    memcpy(h, d + 4, sizeof(h) - 4);
+    memcpy(h, d + 4, sizeof(h));
     uint32_t hdr_len = h[0], type_off = h[1], type_len = h[2], str_off = h[3], str_len = h[4];
     if (magic != 0xeb9f || d[2] != 1 || hdr_len < 24 || hdr_len > len)
         return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF header (magic %#x, version %u)", name, magic, d[2]);
@@ -285,63 +541,20 @@ static int btf_check(const char *name, const uint8_t *d, uint64_t len, char *err
     if (tb + type_len > len || sb + str_len > len || str_len == 0 || d[sb + str_len - 1] != '\0' || type_len % 4)
         return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type or string section outside the data", name);
 
-    /* First pass counts the types, second checks what they refer to. */
-    uint32_t n_types = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        uint64_t off = 0;
-        uint32_t id = 0;
-        while (off < type_len) {
-            uint32_t t[3];
-            if (type_len - off < 12)
-                return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u truncated", name, id + 1);
-            memcpy(t, d + tb + off, 12);
-            off += 12;
-            id++;
-            uint32_t vlen = t[1] & 0xffff, kind = (t[1] >> 24) & 0x1f;
-            uint64_t extra = 0;
-            int ref = 0; /* t[2] is a type id */
-            switch (kind) {
-            case 1: extra = 4; break;                      /* INT */
-            case 2: case 8: case 9: case 10: case 11: case 12: case 18: ref = 1; break;
-            case 3: extra = 12; break;                     /* ARRAY */
-            case 4: case 5: extra = 12ull * vlen; break;   /* STRUCT, UNION */
-            case 6: extra = 8ull * vlen; break;            /* ENUM */
-            case 7: case 16: break;                        /* FWD, FLOAT */
-            case 13: extra = 8ull * vlen; ref = 1; break;  /* FUNC_PROTO */
-            case 14: extra = 4; ref = 1; break;            /* VAR */
-            case 15: extra = 12ull * vlen; break;          /* DATASEC */
-            case 17: extra = 4; ref = 1; break;            /* DECL_TAG */
-            case 19: extra = 12ull * vlen; break;          /* ENUM64 */
-            default:
-                return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u has unknown kind %u", name, id, kind);
-            }
-            if (extra > type_len - off)
-                return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u truncated", name, id);
-            if (t[0] >= str_len)
-                return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u name outside the strings", name, id);
-            if (pass == 1) {
-                const uint8_t *x = d + tb + off;
-                int bad = ref && t[2] > n_types;
-                for (uint32_t k = 0; !bad && k < vlen && (kind == 4 || kind == 5 || kind == 13 || kind == 15);
-                     k++) {
-                    uint32_t m[3];
-                    memcpy(m, x + k * (kind == 13 ? 8 : 12), kind == 13 ? 8 : 12);
-                    uint32_t tid = kind == 15 ? m[0] : m[1];
-                    bad = tid > n_types || (kind != 15 && m[0] >= str_len) || (kind == 15 && tid == 0);
-                }
-                if (kind == 3) {
-                    uint32_t a[3];
-                    memcpy(a, x, 12);
-                    bad = a[0] > n_types || a[1] > n_types;
-                }
-                if (bad)
-                    return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u refers to a type that does not exist", name, id);
-            }
-            off += extra;
-        }
-        n_types = id;
-    }
-    return 0;
+    /* First pass counts the types, second records their offsets and checks
+     * what they refer to. */
+    struct btf_view b = {.name = name, .types = d + tb, .strs = (const char *)d + sb, .str_len = str_len};
+    rc = btf_scan(&b, type_len, 0, err, elen);
+    if (rc)
+        return rc;
+    b.off = calloc((size_t)b.n + 1, sizeof(*b.off));
+    if (!b.off)
+        return ld_err(err, elen, -ENOMEM, "%s: out of memory", name);
+    rc = btf_scan(&b, type_len, 1, err, elen);
+    if (rc == 0)
+        rc = btf_graph(&b, err, elen);
+    free(b.off);
+    return rc;
 }
 
 /* CO-RE relocations need a kernel's BTF to resolve; a monitor has none.
@@ -356,17 +569,18 @@ static int elf_has_core_relos(const uint8_t *buf, size_t len)
     memcpy(&strsh, buf + eh.e_shoff + (size_t)eh.e_shstrndx * sizeof(sh), sizeof(sh));
     for (size_t i = 0; i < eh.e_shnum; i++) {
         memcpy(&sh, buf + eh.e_shoff + i * sizeof(sh), sizeof(sh));
-        if (strcmp((const char *)buf + strsh.sh_offset + sh.sh_name, ".BTF.ext") != 0)
+        /* libbpf reads only a PROGBITS .BTF.ext (and the last of several),
+         * whose bytes elf_check() found inside the file. */
+        if (sh.sh_type != SHT_PROGBITS || strcmp((const char *)buf + strsh.sh_offset + sh.sh_name, ".BTF.ext") != 0)
             continue;
         uint32_t hdr[8];
-        if (sh.sh_size < sizeof(hdr) || sh.sh_offset > len)
-            return 0;
+        if (sh.sh_size < sizeof(hdr) || sh.sh_offset > len || len - sh.sh_offset < sizeof(hdr))
+            continue;
         memcpy(hdr, buf + sh.sh_offset, sizeof(hdr));
         uint32_t hdr_len = hdr[1];
-        if (hdr_len < sizeof(hdr))
-            return 0;
         /* core_relo_len covers a u32 record size and per-section tables. */
-        return hdr[7] > sizeof(uint32_t);
+        if (hdr_len >= sizeof(hdr) && hdr[7] > sizeof(uint32_t))
+            return 1;
     }
     return 0;
 }
@@ -735,9 +949,35 @@ int mks_obj_open_file(const char *path, struct mks_obj **obj_p, char *err, size_
         err[0] = '\0';
     if (!path || !obj_p)
         return ld_err(err, err_len, -EINVAL, "mks_obj_open_file: invalid arguments");
-    f = fopen(path, "rb");
+    /* Non-blocking, so that a FIFO or a device does not hold us in open();
+     * only a regular file is read (a FIFO's writer need never come). */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        rc = -errno;
+        return ld_err(err, err_len, rc, "%s: cannot open: %s", path, strerror(-rc));
+    }
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        close(fd);
+        return ld_err(err, err_len, rc, "%s: cannot stat: %s", path, strerror(-rc));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+        close(fd);
+        return ld_err(err, err_len, rc, "%s: not a regular file (%s); expected a BPF object file from clang -target bpf",
+                      path, S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
+                      S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : S_ISSOCK(st.st_mode) ? "a socket" : "not a file");
+    }
+    if ((uint64_t)st.st_size > MKS_OBJ_MAX_BYTES) {
+        close(fd);
+        return ld_err(err, err_len, -EFBIG, "%s: %lld bytes; BPF objects larger than %u bytes are refused", path,
+                      (long long)st.st_size, MKS_OBJ_MAX_BYTES);
+    }
+    f = fdopen(fd, "rb");
     if (!f) {
         rc = -errno;
+        close(fd);
         return ld_err(err, err_len, rc, "%s: cannot open: %s", path, strerror(-rc));
     }
     for (;;) {

@@ -34,6 +34,7 @@
 #include <nanomsg/reqrep.h>
 #include <ucp/api/ucp.h>
 
+#include "../devhooks/btf_edit.h"
 #include "mkscope/bpf_isa.h"
 #include "mkscope/ctl.h"
 #include "mkscope/runtime.h"
@@ -750,14 +751,41 @@ static void test_commands_are_verified_and_answered(void **state)
     c3.id = 3;
     c3.kind_case = MKSCOPE__V1__COMMAND__KIND_BUDGET;
     c3.budget = &sb;
+    /* 4: a monitor whose map variable's type is a typedef of itself, on
+     * which libbpf's open never returned: a refusal, and the agent goes on */
+    char path[512];
+    snprintf(path, sizeof(path), "%s/count.bpf.o", monitors_dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static uint8_t hostile[1 << 16];
+    size_t hlen = fread(hostile, 1, sizeof(hostile), f);
+    fclose(f);
+    assert_true(hlen > 0 && hlen < sizeof(hostile));
+    static struct btf_edit be;
+    assert_int_equal(btf_edit_open(hostile, hlen, &be), 0);
+    uint32_t td = btf_edit_find(&be, BTF_KIND_TYPEDEF, 0), ds = 0;
+    for (uint32_t id = btf_edit_find(&be, BTF_KIND_DATASEC, 0); id; id = btf_edit_find(&be, BTF_KIND_DATASEC, id))
+        if (strcmp(btf_edit_name(&be, id), ".maps") == 0)
+            ds = id;
+    assert_true(td > 0 && ds > 0);
+    btf_edit_set(&be, td, 2, td);
+    btf_edit_set(&be, btf_edit_xget(&be, ds, 0), 2, td);
+    Mkscope__V1__Command *c4 = cmd_attach_builtin(4, "selfref", "");
+    c4->attach->bpf_object.data = hostile;
+    c4->attach->bpf_object.len = hlen;
     fc.cmds[0] = c1;
     fc.cmds[1] = c2;
     fc.cmds[2] = &c3;
-    fc.n_cmds = 3;
-    for (int t = 0; t < 3000 && fc.n_replies < 3; t += 10)
+    fc.cmds[3] = c4;
+    fc.n_cmds = 4;
+    for (int t = 0; t < 3000 && fc.n_replies < 4; t += 10)
         fc_serve(&fc, 10);
-    assert_int_equal(fc.n_replies, 3);
-    for (int i = 0; i < 3; i++) {
+    assert_int_equal(fc.n_replies, 4);
+    int hb = fc.heartbeats;
+    for (int t = 0; t < 2000 && fc.heartbeats < hb + 2; t += 10)
+        fc_serve(&fc, 10);
+    assert_true(fc.heartbeats >= hb + 2); /* still heartbeating (every 200 ms) */
+    for (int i = 0; i < 4; i++) {
         const Mkscope__V1__CommandReply *r = &fc.replies[i];
         if (r->id == 1) {
             assert_true(r->ok);
@@ -767,6 +795,11 @@ static void test_commands_are_verified_and_answered(void **state)
         } else if (r->id == 2) {
             assert_false(r->ok);
             assert_true(strlen(fc.reply_err[i]) > 0);
+        } else if (r->id == 4) {
+            assert_false(r->ok);
+            if (!strstr(fc.reply_err[i], "corrupt BTF") || !strstr(fc.reply_err[i], "cyclic"))
+                print_error("reply to the cyclic BTF: %s\n", fc.reply_err[i]);
+            assert_non_null(strstr(fc.reply_err[i], "cyclic"));
         } else {
             assert_int_equal(r->id, 3);
             assert_true(r->ok);
@@ -786,6 +819,8 @@ static void test_commands_are_verified_and_answered(void **state)
     free(c1);
     free(c2->attach);
     free(c2);
+    free(c4->attach);
+    free(c4);
     fc_close(&fc);
 }
 

@@ -18,11 +18,13 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "btf_edit.h"
 #include "mkscope/loader.h"
 #include "mkscope/verifier.h"
 
@@ -211,6 +213,27 @@ static void test_bad_objects(void **state)
     expect_error("too_big.bpf.o", -E2BIG, "instructions with its subprograms; at most 4096");
     expect_error("extern.bpf.o", -EOPNOTSUPP, "extern symbol 'LINUX_KERNEL_VERSION' (kernel symbol or config)");
 
+    /* a FIFO with no writer would block open() and read() forever; a
+     * directory or a device is no object either */
+    char fifo[64];
+    snprintf(fifo, sizeof(fifo), "/tmp/mks_loader_fifo.%d", (int)getpid());
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    {
+        struct mks_obj *o = NULL;
+        char e[512];
+        alarm(10);
+        int rc = mks_obj_open_file(fifo, &o, e, sizeof(e));
+        alarm(0);
+        unlink(fifo);
+        assert_int_equal(rc, -EINVAL);
+        assert_non_null(strstr(e, "not a regular file (a FIFO)"));
+        assert_int_equal(mks_obj_open_file("/dev/zero", &o, e, sizeof(e)), -EINVAL);
+        assert_non_null(strstr(e, "not a regular file (a device)"));
+        assert_int_equal(mks_obj_open_file("/tmp", &o, e, sizeof(e)), -EISDIR);
+        assert_non_null(strstr(e, "not a regular file (a directory)"));
+        assert_null(o);
+    }
+
     /* a declared ABI the runtime lacks opens; the verifier refuses it */
     struct mks_obj *obj = NULL;
     char err[512];
@@ -309,6 +332,211 @@ static void test_flipped_bytes(void **state)
     assert_true(bad > 0);
 }
 
+/* ---- hostile BTF ------------------------------------------------------
+ * Each case rewrites a few fields of a good object's BTF; the loader must
+ * refuse it with one line naming the problem, promptly.  libbpf 1.1 loops
+ * forever on a self-referencing typedef and recurses without end on a
+ * struct that contains itself, so each open runs in a child with an alarm:
+ * a hang fails the case instead of the whole test run. */
+struct btf_case {
+    const char *name;
+    const char *expect; /* in the error line */
+    int (*edit)(struct btf_edit *e); /* 0 on success, -1: the object lacks the types */
+};
+
+static uint32_t maps_var(const struct btf_edit *e)
+{
+    for (uint32_t id = btf_edit_find(e, BTF_KIND_DATASEC, 0); id; id = btf_edit_find(e, BTF_KIND_DATASEC, id))
+        if (strcmp(btf_edit_name(e, id), ".maps") == 0 && btf_edit_vlen(e, id) > 0)
+            return btf_edit_xget(e, id, 0);
+    return 0;
+}
+
+static int edit_typedef_self_var(struct btf_edit *e)
+{
+    uint32_t t = btf_edit_find(e, BTF_KIND_TYPEDEF, 0), v = maps_var(e);
+    if (!t || !v)
+        return -1;
+    btf_edit_set(e, t, 2, t);
+    btf_edit_set(e, v, 2, t); /* the map variable's type: what libbpf resolves first */
+    return 0;
+}
+
+static int edit_typedef_self(struct btf_edit *e)
+{
+    uint32_t t = btf_edit_find(e, BTF_KIND_TYPEDEF, 0);
+    if (!t)
+        return -1;
+    btf_edit_set(e, t, 2, t);
+    return 0;
+}
+
+/* Two kinds without kind data become const -> volatile -> const. */
+static int edit_modifier_cycle(struct btf_edit *e)
+{
+    uint32_t a = btf_edit_find(e, BTF_KIND_TYPEDEF, 0), b = btf_edit_find(e, BTF_KIND_PTR, 0);
+    if (!a || !b)
+        return -1;
+    btf_edit_set_kind(e, a, BTF_KIND_CONST);
+    btf_edit_set(e, a, 2, b);
+    btf_edit_set_kind(e, b, BTF_KIND_VOLATILE);
+    btf_edit_set(e, b, 2, a);
+    return 0;
+}
+
+static int edit_ptr_self(struct btf_edit *e)
+{
+    uint32_t p = btf_edit_find(e, BTF_KIND_PTR, 0);
+    if (!p)
+        return -1;
+    btf_edit_set(e, p, 2, p);
+    return 0;
+}
+
+static uint32_t some_struct(const struct btf_edit *e)
+{
+    for (uint32_t id = btf_edit_find(e, BTF_KIND_STRUCT, 0); id; id = btf_edit_find(e, BTF_KIND_STRUCT, id))
+        if (btf_edit_vlen(e, id) > 0)
+            return id;
+    return 0;
+}
+
+static int edit_struct_self(struct btf_edit *e)
+{
+    uint32_t s = some_struct(e);
+    if (!s)
+        return -1;
+    btf_edit_xset(e, s, 1, s); /* member 0: {name_off, type, offset} */
+    return 0;
+}
+
+static int edit_struct_via_typedef(struct btf_edit *e)
+{
+    uint32_t s = some_struct(e), t = btf_edit_find(e, BTF_KIND_TYPEDEF, 0);
+    if (!s || !t)
+        return -1;
+    btf_edit_xset(e, s, 1, t);
+    btf_edit_set(e, t, 2, s);
+    return 0;
+}
+
+static int edit_array_self(struct btf_edit *e)
+{
+    uint32_t a = btf_edit_find(e, BTF_KIND_ARRAY, 0);
+    if (!a)
+        return -1;
+    btf_edit_xset(e, a, 0, a); /* {type, index_type, nelems} */
+    return 0;
+}
+
+static int edit_missing_type(struct btf_edit *e)
+{
+    uint32_t t = btf_edit_find(e, BTF_KIND_TYPEDEF, 0);
+    if (!t)
+        return -1;
+    btf_edit_set(e, t, 2, e->n + 7);
+    return 0;
+}
+
+static int edit_name_offset(struct btf_edit *e)
+{
+    uint32_t t = btf_edit_find(e, BTF_KIND_TYPEDEF, 0);
+    if (!t)
+        return -1;
+    btf_edit_set(e, t, 0, e->str_len + 100);
+    return 0;
+}
+
+static int edit_member_name(struct btf_edit *e)
+{
+    uint32_t s = some_struct(e);
+    if (!s)
+        return -1;
+    btf_edit_xset(e, s, 0, 0xfffffff0u);
+    return 0;
+}
+
+static int edit_datasec_void(struct btf_edit *e)
+{
+    for (uint32_t id = btf_edit_find(e, BTF_KIND_DATASEC, 0); id; id = btf_edit_find(e, BTF_KIND_DATASEC, id))
+        if (btf_edit_vlen(e, id) > 0) {
+            btf_edit_xset(e, id, 0, 0);
+            return 0;
+        }
+    return -1;
+}
+
+static const struct btf_case btf_cases[] = {
+    {"typedef of the map variable refers to itself", "cyclic", edit_typedef_self_var},
+    {"typedef refers to itself", "cyclic", edit_typedef_self},
+    {"const -> volatile -> const", "cyclic", edit_modifier_cycle},
+    {"pointer to itself", "cyclic", edit_ptr_self},
+    {"struct contains itself", "contains itself", edit_struct_self},
+    {"struct contains a typedef of itself", "contains itself", edit_struct_via_typedef},
+    {"array of itself", "contains itself", edit_array_self},
+    {"reference past the last type", "does not exist", edit_missing_type},
+    {"type name outside the strings", "outside", edit_name_offset},
+    {"member name outside the strings", "outside", edit_member_name},
+    {"section variable of type void", "void", edit_datasec_void},
+};
+
+/* Child: 0 when refused with `expect` in the one-line error, 1 accepted,
+ * 2 another error; an alarm ends a hang. */
+static int open_hostile(const uint8_t *buf, size_t len, const char *expect)
+{
+    struct mks_obj *obj = NULL;
+    char err[512] = "";
+    alarm(5);
+    int rc = mks_obj_open_mem(buf, len, "hostile.bpf.o", &obj, err, sizeof(err));
+    if (rc == 0) {
+        mks_obj_close(obj);
+        return 1;
+    }
+    if (!strstr(err, expect) || strchr(err, '\n') || !strstr(err, "hostile.bpf.o: ")) {
+        fprintf(stderr, "unexpected error line: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
+static void test_hostile_btf(void **state)
+{
+    (void)state;
+    const char *files[] = {"count.bpf.o", "depwait.bpf.o", "multi.bpf.o"};
+    int ran = 0, failed = 0;
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+        size_t len;
+        uint8_t *orig = read_obj(files[f], &len);
+        uint8_t *buf = malloc(len);
+        for (size_t c = 0; c < sizeof(btf_cases) / sizeof(btf_cases[0]); c++) {
+            static struct btf_edit e;
+            memcpy(buf, orig, len);
+            assert_int_equal(btf_edit_open(buf, len, &e), 0);
+            if (btf_cases[c].edit(&e) != 0)
+                continue;
+            fflush(NULL);
+            pid_t pid = fork();
+            assert_true(pid >= 0);
+            if (pid == 0)
+                _exit(open_hostile(buf, len, btf_cases[c].expect));
+            int status = 0;
+            assert_int_equal(waitpid(pid, &status, 0), pid);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                print_error("%s, %s: %s\n", files[f], btf_cases[c].name,
+                            WIFSIGNALED(status) ? (WTERMSIG(status) == SIGALRM ? "hung (5 s)" : "crashed")
+                            : WEXITSTATUS(status) == 1 ? "accepted" : "wrong error");
+                failed++;
+            }
+            ran++;
+        }
+        free(buf);
+        free(orig);
+    }
+    assert_int_equal(failed, 0);
+    /* every case applies to at least one of the objects */
+    assert_true(ran >= (int)(sizeof(btf_cases) / sizeof(btf_cases[0])));
+}
+
 /* Runs fn in a child where the bpf() system call kills the process;
  * returns the wait status. */
 static int run_without_bpf(int (*fn)(void))
@@ -404,6 +632,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_objects),   cmocka_unit_test(test_not_bpf),
         cmocka_unit_test(test_truncated),     cmocka_unit_test(test_flipped_bytes),
         cmocka_unit_test(test_no_bpf_syscall), cmocka_unit_test(test_sections),
+        cmocka_unit_test(test_hostile_btf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
