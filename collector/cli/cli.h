@@ -16,6 +16,7 @@ enum {
     MKS_EXIT_USAGE = 2,
     MKS_EXIT_UNREACHABLE = 3,
     MKS_EXIT_NODATA = 4,
+    MKS_EXIT_BUSY = 5, /* a collector is there but did not answer in time */
 };
 
 struct mks_cli {

@@ -4,7 +4,7 @@
  * printed as is (-f json) or rendered as text.  `verify` runs the verifier
  * locally, exactly as an agent would.
  *
- * Exit status: 0 ok, 1 error, 2 usage, 3 collector unreachable, 4 no data.
+ * Exit status: 0 ok, 1 error, 2 usage, 3 no collector, 4 no data, 5 collector busy.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -61,7 +61,8 @@ static void usage(FILE *f)
             "  -h, --help        this text\n"
             "\n"
             "EXIT STATUS\n"
-            "  0 ok, 1 error, 2 usage, 3 collector unreachable, 4 no data yet\n"
+            "  0 ok, 1 error, 2 usage, 3 no collector answered, 4 no data yet,\n"
+            "  5 collector busy (it is there but could not answer in time: retry)\n"
             "\n"
             "EXAMPLES\n"
             "  mkscope status\n"
@@ -130,11 +131,23 @@ int mks_cli_call(struct mks_cli *cli, const char *verb, char **args, size_t n_ar
     void *msg = NULL;
     int got = rc < 0 ? -1 : nn_recv(s, &msg, NN_MSG, 0);
     if (got < 0) {
+        /* Something accepted our connection (nanomsg counts it even when the
+         * protocol handshake never completed): a collector that is there but
+         * did not answer, not a missing one. */
+        uint64_t est = nn_get_statistic(s, NN_STAT_ESTABLISHED_CONNECTIONS);
+        uint64_t cur = nn_get_statistic(s, NN_STAT_CURRENT_CONNECTIONS);
+        nn_close(s);
+        if (est != (uint64_t)-1 && cur != (uint64_t)-1 && (est > 0 || cur > 0)) {
+            fprintf(stderr,
+                    "mkscope: collector busy: %s accepted the connection but did not answer"
+                    " within %d ms; retry, or raise --timeout\n",
+                    cli->collector, cli->timeout_ms);
+            return MKS_EXIT_BUSY;
+        }
         fprintf(stderr,
                 "mkscope: no collector answered at %s within %d ms: start mkscope-collector or"
                 " pass --collector URL\n",
                 cli->collector, cli->timeout_ms);
-        nn_close(s);
         return MKS_EXIT_UNREACHABLE;
     }
     mks_envelope *rep = NULL;

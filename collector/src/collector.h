@@ -18,12 +18,20 @@ enum mks_exit {
     MKS_EXIT_USAGE = 2,       /* bad command line or query syntax */
     MKS_EXIT_UNREACHABLE = 3, /* no collector answered */
     MKS_EXIT_NODATA = 4,      /* nothing stored that answers the question */
+    MKS_EXIT_BUSY = 5,        /* the collector is up but could not take the request now */
 };
 
-/* Counters of the ingest path, for metrics. */
+/* Work limit of one CLI request (SQLite's progress handler interrupts the
+ * statement): below the CLI's default 5 s timeout, so that the user reads
+ * why rather than "collector busy". */
+#define MKS_SERVE_LIMIT_NS 4000000000ull
+
+/* Counters of the ingest path, for metrics.  The loop counts, the CLI
+ * server's threads read (and count requests): atomic. */
 struct mks_ingest_stats {
-    uint64_t messages, decode_errors, store_errors, cli_requests;
-    uint64_t ucx_batches; /* raw event batches received over UCX */
+    _Atomic uint64_t messages, decode_errors, store_errors, cli_requests;
+    _Atomic uint64_t ucx_batches; /* raw event batches received over UCX */
+    _Atomic uint64_t cli_busy;    /* requests answered "busy" (every worker occupied) */
 };
 
 struct mks_serve_env {
@@ -33,6 +41,9 @@ struct mks_serve_env {
     /* "host:port" of the collector's UCX listener for raw events, named in
      * Escalate commands; NULL or "" when there is none. */
     const char *ucx_endpoint;
+    /* Work limit of this request in ns (raw SQL, queries): 0 means
+     * MKS_SERVE_LIMIT_NS. */
+    uint64_t limit_ns;
 };
 
 /* Serve one CLI request: returns the exit status; *out gets the JSON answer

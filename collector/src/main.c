@@ -4,12 +4,15 @@
  * fans live queries out to agents (survey), receives escalations' raw event
  * batches over UCX and serves Prometheus metrics.
  *
- * One thread, one poll() loop over: the ingest socket (NN_REP), the CLI
- * socket (NN_REP), the survey socket (NN_SURVEYOR), the UCX worker's event
- * fd, libmicrohttpd's epoll fd and a signalfd for SIGINT/SIGTERM.  Every
- * request is answered before the next one on the same socket is read,
- * except a live survey, during which the CLI socket is left unread until
- * the survey's deadline.
+ * The ingest loop is one thread and one poll() over: the ingest socket
+ * (NN_REP), the survey socket (NN_SURVEYOR), the UCX worker's event fd, the
+ * CLI server's hand-off eventfd and a signalfd for SIGINT/SIGTERM.  It is
+ * the store's only writer.  CLI requests are received and answered by the
+ * CLI server's threads (cliserv.c), each reading the store on its own
+ * connection, and /metrics by libmicrohttpd's thread on another: a request,
+ * however long, never delays an ack.  Only requests that write the store or
+ * survey the agents come to the loop, which answers them as quickly as an
+ * ingest message.
  */
 #include <errno.h>
 #include <arpa/inet.h>
@@ -29,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cliserv.h"
 #include "collector.h"
 #include "perfetto.h"
 #include "trace.h"
@@ -43,12 +47,17 @@
 #define DEFAULT_UCX_PORT_S "7404"
 /* Commands handed to one agent per Ack: bounds the reply size. */
 #define MAX_CMDS_PER_ACK 16
+/* Survey requests waiting while one is out (each holds a CLI request). */
+#define MAX_QUEUED_SURVEYS 8
 
 struct collector {
-    int ingest, cli, survey;
+    int ingest, survey;
     int sigfd;
     struct MHD_Daemon *mhd;
     struct mks_store *st;
+    /* Read by libmicrohttpd's thread only (/metrics). */
+    struct mks_store *metrics_st;
+    struct mks_cliserv *cli;
     struct mks_wire_key key;
     bool have_key;
     bool verbose;
@@ -60,13 +69,16 @@ struct collector {
     /* Triggers run over the epochs received since their last evaluation. */
     bool new_summaries;
     uint64_t trig_since_ns, trig_last_mono;
-    /* A live survey in flight: the CLI request waits for it. */
+    /* A live survey in flight: the CLI request waits for it; later
+     * survey requests wait in `queued` for their turn. */
     struct {
         bool active;
-        uint64_t id, cli_seq, deadline_ns;
-        uint32_t n_ranks;
+        uint64_t id, deadline_ns;
+        struct mks_cliserv_req *req;
         json_t *answers;
         char job[MKS_WIRE_MAX_JOB + 1];
+        struct mks_cliserv_req *queued[MAX_QUEUED_SURVEYS];
+        unsigned n_queued;
     } sv;
 };
 
@@ -105,6 +117,9 @@ static void usage(FILE *f)
             "                   JSON, .pftrace: Perfetto)\n"
             "  --ucx-port PORT  raw event batches over UCX (0: any free port; off)  [7404]\n"
             "  --ucx-host HOST  address to listen on and to give agents         [127.0.0.1]\n"
+            "  --request-timeout MS  work limit of one CLI request (SQL, query, diagnose) [4000]\n"
+            "  --cli-threads N  threads answering CLI requests, each with its own read-only\n"
+            "                   store connection                     [2]\n"
             "  -v, --verbose    log every message\n"
             "  -h, --help\n"
             "\n"
@@ -112,6 +127,19 @@ static void usage(FILE *f)
             "  mkscope-collector --db /var/lib/mkscope/job.db\n"
             "  mkscope-collector --ingest ipc:///tmp/mks/ingest --cli ipc:///tmp/mks/cli \\\n"
             "                    --survey ipc:///tmp/mks/survey --metrics off --db :memory:\n");
+}
+
+/* A temporary store's file and its WAL companions. */
+static void remove_db(const char *path)
+{
+    if (!path || !*path)
+        return;
+    char p[4200];
+    unlink(path);
+    snprintf(p, sizeof(p), "%s-wal", path);
+    unlink(p);
+    snprintf(p, sizeof(p), "%s-shm", path);
+    unlink(p);
 }
 
 static int nn_open(int proto, const char *url, const char *what)
@@ -413,67 +441,43 @@ static int start_ucx(struct collector *c, const char *host, const char *port_spe
     return 0;
 }
 
-static void send_cli_reply(struct collector *c, uint64_t seq, uint64_t id, int status,
-                           const char *error, json_t *answer)
-{
-    mks_envelope out;
-    Mkscope__V1__CliReply rep = MKSCOPE__V1__CLI_REPLY__INIT;
-    char *text = answer ? json_dumps(answer, JSON_COMPACT) : NULL;
-    mks_wire_init(&out, "", 0, seq);
-    rep.id = id;
-    rep.status = status;
-    rep.error = (char *)(error ? error : "");
-    rep.json = text ? text : "";
-    out.body_case = MKSCOPE__V1__ENVELOPE__BODY_CLI_REPLY;
-    out.cli_reply = &rep;
-    send_env(c, c->cli, &out);
-    free(text);
-}
+static void start_survey(struct collector *c, struct mks_cliserv_req *req);
 
-static void start_survey(struct collector *c, const mks_envelope *env);
-
-static void handle_cli(struct collector *c, const void *buf, size_t len)
+/* A CLI request the CLI server handed to the loop: one that writes the
+ * store (attach, detach, trigger add/rm) or surveys the agents. */
+static void handle_cli(struct collector *c, struct mks_cliserv_req *req)
 {
+    const Mkscope__V1__CliRequest *r = mks_cliserv_req_env(req)->cli_request;
     char err[512] = "";
-    mks_envelope *env = NULL;
-    c->stats.cli_requests++;
-    if (mks_wire_decode(buf, len, c->have_key ? &c->key : NULL, &env, err, sizeof(err))) {
-        send_cli_reply(c, 0, 0, MKS_EXIT_ERROR, err, NULL);
-        return;
-    }
-    if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_CLI_REQUEST) {
-        send_cli_reply(c, env->seq, 0, MKS_EXIT_ERROR, "the CLI socket takes cli_request only",
-                       NULL);
-        mks_wire_free(env);
-        return;
-    }
-    if (!strcmp(env->cli_request->verb, "survey")) {
+    if (!strcmp(r->verb, "survey")) {
         char job[MKS_WIRE_MAX_JOB + 1];
         mks_store_latest_job(c->st, job, sizeof(job));
         if (!*job) {
-            send_cli_reply(c, env->seq, env->cli_request->id, MKS_EXIT_NODATA,
-                           "no agent has registered yet: start mkscope-agent next to each rank",
-                           NULL);
-            mks_wire_free(env);
-            return;
+            mks_cliserv_done(c->cli, req, MKS_EXIT_NODATA,
+                             "no agent has registered yet: start mkscope-agent next to each rank",
+                             NULL);
+        } else if (c->sv.active) {
+            if (c->sv.n_queued < MAX_QUEUED_SURVEYS)
+                c->sv.queued[c->sv.n_queued++] = req;
+            else
+                mks_cliserv_done(c->cli, req, MKS_EXIT_BUSY,
+                                 "collector busy: too many surveys waiting; retry", NULL);
+        } else {
+            start_survey(c, req);
         }
-        start_survey(c, env);
-        mks_wire_free(env);
         return;
     }
     struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = now_ns()};
     json_t *answer = NULL;
-    int status = mks_serve_cli(&se, env->cli_request, &answer, err, sizeof(err));
-    send_cli_reply(c, env->seq, env->cli_request->id, status, status ? err : NULL, answer);
-    json_decref(answer);
-    mks_wire_free(env);
+    int status = mks_serve_cli(&se, r, &answer, err, sizeof(err));
+    mks_cliserv_done(c->cli, req, status, err, answer);
 }
 
 /* ---- live survey ------------------------------------------------------------ */
 
-static void start_survey(struct collector *c, const mks_envelope *req)
+static void start_survey(struct collector *c, struct mks_cliserv_req *req)
 {
-    const Mkscope__V1__CliRequest *r = req->cli_request;
+    const Mkscope__V1__CliRequest *r = mks_cliserv_req_env(req)->cli_request;
     const char *what = r->n_args > 0 ? r->args[0] : "status";
     uint32_t deadline_ms = r->n_args > 1 ? (uint32_t)strtoul(r->args[1], NULL, 10) : 1000;
     if (deadline_ms == 0 || deadline_ms > 60000)
@@ -492,7 +496,7 @@ static void start_survey(struct collector *c, const mks_envelope *req)
     nn_setsockopt(c->survey, NN_SURVEYOR, NN_SURVEYOR_DEADLINE, &dl, sizeof(dl));
     c->sv.active = true;
     c->sv.id = sr.id;
-    c->sv.cli_seq = req->seq;
+    c->sv.req = req;
     c->sv.deadline_ns = mono_ns() + (uint64_t)deadline_ms * 1000000ull;
     c->sv.answers = json_array();
     mks_store_latest_job(c->st, c->sv.job, sizeof(c->sv.job));
@@ -559,10 +563,15 @@ static void finish_survey(struct collector *c)
     }
     json_t *answer = json_pack("{s:s, s:o, s:o}", "job", c->sv.job, "answers", c->sv.answers,
                                "missing", missing);
-    send_cli_reply(c, c->sv.cli_seq, 0, MKS_EXIT_OK, NULL, answer);
-    json_decref(answer);
+    mks_cliserv_done(c->cli, c->sv.req, MKS_EXIT_OK, NULL, answer);
     c->sv.active = false;
     c->sv.answers = NULL;
+    c->sv.req = NULL;
+    if (c->sv.n_queued) {
+        struct mks_cliserv_req *next = c->sv.queued[0];
+        memmove(c->sv.queued, c->sv.queued + 1, --c->sv.n_queued * sizeof(c->sv.queued[0]));
+        start_survey(c, next);
+    }
 }
 
 /* ---- metrics ------------------------------------------------------------------ */
@@ -583,7 +592,7 @@ static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, c
         MHD_destroy_response(resp);
         return ret;
     }
-    struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = now_ns()};
+    struct mks_serve_env se = {.st = c->metrics_st, .stats = &c->stats, .now_ns = now_ns()};
     char *text = mks_metrics_render(&se);
     if (!text)
         return MHD_NO;
@@ -617,9 +626,11 @@ static int start_metrics(struct collector *c, const char *spec)
         fprintf(stderr, "mkscope-collector: --metrics host '%s' is not an IPv4 address\n", host);
         return -1;
     }
-    /* No internal thread: the daemon's epoll fd joins our poll loop. */
-    c->mhd = MHD_start_daemon(MHD_USE_EPOLL, (uint16_t)port, NULL, NULL, metrics_handler, c,
-                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_END);
+    /* libmicrohttpd's own thread answers, reading the store through its own
+     * connection: a scrape of a large store never delays ingest. */
+    c->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t)port,
+                              NULL, NULL, metrics_handler, c, MHD_OPTION_SOCK_ADDR,
+                              (struct sockaddr *)&sa, MHD_OPTION_END);
     if (!c->mhd) {
         fprintf(stderr, "mkscope-collector: cannot serve metrics on %s (port in use? use"
                         " --metrics HOST:PORT or off)\n",
@@ -648,9 +659,6 @@ static void drain(struct collector *c, int sock, void (*fn)(struct collector *, 
         }
         fn(c, msg, (size_t)n);
         nn_freemsg(msg);
-        /* One CLI request at a time while a survey holds its reply. */
-        if (sock == c->cli && c->sv.active)
-            return;
     }
 }
 
@@ -668,8 +676,12 @@ int main(int argc, char **argv)
         {"verbose", no_argument, NULL, 'v'},       {"help", no_argument, NULL, 'h'},
         {"trace-dir", required_argument, NULL, 'T'}, {"ucx-port", required_argument, NULL, 'U'},
         {"ucx-host", required_argument, NULL, 'H'},
+        {"request-timeout", required_argument, NULL, 'R'},
+        {"cli-threads", required_argument, NULL, 'W'},
         {NULL, 0, NULL, 0}};
-    struct collector c = {.ingest = -1, .cli = -1, .survey = -1, .sigfd = -1};
+    struct collector c = {.ingest = -1, .survey = -1, .sigfd = -1};
+    uint64_t request_limit_ns = 0;
+    unsigned cli_threads = 0;
     int opt;
     while ((opt = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
         char *end;
@@ -698,6 +710,21 @@ int main(int argc, char **argv)
                 so.max_age_ns = v * 1000000000ull;
             break;
         }
+        case 'R':
+        case 'W': {
+            unsigned long long v = strtoull(optarg, &end, 10);
+            unsigned long long max = opt == 'R' ? 3600000ull : 16ull;
+            if (*end || !*optarg || *optarg == '-' || v == 0 || v > max) {
+                fprintf(stderr, "mkscope-collector: --%s wants a number from 1 to %llu, got '%s'\n",
+                        opt == 'R' ? "request-timeout" : "cli-threads", max, optarg);
+                return MKS_EXIT_USAGE;
+            }
+            if (opt == 'R')
+                request_limit_ns = v * 1000000ull;
+            else
+                cli_threads = (unsigned)v;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return MKS_EXIT_USAGE;
         }
@@ -714,9 +741,27 @@ int main(int argc, char **argv)
         }
         c.have_key = true;
     }
+    /* The CLI server's threads read the store on connections of their own,
+     * which an in-memory database cannot have: ":memory:" is a temporary
+     * file instead, removed at exit. */
+    char tmp_db[4096] = "";
+    if (!strcmp(db, ":memory:")) {
+        const char *tmpdir = getenv("TMPDIR");
+        snprintf(tmp_db, sizeof(tmp_db), "%s/mkscope-collector-XXXXXX",
+                 tmpdir && *tmpdir ? tmpdir : "/tmp");
+        int fd = mkstemp(tmp_db);
+        if (fd < 0) {
+            fprintf(stderr, "mkscope-collector: --db :memory: needs a temporary file in %s: %s\n",
+                    tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
+            return MKS_EXIT_ERROR;
+        }
+        close(fd);
+        db = tmp_db;
+    }
     so.path = db;
     if (mks_store_open(&so, &c.st, err, sizeof(err))) {
         fprintf(stderr, "mkscope-collector: %s\n", err);
+        remove_db(tmp_db);
         return MKS_EXIT_ERROR;
     }
     int rc = MKS_EXIT_ERROR;
@@ -726,30 +771,37 @@ int main(int argc, char **argv)
     sigaddset(&mask, SIGTERM);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     c.sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
+    struct mks_store_opts ro = {.sz = sizeof(ro), .path = db, .read_only = 1};
+    struct mks_cliserv_opts co = {.sz = sizeof(co), .url = cli_url, .db_path = db,
+                                  .key = c.have_key ? &c.key : NULL, .stats = &c.stats,
+                                  .workers = cli_threads, .limit_ns = request_limit_ns};
     if ((c.ingest = nn_open(NN_REP, ingest_url, "ingest")) < 0 ||
-        (c.cli = nn_open(NN_REP, cli_url, "cli")) < 0 ||
-        (c.survey = nn_open(NN_SURVEYOR, survey_url, "survey")) < 0 || start_metrics(&c, metrics) ||
-        start_ucx(&c, ucx_host, ucx_port))
+        (c.survey = nn_open(NN_SURVEYOR, survey_url, "survey")) < 0)
         goto out;
-    int ingest_fd = nn_fd(c.ingest, NN_RCVFD), cli_fd = nn_fd(c.cli, NN_RCVFD);
-    int survey_fd = nn_fd(c.survey, NN_RCVFD);
-    int mhd_fd = -1;
-    if (c.mhd) {
-        const union MHD_DaemonInfo *info = MHD_get_daemon_info(c.mhd, MHD_DAEMON_INFO_EPOLL_FD);
-        mhd_fd = info ? info->epoll_fd : -1;
+    if (mks_cliserv_start(&co, &c.cli, err, sizeof(err))) {
+        fprintf(stderr, "mkscope-collector: %s\n", err);
+        goto out;
     }
+    if (strcmp(metrics, "off") && mks_store_open(&ro, &c.metrics_st, err, sizeof(err))) {
+        fprintf(stderr, "mkscope-collector: metrics: %s\n", err);
+        goto out;
+    }
+    if (start_metrics(&c, metrics) || start_ucx(&c, ucx_host, ucx_port))
+        goto out;
+    int ingest_fd = nn_fd(c.ingest, NN_RCVFD);
+    int survey_fd = nn_fd(c.survey, NN_RCVFD);
+    int loop_fd = mks_cliserv_loop_fd(c.cli);
     fprintf(stderr, "mkscope-collector: ingest %s, cli %s, survey %s, db %s\n", ingest_url,
-            cli_url, survey_url, db);
+            cli_url, survey_url, tmp_db[0] ? ":memory: (a temporary file)" : db);
     for (;;) {
         /* Progress UCX before sleeping; armed means its fd will wake us. */
         bool ucx_armed = !c.ucx || mks_ucxrx_progress(c.ucx, handle_ucx_frame, &c);
-        struct pollfd pf[6] = {
+        struct pollfd pf[5] = {
             {.fd = ingest_fd, .events = POLLIN},
-            {.fd = c.sv.active ? -1 : cli_fd, .events = POLLIN},
+            {.fd = loop_fd, .events = POLLIN},
             /* An idle NN_SURVEYOR's fd stays readable (recv says EFSM):
              * polled only while a survey is out, or the loop would spin. */
             {.fd = c.sv.active ? survey_fd : -1, .events = POLLIN},
-            {.fd = mhd_fd, .events = POLLIN},
             {.fd = c.sigfd, .events = POLLIN},
             {.fd = c.ucx ? mks_ucxrx_fd(c.ucx) : -1, .events = POLLIN},
         };
@@ -760,47 +812,49 @@ int main(int argc, char **argv)
         }
         if (!ucx_armed)
             timeout = 0;
-        if (c.mhd) {
-            MHD_UNSIGNED_LONG_LONG to;
-            if (MHD_get_timeout(c.mhd, &to) == MHD_YES && to < (MHD_UNSIGNED_LONG_LONG)timeout)
-                timeout = (int)to;
-        }
-        int n = poll(pf, 6, timeout);
+        int n = poll(pf, 5, timeout);
         if (n < 0 && errno != EINTR) {
             perror("mkscope-collector: poll");
             goto out;
         }
-        if (pf[4].revents & POLLIN) {
+        if (pf[3].revents & POLLIN) {
             fprintf(stderr, "mkscope-collector: stopping\n");
             rc = 0;
             goto out;
         }
         if (pf[0].revents & POLLIN)
             drain(&c, c.ingest, handle_ingest);
-        if (pf[1].revents & POLLIN)
-            drain(&c, c.cli, handle_cli);
+        if (pf[1].revents & POLLIN) {
+            struct mks_cliserv_req *req;
+            while ((req = mks_cliserv_loop_take(c.cli)))
+                handle_cli(&c, req);
+        }
         if (pf[2].revents & POLLIN && c.sv.active)
             drain(&c, c.survey, survey_reply);
         if (c.sv.active && mono_ns() >= c.sv.deadline_ns)
             finish_survey(&c);
         run_triggers(&c);
-        if (c.mhd)
-            MHD_run(c.mhd);
     }
 out:
+    /* Requests the loop still holds are answered before the server stops. */
+    if (c.sv.req)
+        mks_cliserv_done(c.cli, c.sv.req, MKS_EXIT_BUSY, "the collector is stopping", NULL);
+    for (unsigned i = 0; i < c.sv.n_queued; i++)
+        mks_cliserv_done(c.cli, c.sv.queued[i], MKS_EXIT_BUSY, "the collector is stopping", NULL);
+    mks_cliserv_stop(c.cli);
     mks_ucxrx_destroy(c.ucx);
     if (c.sv.answers)
         json_decref(c.sv.answers);
     if (c.mhd)
         MHD_stop_daemon(c.mhd);
+    mks_store_close(c.metrics_st);
     if (c.survey >= 0)
         nn_close(c.survey);
-    if (c.cli >= 0)
-        nn_close(c.cli);
     if (c.ingest >= 0)
         nn_close(c.ingest);
     if (c.sigfd >= 0)
         close(c.sigfd);
     mks_store_close(c.st);
+    remove_db(tmp_db);
     return rc;
 }

@@ -127,6 +127,9 @@ char *mks_metrics_render(const struct mks_serve_env *env)
                    "# HELP mkscope_cli_requests_total CLI requests served\n"
                    "# TYPE mkscope_cli_requests_total counter\n"
                    "mkscope_cli_requests_total %llu\n"
+                   "# HELP mkscope_cli_busy_total CLI requests answered busy (no worker free)\n"
+                   "# TYPE mkscope_cli_busy_total counter\n"
+                   "mkscope_cli_busy_total %llu\n"
                    "# HELP mkscope_ucx_raw_batches_total Raw event batches received over UCX\n"
                    "# TYPE mkscope_ucx_raw_batches_total counter\n"
                    "mkscope_ucx_raw_batches_total %llu\n",
@@ -134,6 +137,7 @@ char *mks_metrics_render(const struct mks_serve_env *env)
                 (unsigned long long)env->stats->decode_errors,
                 (unsigned long long)env->stats->store_errors,
                 (unsigned long long)env->stats->cli_requests,
+                (unsigned long long)env->stats->cli_busy,
                 (unsigned long long)env->stats->ucx_batches);
     }
     if (fclose(f)) {

@@ -14,9 +14,67 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 #include "collector.h"
 #include "serve.h"
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- bounded work ------------------------------------------------------------ */
+
+/* Every this many virtual machine instructions SQLite asks whether to go
+ * on: a few microseconds of work, so the limit is kept to well under a
+ * millisecond while the check itself costs nothing measurable. */
+#define PROGRESS_OPS 10000
+
+static int limit_progress(void *arg)
+{
+    struct mks_serve_limit *l = arg;
+    if (mono_ns() >= l->deadline_mono_ns)
+        l->hit = MKS_SERVE_HIT_TIME;
+    else if (sqlite3_memory_used() - l->mem_base > MKS_SERVE_MEM_BYTES)
+        l->hit = MKS_SERVE_HIT_MEM;
+    return l->hit != 0;
+}
+
+void mks_serve_limit_begin(sqlite3 *db, struct mks_serve_limit *l, uint64_t limit_ns)
+{
+    l->limit_ns = limit_ns ? limit_ns : MKS_SERVE_LIMIT_NS;
+    l->deadline_mono_ns = mono_ns() + l->limit_ns;
+    l->mem_base = sqlite3_memory_used();
+    l->hit = 0;
+    sqlite3_progress_handler(db, PROGRESS_OPS, limit_progress, l);
+}
+
+void mks_serve_limit_end(sqlite3 *db)
+{
+    sqlite3_progress_handler(db, 0, NULL, NULL);
+}
+
+int mks_serve_limit_check(const struct mks_serve_limit *l, const char *what, char *err,
+                          size_t errlen)
+{
+    if (l->hit == MKS_SERVE_HIT_TIME)
+        return mks_serve_fail(err, errlen, MKS_EXIT_ERROR,
+                              "%s: stopped after %.1f s, the collector's limit for one request"
+                              " (--request-timeout): narrow it (LIMIT, a WHERE on step or time;"
+                              " a recursive CTE needs a condition that ends it)",
+                              what, (double)l->limit_ns / 1e9);
+    if (l->hit == MKS_SERVE_HIT_MEM)
+        return mks_serve_fail(err, errlen, MKS_EXIT_ERROR,
+                              "%s: stopped after it took %lld MiB of memory, the collector's limit"
+                              " for one request: narrow it (LIMIT, fewer columns, no DISTINCT"
+                              " over everything)",
+                              what, (long long)(MKS_SERVE_MEM_BYTES >> 20));
+    return 0;
+}
 
 int mks_serve_fail(char *err, size_t errlen, int code, const char *fmt, ...)
 {
@@ -225,6 +283,77 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
 
 #define MAX_ROWS 100000
 
+/* What raw SQL may do: read the store's tables and views and call
+ * functions.  No ATTACH (it would open or create any file the collector
+ * can reach), no pragma that sets anything, no extension loading; the
+ * connection is read-only as well, this names the reason. */
+struct sql_guard {
+    char why[160];
+};
+
+static int pragma_readable(const char *name, const char *arg)
+{
+    /* Pragmas that only report, with a table or index name as argument. */
+    static const char *const with_arg[] = {"table_info",  "table_xinfo", "table_list",
+                                           "index_list",  "index_info",  "index_xinfo",
+                                           "foreign_key_list"};
+    /* Pragmas that set something when given a value: readable without. */
+    static const char *const bare[] = {"page_count",    "page_size",      "freelist_count",
+                                       "user_version",  "schema_version", "data_version",
+                                       "journal_mode",  "compile_options", "function_list",
+                                       "collation_list", "module_list",   "pragma_list",
+                                       "encoding"};
+    for (size_t i = 0; i < sizeof(with_arg) / sizeof(with_arg[0]); i++)
+        if (!strcasecmp(name, with_arg[i]))
+            return 1;
+    for (size_t i = 0; i < sizeof(bare) / sizeof(bare[0]); i++)
+        if (!strcasecmp(name, bare[i]))
+            return arg == NULL;
+    return 0;
+}
+
+static int sql_authorize(void *arg, int action, const char *a1, const char *a2, const char *db,
+                         const char *trigger)
+{
+    struct sql_guard *g = arg;
+    (void)db, (void)trigger;
+    switch (action) {
+    case SQLITE_SELECT:
+    case SQLITE_READ:
+    case SQLITE_RECURSIVE: /* bounded by the request's work limit */
+        return SQLITE_OK;
+    case SQLITE_FUNCTION:
+        if (a2 && (!strcasecmp(a2, "load_extension") || !strcasecmp(a2, "fts3_tokenizer"))) {
+            snprintf(g->why, sizeof(g->why), "%s() is not allowed", a2);
+            return SQLITE_DENY;
+        }
+        return SQLITE_OK;
+    case SQLITE_PRAGMA:
+        if (a1 && pragma_readable(a1, a2))
+            return SQLITE_OK;
+        snprintf(g->why, sizeof(g->why), "PRAGMA %s%s%s is not allowed (only pragmas that report)",
+                 a1 ? a1 : "?", a2 ? " = " : "", a2 ? a2 : "");
+        return SQLITE_DENY;
+    case SQLITE_ATTACH:
+    case SQLITE_DETACH:
+        snprintf(g->why, sizeof(g->why), "%s is not allowed (the store only)",
+                 action == SQLITE_ATTACH ? "ATTACH" : "DETACH");
+        return SQLITE_DENY;
+    case SQLITE_UPDATE:
+        if (a1 && !strcmp(a1, "sqlite_master")) {
+            /* What a table-valued pragma (pragma_journal_mode('off')) does
+             * first: those may set, so none is allowed. */
+            snprintf(g->why, sizeof(g->why),
+                     "pragma functions are not allowed: use PRAGMA table_info(T) and the like");
+            return SQLITE_DENY;
+        }
+        /* fall through */
+    default:
+        snprintf(g->why, sizeof(g->why), "only read-only statements are allowed (SELECT, WITH)");
+        return SQLITE_DENY;
+    }
+}
+
 static int serve_sql(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                      json_t **out, char *err, size_t errlen)
 {
@@ -234,8 +363,19 @@ static int serve_sql(const struct mks_serve_env *env, const Mkscope__V1__CliRequ
     sqlite3_stmt *s = NULL;
     const char *tail = NULL;
     sqlite3 *db = mks_store_db(env->st);
-    if (sqlite3_prepare_v2(db, sql, -1, &s, &tail) != SQLITE_OK)
-        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "sql: %s", sqlite3_errmsg(db));
+    struct sql_guard g = {.why = ""};
+    /* No database but the store, whatever the statement says. */
+    int attached = sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
+    sqlite3_set_authorizer(db, sql_authorize, &g);
+    int prc = sqlite3_prepare_v2(db, sql, -1, &s, &tail);
+    sqlite3_set_authorizer(db, NULL, NULL);
+    if (prc != SQLITE_OK) {
+        int rc = mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "sql: %s",
+                                g.why[0] ? g.why : sqlite3_errmsg(db));
+        sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, attached);
+        return rc;
+    }
+    sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, attached);
     if (!s)
         return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "sql: empty statement");
     while (tail && (*tail == ' ' || *tail == '\n' || *tail == '\t' || *tail == ';'))
@@ -252,9 +392,12 @@ static int serve_sql(const struct mks_serve_env *env, const Mkscope__V1__CliRequ
     }
     json_t *rows;
     bool trunc;
+    struct mks_serve_limit lim;
+    mks_serve_limit_begin(db, &lim, env->limit_ns);
     int rc = mks_serve_rows(s, MAX_ROWS, &rows, &trunc, err, errlen);
+    mks_serve_limit_end(db);
     if (rc)
-        return rc;
+        return mks_serve_limit_check(&lim, "sql", err, errlen) ? MKS_EXIT_ERROR : rc;
     *out = json_pack("{s:o, s:b}", "rows", rows, "truncated", trunc);
     return 0;
 }

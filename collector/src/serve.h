@@ -22,6 +22,23 @@ json_t *mks_serve_column(sqlite3_stmt *s, int i);
 int mks_serve_rows(sqlite3_stmt *s, size_t max_rows, json_t **rows_p, bool *truncated_p,
                    char *err, size_t errlen);
 
+/* A bound on one request's SQLite work: SQLite's progress handler stops
+ * the statement (SQLITE_INTERRUPT) once the time is up or the library's
+ * memory grew by more than MKS_SERVE_MEM_BYTES since the start. */
+#define MKS_SERVE_MEM_BYTES (512ll << 20)
+struct mks_serve_limit {
+    uint64_t deadline_mono_ns, limit_ns;
+    int64_t mem_base;
+    int hit; /* 0, or MKS_SERVE_HIT_TIME / MKS_SERVE_HIT_MEM */
+};
+enum { MKS_SERVE_HIT_TIME = 1, MKS_SERVE_HIT_MEM = 2 };
+void mks_serve_limit_begin(sqlite3 *db, struct mks_serve_limit *l, uint64_t limit_ns);
+void mks_serve_limit_end(sqlite3 *db);
+/* When l stopped the work: a one-line error for `what` in err, and
+ * MKS_EXIT_ERROR; else 0. */
+int mks_serve_limit_check(const struct mks_serve_limit *l, const char *what, char *err,
+                          size_t errlen);
+
 int mks_serve_query(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                     json_t **out, char *err, size_t errlen);
 int mks_serve_diagnose(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,

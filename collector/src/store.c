@@ -166,8 +166,8 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
     st->max_epochs = o.max_epochs ? o.max_epochs : DEFAULT_MAX_EPOCHS;
     st->max_age_ns = o.max_age_ns;
     st->max_raw_events = o.max_raw_events ? o.max_raw_events : DEFAULT_MAX_RAW_EVENTS;
-    int rc = sqlite3_open_v2(o.path, &st->db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    int flags = o.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    int rc = sqlite3_open_v2(o.path, &st->db, flags | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         fail(err, errlen, -EIO, "store: cannot open %s: %s", o.path,
              st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
@@ -176,6 +176,18 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
     }
     sqlite3_busy_timeout(st->db, 2000);
     char *msg = NULL;
+    if (o.read_only) {
+        /* A reader of the writer's WAL file: query_only refuses writes even
+         * where the file's permissions would allow them. */
+        if (sqlite3_exec(st->db, "PRAGMA query_only = ON;", NULL, NULL, &msg) != SQLITE_OK) {
+            fail(err, errlen, -EIO, "store: %s: %s", o.path, msg ? msg : "?");
+            sqlite3_free(msg);
+            mks_store_close(st);
+            return -EIO;
+        }
+        *st_p = st;
+        return 0;
+    }
     /* WAL lets readers (raw SQL from the CLI, another process inspecting the
      * file) proceed while the collector writes. */
     if (strcmp(o.path, ":memory:") &&

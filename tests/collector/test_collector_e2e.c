@@ -59,7 +59,8 @@ static int start_collector(void)
             close(fd);
         }
         execl(collector_bin, collector_bin, "--ingest", ingest_url, "--cli", cli_url, "--survey",
-              survey_url, "--metrics", "127.0.0.1:0", "--db", db_path, (char *)NULL);
+              survey_url, "--metrics", "127.0.0.1:0", "--db", db_path, "--request-timeout",
+              "3000", (char *)NULL);
         _exit(127);
     }
     return collector_pid > 0 ? 0 : -1;
@@ -680,6 +681,95 @@ static void test_survey(void **state)
     json_decref(j);
 }
 
+/* Raw SQL reads the store and nothing else, and is cut off at the
+ * request's work limit; while a statement runs to that limit, summaries
+ * are acknowledged and other requests answered. */
+static void test_bounded_requests(void **state)
+{
+    (void)state;
+    char evil[256];
+    snprintf(evil, sizeof(evil), "%s/evil.db", dir);
+    assert_int_equal(run_cli(NULL, "sql \"ATTACH DATABASE '%s' AS e\"", evil), 2);
+    assert_non_null(strstr(cli_err(), "ATTACH is not allowed"));
+    assert_int_equal(run_cli(NULL, "sql \"VACUUM INTO '%s'\"", evil), 2);
+    assert_int_equal(access(evil, F_OK), -1);
+    assert_int_equal(run_cli(NULL, "sql 'PRAGMA journal_mode = DELETE'"), 2);
+    assert_non_null(strstr(cli_err(), "PRAGMA journal_mode = DELETE is not allowed"));
+    assert_int_equal(run_cli(NULL, "sql \"SELECT * FROM pragma_journal_mode('off')\""), 2);
+    assert_int_equal(run_cli(NULL, "sql \"SELECT load_extension('%s/x.so')\"", dir), 2);
+    assert_non_null(strstr(cli_err(), "load_extension() is not allowed"));
+    /* Reporting pragmas still work. */
+    json_t *j = cli_json("sql 'PRAGMA table_info(epochs)' -f %s", "json");
+    assert_true(json_array_size(json_object_get(j, "rows")) > 5);
+    json_decref(j);
+
+    /* A recursive CTE without an end, in the background. */
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "%s --collector %s --timeout 20000 sql 'WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL"
+             " SELECT x + 1 FROM r) SELECT COUNT(*) FROM r' 2>%s/cte.err",
+             cli_bin, cli_url, dir);
+    pid_t cte = fork();
+    assert_true(cte >= 0);
+    if (cte == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    /* Wait until the collector works on it (the CLI server took it). */
+    usleep(300000);
+    int s = ingest_sock();
+    mks_envelope *rep = NULL;
+    assert_int_equal(fa_send_register(s, "bounded", 0, 1, 7, class_names, N_CLASSES, &rep), 0);
+    assert_true(rep->register_ack->accepted);
+    mks_wire_free(rep);
+    for (uint64_t e = 1; e <= 3; e++) {
+        struct fa_summary *sum = calloc(1, sizeof(*sum));
+        sum->epoch = e;
+        sum->n_ts = 1;
+        sum->ts[0].count = 10;
+        rep = NULL;
+        assert_int_equal(fa_send_summary(s, "bounded", 0, 7, e, sum, &rep), 0);
+        assert_int_equal(rep->body_case, MKSCOPE__V1__ENVELOPE__BODY_ACK);
+        assert_int_equal(rep->ack->up_to_seq, e);
+        mks_wire_free(rep);
+        free(sum);
+    }
+    nn_close(s);
+    j = cli_json("status --job bounded -f %s", "json");
+    assert_int_equal(json_integer_value(json_object_get(j, "epochs")), 3);
+    json_decref(j);
+    /* All of that happened while the statement was still running. */
+    int st;
+    assert_int_equal(waitpid(cte, &st, WNOHANG), 0);
+    assert_int_equal(waitpid(cte, &st, 0), cte);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 1);
+    char path[256];
+    snprintf(path, sizeof(path), "%s/cte.err", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[1024] = "";
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    assert_non_null(strstr(line, "stopped after 3.0 s"));
+    assert_non_null(strstr(line, "recursive CTE"));
+
+    /* A collector that is there but does not answer (stopped here) is
+     * "busy", exit 5, not "no collector", exit 3. */
+    kill(collector_pid, SIGSTOP);
+    snprintf(cmd, sizeof(cmd), "%s --collector %s --timeout 500 status 2>%s/busy.err", cli_bin,
+             cli_url, dir);
+    st = system(cmd);
+    kill(collector_pid, SIGCONT);
+    assert_int_equal(WEXITSTATUS(st), 5);
+    snprintf(path, sizeof(path), "%s/busy.err", dir);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    assert_non_null(strstr(line, "collector busy"));
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -695,6 +785,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trigger_and_trace),
         cmocka_unit_test(test_metrics_http),
         cmocka_unit_test(test_survey),
+        cmocka_unit_test(test_bounded_requests),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

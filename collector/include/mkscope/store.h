@@ -32,6 +32,10 @@ struct mks_store_opts {
     uint64_t max_epochs;      /* per rank; 0 = default (100000) */
     uint64_t max_age_ns;      /* 0 = no age limit */
     uint64_t max_raw_events;  /* per job; 0 = default (1000000) */
+    /* Open an existing store for reading only (no schema, no retention):
+     * the collector's request-serving threads each hold one such
+     * connection, so that no request ever takes the writer's lock. */
+    int read_only;
 };
 
 int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, char *err,
