@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Tag of field 100, wire type 2 (length-delimited), as a varint; then the
@@ -158,6 +159,34 @@ static int path_fail(char *err, size_t errlen, const struct wpath *p, const char
 
 static int walk(const ProtobufCMessage *m, struct wpath *p, char *err, size_t errlen);
 
+/* Bound of a 64-bit field by what it holds (see MKS_WIRE_MAX_COUNT): counts
+ * and durations, times and sequence numbers, or an id (no bound).  Named by
+ * field, so a counter added to the schema under a usual name is bounded. */
+static uint64_t u64_bound(const ProtobufCFieldDescriptor *f)
+{
+    static const char *const counts[] = {
+        "count",     "sum",       "max",         "buckets", "sum_run_ns",        "eligible",
+        "ran",       "throttled", "lost",        "tasks",   "bytes",             "busy_ns",
+        "idle_ns",   "dep_wait_ns", "over_threshold_ns", "queued_while_idle_ns", "sum_ns",
+        "max_ns",    "lost_summaries", "waits_dropped", "unacked", "dropped", "cost",
+    };
+    static const char *const stamps[] = {
+        "agent_time_ns", "app_start_ns", "collector_time_ns", "applied_host_ns", "sent_ns",
+        "issued_ns",     "epoch_ns",     "seq",               "last_seq",        "up_to_seq",
+        "stored_seq",    "epoch",        "incarnation",
+    };
+    const char *n = f->name;
+    if (!strncmp(n, "t_", 2))
+        return MKS_WIRE_MAX_TIME;
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+        if (!strcmp(n, counts[i]))
+            return MKS_WIRE_MAX_COUNT;
+    for (size_t i = 0; i < sizeof(stamps) / sizeof(stamps[0]); i++)
+        if (!strcmp(n, stamps[i]))
+            return MKS_WIRE_MAX_TIME;
+    return UINT64_MAX;
+}
+
 static int check_value(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,
                        const void *member, struct wpath *p, char *err, size_t errlen)
 {
@@ -184,6 +213,14 @@ static int check_value(const ProtobufCMessageDescriptor *d, const ProtobufCField
     case PROTOBUF_C_TYPE_MESSAGE: {
         const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)member;
         return sub ? walk(sub, p, err, errlen) : 0;
+    }
+    case PROTOBUF_C_TYPE_UINT64: {
+        uint64_t v = *(const uint64_t *)member, max = u64_bound(f);
+        if (v > max)
+            return path_fail(err, errlen, p, "%llu above the bound 2^%d: a corrupt or forged %s",
+                             (unsigned long long)v, max == MKS_WIRE_MAX_COUNT ? 53 : 62,
+                             max == MKS_WIRE_MAX_COUNT ? "count" : "time or sequence number");
+        return 0;
     }
     default:
         return 0;
@@ -216,11 +253,13 @@ static int walk(const ProtobufCMessage *m, struct wpath *p, char *err, size_t er
                 return path_fail(err, errlen, p, "%zu elements, at most %zu allowed", n, max);
             }
             if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_BYTES &&
-                f->type != PROTOBUF_C_TYPE_MESSAGE)
+                f->type != PROTOBUF_C_TYPE_MESSAGE &&
+                (f->type != PROTOBUF_C_TYPE_UINT64 || u64_bound(f) == UINT64_MAX))
                 continue;
             const char *arr = *(char *const *)(base + f->offset);
-            size_t esz = f->type == PROTOBUF_C_TYPE_BYTES ? sizeof(ProtobufCBinaryData)
-                                                          : sizeof(void *);
+            size_t esz = f->type == PROTOBUF_C_TYPE_BYTES    ? sizeof(ProtobufCBinaryData)
+                         : f->type == PROTOBUF_C_TYPE_UINT64 ? sizeof(uint64_t)
+                                                             : sizeof(void *);
             for (size_t k = 0; k < n && !rc; k++) {
                 p->idx[at] = (long)k;
                 p->n = at + 1;
@@ -237,15 +276,24 @@ static int walk(const ProtobufCMessage *m, struct wpath *p, char *err, size_t er
 
 /* ---- per-message rules ----------------------------------------------------- */
 
+int mks_wire_job_valid(const char *job)
+{
+    size_t n = job ? strnlen(job, MKS_WIRE_MAX_JOB + 1) : 0;
+    if (n == 0 || n > MKS_WIRE_MAX_JOB)
+        return 0;
+    /* ASCII classes by hand: isalnum() follows the locale. */
+    for (size_t i = 0; i < n; i++) {
+        char c = job[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alnum && c != '_' && (i == 0 || (c != '.' && c != '-')))
+            return 0;
+    }
+    return 1;
+}
+
 static bool job_valid(const char *job)
 {
-    size_t n = job ? strlen(job) : 0;
-    if (n == 0 || n > MKS_WIRE_MAX_JOB)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)job[i]) && job[i] != '_' && job[i] != '.' && job[i] != '-')
-            return false;
-    return true;
+    return mks_wire_job_valid(job);
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -416,13 +464,16 @@ static int check_envelope(const mks_envelope *env, char *err, size_t errlen)
     if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY__NOT_SET || !strcmp(body, "?"))
         return fail(err, errlen, -EBADMSG, "envelope carries no message body");
     if (env->job && *env->job && !job_valid(env->job))
-        return fail(err, errlen, -EBADMSG, "job name must match [A-Za-z0-9_.-]{1,64}");
+        return fail(err, errlen, -EBADMSG, "job name must match " MKS_WIRE_JOB_GRAMMAR);
     if (needs_job(env->body_case) && !job_valid(env->job))
         return fail(err, errlen, -EBADMSG, "%s from an agent must name its job", body);
 
     switch (env->body_case) {
     case MKSCOPE__V1__ENVELOPE__BODY_REGISTER: {
         const Mkscope__V1__Register *r = env->register_;
+        if (r->n_ranks > MKS_WIRE_MAX_RANKS)
+            return fail(err, errlen, -EBADMSG, "register: n_ranks %u above %u", r->n_ranks,
+                        MKS_WIRE_MAX_RANKS);
         if (r->n_ranks == 0 || env->rank >= r->n_ranks)
             return fail(err, errlen, -EBADMSG, "register: rank %u not below n_ranks %u", env->rank,
                         r->n_ranks);
@@ -492,6 +543,13 @@ int mks_wire_validate(const mks_envelope *env, char *err, size_t errlen)
 
 /* ---- encode / decode ----------------------------------------------------------- */
 
+static int sodium_ready(char *err, size_t errlen)
+{
+    if (sodium_init() < 0)
+        return fail(err, errlen, -EIO, "libsodium failed to initialise");
+    return 0;
+}
+
 void mks_wire_init(mks_envelope *env, const char *job, uint32_t rank, uint64_t seq)
 {
     mkscope__v1__envelope__init(env);
@@ -499,13 +557,16 @@ void mks_wire_init(mks_envelope *env, const char *job, uint32_t rank, uint64_t s
     env->job = (char *)(job ? job : "");
     env->rank = rank;
     env->seq = seq;
-}
-
-static int sodium_ready(char *err, size_t errlen)
-{
-    if (sodium_init() < 0)
-        return fail(err, errlen, -EIO, "libsodium failed to initialise");
-    return 0;
+    /* libsodium's generator (getrandom underneath); without it the nonce
+     * stays 0 and a receiver that requires one says so. */
+    if (sodium_init() >= 0) {
+        do
+            randombytes_buf(&env->nonce, sizeof(env->nonce));
+        while (!env->nonce);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    env->sent_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 int mks_wire_encode(const mks_envelope *env, const struct mks_wire_key *key, uint8_t **buf_p,
@@ -544,45 +605,212 @@ int mks_wire_encode(const mks_envelope *env, const struct mks_wire_key *key, uin
     return 0;
 }
 
-int mks_wire_decode(const void *buf, size_t len, const struct mks_wire_key *key,
-                    mks_envelope **env_p, char *err, size_t errlen)
+/* ---- decode: cheapest checks first ----------------------------------------- */
+
+/* Largest encoded envelope per body: small for what is small, so that a
+ * large message of a small kind is refused before anything is spent on it. */
+size_t mks_wire_body_limit(int body_case)
+{
+    switch (body_case) {
+    case MKSCOPE__V1__ENVELOPE__BODY_REGISTER: return 4u << 20; /* a runtime's task schema */
+    case MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK: return 64u << 10;
+    case MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT: return 1u << 20; /* 64 programs */
+    case MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY: return MKS_WIRE_MAX_MSG;
+    case MKSCOPE__V1__ENVELOPE__BODY_ACK: return MKS_WIRE_MAX_MSG; /* commands with objects */
+    case MKSCOPE__V1__ENVELOPE__BODY_COMMAND: return MKS_WIRE_MAX_OBJECT + (1u << 20);
+    case MKSCOPE__V1__ENVELOPE__BODY_COMMAND_REPLY: return 256u << 10; /* a verifier log */
+    case MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REQUEST: return 64u << 10;
+    case MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY: return 8u << 20; /* map dumps */
+    case MKSCOPE__V1__ENVELOPE__BODY_CLI_REQUEST: return MKS_WIRE_MAX_OBJECT + (1u << 20);
+    case MKSCOPE__V1__ENVELOPE__BODY_CLI_REPLY: return MKS_WIRE_MAX_MSG;
+    case MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH: return 4u << 20;
+    default: return 0;
+    }
+}
+
+uint32_t mks_wire_body_bit(int body_case)
+{
+    return mks_wire_body_limit(body_case) ? 1u << body_case : 0;
+}
+
+/* Largest message any body in accept may have. */
+static size_t accept_limit(uint32_t accept)
+{
+    if (!accept)
+        return MKS_WIRE_MAX_MSG;
+    size_t max = 0;
+    for (int b = 0; b < 32; b++)
+        if (accept & (1u << b) && mks_wire_body_limit(b) > max)
+            max = mks_wire_body_limit(b);
+    return max;
+}
+
+static bool read_varint(const uint8_t *p, size_t n, size_t *at, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (unsigned shift = 0; shift < 64 && *at < n; shift += 7) {
+        uint8_t b = p[(*at)++];
+        r |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = r;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The body of an encoded envelope, from its outer fields only (a tag, and
+ * the length of what is skipped): the last body field wins, as in the
+ * decoder.  Returns the body case, 0 when there is none, -1 when the framing
+ * is broken. */
+static int peek_body(const uint8_t *p, size_t n)
+{
+    size_t at = 0;
+    int body = 0;
+    while (at < n) {
+        uint64_t tag, v;
+        if (!read_varint(p, n, &at, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
+            return -1;
+        switch (tag & 7) {
+        case 0:
+            if (!read_varint(p, n, &at, &v))
+                return -1;
+            break;
+        case 1:
+            if (n - at < 8)
+                return -1;
+            at += 8;
+            break;
+        case 5:
+            if (n - at < 4)
+                return -1;
+            at += 4;
+            break;
+        case 2:
+            if (!read_varint(p, n, &at, &v) || v > n - at)
+                return -1;
+            at += (size_t)v;
+            if (mks_wire_body_limit((int)(tag >> 3)))
+                body = (int)(tag >> 3);
+            break;
+        default: /* groups: not in our schema, and protobuf-c refuses them */
+            return -1;
+        }
+    }
+    return body;
+}
+
+/* protobuf-c allocates through this while decoding one message: it counts
+ * and stops at a bound.  The memory is malloc()'s, so the message is freed
+ * with the default allocator like any other. */
+struct decode_budget {
+    size_t used, max;
+    bool exceeded;
+};
+
+static void *budget_alloc(void *data, size_t size)
+{
+    struct decode_budget *b = data;
+    if (size > b->max - b->used) {
+        b->exceeded = true;
+        return NULL;
+    }
+    b->used += size;
+    return malloc(size ? size : 1);
+}
+
+static void budget_free(void *data, void *ptr)
+{
+    (void)data;
+    free(ptr);
+}
+
+/* The checks of decode that need no decoding, in order of cost (see
+ * wire.h): with a key, everything before the MAC is verified fails with
+ * -EACCES and nothing after it does. */
+static int precheck(const uint8_t *b, size_t len, uint32_t accept, const struct mks_wire_key *key,
+                    int *body_p, char *err, size_t errlen)
+{
+    if (len == 0)
+        return fail(err, errlen, key ? -EACCES : -EBADMSG, "empty message");
+    size_t most = accept_limit(accept);
+    if (len > most)
+        return fail(err, errlen, key ? -EACCES : -E2BIG,
+                    "message of %zu bytes exceeds the %zu limit of what is received here", len,
+                    most);
+    if (key) {
+        if (len < MAC_FIELD_BYTES ||
+            memcmp(b + len - MAC_FIELD_BYTES, mac_field_head, sizeof(mac_field_head)))
+            return fail(err, errlen, -EACCES,
+                        "message carries no MAC but a key is configured: give the sender the key");
+        int rc = sodium_ready(err, errlen);
+        if (rc)
+            return rc;
+        if (crypto_auth_verify(b + len - MKS_WIRE_MAC_BYTES, b, len - MAC_FIELD_BYTES,
+                               key->bytes) != 0)
+            return fail(err, errlen, -EACCES,
+                        "MAC mismatch: sender uses another key, or the message was altered");
+    }
+    /* From here on the sender is authenticated (or no key is in use): what
+     * is wrong is said. */
+    int body = peek_body(b, len);
+    if (body < 0)
+        return fail(err, errlen, -EBADMSG,
+                    "not a valid mkscope.v1.Envelope (%zu bytes): truncated or corrupt", len);
+    if (body == 0)
+        return fail(err, errlen, -EBADMSG, "envelope carries no message body");
+    if (accept && !(accept & mks_wire_body_bit(body)))
+        return fail(err, errlen, -EPROTO, "%s is not taken here", mks_wire_body_name(body));
+    if (len > mks_wire_body_limit(body))
+        return fail(err, errlen, -E2BIG, "%s of %zu bytes exceeds its %zu limit",
+                    mks_wire_body_name(body), len, mks_wire_body_limit(body));
+    *body_p = body;
+    return 0;
+}
+
+int mks_wire_decode_for(const void *buf, size_t len, uint32_t accept,
+                        const struct mks_wire_key *key, mks_envelope **env_p, char *err,
+                        size_t errlen)
 {
     if (!buf || !env_p)
         return fail(err, errlen, -EINVAL, "decode: missing argument");
-    if (len == 0)
-        return fail(err, errlen, -EBADMSG, "empty message");
-    if (len > MKS_WIRE_MAX_MSG)
-        return fail(err, errlen, -E2BIG, "message of %zu bytes exceeds the %u limit", len,
-                    MKS_WIRE_MAX_MSG);
-    mks_envelope *env = mkscope__v1__envelope__unpack(NULL, len, buf);
-    if (!env)
+    int body = 0;
+    int rc = precheck(buf, len, accept, key, &body, err, errlen);
+    if (rc)
+        return rc;
+    struct decode_budget budget = {.max = MKS_WIRE_DECODE_FACTOR * len + (1u << 20)};
+    if (budget.max > MKS_WIRE_MAX_DECODED)
+        budget.max = MKS_WIRE_MAX_DECODED;
+    ProtobufCAllocator alloc = {.alloc = budget_alloc, .free = budget_free,
+                                .allocator_data = &budget};
+    mks_envelope *env = mkscope__v1__envelope__unpack(&alloc, len, buf);
+    if (!env) {
+        if (budget.exceeded)
+            return fail(err, errlen, -E2BIG,
+                        "%s of %zu bytes would take more than %zu bytes to decode: too many"
+                        " small elements",
+                        mks_wire_body_name(body), len, budget.max);
         return fail(err, errlen, -EBADMSG,
                     "not a valid mkscope.v1.Envelope (%zu bytes): truncated or corrupt", len);
-    int rc = mks_wire_validate(env, err, errlen);
-    if (rc)
-        goto out;
-    if (key) {
-        const uint8_t *b = buf;
-        if (env->mac.len != MKS_WIRE_MAC_BYTES || len < MAC_FIELD_BYTES ||
-            memcmp(b + len - MAC_FIELD_BYTES, mac_field_head, sizeof(mac_field_head))) {
-            rc = fail(err, errlen, -EACCES,
-                      "message carries no MAC but a key is configured: give the sender the key");
-            goto out;
-        }
-        if ((rc = sodium_ready(err, errlen)))
-            goto out;
-        if (crypto_auth_verify(b + len - MKS_WIRE_MAC_BYTES, b, len - MAC_FIELD_BYTES,
-                               key->bytes) != 0) {
-            rc = fail(err, errlen, -EACCES, "MAC mismatch: sender uses another key, or the "
-                                            "message was altered");
-            goto out;
-        }
     }
+    if ((int)env->body_case != body) {
+        rc = fail(err, errlen, -EBADMSG, "envelope body %s differs from its outer fields (%s)",
+                  mks_wire_body_name(env->body_case), mks_wire_body_name(body));
+        goto out;
+    }
+    if ((rc = mks_wire_validate(env, err, errlen)))
+        goto out;
     *env_p = env;
     return 0;
 out:
     mkscope__v1__envelope__free_unpacked(env, NULL);
     return rc;
+}
+
+int mks_wire_decode(const void *buf, size_t len, const struct mks_wire_key *key,
+                    mks_envelope **env_p, char *err, size_t errlen)
+{
+    return mks_wire_decode_for(buf, len, MKS_WIRE_ACCEPT_ANY, key, env_p, err, errlen);
 }
 
 void mks_wire_free(mks_envelope *env)

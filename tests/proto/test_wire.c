@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -611,8 +612,194 @@ static void test_schema_decode(void **state)
     free(buf);
 }
 
-int main(void)
+/* An epoch summary of `len` bytes in all made of empty coverage records:
+ * two bytes each on the wire, a struct of ~60 bytes each decoded.  What an
+ * attacker sends to make the decoder allocate 40x what it received. */
+static uint8_t *hostile_summary(size_t len, size_t *len_p)
 {
+    uint8_t *b = malloc(len);
+    size_t at = 0;
+    b[at++] = 0x08, b[at++] = 0x01;                /* wire_version 1 */
+    b[at++] = 0x1a, b[at++] = 0x01, b[at++] = 'j'; /* job "j" */
+    b[at++] = 0x6a;                                /* epoch_summary, length-delimited */
+    size_t body = len - at - 4;
+    body &= ~(size_t)1;
+    b[at++] = (uint8_t)(0x80 | (body & 0x7f));
+    b[at++] = (uint8_t)(0x80 | ((body >> 7) & 0x7f));
+    b[at++] = (uint8_t)(0x80 | ((body >> 14) & 0x7f));
+    b[at++] = (uint8_t)((body >> 21) & 0x7f);
+    for (size_t i = 0; i < body / 2; i++)
+        b[at++] = 0x72, b[at++] = 0x00; /* coverage {} */
+    *len_p = at;
+    return b;
+}
+
+static void test_mac_checked_before_decode(void **state)
+{
+    (void)state;
+    struct mks_wire_key k;
+    memset(k.bytes, 0x5a, sizeof(k.bytes));
+    size_t len;
+    uint8_t *b = hostile_summary(MKS_WIRE_MAX_MSG - 64, &len);
+    char err[256] = "";
+    mks_envelope *env = NULL;
+    /* With a key: refused as unauthenticated, whatever the body says (before,
+     * it was decoded, 1.5 GB, and its sender told what was wrong with it). */
+    assert_int_equal(mks_wire_decode(b, len, &k, &env, err, sizeof(err)), -EACCES);
+    assert_null(env);
+    assert_non_null(strstr(err, "MAC"));
+    /* Without a key it is decoded within a memory bound and refused. */
+    assert_int_equal(mks_wire_decode(b, len, NULL, &env, err, sizeof(err)), -E2BIG);
+    assert_non_null(strstr(err, "to decode"));
+    free(b);
+    /* A correctly MACed message of a body the receiver does not take: the
+     * sender is known, so it is told. */
+    build(MKSCOPE__V1__ENVELOPE__BODY_CLI_REQUEST);
+    uint8_t *buf;
+    encode_ok(&k, &buf, &len);
+    assert_int_equal(mks_wire_decode_for(buf, len, MKS_WIRE_ACCEPT_INGEST, &k, &env, err,
+                                         sizeof(err)),
+                     -EPROTO);
+    assert_non_null(strstr(err, "cli_request is not taken here"));
+    /* The same without its MAC: nothing but "not authenticated". */
+    assert_int_equal(mks_wire_decode_for(buf, len - 35, MKS_WIRE_ACCEPT_INGEST, &k, &env, err,
+                                         sizeof(err)),
+                     -EACCES);
+    free(buf);
+    /* Larger than anything the receiver takes: refused before the MAC. */
+    uint8_t *big = calloc(1, (10u << 20));
+    assert_int_equal(mks_wire_decode_for(big, 10u << 20, MKS_WIRE_BODY(CLI_REQUEST), &k, &env,
+                                         err, sizeof(err)),
+                     -EACCES);
+    assert_non_null(strstr(err, "limit"));
+    free(big);
+}
+
+static void test_body_limits(void **state)
+{
+    (void)state;
+    /* A heartbeat of 64 programs with long names is ~270 KB: fine.  One of
+     * 1.5 MB is no heartbeat an agent sends. */
+    static char names[400][4001];
+    static Mkscope__V1__ProgramState ps[400], *psp[400];
+    build(MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT);
+    for (int i = 0; i < 400; i++) {
+        memset(names[i], 'p', 4000);
+        names[i][4000] = 0;
+        mkscope__v1__program_state__init(&ps[i]);
+        ps[i].name = names[i];
+        ps[i].hook = 1;
+        psp[i] = &ps[i];
+    }
+    F.hb.programs = psp, F.hb.n_programs = 400;
+    size_t len;
+    uint8_t *buf = raw_pack(&len);
+    assert_true(len > mks_wire_body_limit(MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT));
+    char err[256];
+    mks_envelope *env = NULL;
+    assert_int_equal(mks_wire_decode(buf, len, NULL, &env, err, sizeof(err)), -E2BIG);
+    assert_non_null(strstr(err, "heartbeat of"));
+    free(buf);
+    F.hb.n_programs = 64;
+    buf = raw_pack(&len);
+    assert_int_equal(mks_wire_decode(buf, len, NULL, &env, err, sizeof(err)), 0);
+    mks_wire_free(env);
+    free(buf);
+}
+
+static void test_count_bounds(void **state)
+{
+    (void)state;
+    /* Counts near 2^63 would turn negative in the store and overflow its
+     * sums: refused at the door. */
+    build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+    F.ts.count = (1ull << 63) - 1;
+    expect_raw_reject("task_stats[0].count: 9223372036854775807 above the bound 2^53");
+    build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+    F.cov.eligible = UINT64_MAX, F.cov.ran = 1;
+    expect_raw_reject("coverage[0].eligible");
+    build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+    F.br[3] = 1ull << 60;
+    expect_raw_reject("buckets[3]");
+    build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+    F.st.t_end_dev_ns = 1ull << 63;
+    expect_raw_reject("steps[0].t_end_dev_ns");
+    build(MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT);
+    F.env.incarnation = UINT64_MAX;
+    expect_raw_reject("incarnation");
+    /* Ids use all 64 bits. */
+    build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+    F.rw.comm_gen = UINT64_MAX;
+    F.ts.count = MKS_WIRE_MAX_COUNT;
+    uint8_t *buf;
+    size_t len;
+    encode_ok(NULL, &buf, &len);
+    free(buf);
+}
+
+static void test_job_grammar(void **state)
+{
+    (void)state;
+    const char *good[] = {"j", "job-1", "llama.70b", "_x", "A9", "a.-_b"};
+    const char *bad[] = {"", ".", "..", "-rf", ".hidden", "a/b", "a b", "é",
+                         "0123456789012345678901234567890123456789012345678901234567890123x"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        assert_true(mks_wire_job_valid(good[i]));
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (mks_wire_job_valid(bad[i]))
+            fail_msg("job name '%s' accepted", bad[i]);
+    build(MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT);
+    F.env.job = "..";
+    expect_raw_reject("job name must match");
+}
+
+static void test_init_stamps(void **state)
+{
+    (void)state;
+    mks_envelope a, b;
+    mks_wire_init(&a, "j", 0, 1);
+    mks_wire_init(&b, "j", 0, 1);
+    assert_true(a.nonce != 0);
+    assert_true(a.nonce != b.nonce);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    assert_true(a.sent_ns <= now && now - a.sent_ns < 5000000000ull);
+    assert_int_equal(a.reply_to, 0);
+}
+
+/* Seeds for fuzz_wire: every body, plain and MACed (mode byte first, see
+ * fuzz_wire.c), into dir. */
+static int write_corpus(const char *dir)
+{
+    for (size_t i = 0; i < N_BODIES; i++) {
+        for (int mac = 0; mac < 2; mac++) {
+            build(all_bodies[i]);
+            uint8_t *buf;
+            size_t len;
+            char err[256], path[4096];
+            if (mks_wire_encode(&F.env, NULL, &buf, &len, err, sizeof(err)))
+                return 1;
+            snprintf(path, sizeof(path), "%s/%s%s", dir, mks_wire_body_name(all_bodies[i]),
+                     mac ? "-mac" : "");
+            FILE *f = fopen(path, "wb");
+            if (!f)
+                return 1;
+            /* mode: key and MAC appended, or neither; accept any (0). */
+            uint8_t mode = mac ? 3 : 0;
+            fwrite(&mode, 1, 1, f);
+            fwrite(buf, 1, len, f);
+            fclose(f);
+            free(buf);
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--write-corpus"))
+        return write_corpus(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_every_body),
         cmocka_unit_test(test_summary_fields),
@@ -624,6 +811,11 @@ int main(void)
         cmocka_unit_test(test_mac),
         cmocka_unit_test(test_key_file),
         cmocka_unit_test(test_schema_decode),
+        cmocka_unit_test(test_mac_checked_before_decode),
+        cmocka_unit_test(test_body_limits),
+        cmocka_unit_test(test_count_bounds),
+        cmocka_unit_test(test_job_grammar),
+        cmocka_unit_test(test_init_stamps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
