@@ -235,6 +235,16 @@ static int walk(const ProtobufCMessage *m, struct wpath *p, char *err, size_t er
         return path_fail(err, errlen, p, "messages nested too deeply");
     int at = p->n++;
     int rc = 0;
+    /* Fields of a newer schema are kept as unknown and ignored; a field
+     * number protobuf allows never exceeds 2^29 - 1 (protobuf-c keeps the
+     * tag in 32 bits and would write a larger one back as field 0). */
+    for (unsigned i = 0; i < m->n_unknown_fields; i++) {
+        uint32_t tag = m->unknown_fields[i].tag;
+        if (tag == 0 || tag > (1u << 29) - 1) {
+            p->n = at;
+            return path_fail(err, errlen, p, "field number %u out of range", tag);
+        }
+    }
     for (unsigned i = 0; i < d->n_fields && !rc; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         const char *base = (const char *)m;
