@@ -37,8 +37,10 @@ static int cuda_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg
                                  .rank = rank,
                                  .n_ranks = cfg->ranks,
                                  .gpu_uuid = uuid,
-                                 /* n_sms - 1 worker blocks, then the scheduler */
-                                 .n_workers = n_sms};
+                                 /* n_sms - 1 worker blocks, then the scheduler's
+                                  * monitor warp (slot W) and its inline CONTROL
+                                  * runs (slot W + 1): one runner per slot */
+                                 .n_workers = n_sms + 1};
         rc = mks_rt_create(&ho, &hooks);
         if (rc)
             return bb_err(err, err_len, rc, "rank %u: devhooks control block for job '%s': %s",

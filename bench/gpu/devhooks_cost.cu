@@ -154,27 +154,6 @@ static __device__ __forceinline__ uint64_t hook_queue(struct mks_dev_queue *q, u
     return now;
 }
 
-/* The hooked loop's hook site with the monitor warp: the context into the
- * block's ring (room reserved at the task's start), when the event's bit is
- * in the gate's mask. */
-static __device__ __forceinline__ uint64_t hook_ring(struct mks_dev_ring *r, int room,
-                                                  uint32_t mask, uint32_t ev, uint32_t w,
-                                                  uint32_t task, uint64_t t0)
-{
-    uint64_t now = gtimer();
-    if (mask & (1u << ev)) {
-        if (room) {
-            struct mks_hook_ctx v;
-            fill_ctx(&v, ev, w, task, now, ev == MKS_EV_TASK_START ? now : t0);
-            *mks_dev_ring_next(r) = v; /* eight 16-byte shared stores */
-            mks_dev_ring_push(r);
-        } else {
-            mks_dev_ring_lose(r, ev, 1);
-        }
-    }
-    return now;
-}
-
 /* The scheduler's state carried between its fast and hooked loops. */
 struct sched_state {
     uint64_t acc, qv;
@@ -191,18 +170,24 @@ static __device__ __forceinline__ struct sched_state hooked_loop(struct sched_st
                                                                 struct mks_dev_ring *ring,
                                                                 uint32_t w)
 {
+    struct mks_dev_emit em;
+    mks_dev_emit_init(&em, ring);
     while (mks_dev_gate_on(s.qv) && s.i < mks_dev_gate_app(s.qv)) {
         uint64_t qn = mks_dev_gate_load(qw);
-        uint32_t task = s.next, mask = mks_dev_gate_mask(s.qv);
-        uint64_t t0;
-        int room = mks_dev_ring_reserve(ring, 2); /* both events' slots */
+        uint32_t task = s.next;
+        em.mask = mks_dev_gate_mask(s.qv);
         s.next = my[s.i + 1 < T ? s.i + 1 : s.i];
-        t0 = hook_ring(ring, room, mask, MKS_EV_TASK_START, w, task, 0);
+        /* the task (what fill_ctx gives: class, generation), its start
+         * and end: two records, published once */
+        mks_dev_emit_task(&em, 0, task & 15u, 0, task, 0, 0, 0, 0, 0, 0, 0, 0);
+        mks_dev_emit_start(&em, gtimer(), 0);
         s.acc = task_body(s.acc, task, K);
-        hook_ring(ring, room, mask, MKS_EV_TASK_END, w, task, t0);
+        mks_dev_emit_end(&em, gtimer());
+        mks_dev_emit_flush(&em);
         s.qv = qn;
         s.i++;
     }
+    (void)w;
     return s;
 }
 

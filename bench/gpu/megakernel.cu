@@ -171,21 +171,26 @@ static __device__ __forceinline__ uint64_t qword(const struct bg_queue *q)
  * worker     thread 0 of a worker block.  Which events are attached comes
  *            with each task, in the queue word it polls anyway, so a
  *            detached worker tests a bit it has loaded already.  Attached,
- *            it copies each event's context into the block's shared-memory
- *            ring, and the block's monitor warp (threads BG_THREADS to
- *            BG_THREADS + 31, mks_dev_monitor_warp) runs the programs in
- *            the worker's hook slot, of which it is the only runner.
- * scheduler  thread 0 of block 0, hook slot W.  Its own events (TASK_READY,
- *            GEN_ADVANCE) run inline through its cache
- *            (mks_dev_hook_run_cached), a CONTROL hint being needed at
- *            once.  TASK_ASSIGN names the receiving worker: when a CONTROL
- *            program is attached there it runs inline in slot W
- *            (mks_dev_hook_run_as); otherwise the scheduler fills what the
- *            context needs into the task and the receiving worker hands
- *            the context to its monitor warp ahead of TASK_START, so that
- *            the scheduler, on every task's critical path, runs no
- *            observe program.  QUEUE_PRESSURE (a worker's queue reached
- *            the declared depth at an assignment) goes the same way.
+ *            it writes compact records of its events (what each event
+ *            adds; the task's identity once per task) into the block's
+ *            shared-memory ring from registers and publishes them once per
+ *            task, and the block's monitor warp (threads BG_THREADS to
+ *            BG_THREADS + 31, mks_dev_monitor_warp) rebuilds each event's
+ *            context and runs the programs in the worker's hook slot, of
+ *            which it is the only runner.
+ * scheduler  thread 0 of block 0.  Its own events (TASK_READY,
+ *            GEN_ADVANCE) go the same way to block 0's monitor warp, hook
+ *            slot W.  TASK_ASSIGN names the receiving worker: the scheduler
+ *            stores its time and queue depth into the task and the
+ *            receiving worker puts the event into its TASK record, so that
+ *            the scheduler, on every task's critical path, runs no program
+ *            and makes no load for it; QUEUE_PRESSURE (a worker's queue
+ *            reached the declared depth at an assignment) goes the same way.
+ *            The one exception is a CONTROL program at TASK_READY or
+ *            TASK_ASSIGN, whose hint is needed at once: while one is
+ *            attached, that event runs inline through the scheduler's cache
+ *            in hook slot W + 1 (mks_dev_hook_run_as), which no monitor
+ *            warp uses.
  *
  * The code of both exists twice (template argument HK): the instantiation
  * without hooks is the compiled-out build's, and runs while nothing is
@@ -196,13 +201,13 @@ static __device__ __forceinline__ uint64_t qword(const struct bg_queue *q)
 struct bg_hw {
 #ifndef MKS_HOOKS_DISABLED
     struct mks_dev_worker w;   /* scheduler: cached attach mask */
-    struct mks_dev_hcache *hc; /* scheduler: inline runs */
-    struct mks_dev_ring *ring; /* worker: its monitor warp's ring */
+    struct mks_dev_hcache *hc; /* scheduler: inline CONTROL runs */
+    struct mks_dev_emit em;    /* records into the block's ring */
+    uint32_t hint;             /* scheduler: events whose CONTROL hint runs inline */
 #endif
     uint32_t id;
-    uint32_t mask;    /* worker: events attached for the task it runs now */
-    uint64_t t_start; /* start of the task thread 0 runs now (0: none), for its hooks' ctx */
-    uint64_t t_end;   /* end of its body (0: running), ctx.t_end of its end and releases */
+    uint32_t mask;  /* worker: events attached for the task it runs now */
+    uint32_t depth; /* worker: its queue's depth when it took the task */
 };
 
 static __device__ void hw_init(const struct bg_dev &D, struct bg_hw *h, uint32_t id, void *ring,
@@ -210,10 +215,10 @@ static __device__ void hw_init(const struct bg_dev &D, struct bg_hw *h, uint32_t
 {
     h->id = id;
     h->mask = 0;
-    h->t_start = 0;
-    h->t_end = 0;
+    h->depth = 0;
 #ifndef MKS_HOOKS_DISABLED
-    h->ring = (struct mks_dev_ring *)ring;
+    h->hint = 0;
+    mks_dev_emit_init(&h->em, (struct mks_dev_ring *)ring);
     h->hc = (struct mks_dev_hcache *)hc;
     if (D.have_hooks && h->hc)
         mks_dev_worker_init_cached(&D.hooks, &h->w, h->hc);
@@ -237,37 +242,15 @@ template <bool HK> static __device__ __forceinline__ int w_on(const struct bg_hw
 #endif
 }
 
-/* The context into the block's ring.  A full ring makes the worker wait for
- * the monitor warp, bounded; after that the event counts as lost, so the
- * programs' ran + lost = eligible holds. */
-static __device__ __noinline__ void w_emit(struct bg_hw *h, const struct mks_hook_ctx *c)
-{
-#ifdef MKS_HOOKS_DISABLED
-    (void)h, (void)c;
-#else
-    struct mks_hook_ctx *s = mks_dev_ring_slot(h->ring, c->event);
-    if (s) {
-        *s = *c;
-        mks_dev_ring_push(h->ring);
-    }
-#endif
-}
-
-/* Wait, bounded, until the monitor warp has taken every event pushed so
- * far.  The warp runs one batch of events on its lanes side by side, so two
- * events of one worker that must be seen in order (depwait keeps a wait's
- * begin time per worker for its end) go into different batches. */
-static __device__ void w_drain(struct bg_hw *h)
+/* Publish the records written so far: before the worker may block (a
+ * wait, a delay), so that a stuck worker's events are seen. */
+template <bool HK> static __device__ __forceinline__ void w_flush(struct bg_hw *h)
 {
 #ifdef MKS_HOOKS_DISABLED
     (void)h;
 #else
-    const uint32_t head = h->ring->head;
-    for (uint32_t n = 0; n < MKS_DEV_RING_SPINS; n++) {
-        if (*(volatile uint32_t *)&h->ring->tail == head)
-            return;
-        __nanosleep(256);
-    }
+    if (HK)
+        mks_dev_emit_flush(&h->em);
 #endif
 }
 
@@ -311,30 +294,21 @@ static __device__ __forceinline__ void s_poll(const struct bg_dev &D, struct bg_
 #endif
 }
 
-/* Run c's programs inline in the scheduler's slot; the clamped hint. */
+#ifndef MKS_HOOKS_DISABLED
+/* The inline exception (a CONTROL hint needed now): c's programs in the
+ * scheduler's inline slot W + 1; the clamped hint. */
 static __device__ int32_t s_run(const struct bg_dev &D, struct bg_hw *h, struct mks_hook_ctx *c)
 {
-#ifdef MKS_HOOKS_DISABLED
-    (void)D, (void)h, (void)c;
-    return 0;
-#else
-    return mks_dev_hook_run_as(&D.hooks, h->hc, h->id, c);
-#endif
+    return mks_dev_hook_run_as(&D.hooks, h->hc, h->id + 1, c);
 }
 
 static __device__ int s_wants_hint(const struct bg_dev &D, struct bg_hw *h, uint32_t ev)
 {
-#ifdef MKS_HOOKS_DISABLED
-    (void)D, (void)h, (void)ev;
-    return 0;
-#else
-    return mks_dev_hook_wants_hint(&D.hooks, h->hc, h->id, ev);
-#endif
+    return mks_dev_hook_wants_hint(&D.hooks, h->hc, h->id + 1, ev);
 }
 
-/* t_start: when the task started (0 before it has); the CPU runtime fills it
- * the same way for every event after task_start, and monitors measure run
- * time and a step's busy span from it. */
+/* The whole context of an inline run.  t_start: when the task started (0
+ * before it has), as the CPU runtime fills it. */
 static __device__ void ctx_fill(const struct bg_dev &D, uint32_t worker, const struct bg_task *t,
                                 uint16_t ev, uint64_t t_start, struct mks_hook_ctx *c)
 {
@@ -360,6 +334,7 @@ static __device__ void ctx_fill(const struct bg_dev &D, uint32_t worker, const s
     }
     c->t_now = now_ns();
 }
+#endif
 
 /* A worker's hook about a remote dependency or transfer, when attached. */
 template <bool HK>
@@ -367,19 +342,14 @@ static __device__ void remote_hook(const struct bg_dev &D, struct bg_hw *h, cons
                                    uint16_t ev, uint32_t peer, uint64_t cg, uint64_t dep,
                                    uint64_t value)
 {
+    (void)D, (void)t;
     if (!w_on<HK>(h, ev))
         return;
-    struct mks_hook_ctx c;
-    ctx_fill(D, h->id, t, ev, h->t_start, &c);
-    c.t_end = h->t_end;
-    c.peer_rank = peer;
-    c.comm_gen = cg;
-    c.dep_event = dep;
-    c.dep_class = MKS_DEP_REMOTE;
-    c.value = value;
-    if (ev == MKS_EV_DEP_WAIT_END)
-        w_drain(h); /* its begin in an earlier batch */
-    w_emit(h, &c);
+#ifndef MKS_HOOKS_DISABLED
+    mks_dev_emit_event(&h->em, ev, now_ns(), MKS_DEP_REMOTE, 0, value, dep, cg, peer);
+#else
+    (void)peer, (void)cg, (void)dep, (void)value;
+#endif
 }
 
 static __device__ void prof_rec(const struct bg_dev &D, uint32_t w, uint8_t kind,
@@ -600,8 +570,10 @@ static __device__ void body_send(const struct bg_dev &D, const struct bg_task *t
         dst[i] = D.partial[i];
     bg_sync();
     if (threadIdx.x == 0) {
-        if (t->comm_delay) /* a deadline after the send became ready (bm_fault_plan) */
+        if (t->comm_delay) { /* a deadline after the send became ready (bm_fault_plan) */
+            w_flush<HK>(h);
             spin_until(t->t_ready + t->comm_delay);
+        }
         remote_hook<HK>(D, h, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
     }
 }
@@ -626,6 +598,7 @@ static __device__ void wait_peer(const struct bg_dev &D, const struct bg_task *t
 {
     const uint64_t cg = comm_gen(t->step, k, p, D.rank), dep = remote_ev(D.rank, p);
     remote_hook<HK>(D, h, t, MKS_EV_DEP_WAIT_BEGIN, p, cg, dep, seq + 1);
+    w_flush<HK>(h); /* a worker stuck here shows its wait */
     prof_rec(D, h->id, BR_PROF_WAIT_BEGIN, t);
     const uint32_t *cnt = &D.inbox_count[p * BG_CSTRIDE];
     const uint64_t t0 = now_ns();
@@ -860,77 +833,72 @@ static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t,
 /* ---- persistent megakernel: workers ------------------------------------------ */
 
 /* One task on the worker's block, after thread 0 popped it; HK: with its
- * hook sites (see bg_hw). */
+ * hook sites (see bg_hw): records from registers, published once at the
+ * task's end (and before a fault's delay, which may be long). */
 template <bool HK>
 static __device__ __forceinline__ void run_task(const struct bg_dev &D, uint32_t w,
                                                 const struct bg_task *t, struct bg_hw *h,
-                                                const struct bg_queue *q, uint32_t head, float *sh)
+                                                float *sh)
 {
+#ifdef MKS_HOOKS_DISABLED
+    (void)w;
+#endif
     if (threadIdx.x == 0) {
-        if (HK && t->assign_defer) {
-            /* the scheduler's TASK_ASSIGN, as it filled it (see bg_hw) */
-            struct mks_hook_ctx c;
-            ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
-            c.t_now = t->assign_t;
-            c.value = w;
-            c.queue_depth = t->assign_depth;
-            w_emit(h, &c);
+#ifndef MKS_HOOKS_DISABLED
+        if (HK) {
+            struct mks_dev_emit *e = &h->em;
+            e->mask = h->mask;
+            /* the task, with the scheduler's TASK_ASSIGN as it stored it */
+            mks_dev_emit_task(e, t->flags, t->cls, t->t_ready, t->gen, t->req_gen, t->step,
+                              t->tile_x, t->tile_y, t->assign_defer, t->assign_t,
+                              t->assign_depth, w);
+            if (t->pressure_defer)
+                mks_dev_emit_event(e, MKS_EV_QUEUE_PRESSURE, t->pressure_t, 0,
+                                   D.m.cfg.queue_pressure, D.m.cfg.queue_pressure, 0, 0, 0);
         }
-        if (HK && t->pressure_defer) {
-            struct mks_hook_ctx c;
-            ctx_fill(D, w, t, MKS_EV_QUEUE_PRESSURE, 0, &c);
-            c.t_now = t->pressure_t;
-            c.value = D.m.cfg.queue_pressure;
-            c.queue_depth = D.m.cfg.queue_pressure;
-            w_emit(h, &c);
-        }
+#endif
         if (t->hold | t->run_delay | t->notify_delay | t->comm_delay)
             atomicAdd(D.faulted, 1ull);
-        if (t->hold)
+        if (t->hold) {
+            w_flush<HK>(h);
             spin_ns(t->hold);
-        if (HK) {
-            h->t_start = now_ns();
-            h->t_end = 0;
         }
-        if (w_on<HK>(h, MKS_EV_TASK_START)) {
-            struct mks_hook_ctx c;
-            ctx_fill(D, w, t, MKS_EV_TASK_START, h->t_start, &c);
-            c.queue_depth = vload32(&q->tail) - head;
-            w_emit(h, &c);
-        }
+#ifndef MKS_HOOKS_DISABLED
+        if (HK)
+            mks_dev_emit_start(&h->em, now_ns(), h->depth);
+#endif
         prof_rec(D, w, BR_PROF_BEGIN, t);
     }
     bg_sync();
     run_body<HK>(D, t, h, sh);
     bg_sync();
     if (threadIdx.x == 0) {
-        if (t->run_delay)
+        if (t->run_delay) {
+            w_flush<HK>(h);
             spin_ns(t->run_delay);
-        if (HK)
-            h->t_end = now_ns();
-        if (w_on<HK>(h, MKS_EV_TASK_END)) {
-            struct mks_hook_ctx c;
-            ctx_fill(D, w, t, MKS_EV_TASK_END, h->t_start, &c);
-            c.t_end = h->t_end;
-            w_emit(h, &c);
         }
+#ifndef MKS_HOOKS_DISABLED
+        if (HK)
+            mks_dev_emit_end(&h->em, now_ns());
+#endif
         prof_rec(D, w, BR_PROF_END, t);
         atomicAdd(&D.class_counts[t->cls], 1ull);
-        if (t->notify_delay)
+        if (t->notify_delay) {
+            w_flush<HK>(h);
             spin_ns(t->notify_delay);
+        }
         if (t->cls == BC_AR_SEND)
             release_send<HK>(D, t, h);
         __threadfence(); /* the task's writes before its release */
         unsigned long long v = atomicAdd(&D.ev_count[t->trig_ev], 1ull) + 1;
-        if (w_on<HK>(h, MKS_EV_DEP_RELEASE)) {
-            struct mks_hook_ctx c;
-            ctx_fill(D, w, t, MKS_EV_DEP_RELEASE, h->t_start, &c);
-            c.t_end = h->t_end;
-            c.dep_event = t->trig_ev;
-            c.dep_class = MKS_DEP_LOCAL;
-            c.value = v;
-            w_emit(h, &c);
+#ifndef MKS_HOOKS_DISABLED
+        if (HK) {
+            mks_dev_emit_release(&h->em, now_ns(), MKS_DEP_LOCAL, v, t->trig_ev);
+            mks_dev_emit_flush(&h->em);
         }
+#else
+        (void)v;
+#endif
     }
 }
 
@@ -938,10 +906,9 @@ static __device__ __forceinline__ void run_task(const struct bg_dev &D, uint32_t
 /* Out of line: the detached loop keeps the compiled-out build's code. */
 static __device__ __noinline__ void run_task_hooked(const struct bg_dev &D, uint32_t w,
                                                     const struct bg_task *t, struct bg_hw *h,
-                                                    const struct bg_queue *q, uint32_t head,
                                                     float *sh)
 {
-    run_task<true>(D, w, t, h, q, head, sh);
+    run_task<true>(D, w, t, h, sh);
 }
 #endif
 
@@ -970,6 +937,7 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
 #ifndef MKS_HOOKS_DISABLED
                 s_hooked = mks_dev_gate_on(qw);
                 h.mask = mks_dev_gate_mask(qw);
+                h.depth = (uint32_t)qw - head; /* the tail it polled: no load more */
 #endif
             }
         }
@@ -983,15 +951,17 @@ static __device__ void worker_main(const struct bg_dev &D, uint32_t w, float *sh
          * warp-uniform to ptxas, so the call below costs the detached
          * loop nothing (devhook.cuh, "the gate bit"). */
         if (__all_sync(0xffffffffu, s_hooked != 0)) {
-            run_task_hooked(D, w, t, &h, q, head, sh);
+            run_task_hooked(D, w, t, &h, sh);
             continue;
         }
 #endif
-        run_task<false>(D, w, t, &h, q, head, sh);
+        run_task<false>(D, w, t, &h, sh);
     }
 #ifndef MKS_HOOKS_DISABLED
-    if (threadIdx.x == 0 && h.ring)
-        mks_dev_ring_stop(h.ring); /* the monitor warp drains the ring and returns */
+    if (threadIdx.x == 0 && h.em.r) {
+        mks_dev_emit_flush(&h.em);
+        mks_dev_ring_stop(h.em.r); /* the monitor warp drains the ring and returns */
+    }
 #endif
 }
 
@@ -1080,47 +1050,55 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
     if (force < 0 && S->avoid >= 0 && w == (uint32_t)S->avoid && D.W > 1)
         w = S->rr++ % D.W; /* the held worker gets its fair share only */
     struct bg_queue *q = &D.queues[w];
+    /* One load of the worker's head, for the queue's room and, with hooks,
+     * its depth at this assignment. */
+    uint32_t tail = q->tail, head = vload32(&q->head);
     if (s_on<HK>(D, &S->h, MKS_EV_TASK_ASSIGN)) {
-        struct mks_hook_ctx c;
-        ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
-        c.value = w;
-        c.queue_depth = q->tail - vload32(&q->head);
-        if (!s_wants_hint(D, &S->h, MKS_EV_TASK_ASSIGN)) {
-            /* observe programs only: the worker hands the context to its
-             * monitor warp (see bg_hw) */
-            t->assign_t = c.t_now;
-            t->assign_depth = c.queue_depth;
+#ifndef MKS_HOOKS_DISABLED
+        if (!(S->h.hint & (1u << MKS_EV_TASK_ASSIGN))) {
+            /* observe programs only: the receiving worker's TASK record
+             * carries the event (see bg_hw) */
+            t->assign_t = now_ns();
+            t->assign_depth = tail - head;
             t->assign_defer = 1;
-        } else if (s_run(D, &S->h, &c) > 0 && force < 0) {
-            /* Device queues are rings the worker consumes from the front,
-             * so a task cannot jump one; a hint sends it to the shortest
-             * queue. */
-            uint32_t best = c.queue_depth;
-            for (uint32_t i = 0; i < D.W && best; i++) {
-                uint32_t d = D.queues[i].tail - vload32(&D.queues[i].head);
-                if (d < best) {
-                    best = d;
-                    w = i;
+        } else {
+            struct mks_hook_ctx c;
+            ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
+            c.value = w;
+            c.queue_depth = tail - head;
+            if (s_run(D, &S->h, &c) > 0 && force < 0) {
+                /* Device queues are rings the worker consumes from the
+                 * front, so a task cannot jump one; a hint sends it to the
+                 * shortest queue. */
+                uint32_t best = c.queue_depth;
+                for (uint32_t i = 0; i < D.W && best; i++) {
+                    uint32_t d = D.queues[i].tail - vload32(&D.queues[i].head);
+                    if (d < best) {
+                        best = d;
+                        w = i;
+                    }
                 }
+                q = &D.queues[w];
+                tail = q->tail;
+                head = vload32(&q->head);
             }
-            q = &D.queues[w];
         }
+#endif
     }
     /* The queue reaches the declared pressure depth with this task (as the
      * CPU runtime counts it); left to the worker like TASK_ASSIGN. */
     const uint32_t qp = D.m.cfg.queue_pressure;
-    if (qp && s_on<HK>(D, &S->h, MKS_EV_QUEUE_PRESSURE) &&
-        q->tail - vload32(&q->head) + 1u == qp) {
+    if (qp && s_on<HK>(D, &S->h, MKS_EV_QUEUE_PRESSURE) && tail - head + 1u == qp) {
         t->pressure_t = now_ns();
         t->pressure_defer = 1;
     }
-    uint32_t tail = q->tail;
-    while (tail - vload32(&q->head) >= BG_QCAP) {
+    while (tail - head >= BG_QCAP) {
         if (vload32(D.abort))
             return;
         if (HK)
             s_poll(D, &S->h);
         __nanosleep(64);
+        head = vload32(&q->head);
     }
     q->slot[tail % BG_QCAP] = idx;
     __threadfence();
@@ -1134,8 +1112,19 @@ static __device__ void dispatch_t(const struct bg_dev &D, struct sched *S, uint3
                                   uint32_t n, uint32_t ev, uint32_t n_op, uint32_t k)
 {
     D.ev_target[ev] += n;
-    if (HK)
+#ifndef MKS_HOOKS_DISABLED
+    if (HK) {
         s_poll(D, &S->h);
+        /* Once per dispatch: the events whose CONTROL hint is needed now
+         * (they run inline); the rest go to the monitor warps. */
+        S->h.em.mask = S->h.w.mask;
+        S->h.hint = 0;
+        if (s_on<HK>(D, &S->h, MKS_EV_TASK_READY) && s_wants_hint(D, &S->h, MKS_EV_TASK_READY))
+            S->h.hint |= 1u << MKS_EV_TASK_READY;
+        if (s_on<HK>(D, &S->h, MKS_EV_TASK_ASSIGN) && s_wants_hint(D, &S->h, MKS_EV_TASK_ASSIGN))
+            S->h.hint |= 1u << MKS_EV_TASK_ASSIGN;
+    }
+#endif
     uint64_t now = now_ns();
     uint32_t *ord = D.order; /* [0, n): ready order, [n, 2n): passed over */
     int32_t *prio = (int32_t *)(D.order + 2 * (size_t)D.max_tasks);
@@ -1145,11 +1134,21 @@ static __device__ void dispatch_t(const struct bg_dev &D, struct sched *S, uint3
         t->t_ready = now;
         int32_t p = 0;
         if (s_on<HK>(D, &S->h, MKS_EV_TASK_READY)) {
-            struct mks_hook_ctx c;
-            ctx_fill(D, D.W, t, MKS_EV_TASK_READY, 0, &c);
-            c.dep_event = ev;
-            c.dep_class = MKS_DEP_LOCAL;
-            p = s_run(D, &S->h, &c);
+#ifndef MKS_HOOKS_DISABLED
+            if (S->h.hint & (1u << MKS_EV_TASK_READY)) {
+                struct mks_hook_ctx c;
+                ctx_fill(D, D.W, t, MKS_EV_TASK_READY, 0, &c);
+                c.dep_event = ev;
+                c.dep_class = MKS_DEP_LOCAL;
+                p = s_run(D, &S->h, &c);
+            } else {
+                /* to block 0's monitor warp: the task, then its event */
+                mks_dev_emit_task(&S->h.em, t->flags, t->cls, now, t->gen, t->req_gen, t->step,
+                                  t->tile_x, t->tile_y, 0, 0, 0, 0);
+                mks_dev_emit_event(&S->h.em, MKS_EV_TASK_READY, now, MKS_DEP_LOCAL, 0, 0, ev, 0,
+                                   0);
+            }
+#endif
         }
         uint32_t j = i;
         while (j > 0 && prio[j - 1] < p) {
@@ -1178,6 +1177,8 @@ static __device__ void dispatch_t(const struct bg_dev &D, struct sched *S, uint3
         }
         assign<HK>(D, S, ord[i], force);
     }
+    if (HK)
+        w_flush<HK>(&S->h); /* the scheduler's records, before it waits */
     if (waiting) {
         while (now_ns() < due_max) {
             if (HK)
@@ -1227,17 +1228,19 @@ static __device__ void gen_advance(const struct bg_dev &D, struct sched *S, int3
 {
     if (!S->hooked || !s_on<true>(D, &S->h, MKS_EV_GEN_ADVANCE))
         return;
-    struct mks_hook_ctx c;
-    ctx_fill(D, D.W, NULL, MKS_EV_GEN_ADVANCE, 0, &c);
-    c.step = S->step;
-    if (slot < 0) {
-        c.value = S->step;
-    } else {
-        c.tile_y = (uint32_t)slot;
-        c.req_gen = D.batch->slot[slot].req_gen;
-        c.value = c.req_gen;
-    }
-    s_run(D, &S->h, &c);
+#ifndef MKS_HOOKS_DISABLED
+    /* to block 0's monitor warp (no CONTROL program runs here) */
+    uint64_t req_gen = 0, value = S->step;
+    if (slot >= 0)
+        value = req_gen = D.batch->slot[slot].req_gen;
+    struct mks_dev_emit *e = &S->h.em;
+    e->mask = S->h.w.mask;
+    mks_dev_emit_task(e, 0, 0, 0, 0, req_gen, S->step, 0, slot >= 0 ? (uint32_t)slot : 0u, 0, 0,
+                      0, 0);
+    mks_dev_emit_event(e, MKS_EV_GEN_ADVANCE, now_ns(), 0, 0, value, 0, 0, 0);
+#else
+    (void)D, (void)slot;
+#endif
 }
 
 static __device__ void sched_allreduce(const struct bg_dev &D, struct sched *S, uint32_t l,
@@ -1270,15 +1273,15 @@ static __device__ void sched_allreduce(const struct bg_dev &D, struct sched *S, 
     dispatch(D, S, first, 1, ev_done, 1, k);
 }
 
-static __device__ void scheduler_main(const struct bg_dev &D)
+static __device__ void scheduler_main(const struct bg_dev &D, void *ring)
 {
     struct sched S;
     memset(&S, 0, sizeof(S));
     S.avoid = -1;
     bm_fault_gain_init(&S.gain);
 #ifndef MKS_HOOKS_DISABLED
-    struct mks_dev_hcache hc; /* inline runs, hook slot W */
-    hw_init(D, &S.h, D.W, NULL, &hc);
+    struct mks_dev_hcache hc; /* inline CONTROL runs, hook slot W + 1 */
+    hw_init(D, &S.h, D.W, ring, &hc);
 #else
     hw_init(D, &S.h, D.W, NULL, NULL);
 #endif
@@ -1390,6 +1393,10 @@ static __device__ void scheduler_main(const struct bg_dev &D)
 #ifndef MKS_HOOKS_DISABLED
     if (D.have_hooks)
         mks_dev_worker_exit(&D.hooks, &S.h.w); /* the cache's coverage, and out of the epoch */
+    if (S.h.em.r) {
+        mks_dev_emit_flush(&S.h.em);
+        mks_dev_ring_stop(S.h.em.r); /* block 0's monitor warp drains its ring and returns */
+    }
 #endif
 }
 
@@ -1399,11 +1406,6 @@ __global__ void __launch_bounds__(BG_THREADS + 32) bg_megakernel(struct bg_dev D
 {
     extern __shared__ float sh[];
     void *ring = NULL;
-    if (blockIdx.x == 0) {
-        if (threadIdx.x == 0)
-            scheduler_main(D);
-        return;
-    }
 #ifndef MKS_HOOKS_DISABLED
     __shared__ struct mks_dev_ring s_ring;
     if (D.have_hooks) {
@@ -1411,14 +1413,20 @@ __global__ void __launch_bounds__(BG_THREADS + 32) bg_megakernel(struct bg_dev D
             mks_dev_ring_init(&s_ring);
         __syncthreads();
         /* The monitor warp, picked by a vote: ptxas then knows the branch
-         * is warp-uniform (devhook.cuh, "the gate bit"). */
+         * is warp-uniform (devhook.cuh, "the gate bit").  Block 0's runs
+         * the scheduler's events in its hook slot W. */
         if (__all_sync(0xffffffffu, threadIdx.x >= BG_THREADS)) {
-            mks_dev_monitor_warp(&D.hooks, &s_ring, blockIdx.x - 1);
+            mks_dev_monitor_warp(&D.hooks, &s_ring, blockIdx.x == 0 ? D.W : blockIdx.x - 1);
             return;
         }
         ring = &s_ring;
     }
 #endif
+    if (blockIdx.x == 0) {
+        if (threadIdx.x == 0)
+            scheduler_main(D, ring);
+        return;
+    }
     worker_main(D, blockIdx.x - 1, sh, ring);
 }
 

@@ -64,6 +64,41 @@ MKS_INLINE void mks_dev_store_rel64(uint64_t *p, uint64_t v)
 {
     asm volatile("st.release.gpu.u64 [%0], %1;" : : "l"(p), "l"(v) : "memory");
 }
+/* An atomic add whose old value nobody reads (a BPF add without FETCH, a
+ * histogram's counters): the lanes of a warp that reach it together and
+ * add to the same address add their sum once.  A monitor warp runs 32
+ * events side by side, and the same histogram bucket or counter is the
+ * common target: one L2 atomic instead of up to 32 on one address. */
+MKS_INLINE uint32_t mks_dev_laneid(void)
+{
+    uint32_t l;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+    return l;
+}
+MKS_INLINE void mks_dev_red_add64(uint64_t *p, uint64_t v)
+{
+    const unsigned m = __activemask();
+    const unsigned g = __match_any_sync(m, (unsigned long long)(uintptr_t)p);
+    if (__popc(g) == 1) {
+        atomicAdd((unsigned long long *)p, (unsigned long long)v);
+        return;
+    }
+    uint64_t sum = 0;
+    for (unsigned rest = g; rest; rest &= rest - 1)
+        sum += __shfl_sync(g, v, __ffs(rest) - 1);
+    if (mks_dev_laneid() == (uint32_t)(__ffs(g) - 1))
+        atomicAdd((unsigned long long *)p, (unsigned long long)sum);
+}
+MKS_INLINE void mks_dev_red_add32(uint32_t *p, uint32_t v)
+{
+    const unsigned m = __activemask();
+    const unsigned g = __match_any_sync(m, (unsigned long long)(uintptr_t)p);
+    uint32_t sum = __popc(g) == 1 ? v : __reduce_add_sync(g, v);
+    if (mks_dev_laneid() == (uint32_t)(__ffs(g) - 1))
+        atomicAdd((unsigned int *)p, sum);
+}
+#define MKS_A_RED_ADD64(p, v) mks_dev_red_add64((uint64_t *)(p), (uint64_t)(v))
+#define MKS_A_RED_ADD32(p, v) mks_dev_red_add32((uint32_t *)(p), (uint32_t)(v))
 #define MKS_CLZ64(v) ((uint32_t)__clzll((long long)(v)))
 #define MKS_LIKELY(x) (x)
 #define MKS_UNLIKELY(x) (x)
@@ -94,6 +129,8 @@ MKS_INLINE uint64_t mks_dev_time_ns(void)
 #define MKS_A_AND32(p, v)    __atomic_fetch_and((uint32_t *)(p), (uint32_t)(v), __ATOMIC_SEQ_CST)
 #define MKS_A_XOR32(p, v)    __atomic_fetch_xor((uint32_t *)(p), (uint32_t)(v), __ATOMIC_SEQ_CST)
 #define MKS_A_XCHG32(p, v)   __atomic_exchange_n((uint32_t *)(p), (uint32_t)(v), __ATOMIC_SEQ_CST)
+#define MKS_A_RED_ADD64(p, v) ((void)__atomic_fetch_add((uint64_t *)(p), (uint64_t)(v), __ATOMIC_SEQ_CST))
+#define MKS_A_RED_ADD32(p, v) ((void)__atomic_fetch_add((uint32_t *)(p), (uint32_t)(v), __ATOMIC_SEQ_CST))
 MKS_INLINE uint64_t mks_a_cas64(uint64_t *p, uint64_t e, uint64_t d)
 {
     __atomic_compare_exchange_n(p, &e, d, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);

@@ -207,9 +207,9 @@ MKS_DEVFN int mksi_map_hist_add(struct mks_maps *m, const struct mks_map_desc *d
     b = value ? 64u - MKS_CLZ64(value) : 0u;
     if (b >= MKS_HIST_BUCKETS)
         b = MKS_HIST_BUCKETS - 1u;
-    MKS_A_ADD64(&h->count, 1u);
-    MKS_A_ADD64(&h->sum, value);
-    MKS_A_ADD64(&h->buckets[b], 1u);
+    MKS_A_RED_ADD64(&h->count, 1u);
+    MKS_A_RED_ADD64(&h->sum, value);
+    MKS_A_RED_ADD64(&h->buckets[b], 1u);
     return 0;
 }
 

@@ -340,7 +340,7 @@ MKS_INLINE int vm_atomic(uint64_t a, uint32_t size, uint32_t op, uint64_t v, uin
     if (size == 4) {
         uint32_t *p = (uint32_t *)(uintptr_t)a, w = (uint32_t)v;
         switch (op) {
-        case MKS_BPF_ADD: (void)MKS_A_ADD32(p, w); return 0;
+        case MKS_BPF_ADD: MKS_A_RED_ADD32(p, w); return 0;
         case MKS_BPF_ADD | MKS_BPF_FETCH: *old_p = MKS_A_ADD32(p, w); return 0;
         case MKS_BPF_OR: (void)MKS_A_OR32(p, w); return 0;
         case MKS_BPF_OR | MKS_BPF_FETCH: *old_p = MKS_A_OR32(p, w); return 0;
@@ -356,7 +356,7 @@ MKS_INLINE int vm_atomic(uint64_t a, uint32_t size, uint32_t op, uint64_t v, uin
     {
         uint64_t *p = (uint64_t *)(uintptr_t)a;
         switch (op) {
-        case MKS_BPF_ADD: (void)MKS_A_ADD64(p, v); return 0;
+        case MKS_BPF_ADD: MKS_A_RED_ADD64(p, v); return 0;
         case MKS_BPF_ADD | MKS_BPF_FETCH: *old_p = MKS_A_ADD64(p, v); return 0;
         case MKS_BPF_OR: (void)MKS_A_OR64(p, v); return 0;
         case MKS_BPF_OR | MKS_BPF_FETCH: *old_p = MKS_A_OR64(p, v); return 0;
@@ -390,7 +390,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     uint64_t bias = 0; /* instructions executed = PC + bias */
     uint64_t ran;
     const struct mks_insn *ip = insns; /* next instruction */
-    uint32_t depth = 0;
+    uint32_t depth = 0, stopped = 0;
     int err = MKS_VM_OK;
 
     if (!insns || n == 0) {
@@ -425,6 +425,17 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     r[2] = r2;
     r[10] = mem.stack_lo + VM_FRAME;
 
+    /* Every way out of an instruction, the run's end and its errors too,
+     * passes through vm_join after the switch: the instruction's
+     * reconvergence point on the device, where lanes of a monitor warp that
+     * run programs side by side (mks_dev_monitor_warp) come together again
+     * after every instruction instead of only when the run ends.
+     * stopped: 1 stop with err, 2 the program exited. */
+#define VM_STOP(how)                                                                               \
+    do {                                                                                           \
+        stopped = (how);                                                                           \
+        goto vm_join;                                                                              \
+    } while (0)
     for (;;) {
         uint32_t code;
         uint64_t raw;
@@ -450,7 +461,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         uint32_t t_ = (t);                                                                         \
         if (MKS_UNLIKELY(t_ >= n)) {                                                               \
             err = MKS_VM_EJUMP;                                                                    \
-            goto out;                                                                              \
+            VM_STOP(1);                                                                              \
         }                                                                                          \
         bias += (uint64_t)PC - t_;                                                                 \
         ip = insns + t_;                                                                           \
@@ -463,7 +474,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
         uintptr_t t_ = (uintptr_t)ip + (uintptr_t)(d_ * (int64_t)sizeof(struct mks_insn));         \
         if (MKS_UNLIKELY(t_ - (uintptr_t)insns >= prog_bytes)) {                                   \
             err = MKS_VM_EJUMP;                                                                    \
-            goto out;                                                                              \
+            VM_STOP(1);                                                                              \
         }                                                                                          \
         bias -= (uint64_t)d_;                                                                      \
         ip = (const struct mks_insn *)t_;                                                          \
@@ -471,7 +482,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 #define CHECK_LIMIT()                                                                              \
     do {                                                                                           \
         if (MKS_UNLIKELY(PC + bias > limit))                                                       \
-            goto out;                                                                              \
+            VM_STOP(1);                                                                              \
     } while (0)
 #define JUMP_IF(c)                                                                                 \
     do {                                                                                           \
@@ -485,7 +496,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
     do {                                                                                           \
         if (MKS_UNLIKELY(!vm_mem_ok(&mem, (addr), (size), (w)))) {                                 \
             err = MKS_VM_EMEM;                                                                     \
-            goto out;                                                                              \
+            VM_STOP(1);                                                                              \
         }                                                                                          \
     } while (0)
 #define LDX(type, conv)                                                                            \
@@ -528,7 +539,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 r[DST] = s ? r[DST] / s : 0;
             else {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             break;
         }
@@ -541,7 +552,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 r[DST] = s ? r[DST] % s : r[DST];
             else {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             break;
         }
@@ -568,7 +579,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 r[DST] = vm_sext(r[SRC], OFF);
             else {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             break;
         case MKS_BPF_ALU64 | MKS_BPF_END | MKS_BPF_K: /* bswap */
@@ -581,7 +592,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 r[DST] = vm_bswap64(r[DST]);
             else {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             break;
 
@@ -601,7 +612,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 ALU32(s ? DST32 / s : 0);
             else {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             break;
         }
@@ -614,7 +625,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 ALU32(s ? DST32 % s : DST32);
             else {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             break;
         }
@@ -641,7 +652,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 ALU32((uint32_t)vm_sext(r[SRC], OFF));
             else {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             break;
         case MKS_BPF_ALU | MKS_BPF_END | MKS_BPF_K: /* to little endian: truncate */
@@ -651,7 +662,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 r[DST] = (uint32_t)r[DST];
             else if (IMM != 64) {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             break;
 
@@ -680,12 +691,12 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             MEM_CHECK(a, size, 1);
             if (MKS_UNLIKELY(a & (size - 1u))) {
                 err = MKS_VM_EALIGN;
-                goto out;
+                VM_STOP(1);
             }
             rc = vm_atomic(a, size, (uint32_t)SIMM, r[SRC], r[0], VM_IS_LOCAL(a), &old);
             if (rc) {
                 err = rc;
-                goto out;
+                VM_STOP(1);
             }
             if ((uint32_t)SIMM == MKS_BPF_CMPXCHG)
                 r[0] = old;
@@ -698,14 +709,14 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             uint32_t lo = (uint32_t)SIMM, hi;
             if (MKS_UNLIKELY(ip == insns + n)) {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             hi = (uint32_t)ip->imm;
             ip++;
             bias--; /* two slots, one instruction */
             if (MKS_UNLIKELY(ip == insns + n)) { /* its second slot was the last */
                 err = MKS_VM_EJUMP;
-                goto out;
+                VM_STOP(1);
             }
             if (SRC == 0) {
                 r[DST] = ((uint64_t)hi << 32) | lo;
@@ -713,12 +724,12 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 uint64_t a = vm_map_ref(env, SRC, lo, hi);
                 if (!a) {
                     err = MKS_VM_ECALL;
-                    goto out;
+                    VM_STOP(1);
                 }
                 r[DST] = a;
             } else {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             break;
         }
@@ -763,7 +774,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
                 uint32_t target = (uint32_t)((int32_t)PC + SIMM);
                 if (MKS_UNLIKELY(depth + 1 >= VM_NFRAMES)) {
                     err = MKS_VM_ECALL;
-                    goto out;
+                    VM_STOP(1);
                 }
                 frames[depth].saved[0] = r[6];
                 frames[depth].saved[1] = r[7];
@@ -780,7 +791,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             }
             if (SRC != 0) {
                 err = MKS_VM_EINSN;
-                goto out;
+                VM_STOP(1);
             }
             /* fallthrough */
         case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_X: {
@@ -790,15 +801,15 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             rc = vm_helper(env, mem, id, r);
             if (rc < 0) {
                 err = rc;
-                goto out;
+                VM_STOP(1);
             }
             if (rc > 0) /* unwind */
-                goto done;
+                VM_STOP(2);
             break;
         }
         case MKS_BPF_JMP | MKS_BPF_EXIT:
             if (depth == 0)
-                goto done;
+                VM_STOP(2);
             depth--;
             r[6] = frames[depth].saved[0];
             r[7] = frames[depth].saved[1];
@@ -813,9 +824,15 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 
         default:
             err = MKS_VM_EINSN;
-            goto out;
+            VM_STOP(1);
         }
+    vm_join:
+        if (MKS_UNLIKELY(stopped))
+            break;
     }
+    if (stopped == 2)
+        goto done;
+    goto out;
 done:
     if ((uint32_t)(ip - insns) + bias <= limit)
         *r0_p = r[0];
@@ -843,6 +860,7 @@ out:
 #undef GOTO_PC
 #undef JUMP_REL
 #undef CHECK_LIMIT
+#undef VM_STOP
 #undef MEM_CHECK
 #undef LDX
 #undef ST

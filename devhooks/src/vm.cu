@@ -221,7 +221,7 @@ extern "C" __device__ void mks_dev_monitor(const struct mks_dev_rt *rt, struct m
     }
 }
 
-/* ---- the monitor warp: one queued event per lane ---- */
+/* ---- the monitor warp: records back into events, one event per lane ---- */
 
 #define MKS_DEV_FULL 0xffffffffu
 
@@ -251,24 +251,80 @@ static __device__ void dev_warp_cov(struct mks_cb *cb, uint32_t bank, uint32_t w
     }
 }
 
+/* The events a record holds, in order, as up to three 4-bit event kinds
+ * (packed low first); returns how many. */
+static __device__ __forceinline__ uint32_t dev_rec_events(uint32_t w0, uint32_t *packed)
+{
+    const uint32_t kind = w0 & 0xffu, b = (w0 >> 8) & 0xffu;
+    uint32_t n = 0, p = 0;
+    if (kind < MKS_EV_COUNT) {
+        p = kind;
+        n = 1;
+    } else if (kind == MKS_DEV_REC_TASK) {
+        if (b & MKS_DEV_REC_ASSIGN) {
+            p = MKS_EV_TASK_ASSIGN;
+            n = 1;
+        }
+    } else if (kind == MKS_DEV_REC_DONE) {
+        if (b & MKS_DEV_DONE_START)
+            p |= (uint32_t)MKS_EV_TASK_START << (4 * n++);
+        if (b & MKS_DEV_DONE_END)
+            p |= (uint32_t)MKS_EV_TASK_END << (4 * n++);
+        if (b & MKS_DEV_DONE_RELEASE)
+            p |= (uint32_t)MKS_EV_DEP_RELEASE << (4 * n++);
+    }
+    *packed = p;
+    return n;
+}
+
+/* The per-worker maps (MKS_MAP_PERWORKER_ARRAY) the programs of hook word
+ * `word` use, as a bit per map id below 64 (others share bit 63). */
+static __device__ uint64_t dev_word_pw_maps(struct mks_cb *cb, uint64_t word)
+{
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
+        uint32_t s = mks_cb_word_slot(word, i);
+        if (!s || s > MKS_CB_MAX_PROGS)
+            continue;
+        const struct mks_cb_prog *p = &cb->progs[s - 1];
+        for (uint32_t j = 0; j < p->n_maps && j < MKS_MAX_PROG_MAPS; j++) {
+            uint32_t id = p->map_ids[j];
+            if (id < MKS_MAX_MAPS && cb->maps[id].type == MKS_MAP_PERWORKER_ARRAY)
+                m |= 1ull << (id < 63 ? id : 63);
+        }
+    }
+    return m;
+}
+
+static __device__ __forceinline__ uint64_t dev_u64(uint32_t lo, uint32_t hi)
+{
+    return (uint64_t)hi << 32 | lo;
+}
+
 extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
                                                 struct mks_dev_ring *r, uint32_t worker)
 {
     struct mks_cb *cb = (struct mks_cb *)rt->cb;
     const uint32_t lane = threadIdx.x & 31u;
-    uint32_t tail = *(volatile uint32_t *)&r->tail, seen = 0, waits = 0, nap = 64;
-    /* Lane e (< MKS_EV_COUNT) keeps event e's lost count already reported
-     * and the hook word and generation last read with acquire (see
-     * mks_dev_monitor()): registers, not an indexed local array. */
-    uint64_t word = 0, gen = ~0ull;
+    uint32_t smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    uint32_t tail = *(volatile uint32_t *)&r->tail, skip = 0, seen = 0, waits = 0, nap = 64;
+    /* Lane e (< MKS_EV_COUNT) keeps event e's lost count already reported,
+     * the hook word and generation last read with acquire (while neither
+     * moves, the programs they name are unchanged, so no acquire and no L1
+     * invalidation is needed per event), and the event kinds whose
+     * programs share a per-worker map with its own: registers, not an
+     * indexed local array. */
+    uint64_t word = 0, gen = ~0ull, pw = 0;
+    uint32_t conf = 0;
     if (lane < MKS_EV_COUNT)
         seen = *(volatile uint32_t *)&r->lost[lane];
     for (;;) {
-        uint32_t head = 0, wt = 0, n;
+        uint32_t head = 0, wt = 0;
         int stopping = 0;
         if (lane == 0) {
             /* stop, then head and the wait count: once stop is seen, every
-             * push and every loss the worker counted before it is too. */
+             * record and every loss the worker counted before it is too. */
             uint32_t a = (uint32_t)__cvta_generic_to_shared(&r->head);
             stopping = *(volatile uint32_t *)&r->stop != 0;
             asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(head) : "r"(a) : "memory");
@@ -293,62 +349,206 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
             seen = d;
             waits = wt;
         }
-        if (head != tail) {
-            struct mks_hook_ctx c;
-            struct mks_cb_cov cov = {0, 0, 0, 0};
-            uint64_t epoch = 0, w_lane, w;
-            uint32_t ev = MKS_EV_COUNT, bank;
-            n = head - tail < 32u ? head - tail : 32u;
-            nap = 64;
-            if (lane == 0)
-                epoch = mksi_hook_enter(cb, worker);
-            epoch = __shfl_sync(MKS_DEV_FULL, epoch, 0);
-            bank = (uint32_t)(epoch & 1u);
-            /* The hook words: lane e re-reads event e's with acquire only
-             * when its word or generation moved. */
-            if (lane < MKS_EV_COUNT) {
-                uint64_t hw = *(volatile uint64_t *)&cb->hooks[lane].progs;
-                uint64_t hg = *(volatile uint64_t *)&cb->hooks[lane].gen;
-                if (hw != word || hg != gen) {
-                    __threadfence();
-                    gen = hg;
-                    word = MKS_A_LOAD_ACQ64(&cb->hooks[lane].progs);
-                }
-            }
-            __syncwarp(); /* lane 0's acquire of head before every lane's slot loads */
-            if (lane < n) {
-                const uint4 *src = (const uint4 *)&r->slot[(tail + lane) % MKS_DEV_RING_SLOTS];
-                uint4 *dst = (uint4 *)&c;
-                for (uint32_t i = 0; i < sizeof(c) / sizeof(uint4); i++)
-                    dst[i] = src[i];
-                ev = c.event;
-                if (ev >= MKS_EV_COUNT || c.worker != worker)
-                    ev = MKS_EV_COUNT;
-            }
-            __syncwarp();
-            tail += n;
-            if (lane == 0)
-                *(volatile uint32_t *)&r->tail = tail; /* the slots are free again */
-            w_lane = __shfl_sync(MKS_DEV_FULL, word, ev < MKS_EV_COUNT ? ev : 0);
-            w = ev < MKS_EV_COUNT ? w_lane : 0;
-            if (w) {
-                c.abi_version = MKS_HOOK_ABI_VERSION;
-                c.size = (uint16_t)sizeof(c);
-                mksi_hook_exec_cov(cb, rt->rank, &c, epoch, w, &cov);
-            }
-            __syncwarp();
-            dev_warp_cov(cb, bank, worker, w ? ev : MKS_EV_COUNT, &cov, lane);
-            if (lane == 0) {
-                __threadfence(); /* every lane's map writes before the leave */
-                mksi_hook_leave(cb, worker, epoch);
-            }
+        if (head == tail) {
+            if (stopping)
+                return;
+            /* Idle: back off up to ~2 us, so a warp with nothing to do takes
+             * few issue slots and shared-memory cycles from the worker. */
+            __nanosleep(nap);
+            nap = nap < 2048u ? 2 * nap : 2048u;
             continue;
         }
-        if (stopping)
-            return;
-        /* Idle: back off up to ~2 us, so a warp with nothing to do takes
-         * few issue slots and shared-memory cycles from the worker. */
-        __nanosleep(nap);
-        nap = nap < 2048u ? 2 * nap : 2048u;
+        nap = 64;
+        uint64_t epoch = 0;
+        if (lane == 0)
+            epoch = mksi_hook_enter(cb, worker);
+        epoch = __shfl_sync(MKS_DEV_FULL, epoch, 0);
+        const uint32_t bank = (uint32_t)(epoch & 1u);
+        /* The hook words: lane e re-reads event e's with acquire only when
+         * its word or generation moved, and then what conflicts with what. */
+        int moved = 0;
+        if (lane < MKS_EV_COUNT) {
+            uint64_t hw = *(volatile uint64_t *)&cb->hooks[lane].progs;
+            uint64_t hg = *(volatile uint64_t *)&cb->hooks[lane].gen;
+            if (hw != word || hg != gen) {
+                __threadfence();
+                gen = hg;
+                word = MKS_A_LOAD_ACQ64(&cb->hooks[lane].progs);
+                pw = dev_word_pw_maps(cb, word);
+                moved = 1;
+            }
+        }
+        if (__any_sync(MKS_DEV_FULL, moved)) {
+            conf = 0;
+            for (uint32_t f = 0; f < MKS_EV_COUNT; f++) {
+                uint64_t pf = __shfl_sync(MKS_DEV_FULL, pw, f);
+                if (pw & pf)
+                    conf |= 1u << f;
+            }
+        }
+        const uint32_t att =
+            __ballot_sync(MKS_DEV_FULL, lane < MKS_EV_COUNT && word != 0) & ((1u << MKS_EV_COUNT) - 1u);
+        __syncwarp(); /* lane 0's acquire of head before every lane's slot loads */
+
+        /* Slot lanes: lane l looks at record tail + l and counts its
+         * attached events (the first record without the `skip` already run). */
+        const uint32_t n = head - tail < 32u ? head - tail : 32u;
+        uint32_t w0 = 0, packed = 0, nraw = 0, cnt = 0;
+        if (lane < n) {
+            w0 = r->slot[(tail + lane) % MKS_DEV_RING_SLOTS].c[0].x;
+            nraw = dev_rec_events(w0, &packed);
+            for (uint32_t i = lane == 0 ? skip : 0u; i < nraw; i++)
+                cnt += (att >> ((packed >> (4 * i)) & 0xfu)) & 1u;
+        }
+        uint32_t incl = cnt; /* inclusive prefix sum of the counts */
+        for (uint32_t d = 1; d < 32; d <<= 1) {
+            uint32_t v = __shfl_up_sync(MKS_DEV_FULL, incl, d);
+            if (lane >= d)
+                incl += v;
+        }
+        const uint32_t total = __shfl_sync(MKS_DEV_FULL, incl, 31);
+        const uint32_t first = incl - cnt;
+        /* Event lanes: lane e takes the event e of the batch. */
+        const uint32_t with = __ballot_sync(MKS_DEV_FULL, cnt != 0);
+        uint32_t E = total < 32u ? total : 32u;
+        uint32_t rec = 0, ev = MKS_EV_COUNT, raw = 0;
+        {
+            /* the last record with events whose first event is <= e */
+            for (uint32_t l = 0; l < n; l++) {
+                uint32_t fl = __shfl_sync(MKS_DEV_FULL, first, l);
+                if (((with >> l) & 1u) && fl <= lane)
+                    rec = l;
+            }
+            const uint32_t rw0 = __shfl_sync(MKS_DEV_FULL, w0, rec);
+            const uint32_t rfirst = __shfl_sync(MKS_DEV_FULL, first, rec);
+            if (lane < E) {
+                uint32_t rp, rn = dev_rec_events(rw0, &rp), sub = lane - rfirst, i;
+                for (i = rec == 0 ? skip : 0u; i < rn; i++) {
+                    uint32_t k4 = (rp >> (4 * i)) & 0xfu;
+                    if ((att >> k4) & 1u) {
+                        if (sub == 0) {
+                            ev = k4;
+                            break;
+                        }
+                        sub--;
+                    }
+                }
+                raw = i;
+            }
+        }
+        /* Order: an event whose programs share a per-worker map with an
+         * earlier event of the batch waits for the next batch. */
+        {
+            uint32_t pre = lane < E ? 1u << ev : 0u;
+            for (uint32_t d = 1; d < 32; d <<= 1) {
+                uint32_t v = __shfl_up_sync(MKS_DEV_FULL, pre, d);
+                if (lane >= d)
+                    pre |= v;
+            }
+            uint32_t before = __shfl_up_sync(MKS_DEV_FULL, pre, 1); /* the kinds of lanes < e */
+            const uint32_t cf = __shfl_sync(MKS_DEV_FULL, conf, ev < MKS_EV_COUNT ? ev : 0);
+            const uint32_t clash = __ballot_sync(MKS_DEV_FULL, lane < E && lane > 0 && (before & cf));
+            if (clash)
+                E = __ffs(clash) - 1;
+        }
+        if (lane >= E)
+            ev = MKS_EV_COUNT;
+        /* Records fully run: those whose events all lie below E (a prefix). */
+        const uint32_t done = __popc(__ballot_sync(MKS_DEV_FULL, lane < n && incl <= E));
+        const uint32_t tasks = __ballot_sync(MKS_DEV_FULL, lane < n && (w0 & 0xffu) == MKS_DEV_REC_TASK);
+        if (ev < MKS_EV_COUNT) {
+            /* The event's context, from its record and its task's. */
+            const struct mks_dev_rec *sr = &r->slot[(tail + rec) % MKS_DEV_RING_SLOTS];
+            const uint32_t tm = tasks & (rec >= 31 ? MKS_DEV_FULL : (2u << rec) - 1u);
+            const uint4 *id = tm ? r->slot[(tail + 31 - __clz(tm)) % MKS_DEV_RING_SLOTS].c : r->cur;
+            const uint4 i0 = id[0], i1 = id[1], i2 = id[2], c0 = sr->c[0];
+            const uint32_t kind = c0.x & 0xffu, b = (c0.x >> 8) & 0xffu;
+            uint32_t depth = 0, dep_class = 0, peer = 0, who = worker;
+            uint64_t t_now = 0, t_start = 0, t_end = 0, value = 0, dep_event = 0, comm_gen = 0;
+            if (kind == MKS_DEV_REC_TASK) { /* its TASK_ASSIGN */
+                const uint4 c3 = sr->c[3];
+                t_now = dev_u64(c3.x, c3.y);
+                depth = c3.z;
+                value = i2.w;
+            } else if (kind == MKS_DEV_REC_DONE) {
+                const uint4 c1 = sr->c[1];
+                t_start = dev_u64(c0.z, c0.w);
+                if (ev == MKS_EV_TASK_START) {
+                    t_now = t_start;
+                    depth = c0.y;
+                } else {
+                    t_end = dev_u64(c1.x, c1.y);
+                    t_now = ev == MKS_EV_TASK_END ? t_end : dev_u64(c1.z, c1.w);
+                    if (ev == MKS_EV_DEP_RELEASE) {
+                        const uint4 c2 = sr->c[2];
+                        dep_class = c0.x >> 16;
+                        value = dev_u64(c2.x, c2.y);
+                        dep_event = dev_u64(c2.z, c2.w);
+                    }
+                }
+            } else {
+                dep_class = c0.x >> 16;
+                depth = c0.y;
+                t_now = dev_u64(c0.z, c0.w);
+                if (b & 1u) {
+                    const uint4 c1 = sr->c[1];
+                    value = dev_u64(c1.x, c1.y);
+                    dep_event = dev_u64(c1.z, c1.w);
+                }
+                if (b & 2u) {
+                    const uint4 c2 = sr->c[2];
+                    comm_gen = dev_u64(c2.x, c2.y);
+                    peer = c2.z;
+                    if (c2.w != 0xffffffffu)
+                        who = c2.w;
+                }
+                if (b & 4u) {
+                    const uint4 c3 = sr->c[3];
+                    t_start = dev_u64(c3.x, c3.y);
+                    t_end = dev_u64(c3.z, c3.w);
+                }
+            }
+            uint4 *cx = (uint4 *)&r->ctx[lane];
+            cx[0] = make_uint4(MKS_HOOK_ABI_VERSION | (uint32_t)sizeof(struct mks_hook_ctx) << 16,
+                               ev | (i0.x >> 16) << 16, rt->rank, who);
+            cx[1] = make_uint4(smid, i0.y, i1.x, i1.y);
+            cx[2] = make_uint4(i1.z, i1.w, i2.x, dep_class);
+            cx[3] = make_uint4(i2.y, i2.z, mks_dev_lo(dep_event), mks_dev_hi(dep_event));
+            cx[4] = make_uint4(mks_dev_lo(comm_gen), mks_dev_hi(comm_gen), peer, depth);
+            cx[5] = make_uint4(mks_dev_lo(t_now), mks_dev_hi(t_now), i0.z, i0.w);
+            cx[6] = make_uint4(mks_dev_lo(t_start), mks_dev_hi(t_start), mks_dev_lo(value),
+                               mks_dev_hi(value));
+            cx[7] = make_uint4(mks_dev_lo(t_end), mks_dev_hi(t_end), 0u, 0u);
+        }
+        /* The next batch's view: the last TASK record run becomes the
+         * carried one, a record run in part keeps its place. */
+        const uint32_t last = __shfl_sync(MKS_DEV_FULL, raw, E ? E - 1 : 0);
+        const uint32_t last_rec = __shfl_sync(MKS_DEV_FULL, rec, E ? E - 1 : 0);
+        __syncwarp(); /* every lane's reads of the slots and of cur */
+        {
+            const uint32_t tdone = tasks & (done >= 32 ? MKS_DEV_FULL : (1u << done) - 1u);
+            if (tdone && lane < 3) {
+                const uint32_t l = 31 - __clz(tdone);
+                r->cur[lane] = r->slot[(tail + l) % MKS_DEV_RING_SLOTS].c[lane];
+            }
+        }
+        skip = E && done < n && last_rec == done ? last + 1 : (done == 0 ? skip : 0u);
+        tail += done;
+        __syncwarp();
+        if (lane == 0)
+            *(volatile uint32_t *)&r->tail = tail; /* the slots are free again */
+
+        /* Run: each event lane its event's programs. */
+        struct mks_cb_cov cov = {0, 0, 0, 0};
+        const uint64_t w_lane = __shfl_sync(MKS_DEV_FULL, word, ev < MKS_EV_COUNT ? ev : 0);
+        const uint64_t w = ev < MKS_EV_COUNT ? w_lane : 0;
+        if (w)
+            mksi_hook_exec_cov(cb, rt->rank, &r->ctx[lane], epoch, w, &cov);
+        __syncwarp();
+        dev_warp_cov(cb, bank, worker, w ? ev : MKS_EV_COUNT, &cov, lane);
+        if (lane == 0) {
+            __threadfence(); /* every lane's map writes before the leave */
+            mksi_hook_leave(cb, worker, epoch);
+        }
     }
 }

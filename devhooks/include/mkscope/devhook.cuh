@@ -254,22 +254,85 @@ static __device__ __forceinline__ uint64_t mks_dev_gate_load(const uint64_t *p)
 
 /* ---- off-path execution by a monitor warp, without loss ----
  *
- * The worker copies each event's context into a slot of a per-block
- * shared-memory ring (mks_dev_ring_slot/push: eight 16-byte shared stores
- * and a fence); one warp of the same block runs mks_dev_monitor_warp(),
- * which takes up to 32 queued events at a time and runs their programs
- * with one event per lane.  When the ring is full the worker waits, at
- * most MKS_DEV_RING_SPINS polls of the monitor's tail, and counts the wait
- * in `waits`; only after that is the event counted lost (eligible and lost
- * in coverage), so ran + lost = eligible always holds. */
-#define MKS_DEV_RING_SLOTS 64u /* 8 KiB of shared memory per block */
+ * The worker writes compact records into a per-block shared-memory ring
+ * (struct mks_dev_ring); one warp of the same block runs
+ * mks_dev_monitor_warp(), which turns the records back into the full
+ * struct mks_hook_ctx of each event and runs up to 32 events at a time, one
+ * per lane.  A record holds what an event adds, not the whole context:
+ *
+ *   TASK   what the task is (class, flags, generations, step, tiles,
+ *          t_ready), once per task, and optionally its TASK_ASSIGN (time,
+ *          queue depth, value); every later record of the worker belongs
+ *          to the task of the last TASK record;
+ *   DONE   the task's TASK_START, TASK_END and one DEP_RELEASE together:
+ *          the three events of a task that ran without other events in
+ *          between (the usual case) cost one record;
+ *   EV     any single event with its own fields (dependency, transfer,
+ *          queue depth, value) and the task's t_start / t_end.
+ *
+ * Slots are 64 bytes, four 16-byte chunks written from registers with
+ * 16-byte shared stores; a record writes the chunks it uses and says which
+ * in its first word, so the monitor never reads a stale chunk.  The worker
+ * publishes what it wrote with one release store of the head per task
+ * (mks_dev_emit_flush(), at the task's end and before anything that may
+ * block), not a fence per event.  The emitter (struct mks_dev_emit, in the
+ * worker thread's registers) keeps a count of slots known free, so the
+ * ring's tail is read only when that count runs out; a full ring makes the
+ * worker publish and wait, at most MKS_DEV_RING_SPINS polls of the tail,
+ * and counts the wait in `waits`; only after that is the record's event
+ * (every event of it) counted lost, so ran + lost = eligible always holds.
+ * Events of a task whose TASK record was lost are counted lost too (their
+ * context would name the previous task).
+ *
+ * Order: the monitor warp runs a batch's events side by side, so an event
+ * whose programs share a per-worker map (MKS_MAP_PERWORKER_ARRAY: state
+ * kept between two events of one worker, as depwait's wait begin) with an
+ * earlier event of the same batch goes into the next batch; records are
+ * otherwise run in the order written. */
+#define MKS_DEV_RING_SLOTS 64u /* 4 KiB of records per block */
 #ifndef MKS_DEV_RING_SPINS
 #define MKS_DEV_RING_SPINS 4096u /* about 1 ms with the 256 ns sleep below */
 #endif
 
+/* Record kinds, the low byte of a record's first word (an EV record's kind
+ * is its event, enum mks_hook_event). */
+#define MKS_DEV_REC_TASK 0x10u
+#define MKS_DEV_REC_DONE 0x11u
+/* Second byte.  EV: which of chunks 1..3 were written (bit i: chunk i + 1).
+ * TASK: MKS_DEV_REC_ASSIGN when chunk 3 holds a TASK_ASSIGN.  DONE: the
+ * events it holds. */
+#define MKS_DEV_REC_ASSIGN  0x1u
+#define MKS_DEV_DONE_START   0x1u
+#define MKS_DEV_DONE_END     0x2u
+#define MKS_DEV_DONE_RELEASE 0x4u
+
+/* The layouts, as 32-bit words of the four chunks (c[i].x .. .w):
+ *
+ * TASK  c0 = kind | assign << 8 | ctx.flags << 16, task_class, t_ready
+ *       c1 = task_gen, req_gen
+ *       c2 = step, tile_x, tile_y, TASK_ASSIGN's value (32 bits)
+ *       c3 = TASK_ASSIGN's t_now, its queue_depth, 0
+ * EV    c0 = event | chunks << 8 | dep_class << 16, queue_depth, t_now
+ *       c1 = value, dep_event
+ *       c2 = comm_gen, peer_rank, worker (~0: the ring's worker)
+ *       c3 = t_start, t_end
+ * DONE  c0 = kind | events << 8 | dep_class << 16, START's queue_depth,
+ *            t_start (START's t_now)
+ *       c1 = t_end (END's t_now), RELEASE's t_now
+ *       c2 = RELEASE's value, its dep_event
+ * Times and 64-bit fields are two words, low first.  The context the
+ * programs see is the event's: fields the record does not give are 0, as a
+ * runtime that fills only what the event has (rank, worker and sm are the
+ * ring's; abi_version and size the runtime's). */
+struct mks_dev_rec {
+    uint4 c[4];
+};
+
 struct mks_dev_ring {
-    struct mks_hook_ctx slot[MKS_DEV_RING_SLOTS];
-    uint32_t head;                /* written by the worker */
+    struct mks_dev_rec slot[MKS_DEV_RING_SLOTS];
+    struct mks_hook_ctx ctx[32];  /* the monitor warp's contexts, one per lane */
+    uint4 cur[3];                 /* the monitor's copy of the last TASK record */
+    uint32_t head;                /* published by the worker */
     uint32_t tail;                /* written by the monitor warp */
     uint32_t stop;                /* set by the worker when it is done */
     uint32_t waits;               /* bumped when the worker starts to wait on a full
@@ -283,73 +346,16 @@ static __device__ __forceinline__ void mks_dev_ring_init(struct mks_dev_ring *r)
     r->head = r->tail = r->stop = r->waits = 0;
     for (uint32_t e = 0; e < MKS_EV_COUNT; e++)
         r->lost[e] = 0;
+    for (uint32_t i = 0; i < 3; i++)
+        r->cur[i] = make_uint4(0, 0, 0, 0);
 }
 
-/* The ring was full: wait for the monitor warp, bounded, until slot h is
- * free; NULL after the wait ran out (the event counted lost when ev names
- * one). */
-static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_ring_wait(struct mks_dev_ring *r,
-                                                                      uint32_t h, uint32_t ev)
-{
-    *(volatile uint32_t *)&r->waits = r->waits + 1u;
-#pragma unroll 1
-    for (uint32_t n = 0; n < MKS_DEV_RING_SPINS; n++) {
-        __nanosleep(256);
-        if (h - *(volatile uint32_t *)&r->tail < MKS_DEV_RING_SLOTS)
-            return &r->slot[h % MKS_DEV_RING_SLOTS];
-    }
-    if (ev < MKS_EV_COUNT) {
-        *(volatile uint32_t *)&r->lost[ev] = r->lost[ev] + 1u;
-        *(volatile uint32_t *)&r->waits = r->waits + 1u; /* the monitor sweeps losses then */
-    }
-    return 0;
-}
-
-/* The slot for the next event of kind ev, or NULL when the ring stayed full
- * (the event is then counted lost). */
-static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_ring_slot(struct mks_dev_ring *r,
-                                                                         uint32_t ev)
-{
-    uint32_t h = r->head;
-    if (__builtin_expect(h - *(volatile uint32_t *)&r->tail >= MKS_DEV_RING_SLOTS, 0))
-        return mks_dev_ring_wait(r, h, ev);
-    return &r->slot[h % MKS_DEV_RING_SLOTS];
-}
-
-/* Wait, bounded, until n slots are free (n <= MKS_DEV_RING_SLOTS): 1 when
- * they are, and the next n events may take mks_dev_ring_next() with no
- * check (only the monitor warp frees slots); 0 when the wait ran out, the
- * caller then counts its events with mks_dev_ring_lose().  One check per
- * task for all its events: each check is a branch region on the worker. */
-static __device__ __forceinline__ int mks_dev_ring_reserve(struct mks_dev_ring *r, uint32_t n)
-{
-    uint32_t h = r->head;
-    if (__builtin_expect(h - *(volatile uint32_t *)&r->tail > MKS_DEV_RING_SLOTS - n, 0))
-        return mks_dev_ring_wait(r, h + n - 1u, MKS_EV_COUNT) != 0;
-    return 1;
-}
-
-static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_ring_next(struct mks_dev_ring *r)
-{
-    return &r->slot[r->head % MKS_DEV_RING_SLOTS];
-}
-
-static __device__ __forceinline__ void mks_dev_ring_lose(struct mks_dev_ring *r, uint32_t ev,
-                                                         uint32_t n)
-{
-    if (ev < MKS_EV_COUNT) {
-        *(volatile uint32_t *)&r->lost[ev] = r->lost[ev] + n;
-        *(volatile uint32_t *)&r->waits = r->waits + 1u;
-    }
-}
-
-/* Publish the slot filled after mks_dev_ring_slot() or _next(): a release
- * store of the head at block scope orders the slot's stores before it
- * without a full fence. */
-static __device__ __forceinline__ void mks_dev_ring_push(struct mks_dev_ring *r)
+/* Publish slots written before `head`: a release store at block scope
+ * orders the slots' stores before it. */
+static __device__ __forceinline__ void mks_dev_ring_publish(struct mks_dev_ring *r, uint32_t head)
 {
     uint32_t a = (uint32_t)__cvta_generic_to_shared(&r->head);
-    asm volatile("st.release.cta.shared.u32 [%0], %1;" : : "r"(a), "r"(r->head + 1u) : "memory");
+    asm volatile("st.release.cta.shared.u32 [%0], %1;" : : "r"(a), "r"(head) : "memory");
 }
 
 /* Ask the monitor warp to return once the ring is drained. */
@@ -359,11 +365,218 @@ static __device__ __forceinline__ void mks_dev_ring_stop(struct mks_dev_ring *r)
     *(volatile uint32_t *)&r->stop = 1u;
 }
 
+/* The worker's side: one per worker thread, in registers. */
+struct mks_dev_emit {
+    struct mks_dev_ring *r;
+    uint32_t head;       /* next slot to write */
+    uint32_t pub;        /* head last published */
+    uint32_t room;       /* slots known free from head on */
+    uint32_t mask;       /* the events attached (the gate's mask) */
+    uint32_t pend;       /* MKS_DEV_DONE_START / _END held for the next DONE record */
+    uint32_t depth;      /* the held START's queue depth */
+    uint32_t lost_task;  /* the current task's TASK record was lost */
+    uint64_t t_start, t_end; /* the current task's, 0 until known */
+};
+
+static __device__ __forceinline__ void mks_dev_emit_init(struct mks_dev_emit *e,
+                                                         struct mks_dev_ring *r)
+{
+    e->r = r;
+    e->head = e->pub = r ? r->head : 0u;
+    e->room = MKS_DEV_RING_SLOTS;
+    e->mask = e->pend = e->depth = e->lost_task = 0;
+    e->t_start = e->t_end = 0;
+}
+
+/* Publish what was written since the last publication. */
+static __device__ __forceinline__ void mks_dev_emit_publish(struct mks_dev_emit *e)
+{
+    if (e->head != e->pub) {
+        mks_dev_ring_publish(e->r, e->head);
+        e->pub = e->head;
+    }
+}
+
+/* Out of line: the ring ran full.  Publish, then wait (bounded) for the
+ * monitor warp; returns the slots free, 0 when the wait ran out. */
+static __device__ __noinline__ uint32_t mks_dev_emit_wait(struct mks_dev_emit *e)
+{
+    struct mks_dev_ring *r = e->r;
+    uint32_t room = MKS_DEV_RING_SLOTS - (e->head - *(volatile uint32_t *)&r->tail);
+    if (room)
+        return room;
+    mks_dev_emit_publish(e);
+    *(volatile uint32_t *)&r->waits = r->waits + 1u;
+#pragma unroll 1
+    for (uint32_t n = 0; n < MKS_DEV_RING_SPINS; n++) {
+        __nanosleep(256);
+        room = MKS_DEV_RING_SLOTS - (e->head - *(volatile uint32_t *)&r->tail);
+        if (room)
+            return room;
+    }
+    return 0;
+}
+
+/* Count events lost (ev < MKS_EV_COUNT); the monitor warp reports them. */
+static __device__ __noinline__ void mks_dev_emit_lose(struct mks_dev_emit *e, uint32_t ev,
+                                                      uint32_t n)
+{
+    struct mks_dev_ring *r = e->r;
+    if (ev < MKS_EV_COUNT) {
+        *(volatile uint32_t *)&r->lost[ev] = r->lost[ev] + n;
+        *(volatile uint32_t *)&r->waits = r->waits + 1u; /* the monitor sweeps losses then */
+    }
+}
+
+/* The next slot, or NULL when the ring stayed full (the caller counts its
+ * events lost). */
+static __device__ __forceinline__ uint4 *mks_dev_emit_slot(struct mks_dev_emit *e)
+{
+    if (__builtin_expect(e->room == 0, 0)) {
+        e->room = mks_dev_emit_wait(e);
+        if (!e->room)
+            return 0;
+    }
+    uint4 *s = e->r->slot[e->head % MKS_DEV_RING_SLOTS].c;
+    e->head++;
+    e->room--;
+    return s;
+}
+
+static __device__ __forceinline__ uint32_t mks_dev_lo(uint64_t v) { return (uint32_t)v; }
+static __device__ __forceinline__ uint32_t mks_dev_hi(uint64_t v) { return (uint32_t)(v >> 32); }
+
+/* The DONE record of the held START / END and, when rel, a DEP_RELEASE. */
+static __device__ __forceinline__ void mks_dev_emit_done(struct mks_dev_emit *e, uint32_t rel,
+                                                         uint64_t t_now, uint32_t dep_class,
+                                                         uint64_t value, uint64_t dep_event)
+{
+    uint32_t bits = e->pend | (rel ? MKS_DEV_DONE_RELEASE : 0u);
+    e->pend = 0;
+    if (!bits)
+        return;
+    uint4 *s = e->lost_task ? 0 : mks_dev_emit_slot(e);
+    if (!s) {
+        if (bits & MKS_DEV_DONE_START)
+            mks_dev_emit_lose(e, MKS_EV_TASK_START, 1);
+        if (bits & MKS_DEV_DONE_END)
+            mks_dev_emit_lose(e, MKS_EV_TASK_END, 1);
+        if (bits & MKS_DEV_DONE_RELEASE)
+            mks_dev_emit_lose(e, MKS_EV_DEP_RELEASE, 1);
+        return;
+    }
+    const uint64_t te = (bits & MKS_DEV_DONE_END) ? e->t_end : 0u;
+    s[0] = make_uint4(MKS_DEV_REC_DONE | bits << 8 | dep_class << 16, e->depth,
+                      mks_dev_lo(e->t_start), mks_dev_hi(e->t_start));
+    s[1] = make_uint4(mks_dev_lo(te), mks_dev_hi(te), mks_dev_lo(t_now), mks_dev_hi(t_now));
+    if (rel)
+        s[2] = make_uint4(mks_dev_lo(value), mks_dev_hi(value), mks_dev_lo(dep_event),
+                          mks_dev_hi(dep_event));
+}
+
+/* A new task: its TASK record, with its TASK_ASSIGN when `assign` (and
+ * attached).  The events that follow, up to the next call, are its. */
+static __device__ __forceinline__ void mks_dev_emit_task(
+    struct mks_dev_emit *e, uint32_t flags, uint32_t task_class, uint64_t t_ready,
+    uint64_t task_gen, uint64_t req_gen, uint32_t step, uint32_t tile_x, uint32_t tile_y,
+    int assign, uint64_t t_assign, uint32_t assign_depth, uint32_t assign_value)
+{
+    if (e->pend)
+        mks_dev_emit_done(e, 0, 0, 0, 0, 0);
+    e->t_start = e->t_end = 0;
+    assign = assign && (e->mask >> MKS_EV_TASK_ASSIGN) & 1u;
+    uint4 *s = mks_dev_emit_slot(e);
+    e->lost_task = s == 0;
+    if (!s) {
+        if (assign)
+            mks_dev_emit_lose(e, MKS_EV_TASK_ASSIGN, 1);
+        return;
+    }
+    s[0] = make_uint4(MKS_DEV_REC_TASK | (assign ? MKS_DEV_REC_ASSIGN << 8 : 0u) | flags << 16,
+                      task_class, mks_dev_lo(t_ready), mks_dev_hi(t_ready));
+    s[1] = make_uint4(mks_dev_lo(task_gen), mks_dev_hi(task_gen), mks_dev_lo(req_gen),
+                      mks_dev_hi(req_gen));
+    s[2] = make_uint4(step, tile_x, tile_y, assign_value);
+    if (assign)
+        s[3] = make_uint4(mks_dev_lo(t_assign), mks_dev_hi(t_assign), assign_depth, 0u);
+}
+
+/* TASK_START at t (its queue depth): held, to go with the task's end
+ * into one DONE record unless another event comes first. */
+static __device__ __forceinline__ void mks_dev_emit_start(struct mks_dev_emit *e, uint64_t t,
+                                                          uint32_t depth)
+{
+    e->t_start = t;
+    e->depth = depth;
+    if ((e->mask >> MKS_EV_TASK_START) & 1u)
+        e->pend |= MKS_DEV_DONE_START;
+}
+
+/* TASK_END at t: held like TASK_START. */
+static __device__ __forceinline__ void mks_dev_emit_end(struct mks_dev_emit *e, uint64_t t)
+{
+    if (e->pend & MKS_DEV_DONE_END) /* a second end without a release between */
+        mks_dev_emit_done(e, 0, 0, 0, 0, 0);
+    e->t_end = t;
+    if ((e->mask >> MKS_EV_TASK_END) & 1u)
+        e->pend |= MKS_DEV_DONE_END;
+}
+
+/* Any event of the current task with its own fields (an EV record); the
+ * held START / END go first. */
+static __device__ __forceinline__ void mks_dev_emit_event(struct mks_dev_emit *e, uint32_t ev,
+                                                          uint64_t t_now, uint32_t dep_class,
+                                                          uint32_t queue_depth, uint64_t value,
+                                                          uint64_t dep_event, uint64_t comm_gen,
+                                                          uint32_t peer_rank)
+{
+    if (ev >= MKS_EV_COUNT || !((e->mask >> ev) & 1u))
+        return;
+    if (e->pend)
+        mks_dev_emit_done(e, 0, 0, 0, 0, 0);
+    uint4 *s = e->lost_task ? 0 : mks_dev_emit_slot(e);
+    if (!s) {
+        mks_dev_emit_lose(e, ev, 1);
+        return;
+    }
+    const uint32_t chunks = 0x7u;
+    s[0] = make_uint4(ev | chunks << 8 | dep_class << 16, queue_depth, mks_dev_lo(t_now),
+                      mks_dev_hi(t_now));
+    s[1] = make_uint4(mks_dev_lo(value), mks_dev_hi(value), mks_dev_lo(dep_event),
+                      mks_dev_hi(dep_event));
+    s[2] = make_uint4(mks_dev_lo(comm_gen), mks_dev_hi(comm_gen), peer_rank, 0xffffffffu);
+    s[3] = make_uint4(mks_dev_lo(e->t_start), mks_dev_hi(e->t_start), mks_dev_lo(e->t_end),
+                      mks_dev_hi(e->t_end));
+}
+
+/* A DEP_RELEASE of the current task: with the held START / END in one
+ * DONE record (dependency and value only; a release with a transfer's
+ * fields, comm_gen and peer, goes through mks_dev_emit_event()). */
+static __device__ __forceinline__ void mks_dev_emit_release(struct mks_dev_emit *e, uint64_t t_now,
+                                                            uint32_t dep_class, uint64_t value,
+                                                            uint64_t dep_event)
+{
+    mks_dev_emit_done(e, (e->mask >> MKS_EV_DEP_RELEASE) & 1u, t_now, dep_class, value,
+                      dep_event);
+}
+
+/* Write what is held and publish: at a task's end and before the worker
+ * may block (a wait, a sleep), so that the monitor warp, and through it
+ * the agent, sees a stuck worker's events. */
+static __device__ __forceinline__ void mks_dev_emit_flush(struct mks_dev_emit *e)
+{
+    if (e->pend)
+        mks_dev_emit_done(e, 0, 0, 0, 0, 0);
+    mks_dev_emit_publish(e);
+}
+
 /* The monitor warp's loop, called by all 32 lanes of one warp (under a
  * branch ptxas knows to be warp-uniform, see "the gate bit"): runs the
- * programs of the queued events, one event per lane, counts coverage and
+ * programs of the ring's events, one event per lane, counts coverage and
  * the worker's lost events, returns after mks_dev_ring_stop() and an empty
- * ring.  worker: the worker whose events the ring carries. */
+ * ring.  worker: the hook slot whose events the ring carries (the epoch
+ * entry and coverage are its; programs see ctx->worker, which an EV record
+ * may name differently). */
 extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
                                                 struct mks_dev_ring *r, uint32_t worker);
 
