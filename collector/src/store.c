@@ -7,6 +7,17 @@
  * rest follows.  Unsigned 64-bit wire values are stored as SQLite INTEGER
  * (two's complement): readers cast back to uint64_t.  Histograms are BLOBs of
  * little-endian u64 buckets in struct mks_hist order.
+ *
+ * Every statement of the ingest path is prepared once and kept (a cache
+ * keyed by the SQL text's address: the texts are literals), so a summary
+ * costs binds and steps, not parsing.  Each ingested message runs in a
+ * savepoint: alone it is its own transaction; inside a batch
+ * (mks_store_batch_begin/commit) a failing message is rolled back alone and
+ * the batch commits once, which is where ingest spends its time otherwise
+ * (one commit per summary).  Retention during ingest is per rank and uses
+ * the (job, rank, id) index: a rank's oldest epochs go once it has stored
+ * RETAIN_EVERY more, and epochs past max_age go at most once a second, by
+ * the received_ns index.
  */
 #include "mkscope/store.h"
 
@@ -19,15 +30,26 @@
 
 #define DEFAULT_MAX_EPOCHS     100000u
 #define DEFAULT_MAX_RAW_EVENTS 1000000u
-/* Retention runs every this many ingested summaries: deleting is cheap, but
- * not free enough to do per message. */
+/* A rank's epochs beyond max_epochs are deleted every this many summaries
+ * it stores: deleting is cheap, but not free enough to do per message. */
 #define RETAIN_EVERY 64u
+/* Epochs older than max_age are looked for at most this often. */
+#define AGE_CHECK_NS 1000000000ull
+/* Prepared statements kept: more slots than the store has statements. */
+#define STMT_SLOTS 128u
+
+struct stmt_slot {
+    const char *sql;
+    sqlite3_stmt *s;
+};
 
 struct mks_store {
     sqlite3 *db;
     uint64_t max_epochs, max_age_ns, max_raw_events;
-    uint64_t since_retain;
+    uint64_t age_checked_ns;  /* last age retention (the collector's clock) */
     uint64_t raw_since_trim; /* raw events stored since the cap was last applied */
+    int in_batch;
+    struct stmt_slot stmts[STMT_SLOTS];
 };
 
 static int trim_raw(struct mks_store *st);
@@ -72,6 +94,7 @@ static const char schema_sql[] =
     " waits_dropped INTEGER, received_ns INTEGER,"
     " UNIQUE(job, rank, incarnation, seq));\n"
     "CREATE INDEX IF NOT EXISTS epochs_rank ON epochs(job, rank, id);\n"
+    "CREATE INDEX IF NOT EXISTS epochs_received ON epochs(received_ns);\n"
     "CREATE TABLE IF NOT EXISTS task_stats(epoch_id INTEGER REFERENCES epochs(id) ON DELETE"
     " CASCADE, class INTEGER, step INTEGER, req_gen INTEGER, count INTEGER, sum_run_ns INTEGER,"
     " queue_count INTEGER, queue_sum INTEGER, queue_max INTEGER, queue_hist BLOB,"
@@ -212,6 +235,10 @@ void mks_store_close(struct mks_store *st)
 {
     if (!st)
         return;
+    if (st->in_batch)
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    for (unsigned i = 0; i < STMT_SLOTS; i++)
+        sqlite3_finalize(st->stmts[i].s);
     sqlite3_close_v2(st->db);
     free(st);
 }
@@ -245,14 +272,39 @@ static void bindv(sqlite3_stmt *s, const char *fmt, va_list ap)
     }
 }
 
-/* Prepare sql and bind the values fmt describes; SQLite's result code. */
+/* The kept statement of sql (a literal: its address is the key), prepared
+ * on first use, reset and unbound; NULL with the error in the connection
+ * when it cannot be prepared. */
+static sqlite3_stmt *stmt(struct mks_store *st, const char *sql)
+{
+    unsigned h = (unsigned)(((uintptr_t)sql >> 3) * 2654435761u) % STMT_SLOTS;
+    for (unsigned i = 0; i < STMT_SLOTS; i++, h = (h + 1) % STMT_SLOTS) {
+        struct stmt_slot *sl = &st->stmts[h];
+        if (sl->sql == sql) {
+            sqlite3_reset(sl->s);
+            sqlite3_clear_bindings(sl->s);
+            return sl->s;
+        }
+        if (!sl->sql) {
+            if (sqlite3_prepare_v3(st->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &sl->s, NULL) !=
+                SQLITE_OK)
+                return NULL;
+            sl->sql = sql;
+            return sl->s;
+        }
+    }
+    return NULL; /* more statements than slots: a programming error */
+}
+
+/* The kept statement of sql with the values fmt describes bound. */
 static int prep_bound(struct mks_store *st, sqlite3_stmt **s, const char *sql, const char *fmt,
                       va_list ap)
 {
-    int rc = sqlite3_prepare_v2(st->db, sql, -1, s, NULL);
-    if (rc == SQLITE_OK)
-        bindv(*s, fmt, ap);
-    return rc;
+    *s = stmt(st, sql);
+    if (!*s)
+        return sqlite3_errcode(st->db) != SQLITE_OK ? sqlite3_errcode(st->db) : SQLITE_ERROR;
+    bindv(*s, fmt, ap);
+    return SQLITE_OK;
 }
 
 /* Run one statement with bound values; returns SQLite's result code. */
@@ -266,7 +318,7 @@ static int exec_stmt(struct mks_store *st, const char *sql, const char *fmt, ...
     if (rc != SQLITE_OK)
         return rc;
     rc = sqlite3_step(s);
-    sqlite3_finalize(s);
+    sqlite3_reset(s);
     return rc == SQLITE_ROW ? SQLITE_DONE : rc;
 }
 
@@ -286,18 +338,19 @@ static int query_u64(struct mks_store *st, uint64_t *out, const char *sql, const
     } else if (rc == SQLITE_DONE) {
         *out = 0;
     }
-    sqlite3_finalize(s);
+    sqlite3_reset(s);
     return rc;
 }
 
-/* A prepared insert, reused for every row of one table in one summary. */
+/* A kept insert, reused for every row of one table in one summary. */
 struct ins {
     sqlite3_stmt *s;
 };
 
 static int ins_prepare(struct mks_store *st, struct ins *in, const char *sql)
 {
-    return sqlite3_prepare_v2(st->db, sql, -1, &in->s, NULL);
+    in->s = stmt(st, sql);
+    return in->s ? SQLITE_OK : SQLITE_ERROR;
 }
 
 static int ins_row(struct ins *in, const char *fmt, ...)
@@ -314,8 +367,65 @@ static int ins_row(struct ins *in, const char *fmt, ...)
 
 static void ins_done(struct ins *in)
 {
-    sqlite3_finalize(in->s);
+    if (in->s)
+        sqlite3_reset(in->s);
     in->s = NULL;
+}
+
+/* ---- transactions ------------------------------------------------------- */
+
+/* One message's writes: a savepoint, which is a transaction of its own
+ * outside a batch and a part of the batch inside one. */
+static int txn_begin(struct mks_store *st)
+{
+    return exec_stmt(st, "SAVEPOINT msg", "") == SQLITE_DONE ? 0 : -EIO;
+}
+
+static int txn_end(struct mks_store *st, int ok)
+{
+    if (!ok) {
+        exec_stmt(st, "ROLLBACK TO msg", "");
+        exec_stmt(st, "RELEASE msg", "");
+        return -EIO;
+    }
+    if (exec_stmt(st, "RELEASE msg", "") != SQLITE_DONE) {
+        /* the commit of a message outside a batch failed (disk full...) */
+        if (!sqlite3_get_autocommit(st->db) && !st->in_batch)
+            sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return -EIO;
+    }
+    return 0;
+}
+
+int mks_store_batch_begin(struct mks_store *st, char *err, size_t errlen)
+{
+    if (!st)
+        return fail(err, errlen, -EINVAL, "store: no store");
+    if (st->in_batch)
+        return fail(err, errlen, -EALREADY, "store: a batch is already open");
+    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+        return db_fail(st, err, errlen, "begin batch");
+    st->in_batch = 1;
+    return 0;
+}
+
+int mks_store_batch_commit(struct mks_store *st, char *err, size_t errlen)
+{
+    if (!st || !st->in_batch)
+        return fail(err, errlen, -EINVAL, "store: no batch open");
+    st->in_batch = 0;
+    if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        int rc = db_fail(st, err, errlen, "commit batch");
+        if (!sqlite3_get_autocommit(st->db))
+            sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    return 0;
+}
+
+int mks_store_in_batch(const struct mks_store *st)
+{
+    return st && st->in_batch;
 }
 
 /* ---- ingest ---------------------------------------------------------------- */
@@ -389,8 +499,9 @@ static int store_register(struct mks_store *st, const mks_envelope *env, uint64_
 }
 
 static int store_heartbeat(struct mks_store *st, const mks_envelope *env, uint64_t now,
-                           char *err, size_t errlen)
+                           uint64_t *seq_p, char *err, size_t errlen)
 {
+    (void)seq_p;
     const Mkscope__V1__Heartbeat *h = env->heartbeat;
     if (ensure_rank(st, env, now) != SQLITE_DONE ||
         exec_stmt(st,
@@ -512,12 +623,31 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
     return SQLITE_OK;
 }
 
+/* A rank's epochs beyond max_epochs, and (at most once a second) every
+ * epoch older than max_age: both by index, so the cost follows what is
+ * deleted, not what is kept. */
+static int retain_after(struct mks_store *st, const mks_envelope *env, uint64_t stored,
+                        uint64_t now)
+{
+    if (stored % RETAIN_EVERY == 0 &&
+        exec_stmt(st,
+                  "DELETE FROM epochs WHERE job=?1 AND rank=?2 AND id <= (SELECT id FROM epochs"
+                  " WHERE job=?1 AND rank=?2 ORDER BY id DESC LIMIT 1 OFFSET ?3)",
+                  "tiu", env->job, (int64_t)env->rank, st->max_epochs) != SQLITE_DONE)
+        return -EIO;
+    if (st->max_age_ns && now > st->max_age_ns && now - st->age_checked_ns >= AGE_CHECK_NS) {
+        st->age_checked_ns = now;
+        if (exec_stmt(st, "DELETE FROM epochs WHERE received_ns < ?", "u",
+                      now - st->max_age_ns) != SQLITE_DONE)
+            return -EIO;
+    }
+    return 0;
+}
+
 static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t now,
                          uint64_t *seq_p, char *err, size_t errlen)
 {
     const Mkscope__V1__EpochSummary *s = env->epoch_summary;
-    if (sqlite3_exec(st->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
-        return db_fail(st, err, errlen, "begin");
     int rc = ensure_rank(st, env, now);
     if (rc != SQLITE_DONE)
         goto fail;
@@ -537,14 +667,18 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
                        "ti", env->job, (int64_t)env->rank);
     } else {
         int64_t eid = sqlite3_last_insert_rowid(st->db);
+        uint64_t stored = 0;
         if ((rc = store_summary_rows(st, eid, s)) != SQLITE_OK)
             goto fail;
-        rc = exec_stmt(st,
+        rc = query_u64(st, &stored,
                        "UPDATE ranks SET summaries = summaries + 1,"
                        " last_epoch = CASE WHEN incarnation = ? THEN ? ELSE last_epoch END,"
-                       " lost_summaries = lost_summaries + ? WHERE job=? AND rank=?",
+                       " lost_summaries = lost_summaries + ? WHERE job=? AND rank=?"
+                       " RETURNING summaries",
                        "uuuti", env->incarnation, s->epoch, s->lost_summaries, env->job,
                        (int64_t)env->rank);
+        if (rc == SQLITE_DONE && retain_after(st, env, stored, now))
+            goto fail;
     }
     if (rc != SQLITE_DONE)
         goto fail;
@@ -555,25 +689,19 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
         goto fail;
     /* A summary of an earlier incarnation (an agent sending what a crashed
      * one spooled) says nothing of the current agent's progress. */
-    exec_stmt(st, "UPDATE ranks SET acked_seq=? WHERE job=? AND rank=? AND incarnation=?", "utiu",
-              *seq_p, env->job, (int64_t)env->rank, env->incarnation);
-    if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+    if (exec_stmt(st, "UPDATE ranks SET acked_seq=? WHERE job=? AND rank=? AND incarnation=?",
+                  "utiu", *seq_p, env->job, (int64_t)env->rank, env->incarnation) != SQLITE_DONE)
         goto fail;
-    if (++st->since_retain >= RETAIN_EVERY) {
-        st->since_retain = 0;
-        mks_store_retain(st, now);
-    }
     return 0;
 fail:
-    fail(err, errlen, -EIO, "store: summary %llu of rank %u: %s", (unsigned long long)env->seq,
-         env->rank, sqlite3_errmsg(st->db));
-    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
-    return -EIO;
+    return fail(err, errlen, -EIO, "store: summary %llu of rank %u: %s",
+                (unsigned long long)env->seq, env->rank, sqlite3_errmsg(st->db));
 }
 
 static int store_command_reply(struct mks_store *st, const mks_envelope *env, uint64_t now,
-                               char *err, size_t errlen)
+                               uint64_t *seq_p, char *err, size_t errlen)
 {
+    (void)seq_p;
     const Mkscope__V1__CommandReply *r = env->command_reply;
     if (ensure_rank(st, env, now) != SQLITE_DONE ||
         exec_stmt(st,
@@ -586,12 +714,11 @@ static int store_command_reply(struct mks_store *st, const mks_envelope *env, ui
     return 0;
 }
 
-static int store_raw(struct mks_store *st, const mks_envelope *env, uint64_t now, char *err,
-                     size_t errlen)
+static int store_raw(struct mks_store *st, const mks_envelope *env, uint64_t now,
+                     uint64_t *seq_p, char *err, size_t errlen)
 {
+    (void)seq_p;
     const Mkscope__V1__RawEventBatch *b = env->raw_event_batch;
-    if (sqlite3_exec(st->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
-        return db_fail(st, err, errlen, "begin");
     struct ins in = {0};
     int rc = ins_prepare(st, &in,
                          "INSERT INTO raw_events(job, rank, escalation_id, event, flags, worker, sm,"
@@ -613,18 +740,15 @@ static int store_raw(struct mks_store *st, const mks_envelope *env, uint64_t now
                   (int64_t)env->rank, b->escalation_id, (uint64_t)b->n_events, b->dropped,
                   (int64_t)b->last, now) != SQLITE_DONE)
         rc = SQLITE_ERROR;
-    if (rc != SQLITE_OK || sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-        fail(err, errlen, -EIO, "store: raw events of rank %u: %s", env->rank,
-             sqlite3_errmsg(st->db));
-        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
-        return -EIO;
-    }
+    if (rc != SQLITE_OK)
+        return fail(err, errlen, -EIO, "store: raw events of rank %u: %s", env->rank,
+                    sqlite3_errmsg(st->db));
     /* Escalations arrive without summaries: the raw cap is applied here,
      * once a quarter of it has arrived since the last time (a bound within
      * 25% without a delete per batch). */
     st->raw_since_trim += b->n_events;
-    if (st->raw_since_trim >= st->max_raw_events / 4 + 1)
-        trim_raw(st);
+    if (st->raw_since_trim >= st->max_raw_events / 4 + 1 && trim_raw(st) != SQLITE_DONE)
+        return fail(err, errlen, -EIO, "store: raw event cap: %s", sqlite3_errmsg(st->db));
     return 0;
 }
 
@@ -637,21 +761,25 @@ int mks_store_ingest(struct mks_store *st, const mks_envelope *env, uint64_t now
     if (!seq_p)
         seq_p = &dummy;
     *seq_p = 0;
+    int (*fn)(struct mks_store *, const mks_envelope *, uint64_t, uint64_t *, char *, size_t);
     switch (env->body_case) {
-    case MKSCOPE__V1__ENVELOPE__BODY_REGISTER:
-        return store_register(st, env, now_ns, seq_p, err, errlen);
-    case MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT:
-        return store_heartbeat(st, env, now_ns, err, errlen);
-    case MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY:
-        return store_summary(st, env, now_ns, seq_p, err, errlen);
-    case MKSCOPE__V1__ENVELOPE__BODY_COMMAND_REPLY:
-        return store_command_reply(st, env, now_ns, err, errlen);
-    case MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH:
-        return store_raw(st, env, now_ns, err, errlen);
+    case MKSCOPE__V1__ENVELOPE__BODY_REGISTER: fn = store_register; break;
+    case MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT: fn = store_heartbeat; break;
+    case MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY: fn = store_summary; break;
+    case MKSCOPE__V1__ENVELOPE__BODY_COMMAND_REPLY: fn = store_command_reply; break;
+    case MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH: fn = store_raw; break;
     default:
         return fail(err, errlen, -EPROTO, "store: %s is not something an agent sends",
                     mks_wire_body_name(env->body_case));
     }
+    if (txn_begin(st))
+        return db_fail(st, err, errlen, "begin");
+    int rc = fn(st, env, now_ns, seq_p, err, errlen);
+    if (txn_end(st, rc == 0) && rc == 0)
+        rc = db_fail(st, err, errlen, "commit");
+    if (rc)
+        *seq_p = 0;
+    return rc;
 }
 
 /* Keep the newest max_raw_events raw events of each job. */

@@ -53,6 +53,15 @@ sqlite3 *mks_store_db(struct mks_store *st);
 int mks_store_ingest(struct mks_store *st, const mks_envelope *env, uint64_t now_ns,
                      uint64_t *seq_p, char *err, size_t errlen);
 
+/* A batch: every message ingested until the commit joins one transaction
+ * (each in its own savepoint, so a message that fails leaves the others
+ * alone).  Nothing of a batch is durable before mks_store_batch_commit
+ * returns 0: acknowledge its summaries only then.  A failed commit rolls the
+ * whole batch back.  mks_store_close() rolls back a batch left open. */
+int mks_store_batch_begin(struct mks_store *st, char *err, size_t errlen);
+int mks_store_batch_commit(struct mks_store *st, char *err, size_t errlen);
+int mks_store_in_batch(const struct mks_store *st);
+
 /* Apply the retention limits now (ingest also does so periodically). */
 int mks_store_retain(struct mks_store *st, uint64_t now_ns);
 
