@@ -357,6 +357,10 @@ static void queue_reply(struct agent *a, Mkscope__V1__CommandReply *r)
     a->replies[a->n_replies++] = (struct reply){buf, len};
 }
 
+/* How long a finished escalation's connection waits for the collector to
+ * take its last batches (it may be storing every other rank's). */
+#define UCX_FLUSH_MS 20000u
+
 static void esc_emit(const uint8_t *buf, size_t len, void *arg)
 {
     struct agent *a = arg;
@@ -380,7 +384,10 @@ static void esc_poll(struct agent *a, uint64_t now, int stop)
 {
     if (a->ucx) {
         agt_ucx_progress(a->ucx);
-        if (!a->esc && (agt_ucx_pending(a->ucx) == 0 || agt_ucx_failed(a->ucx) || stop)) {
+        /* Once the window has closed and every batch is handed to UCX, wait
+         * (without blocking the loop) until the collector has taken them. */
+        if (!a->esc && (stop || agt_ucx_failed(a->ucx) ||
+                        (agt_ucx_pending(a->ucx) == 0 && agt_ucx_flushed(a->ucx, UCX_FLUSH_MS)))) {
             agt_ucx_destroy(a->ucx, 1000);
             a->ucx = NULL;
         }

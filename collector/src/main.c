@@ -46,6 +46,9 @@
 #define DEFAULT_METRICS "127.0.0.1:7403"
 #define DEFAULT_DB      "mkscope.db"
 #define DEFAULT_UCX_PORT_S "7404"
+/* Escalations whose trace waits for more ranks, and for how long. */
+#define MAX_PENDING_TRACES 16
+#define TRACE_WAIT_NS      (10ull * 1000000000ull)
 /* Survey requests waiting while one is out (each holds a CLI request). */
 #define MAX_QUEUED_SURVEYS 8
 
@@ -63,6 +66,13 @@ struct collector {
     bool verbose;
     struct mks_ingest_stats stats;
     const char *trace_dir;
+    /* Escalations some of whose ranks have sent their last batch: the trace
+     * is written once all have, or TRACE_WAIT_NS after the first did. */
+    struct {
+        bool used;
+        char job[MKS_WIRE_MAX_JOB + 1];
+        uint64_t esc, since_mono;
+    } pend[MAX_PENDING_TRACES];
     /* Raw event batches over UCX; its "host:port" goes into Escalate. */
     struct mks_ucxrx *ucx;
     char ucx_endpoint[300];
@@ -191,6 +201,26 @@ static void send_env(struct collector *c, int sock, const mks_envelope *env)
     free(buf);
 }
 
+/* Write buf to path through a temporary name, so a reader never sees a
+ * half-written trace. */
+static bool write_whole(const char *path, const void *buf, size_t len)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(buf, 1, len, f) == len;
+    if (f && fclose(f))
+        ok = false;
+    if (ok && rename(tmp, path))
+        ok = false;
+    if (!ok) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+    }
+    return ok;
+}
+
 static void write_trace(struct collector *c, const char *job, uint64_t esc)
 {
     json_t *t = NULL;
@@ -199,27 +229,88 @@ static void write_trace(struct collector *c, const char *job, uint64_t esc)
         fprintf(stderr, "mkscope-collector: trace of escalation %" PRIu64 ": %s\n", esc, err);
         return;
     }
+    const json_t *od = json_object_get(t, "otherData");
+    size_t done = json_array_size(json_object_get(od, "ranks_done"));
+    size_t asked = json_array_size(json_object_get(od, "ranks_asked"));
+    char *text = json_dumps(t, JSON_COMPACT);
     snprintf(path, sizeof(path), "%s/mkscope-%s-%" PRIu64 ".json", c->trace_dir, job, esc);
-    if (json_dump_file(t, path, JSON_COMPACT))
+    if (!text || !write_whole(path, text, strlen(text)))
         fprintf(stderr, "mkscope-collector: cannot write %s: %s\n", path, strerror(errno));
     else
-        fprintf(stderr, "mkscope-collector: wrote %s\n", path);
+        fprintf(stderr, "mkscope-collector: wrote %s (ranks %zu of %zu asked)\n", path, done,
+                asked);
+    free(text);
     /* The same trace in Perfetto's own format. */
     uint8_t *buf;
     size_t len;
     if (mks_trace_perfetto(t, &buf, &len) == 0) {
         snprintf(path, sizeof(path), "%s/mkscope-%s-%" PRIu64 ".pftrace", c->trace_dir, job, esc);
-        FILE *f = fopen(path, "wb");
-        bool ok = f && fwrite(buf, 1, len, f) == len;
-        if (f && fclose(f))
-            ok = false;
-        if (ok)
+        if (write_whole(path, buf, len))
             fprintf(stderr, "mkscope-collector: wrote %s\n", path);
         else
             fprintf(stderr, "mkscope-collector: cannot write %s: %s\n", path, strerror(errno));
         free(buf);
     }
     json_decref(t);
+}
+
+/* A rank's last batch of escalation `esc` arrived: write the trace once
+ * every rank asked has sent its own (building it stalls this loop, so once,
+ * not per rank); until then remember it, so that a rank that never answers
+ * (its agent died) delays the trace by TRACE_WAIT_NS at most. */
+static void trace_rank_done(struct collector *c, const char *job, uint64_t esc)
+{
+    if (!c->trace_dir)
+        return;
+    json_t *asked, *done;
+    mks_trace_ranks(c->st, job, (int64_t)esc, &asked, &done);
+    size_t n_asked = json_array_size(asked), n_done = json_array_size(done);
+    json_decref(asked);
+    json_decref(done);
+    size_t k, free_k = MAX_PENDING_TRACES;
+    for (k = 0; k < MAX_PENDING_TRACES; k++) {
+        if (c->pend[k].used && c->pend[k].esc == esc && !strcmp(c->pend[k].job, job))
+            break;
+        if (!c->pend[k].used && free_k == MAX_PENDING_TRACES)
+            free_k = k;
+    }
+    if (n_done >= n_asked) {
+        if (k < MAX_PENDING_TRACES)
+            c->pend[k].used = false;
+        write_trace(c, job, esc);
+        return;
+    }
+    if (k < MAX_PENDING_TRACES)
+        return;
+    if (free_k == MAX_PENDING_TRACES) {
+        /* More escalations in flight than we track: write what is there. */
+        write_trace(c, job, esc);
+        return;
+    }
+    c->pend[free_k].used = true;
+    c->pend[free_k].esc = esc;
+    c->pend[free_k].since_mono = mono_ns();
+    snprintf(c->pend[free_k].job, sizeof(c->pend[free_k].job), "%s", job);
+    fprintf(stderr,
+            "mkscope-collector: escalation %" PRIu64 ": %zu of %zu ranks sent their raw events;"
+            " the trace is written when all have (at most %llu s from now)\n",
+            esc, n_done, n_asked, TRACE_WAIT_NS / 1000000000ull);
+}
+
+/* Write the traces that waited too long for a rank. */
+static void flush_traces(struct collector *c)
+{
+    uint64_t now = mono_ns();
+    for (size_t k = 0; k < MAX_PENDING_TRACES; k++) {
+        if (!c->pend[k].used || now - c->pend[k].since_mono < TRACE_WAIT_NS)
+            continue;
+        c->pend[k].used = false;
+        fprintf(stderr,
+                "mkscope-collector: escalation %" PRIu64 ": not every rank asked sent its raw"
+                " events within %llu s; writing the trace of those that did\n",
+                c->pend[k].esc, TRACE_WAIT_NS / 1000000000ull);
+        write_trace(c, c->pend[k].job, c->pend[k].esc);
+    }
 }
 
 /* Evaluate triggers at most once a second, when new summaries arrived. */
@@ -244,13 +335,24 @@ static void run_triggers(struct collector *c)
     json_t *f;
     json_array_foreach(fired, i, f)
     {
-        fprintf(stderr, "mkscope-collector: trigger %lld '%s' fired on rank %lld (value %g)%s\n",
+        char ranks[256] = "";
+        size_t k, off = 0;
+        json_t *r;
+        json_array_foreach(json_object_get(f, "escalation_ranks"), k, r)
+        {
+            if (off < sizeof(ranks))
+                off += (size_t)snprintf(ranks + off, sizeof(ranks) - off, "%s%lld",
+                                        k ? "," : " of ranks ", (long long)json_integer_value(r));
+        }
+        bool esc = json_is_true(json_object_get(f, "escalated"));
+        fprintf(stderr, "mkscope-collector: trigger %lld '%s' fired on rank %lld (value %g)%s%s%s\n",
                 (long long)json_integer_value(json_object_get(f, "trigger")),
                 json_string_value(json_object_get(f, "expr")),
                 (long long)json_integer_value(json_object_get(f, "rank")),
                 json_real_value(json_object_get(f, "value")),
-                json_is_true(json_object_get(f, "escalated")) ? ": escalating"
-                                                               : " (escalated recently)");
+                esc ? ": escalation " : " (escalated recently)",
+                esc ? json_string_value(json_object_get(f, "escalation")) : "",
+                esc ? ranks : "");
     }
     (void)n;
     json_decref(fired);
@@ -264,8 +366,8 @@ static void on_stored(void *arg, const mks_envelope *env)
     if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY)
         c->new_summaries = true;
     if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH &&
-        env->raw_event_batch->last && c->trace_dir)
-        write_trace(c, env->job, env->raw_event_batch->escalation_id);
+        env->raw_event_batch->last)
+        trace_rank_done(c, env->job, env->raw_event_batch->escalation_id);
 }
 
 /* A frame from the UCX listener: only raw event batches travel there, and
@@ -295,8 +397,8 @@ static void handle_ucx_frame(void *arg, const void *buf, size_t len)
     if (mks_store_ingest(c->st, env, now_ns(), NULL, err, sizeof(err))) {
         c->stats.store_errors++;
         fprintf(stderr, "mkscope-collector: %s\n", err);
-    } else if (env->raw_event_batch->last && c->trace_dir) {
-        write_trace(c, env->job, env->raw_event_batch->escalation_id);
+    } else if (env->raw_event_batch->last) {
+        trace_rank_done(c, env->job, env->raw_event_batch->escalation_id);
     }
     mks_wire_free(env);
 }
@@ -736,6 +838,7 @@ int main(int argc, char **argv)
         if (c.sv.active && mono_ns() >= c.sv.deadline_ns)
             finish_survey(&c);
         run_triggers(&c);
+        flush_traces(&c);
     }
 out:
     /* Requests the loop still holds are answered before the server stops. */
