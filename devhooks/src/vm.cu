@@ -353,9 +353,14 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
             if (stopping)
                 return;
             /* Idle: back off up to ~2 us, so a warp with nothing to do takes
-             * few issue slots and shared-memory cycles from the worker. */
+             * few issue slots and shared-memory cycles from the worker; and
+             * while nothing is attached at all (no record can come but the
+             * worker's last), to ~32 us. */
             __nanosleep(nap);
-            nap = nap < 2048u ? 2 * nap : 2048u;
+            if (nap < 2048u)
+                nap *= 2;
+            else
+                nap = *(const volatile uint32_t *)rt->mask ? 2048u : 32768u;
             continue;
         }
         nap = 64;
