@@ -47,6 +47,7 @@
 
 #include "load.h"
 #include "mkscope/commid.h"
+#include "budget.h"
 #include "spool.h"
 
 #define MAX_RATES 32
@@ -78,6 +79,7 @@ struct sim {
     uint32_t req_id, attempt;
     uint64_t sent_ns, inflight_seq;
     bool registered, hb_due, queued;
+    struct agt_pressure coll; /* the collector's load, as an agent reads it */
     uint64_t last_hb_ns, phase_ns;
     int sock;
 };
@@ -86,6 +88,7 @@ struct phase {
     double rate;
     uint64_t t0, t_end, t_drained, period;
     uint64_t produced, acked, acked_in_window, hb_acked, timeouts, late, send_fail;
+    uint64_t coarsened; /* summaries made at a coarser tier under the collector's pressure */
     uint64_t bytes, lost0, lost1, backlog_end, backlog_max;
     uint32_t *lat_send, *lat_due; /* microseconds */
     size_t n_lat, cap_lat;
@@ -98,7 +101,7 @@ struct phase {
 struct load {
     const char *url, *job, *key_path, *db, *out, *format;
     struct mks_wire_key key;
-    bool have_key, verbose, stop;
+    bool have_key, verbose, stop, honour_pressure;
     uint32_t n_ranks, n_conns, n_socks, hb_ms;
     uint64_t timeout_ns, drain_ns, buffer_bytes;
     double seconds, rates[MAX_RATES], max_p99_ms;
@@ -142,6 +145,9 @@ static void usage(FILE *f)
             "  --drain-ms MS       after each phase, time to deliver what is buffered\n"
             "                      (default 20000)\n"
             "  --max-p99-ms MS     p99 due-to-ack latency still counted as keeping up (100)\n"
+            "  --ignore-pressure   send full detail whatever the collector's acks say (agents\n"
+            "                      coarsen their summaries under pressure; a rate kept up with\n"
+            "                      only by coarsening is reported as not kept up with)\n"
             "  --pid PID           the collector's process: CPU and memory from /proc\n"
             "  --db PATH           the collector's store: size, and the summaries it holds\n"
             "  -f text|json        report format (default text)\n"
@@ -295,6 +301,7 @@ static uint32_t map_peer(const struct load *L, const struct sim *s, uint32_t pee
 static int make_summary(struct load *L, struct sim *s, uint64_t seq, uint64_t lost,
                         uint64_t due_mono, uint64_t due_real, uint8_t **buf, size_t *len)
 {
+    uint32_t level = L->honour_pressure ? s->coll.level : 0;
     struct tmpl *t = &L->tm[s->src];
     size_t k = (size_t)((seq - 1) % t->n);
     uint64_t cycle = (seq - 1) / t->n;
@@ -308,6 +315,11 @@ static int make_summary(struct load *L, struct sim *s, uint64_t seq, uint64_t lo
     uint64_t dshift = o->t_end_dev_ns ? due_mono - o->t_end_dev_ns : 0;
 #define DEV(x) ((x) ? (x) + dshift : 0)
     char *job = we->job;
+    /* the wire's freshness fields of a message of its own (nonce, time) */
+    mks_envelope fresh;
+    mks_wire_init(&fresh, L->job, s->rank, seq);
+    we->nonce = fresh.nonce;
+    we->sent_ns = fresh.sent_ns;
     we->job = (char *)L->job;
     we->rank = s->rank;
     we->incarnation = s->inc;
@@ -356,8 +368,45 @@ static int make_summary(struct load *L, struct sim *s, uint64_t seq, uint64_t lo
         w->gens[i]->t_dev_ns = DEV(o->gens[i]->t_dev_ns);
     }
 #undef DEV
+    /* Under the collector's pressure an agent sends a coarser tier (budget.h):
+     * level 1 without wait and release records and user maps, level 2 also
+     * without per-step tables and histograms.  Fields are hidden for the
+     * encoding and put back after. */
+    size_t n_w = w->n_remote_waits, n_r = w->n_releases, n_m = w->n_maps, n_s = w->n_steps;
+    size_t n_lw = w->n_local_waits, n_wk = w->n_workers, n_g = w->n_gens;
+    uint32_t tier = w->detail_tier;
+    uint64_t dropped = w->waits_dropped;
+    Mkscope__V1__Hist *hists[2 * 4096];
+    size_t n_h = w->n_task_stats < 4096 ? w->n_task_stats : 4096;
+    w->pressure = level;
+    if (level >= 1 && tier > 1) {
+        w->waits_dropped += n_w + n_r;
+        w->n_remote_waits = w->n_releases = w->n_maps = 0;
+        w->detail_tier = 1;
+    }
+    if (level >= 2 && tier > 0) {
+        w->n_steps = w->n_local_waits = w->n_workers = w->n_gens = 0;
+        w->n_remote_waits = w->n_releases = w->n_maps = 0;
+        for (size_t i = 0; i < n_h; i++) {
+            hists[2 * i] = w->task_stats[i]->queue;
+            hists[2 * i + 1] = w->task_stats[i]->run;
+            w->task_stats[i]->queue = w->task_stats[i]->run = NULL;
+        }
+        w->detail_tier = 0;
+    }
+    if (w->detail_tier != tier && L->cur)
+        L->cur->coarsened++;
     char why[256];
     int rc = mks_wire_encode(we, L->have_key ? &L->key : NULL, buf, len, why, sizeof(why));
+    if (level >= 2 && tier > 0)
+        for (size_t i = 0; i < n_h; i++) {
+            w->task_stats[i]->queue = hists[2 * i];
+            w->task_stats[i]->run = hists[2 * i + 1];
+        }
+    w->n_remote_waits = n_w, w->n_releases = n_r, w->n_maps = n_m, w->n_steps = n_s;
+    w->n_local_waits = n_lw, w->n_workers = n_wk, w->n_gens = n_g;
+    w->detail_tier = tier;
+    w->waits_dropped = dropped;
     we->job = job;
     if (rc)
         fprintf(stderr, "mkscope-load: cannot encode a summary: %s\n", why);
@@ -561,6 +610,8 @@ static void on_reply(struct load *L, uint32_t id, const void *buf, size_t len)
             agt_spool_ack(s->spool, env->register_ack->stored_seq);
         }
     } else if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_ACK) {
+        agt_pressure_note(&s->coll, env->ack->pressure, now - s->sent_ns,
+                          L->cur ? L->cur->period : 100000000ull);
         if (was == RQ_SUMMARY) {
             uint64_t up = env->ack->up_to_seq < s->seq ? env->ack->up_to_seq : s->seq;
             if (up >= s->inflight_seq && p) {
@@ -866,7 +917,8 @@ static void judge(const struct load *L, struct phase *p)
     qsort(p->lat_due, p->n_lat, sizeof(uint32_t), cmp_u32);
     p->kept_up = p->lost1 == p->lost0 && p->timeouts == 0 && p->send_fail == 0 &&
                  p->backlog_end <= L->n_ranks &&
-                 pct(p->lat_due, p->n_lat, 0.99) <= L->max_p99_ms && p->acked == p->produced;
+                 pct(p->lat_due, p->n_lat, 0.99) <= L->max_p99_ms && p->acked == p->produced &&
+                 p->coarsened == 0;
 }
 
 static json_t *phase_json(const struct load *L, const struct phase *p)
@@ -876,7 +928,7 @@ static json_t *phase_json(const struct load *L, const struct phase *p)
     uint64_t lost = p->lost1 - p->lost0;
     return json_pack(
         "{s:f, s:f, s:I, s:f, s:I, s:f, s:f, s:{s:f, s:f, s:f, s:f}, s:{s:f, s:f, s:f, s:f},"
-        " s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:b, s:o}",
+        " s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:b, s:o}",
         "rate", p->rate, "offered_per_s", (double)p->produced / secs, "produced",
         (json_int_t)p->produced, "acked_per_s", (double)p->acked_in_window / secs, "acked",
         (json_int_t)p->acked, "bytes_per_s", (double)p->bytes / secs, "drain_s",
@@ -888,7 +940,8 @@ static json_t *phase_json(const struct load *L, const struct phase *p)
         "p90", pct(p->lat_due, p->n_lat, 0.9), "p99", p99_due, "max",
         pct(p->lat_due, p->n_lat, 1.0), "heartbeats_acked", (json_int_t)p->hb_acked, "timeouts",
         (json_int_t)p->timeouts, "late_replies", (json_int_t)p->late, "send_failures",
-        (json_int_t)p->send_fail, "lost", (json_int_t)lost, "backlog_end",
+        (json_int_t)p->send_fail, "coarsened", (json_int_t)p->coarsened, "lost",
+        (json_int_t)lost, "backlog_end",
         (json_int_t)p->backlog_end, "backlog_max", (json_int_t)p->backlog_max, "collector_cpu",
         L->pid > 0 ? p->cpu_s / p->wall_s : -1.0, "phase_s", p->wall_s, "collector_rss_kb",
         (json_int_t)p->rss_kb, "collector_hwm_kb", (json_int_t)p->hwm_kb, "kept_up", p->kept_up,
@@ -931,15 +984,15 @@ static void print_text(FILE *f, const struct load *L, json_t *rep)
     fprintf(f, "mkscope-load: %u agents (%u sources of %s), %u connections, summary %.0f B mean\n",
             L->n_ranks, L->n_src, json_string_value(json_object_get(rep, "recording")),
             L->n_conns, json_real_value(json_object_get(rep, "summary_bytes")));
-    fprintf(f, "%8s %9s %9s %9s %9s %9s %9s %8s %6s %6s %8s %7s %s\n", "rate", "offered/s",
+    fprintf(f, "%8s %9s %9s %9s %9s %9s %9s %8s %6s %6s %7s %8s %7s %s\n", "rate", "offered/s",
             "acked/s", "send p50", "send p99", "due p99", "due max", "backlog", "lost", "tmo",
-            "cpu", "rss MB", "kept up");
+            "coarse", "cpu", "rss MB", "kept up");
     size_t i;
     json_t *p;
     json_array_foreach(json_object_get(rep, "phases"), i, p)
     {
         json_t *sa = json_object_get(p, "send_to_ack_ms"), *da = json_object_get(p, "due_to_ack_ms");
-        fprintf(f, "%8g %9.0f %9.0f %7.1fms %7.1fms %7.1fms %7.0fms %8lld %6lld %6lld %7.0f%% %7.1f %s\n",
+        fprintf(f, "%8g %9.0f %9.0f %7.1fms %7.1fms %7.1fms %7.0fms %8lld %6lld %6lld %7lld %7.0f%% %7.1f %s\n",
                 json_real_value(json_object_get(p, "rate")),
                 json_real_value(json_object_get(p, "offered_per_s")),
                 json_real_value(json_object_get(p, "acked_per_s")),
@@ -950,6 +1003,7 @@ static void print_text(FILE *f, const struct load *L, json_t *rep)
                 (long long)json_integer_value(json_object_get(p, "backlog_end")),
                 (long long)json_integer_value(json_object_get(p, "lost")),
                 (long long)json_integer_value(json_object_get(p, "timeouts")),
+                (long long)json_integer_value(json_object_get(p, "coarsened")),
                 100 * json_real_value(json_object_get(p, "collector_cpu")),
                 (double)json_integer_value(json_object_get(p, "collector_rss_kb")) / 1024,
                 json_is_true(json_object_get(p, "kept_up")) ? "yes" : "no");
@@ -1058,7 +1112,8 @@ int load_run_main(int argc, char **argv)
     *L = (struct load){.url = "tcp://127.0.0.1:7400", .job = jobbuf, .format = "text",
                        .n_ranks = 1024, .hb_ms = 1000, .timeout_ns = 5000000000ull,
                        .drain_ns = 20000000000ull, .buffer_bytes = 8u << 20, .seconds = 60,
-                       .max_p99_ms = 100, .rates = {10}, .n_rates = 1, .sigfd = -1};
+                       .max_p99_ms = 100, .rates = {10}, .n_rates = 1, .sigfd = -1,
+                       .honour_pressure = true};
     const char *recording = NULL;
     static const struct option lo[] = {
         {"collector", required_argument, NULL, 'c'}, {"recording", required_argument, NULL, 'r'},
@@ -1069,6 +1124,7 @@ int load_run_main(int argc, char **argv)
         {"timeout-ms", required_argument, NULL, 'T'}, {"buffer-bytes", required_argument, NULL, 'B'},
         {"drain-ms", required_argument, NULL, 'D'},  {"max-p99-ms", required_argument, NULL, 'P'},
         {"pid", required_argument, NULL, 'p'},       {"db", required_argument, NULL, 'd'},
+        {"ignore-pressure", no_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0}};
     int opt;
     double v;
@@ -1090,6 +1146,7 @@ int load_run_main(int argc, char **argv)
             L->format = optarg;
             break;
         case 'v': L->verbose = true; break;
+        case 'I': L->honour_pressure = false; break;
         case 'n':
             if (num_opt("ranks", optarg, 1, 1 << 20, &v))
                 return 2;

@@ -132,6 +132,7 @@ static void handle(struct mks_ingest *ing, struct pending *p, const void *buf, s
     }
     mks_envelope out;
     mks_wire_init(&out, env->job, env->rank, env->seq);
+    out.reply_to = env->nonce;
     if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_REGISTER) {
         Mkscope__V1__RegisterAck ack = MKSCOPE__V1__REGISTER_ACK__INIT;
         ack.accepted = 1;
