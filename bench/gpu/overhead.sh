@@ -105,8 +105,11 @@ if [ -z "$bin" ]; then
     export MKS_MONITORS_DIR=${MKS_MONITORS_DIR:-$build/agent/monitors}
     echo "   built in $((SECONDS - t0)) s"
 fi
-[ -n "$prefix_lib" ] && export LD_LIBRARY_PATH=$prefix_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-missing=$(for b in "$bin"/*; do [ -e "$b" ] && ldd "$b"; done 2>&1 | grep "not found" | sort -u)
+# The runtime libraries for our programs only (not for python3, cuobjdump,
+# nvidia-smi, which have the machine's own).
+runenv=(env)
+[ -n "$prefix_lib" ] && runenv=(env "LD_LIBRARY_PATH=$prefix_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+missing=$(for b in "$bin"/*; do [ -e "$b" ] && "${runenv[@]}" ldd "$b"; done 2>&1 | grep "not found" | sort -u)
 [ -z "$missing" ] || { echo "$0: libraries not found: $missing" >&2; exit 1; }
 mon=${MKS_MONITORS_DIR:?MKS_MONITORS_DIR: the directory of the monitor objects}
 for m in count latency depwait queue genprog hist_all; do
@@ -151,21 +154,21 @@ one_run() {
         local exe=mkscope-bench extra=()
         [ "$var" = out ] && exe=mkscope-bench-nohooks
         [ "$var" = profiler ] && exe=mkscope-bench-prof && extra=(--trace "$d/trace")
-        timeout -k 5 "$tmo" "$bin/$exe" run --backend "$backend" --ranks 1 --job "$job" \
+        "${runenv[@]}" timeout -k 5 "$tmo" "$bin/$exe" run --backend "$backend" --ranks 1 --job "$job" \
             --json "$d/bench.json" "${args[@]}" "${extra[@]}" >"$d/log" 2>&1
         rc=$?
         ;;
     *)
         local steps=${args[1]}
-        MKS_AGENT_BIN=$bin/mkscope-agent MKS_COLLECTOR_BIN=$bin/mkscope-collector \
-            MKS_BENCH_BIN=$bin/mkscope-bench timeout -k 5 "$tmo" \
+        "${runenv[@]}" MKS_AGENT_BIN="$bin/mkscope-agent" MKS_COLLECTOR_BIN="$bin/mkscope-collector" \
+            MKS_BENCH_BIN="$bin/mkscope-bench" timeout -k 5 "$tmo" \
             "$root/deploy/local/mkscope-launch" --ranks 1 --backend "$backend" --job "$job" --dir "$d" \
             --steps "$steps" --epoch-ms 100 --keep-collector -q \
             --agent-arg --monitors --agent-arg "$mon" --agent-arg --attach \
             --agent-arg "$(attach_of "$var")" -- "${args[@]:2}" >"$d/log" 2>&1
         rc=$?
         if [ -s "$d/collector.pid" ]; then
-            timeout 20 "$bin/mkscope" --collector "ipc://$d/cli" --timeout 5000 -f json status \
+            "${runenv[@]}" timeout 20 "$bin/mkscope" --collector "ipc://$d/cli" --timeout 5000 -f json status \
                 >"$d/status.json" 2>>"$d/log"
             kill -TERM -- "-$(cat "$d/collector.pid")" 2>/dev/null
             sleep 0.2
@@ -293,7 +296,7 @@ echo "   runs took $((SECONDS - t0)) s in all"
 
 if [ "$cost" = 1 ] && [ $((SECONDS - t0)) -lt "$budget" ]; then
     echo "== devhooks cost benchmark (short tasks)"
-    timeout -k 5 120 "$bin/mkscope-devhooks-cost" 10000 64 >"$out/cost.txt" 2>&1 ||
+    "${runenv[@]}" timeout -k 5 120 "$bin/mkscope-devhooks-cost" 10000 64 >"$out/cost.txt" 2>&1 ||
         echo "   cost benchmark rc $?"
 fi
 wait "$res_pid" 2>/dev/null
