@@ -22,7 +22,11 @@ static __always_inline struct mks_mon_gen *slot_of(const struct mks_hook_ctx *ct
 {
     __u32 step = ctx->step;
     __u32 key = step % MKS_MON_STEP_SLOTS;
-    struct mks_mon_gen *g = mks_map_lookup(&gen_by_step, &key);
+    struct mks_mon_gen *g;
+
+    if (MKS_CTX_IS_ABSENT32(step)) /* the runtime does not know the step */
+        return 0;
+    g = mks_map_lookup(&gen_by_step, &key);
 
     if (g && g->step != step) {
         g->step = step;

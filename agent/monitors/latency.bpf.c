@@ -43,7 +43,7 @@ static __always_inline int add_latency(void *map, const struct mks_hook_ctx *ctx
     __u32 cls = ctx->task_class, step = ctx->step;
     __u32 key;
 
-    if (t0 == 0 || t0 > t1)
+    if (t0 == 0 || t0 > t1 || MKS_CTX_IS_ABSENT32(step)) /* absent step: no bucket to blame */
         return 0;
     key = MKS_MON_LAT_KEY(cls, step);
     mks_hist_add(map, &key, t1 - t0);

@@ -64,7 +64,9 @@
  * lat_ready: MKS_MAP_HIST, ready -> start (queueing) in ns.
  * lat_run:   MKS_MAP_HIST, start -> end (execution) in ns.
  * Key u32 = MKS_MON_LAT_KEY(class, step), value struct mks_hist.  Events
- * whose earlier timestamp is unknown (0) or later than t_now are skipped. */
+ * whose earlier timestamp is unknown (0) or later than t_now, or whose step
+ * is absent (MKS_CTX_ABSENT32), are skipped; an absent task class folds
+ * into the "other" slot like any class past the table. */
 #define MKS_MON_LAT_READY_MAP "lat_ready"
 #define MKS_MON_LAT_RUN_MAP   "lat_run"
 #define MKS_MON_LAT_ENTRIES   (MKS_MON_MAX_CLASSES * MKS_MON_STEP_BUCKETS)
@@ -149,8 +151,8 @@ struct mks_mon_wait_stats {
 
 struct mks_mon_queue {
     uint64_t assigns;        /* task_assign events for this worker */
-    uint64_t depth_sum;      /* sum of queue_depth at those events */
-    uint64_t depth_max;      /* largest queue_depth seen */
+    uint64_t depth_sum;      /* sum of queue_depth at those events (absent depths left out) */
+    uint64_t depth_max;      /* largest queue_depth seen (absent depths left out) */
     uint64_t pressure;       /* queue_pressure events (threshold crossings) */
     uint64_t threshold;      /* ctx.value of the last crossing */
     uint64_t t_last_pressure;

@@ -26,6 +26,10 @@ int q_assign(const struct mks_hook_ctx *ctx)
     if (!q)
         return 0;
     __sync_fetch_and_add(&q->assigns, 1);
+    /* A runtime that cannot tell the depth at the assignment says so
+     * (MKS_CTX_ABSENT32): the assignment counts, no depth sample does. */
+    if (MKS_CTX_IS_ABSENT32(ctx->queue_depth))
+        return 0;
     __sync_fetch_and_add(&q->depth_sum, depth);
     if (depth > q->depth_max)
         q->depth_max = depth;
@@ -44,7 +48,7 @@ int q_pressure(const struct mks_hook_ctx *ctx)
     __sync_fetch_and_add(&q->pressure, 1);
     q->threshold = ctx->value;
     q->t_last_pressure = ctx->t_now;
-    if (depth > q->depth_max)
+    if (!MKS_CTX_IS_ABSENT32(ctx->queue_depth) && depth > q->depth_max)
         q->depth_max = depth;
     return 0;
 }

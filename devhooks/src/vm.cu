@@ -353,14 +353,9 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
             if (stopping)
                 return;
             /* Idle: back off up to ~2 us, so a warp with nothing to do takes
-             * few issue slots and shared-memory cycles from the worker; and
-             * while nothing is attached at all (no record can come but the
-             * worker's last), to ~32 us. */
+             * few issue slots and shared-memory cycles from the worker. */
             __nanosleep(nap);
-            if (nap < 2048u)
-                nap *= 2;
-            else
-                nap = *(const volatile uint32_t *)rt->mask ? 2048u : 32768u;
+            nap = nap < 2048u ? 2 * nap : 2048u;
             continue;
         }
         nap = 64;
@@ -557,3 +552,6 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
         }
     }
 }
+
+/* Monitor warps outside the worker's block (mkscope/devhook_gring.cuh). */
+#include "gmon.cuh"

@@ -61,6 +61,18 @@ enum mks_dep_class {
     MKS_DEP_REMOTE = 2, /* event released by a task on another rank */
 };
 
+/* "Absent": the runtime does not know this field.  Every field that has no
+ * other way to say so carries one of these when its runtime cannot fill it
+ * (docs/mpk.md: which fields MPK leaves absent and why), never an invented
+ * number; monitors and the diagnosis treat it as unknown, not as a value.
+ * Times (t_ready, t_start, t_end), comm_gen and dep_class keep their own
+ * 0 = unknown / none; every other id, index and count uses all ones. */
+#define MKS_CTX_ABSENT32 0xffffffffu
+#define MKS_CTX_ABSENT64 0xffffffffffffffffull
+/* True when a 32- or 64-bit context field holds its absent value. */
+#define MKS_CTX_IS_ABSENT32(v) ((v) == MKS_CTX_ABSENT32)
+#define MKS_CTX_IS_ABSENT64(v) ((v) == MKS_CTX_ABSENT64)
+
 /* ctx.flags bits. */
 #define MKS_CTX_F_DYNAMIC 0x1u /* task created at run time (MoE expert, joining request) */
 #define MKS_CTX_F_COMM    0x2u /* task is a communication task */
@@ -98,6 +110,10 @@ struct mks_hook_ctx {
                                   COMM_*), 0 if not yet */
     uint64_t reserved[1]; /* 120: zero; room for v1 additions without resizing */
 };
+/* Fields a runtime may leave absent (MKS_CTX_ABSENT32/64): task_class,
+ * task_gen, req_gen, step, tile_x, tile_y, dep_event, peer_rank,
+ * queue_depth, value.  rank, worker, sm, event and t_now are always set
+ * (a scheduler's events carry its own hook slot as worker). */
 
 #define MKS_HOOK_CTX_V1_SIZE 128u
 
