@@ -63,8 +63,8 @@ static const struct cmd_help cmds[] = {
      "  mkscope waitchain\n  mkscope waitchain --step 37 -f dot | dot -Tsvg > chain.svg\n",
      " step slow min-coverage min-steps "},
     {"attach",
-     "mkscope attach OBJ.bpf.o | --builtin NAME [--name N] [--hook H] [--ranks all|0,2]"
-     " [--wait MS]",
+     "mkscope attach OBJ.bpf.o | --builtin NAME [--name N] [--hook H] [--replace OLD]"
+     " [--ranks all|0,2] [--wait MS]",
      "Attach a BPF object (verified here first, exactly as an agent will) or a\n"
      "built-in monitor on some or all ranks while the job runs. Waits until every\n"
      "rank replied and shows each agent's verdict, cost (worst-case instructions per\n"
@@ -73,11 +73,14 @@ static const struct cmd_help cmds[] = {
      "  --builtin NAME     a monitor the agents ship (count, latency, depwait, queue, genprog)\n"
      "  --name N           program name [the object's file name]\n"
      "  --hook H           hook to attach at [from the object's sections]\n"
+     "  --replace OLD      swap the attached program OLD for this one, at each hook in\n"
+     "                     one step: every event runs the old or the new program\n"
      "  --ranks all|LIST   ranks to attach on [all]\n"
      "  --wait MS          how long to wait for the agents' replies [10000]\n",
      "  mkscope attach monitor.bpf.o --ranks all\n"
-     "  mkscope attach --builtin latency --ranks 0,2\n",
-     " builtin name hook ranks wait "},
+     "  mkscope attach --builtin latency --ranks 0,2\n"
+     "  mkscope attach --builtin count --name count --replace latency\n",
+     " builtin name hook replace ranks wait "},
     {"detach", "mkscope detach NAME [--ranks all|0,2] [--wait MS]",
      "Detach a program by name on some or all ranks; waits for the agents' replies.",
      "  --ranks all|LIST   ranks [all]\n  --wait MS          [10000]\n",

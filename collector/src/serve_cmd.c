@@ -124,13 +124,26 @@ static int serve_attach_detach(const struct mks_serve_env *env,
     Mkscope__V1__Command cmd = MKSCOPE__V1__COMMAND__INIT;
     Mkscope__V1__AttachProgram ap = MKSCOPE__V1__ATTACH_PROGRAM__INIT;
     Mkscope__V1__DetachProgram dp = MKSCOPE__V1__DETACH_PROGRAM__INIT;
+    Mkscope__V1__ReplaceProgram rp = MKSCOPE__V1__REPLACE_PROGRAM__INIT;
+    /* --replace OLD: the agent swaps OLD for the new program in one
+     * publication per hook, so no event sees neither or both */
+    const char *replace = attach ? mks_serve_arg(req, "replace") : NULL;
+    if (replace && !*replace)
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "attach --replace: name the old program");
     if (attach) {
         ap.name = (char *)name;
         ap.hook = hook;
         ap.builtin = (char *)(builtin && !req->blob.len ? builtin : "");
         ap.bpf_object = req->blob;
-        cmd.kind_case = MKSCOPE__V1__COMMAND__KIND_ATTACH;
-        cmd.attach = &ap;
+        if (replace) {
+            rp.old_name = (char *)replace;
+            rp.program = &ap;
+            cmd.kind_case = MKSCOPE__V1__COMMAND__KIND_REPLACE;
+            cmd.replace = &rp;
+        } else {
+            cmd.kind_case = MKSCOPE__V1__COMMAND__KIND_ATTACH;
+            cmd.attach = &ap;
+        }
     } else {
         dp.name = (char *)name;
         dp.hook = hook;
@@ -140,7 +153,8 @@ static int serve_attach_detach(const struct mks_serve_env *env,
     json_t *ids = json_array();
     for (size_t i = 0; i < n; i++) {
         int64_t id;
-        if (queue_command(env, job, ranks[i], attach ? "attach" : "detach", name, hook, &cmd,
+        if (queue_command(env, job, ranks[i], replace ? "replace" : attach ? "attach" : "detach",
+                          name, hook, &cmd,
                           &id)) {
             json_decref(ids);
             return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: cannot queue command: %s",
