@@ -17,6 +17,7 @@ pkgs=(
   libsodium-dev                   # message authentication
   procps psmisc                   # pgrep/pkill for the demo's clean-up checks
   jq                              # integration tests read the CLI's JSON answers
+  patch                           # the MPK hook sites onto a Mirage checkout (runtimes/mpk)
 )
 
 missing=()
