@@ -59,6 +59,7 @@
 #include "mkscope/hook_abi.h"
 #include "mkscope/loader.h"
 #include "mkscope/verifier.h"
+#include "vf_scalar.h"
 
 /* Instructions processed before the program is called too complex: the
  * standard monitors need a few hundred, a 4096-instruction straight line
@@ -79,7 +80,6 @@
 /* Context bytes before v1's reserved tail: the declared fields. */
 #define VF_CTX_V1_FIELDS_END ((uint32_t)offsetof(struct mks_hook_ctx, reserved))
 
-#define U32_MAX_ 0xffffffffull
 
 enum vf_type {
     VT_NOT_INIT = 0,
@@ -91,16 +91,15 @@ enum vf_type {
     VT_MAP_VALUE_OR_NULL,
 };
 
-/* A register.  Scalars use all four bounds; pointers keep their offset range
- * in smin/smax. */
+/* A register.  A scalar's value is described by s (vf_scalar.h); pointers
+ * keep their offset range in s.smin..s.smax. */
 struct vf_reg {
     uint8_t type;
     uint8_t frame;  /* VT_STACK: frame the pointer points into */
     uint16_t map;   /* VT_MAP*: map index */
     uint32_t id;    /* links copies: scalars for narrowing, map values for null checks */
     uint32_t def;   /* VT_MAP_VALUE_OR_NULL: insn of the lookup (for messages) */
-    uint64_t umin, umax;
-    int64_t smin, smax;
+    struct vf_scalar s;
 };
 
 enum { SL_INVALID = 0, SL_MISC, SL_SPILL };
@@ -246,223 +245,37 @@ static const char *map_type_name(uint32_t t)
     }
 }
 
-/* ---- scalar bounds ----------------------------------------------------- */
+/* ---- scalars (the domain itself is vf_scalar.c) ------------------------ */
 
 static void sc_unknown(struct vf_reg *r)
 {
     memset(r, 0, sizeof(*r));
     r->type = VT_SCALAR;
-    r->umax = UINT64_MAX;
-    r->smin = INT64_MIN;
-    r->smax = INT64_MAX;
+    vfs_unknown(&r->s);
 }
 
 static void sc_urange(struct vf_reg *r, uint64_t lo, uint64_t hi)
 {
     sc_unknown(r);
-    r->umin = lo;
-    r->umax = hi;
+    vfs_urange(&r->s, lo, hi);
 }
 
 static void sc_const(struct vf_reg *r, uint64_t c)
 {
     sc_unknown(r);
-    r->umin = r->umax = c;
-    r->smin = r->smax = (int64_t)c;
+    vfs_const(&r->s, c);
 }
 
 static bool sc_is_const(const struct vf_reg *r)
 {
-    return r->type == VT_SCALAR && r->umin == r->umax;
+    return r->type == VT_SCALAR && vfs_is_const(&r->s);
 }
 
-/* Tighten each pair of bounds from the other; false when empty. */
-static bool sc_sync(struct vf_reg *r)
-{
-    for (int k = 0; k < 2; k++) {
-        if (r->umin <= r->umax && (r->umax <= (uint64_t)INT64_MAX || r->umin > (uint64_t)INT64_MAX)) {
-            if ((int64_t)r->umin > r->smin)
-                r->smin = (int64_t)r->umin;
-            if ((int64_t)r->umax < r->smax)
-                r->smax = (int64_t)r->umax;
-        }
-        if (r->smin <= r->smax && (r->smin >= 0 || r->smax < 0)) {
-            if ((uint64_t)r->smin > r->umin)
-                r->umin = (uint64_t)r->smin;
-            if ((uint64_t)r->smax < r->umax)
-                r->umax = (uint64_t)r->smax;
-        }
-    }
-    return r->umin <= r->umax && r->smin <= r->smax;
-}
-
-/* All bits below the highest set bit of x, and that bit. */
-static uint64_t fill_bits(uint64_t x)
-{
-    x |= x >> 1;
-    x |= x >> 2;
-    x |= x >> 4;
-    x |= x >> 8;
-    x |= x >> 16;
-    x |= x >> 32;
-    return x;
-}
-
-/* Bounds of a loaded value of `size` bytes, sign-extended when sx. */
+/* A loaded value of `size` bytes, sign-extended when sx. */
 static void sc_width(struct vf_reg *r, uint32_t size, bool sx)
 {
-    if (size == 8) {
-        sc_unknown(r);
-        return;
-    }
-    uint64_t bits = size * 8u;
-    if (sx) {
-        sc_unknown(r);
-        r->smin = -(int64_t)(1ull << (bits - 1));
-        r->smax = (int64_t)((1ull << (bits - 1)) - 1);
-        sc_sync(r);
-    } else {
-        sc_urange(r, 0, (1ull << bits) - 1);
-        sc_sync(r);
-    }
-}
-
-/* dst = dst <op> src on 64-bit scalars.  Returns false for ops it cannot
- * bound (dst becomes unknown).  `sdiv` marks the signed div/mod form. */
-static void sc_alu64(uint8_t op, struct vf_reg *a, const struct vf_reg *b, bool sdiv)
-{
-    struct vf_reg r;
-    sc_unknown(&r);
-    switch (op) {
-    case MKS_BPF_ADD:
-        if (a->umax <= UINT64_MAX - b->umax) {
-            r.umin = a->umin + b->umin;
-            r.umax = a->umax + b->umax;
-        }
-        if (__builtin_add_overflow(a->smin, b->smin, &r.smin) ||
-            __builtin_add_overflow(a->smax, b->smax, &r.smax)) {
-            r.smin = INT64_MIN;
-            r.smax = INT64_MAX;
-        }
-        break;
-    case MKS_BPF_SUB:
-        if (a->umin >= b->umax) {
-            r.umin = a->umin - b->umax;
-            r.umax = a->umax - b->umin;
-        }
-        if (__builtin_sub_overflow(a->smin, b->smax, &r.smin) ||
-            __builtin_sub_overflow(a->smax, b->smin, &r.smax)) {
-            r.smin = INT64_MIN;
-            r.smax = INT64_MAX;
-        }
-        break;
-    case MKS_BPF_MUL:
-        if (a->umax <= U32_MAX_ && b->umax <= U32_MAX_) {
-            r.umin = a->umin * b->umin;
-            r.umax = a->umax * b->umax;
-        }
-        break;
-    case MKS_BPF_DIV:
-        if (sdiv)
-            break;
-        if (b->umin == 0)
-            r.umax = a->umax; /* x / 0 == 0 in BPF */
-        else {
-            r.umin = a->umin / b->umax;
-            r.umax = a->umax / b->umin;
-        }
-        break;
-    case MKS_BPF_MOD:
-        if (sdiv)
-            break;
-        r.umax = a->umax; /* x % 0 == x in BPF */
-        if (b->umin > 0 && b->umax - 1 < r.umax)
-            r.umax = b->umax - 1;
-        if (b->umin > 0 && a->umax < b->umin) {
-            r.umin = a->umin;
-            r.umax = a->umax;
-        }
-        break;
-    case MKS_BPF_AND:
-        r.umax = a->umax < b->umax ? a->umax : b->umax;
-        break;
-    case MKS_BPF_OR:
-        r.umin = a->umin > b->umin ? a->umin : b->umin;
-        r.umax = fill_bits(a->umax | b->umax);
-        break;
-    case MKS_BPF_XOR:
-        r.umax = fill_bits(a->umax | b->umax);
-        break;
-    case MKS_BPF_LSH:
-        if (sc_is_const(b) && b->umin < 64 && a->umax <= (UINT64_MAX >> b->umin)) {
-            r.umin = a->umin << b->umin;
-            r.umax = a->umax << b->umin;
-        }
-        break;
-    case MKS_BPF_RSH:
-        if (sc_is_const(b) && b->umin < 64) {
-            r.umin = a->umin >> b->umin;
-            r.umax = a->umax >> b->umin;
-        } else {
-            r.umax = a->umax;
-        }
-        break;
-    case MKS_BPF_ARSH:
-        if (sc_is_const(b) && b->umin < 64) {
-            r.smin = a->smin >> b->umin;
-            r.smax = a->smax >> b->umin;
-        }
-        break;
-    case MKS_BPF_MOV:
-        r = *b;
-        break;
-    case MKS_BPF_NEG:
-        if (a->smin != INT64_MIN) {
-            r.smin = -a->smax;
-            r.smax = -a->smin;
-        }
-        break;
-    default:
-        break;
-    }
-    r.id = 0;
-    if (!sc_sync(&r))
-        sc_unknown(&r);
-    *a = r;
-}
-
-/* The low 32 bits of a scalar as a zero-extended scalar. */
-static void sc_low32(struct vf_reg *r)
-{
-    if (r->umax > U32_MAX_)
-        sc_urange(r, 0, U32_MAX_);
-    r->id = 0;
-    sc_sync(r);
-}
-
-static void sc_alu32(uint8_t op, struct vf_reg *a, const struct vf_reg *b0, bool sdiv)
-{
-    struct vf_reg b = *b0;
-    sc_low32(a);
-    sc_low32(&b);
-    if (op == MKS_BPF_NEG) {
-        if (a->umax == 0)
-            return;
-        sc_urange(a, 0, U32_MAX_);
-        return;
-    }
-    if (op == MKS_BPF_ARSH && a->umax > (uint64_t)INT32_MAX) {
-        sc_urange(a, 0, U32_MAX_);
-        return;
-    }
-    if (sdiv) {
-        sc_urange(a, 0, U32_MAX_);
-        return;
-    }
-    sc_alu64(op == MKS_BPF_ARSH ? MKS_BPF_RSH : op, a, &b, false);
-    if (a->umin > a->umax || a->umax > U32_MAX_)
-        sc_urange(a, 0, U32_MAX_);
-    sc_sync(a);
+    sc_unknown(r);
+    vfs_width(&r->s, size, sx);
 }
 
 /* ---- state helpers ------------------------------------------------------ */
@@ -1202,9 +1015,9 @@ static int check_region(struct vf *v, uint32_t i, struct vf_state *st, const str
                     "r%u may be NULL (mks_map_lookup of map '%s' at insn %u); expected a null check (if r%u == 0) before using it",
                     regno, map_name(v, p->map), p->def, regno);
     case VT_CTX: {
-        if (p->smin != p->smax)
+        if (p->s.smin != p->s.smax)
             return verr(v, i, MKS_VERR_CTX_ACCESS, "context access at a variable offset; expected a constant field offset");
-        int64_t lo = p->smin + off;
+        int64_t lo = p->s.smin + off;
         if (write)
             return verr(v, i, MKS_VERR_CTX_WRITE, "write to the context at offset %" PRId64 "; expected no stores: the context is read-only",
                         lo);
@@ -1221,9 +1034,9 @@ static int check_region(struct vf *v, uint32_t i, struct vf_state *st, const str
         return 0;
     }
     case VT_STACK: {
-        if (p->smin != p->smax)
+        if (p->s.smin != p->s.smax)
             return verr(v, i, MKS_VERR_STACK_BOUNDS, "stack access at a variable offset; expected a constant offset from r10");
-        int64_t lo = p->smin + off;
+        int64_t lo = p->s.smin + off;
         if (lo < -MKS_BPF_STACK || lo + (int64_t)size > 0)
             return verr(v, i, MKS_VERR_STACK_BOUNDS, "stack access of %u bytes at fp%" PRId64 " outside the frame; expected within fp-%d..fp-1",
                         size, lo, MKS_BPF_STACK);
@@ -1233,11 +1046,11 @@ static int check_region(struct vf *v, uint32_t i, struct vf_state *st, const str
     }
     case VT_MAP_VALUE: {
         const struct mks_map_spec *m = &v->o->maps[p->map];
-        int64_t lo = p->smin + off, hi = p->smax + off + (int64_t)size;
+        int64_t lo = p->s.smin + off, hi = p->s.smax + off + (int64_t)size;
         if (lo < 0 || hi > (int64_t)m->value_size)
             return verr(v, i, MKS_VERR_MAP_BOUNDS,
                         "%s%saccess of %u bytes at offset %" PRId64 "..%" PRId64 " of map '%s' value out of bounds; expected within its %u-byte value (check or mask the index)",
-                        what ? what : "", what ? ": " : "", size, p->smin + off, p->smax + off, m->name, m->value_size);
+                        what ? what : "", what ? ": " : "", size, p->s.smin + off, p->s.smax + off, m->name, m->value_size);
         if (write) {
             if (v->prog_type == MKS_PROG_CONTROL)
                 return verr(v, i, MKS_VERR_MAP_WRITE, "write to map '%s' by a CONTROL program; expected reads only (a CONTROL program acts only through r0)",
@@ -1378,9 +1191,11 @@ static int do_atomic(struct vf *v, uint32_t i, struct vf_state *st)
     rc = check_region(v, i, st, &p, dst, in->off, size, true, NULL, &lo);
     if (rc)
         return rc;
-    if (lo % size != 0)
-        return verr(v, i, MKS_VERR_MEM_ACCESS, "misaligned atomic operation at offset %" PRId64 " size %u; expected natural alignment",
-                    lo, size);
+    /* every offset the pointer may have: the VM refuses a misaligned one */
+    uint64_t a = p.s.tv + (uint64_t)(int64_t)in->off;
+    if (lo % size != 0 || (a & (size - 1)) != 0 || (p.s.tm & (size - 1)) != 0)
+        return verr(v, i, MKS_VERR_MEM_ACCESS, "misaligned atomic operation at offset %" PRId64 "..%" PRId64 " size %u; expected natural alignment for every offset (mask the index to a multiple of %u)",
+                    p.s.smin + in->off, p.s.smax + in->off, size, size);
     if (p.type == VT_STACK) {
         struct vf_frame *sf = &st->fr[p.frame];
         rc = stack_read_ok(v, i, sf, lo, size, "atomic operation");
@@ -1442,29 +1257,20 @@ static int do_alu(struct vf *v, uint32_t i, struct vf_state *st)
             *d = s;
             return 0;
         }
-        if (in->off != 0) {
-            /* movsx: bounds survive when the value fits the narrow signed type */
-            uint64_t lim = 1ull << (in->off - 1);
-            if (s.umax < lim)
-                *d = s;
-            else
-                sc_unknown(d);
-            d->id = 0;
-            if (!is64)
-                sc_low32(d);
-            return 0;
-        }
-        if (is64) {
-            if (x && s.type == VT_SCALAR && !sc_is_const(&s)) {
+        if (is64 && x && in->off == 0) {
+            /* a copy: narrowing one narrows both */
+            if (!sc_is_const(&s)) {
                 if (f->regs[src].id == 0)
                     f->regs[src].id = ++v->next_id;
                 s.id = f->regs[src].id;
             }
             *d = s;
-        } else {
-            *d = s;
-            sc_low32(d);
+            return 0;
         }
+        struct vf_reg r;
+        sc_unknown(&r);
+        vfs_alu(in->code, in->off, in->imm, &r.s, &s.s);
+        *d = r;
         return 0;
     }
 
@@ -1476,60 +1282,30 @@ static int do_alu(struct vf *v, uint32_t i, struct vf_state *st)
                         is_ptr(d) ? dst : src, p->def);
         if (!is64)
             return verr(v, i, MKS_VERR_PTR_ARITH, "32-bit arithmetic on %s; expected 64-bit += or -= of a scalar", type_name(p));
-        if (op == MKS_BPF_SUB && is_ptr(d) && is_ptr(&s)) {
-            if (d->type != s.type || d->map != s.map || d->frame != s.frame)
-                return verr(v, i, MKS_VERR_PTR_ARITH, "subtraction of pointers into different objects; expected both into the same object");
-            sc_unknown(d);
-            return 0;
-        }
         if (is_ptr(d) && is_ptr(&s))
-            return verr(v, i, MKS_VERR_PTR_ARITH, "%s of two pointers; expected pointer += scalar", alu_name(op));
+            return verr(v, i, MKS_VERR_PTR_ARITH, "%s of two pointers; expected pointer += scalar (the difference of two addresses is not revealed)",
+                        alu_name(op));
         if (op != MKS_BPF_ADD && !(op == MKS_BPF_SUB && is_ptr(d)))
             return verr(v, i, MKS_VERR_PTR_ARITH, "'%s' on %s; expected only += or -= of a scalar", alu_name(op),
                         type_name(p));
         if (p->type == VT_MAP)
             return verr(v, i, MKS_VERR_PTR_ARITH, "arithmetic on a map reference; expected the map reference passed unchanged to a helper");
-        if (k->smin < -VF_MAX_PTR_OFF || k->smax > VF_MAX_PTR_OFF)
+        if (k->s.smin < -VF_MAX_PTR_OFF || k->s.smax > VF_MAX_PTR_OFF)
             return verr(v, i, MKS_VERR_PTR_ARITH, "adds scalar with range [%" PRId64 ", %" PRId64 "] to %s; expected a bounded offset (check or mask it first)",
-                        k->smin, k->smax, type_name(p));
+                        k->s.smin, k->s.smax, type_name(p));
+        /* the offset is a scalar of its own: its bits tell the alignment */
         struct vf_reg r = *p;
-        if (op == MKS_BPF_ADD) {
-            r.smin += k->smin;
-            r.smax += k->smax;
-        } else {
-            r.smin -= k->smax;
-            r.smax -= k->smin;
-        }
-        if (r.smin < -VF_MAX_PTR_OFF || r.smax > VF_MAX_PTR_OFF)
+        vfs_alu(MKS_BPF_ALU64 | MKS_BPF_X | op, 0, 0, &r.s, &k->s);
+        if (r.s.smin < -VF_MAX_PTR_OFF || r.s.smax > VF_MAX_PTR_OFF)
             return verr(v, i, MKS_VERR_PTR_ARITH, "pointer offset range [%" PRId64 ", %" PRId64 "] too large; expected a bounded offset",
-                        r.smin, r.smax);
+                        r.s.smin, r.s.smax);
         r.id = 0;
         *d = r;
         return 0;
     }
 
-    bool sdiv = (op == MKS_BPF_DIV || op == MKS_BPF_MOD) && in->off == 1;
-    if (op == MKS_BPF_END) {
-        uint32_t bits = (uint32_t)in->imm;
-        bool swap = is64 || x; /* ALU64 bswap, or to big endian */
-        if (!swap && bits == 64) {
-            d->id = 0;
-            return 0;
-        }
-        if (bits == 64)
-            sc_unknown(d);
-        else if (!swap && d->umax < (1ull << bits))
-            d->id = 0;
-        else
-            sc_urange(d, 0, (1ull << bits) - 1);
-        d->id = 0;
-        sc_sync(d);
-        return 0;
-    }
-    if (is64)
-        sc_alu64(op, d, &s, sdiv);
-    else
-        sc_alu32(op, d, &s, sdiv);
+    d->id = 0;
+    vfs_alu(in->code, in->off, in->imm, &d->s, &s.s);
     return 0;
 }
 
@@ -1639,8 +1415,7 @@ static int do_helper(struct vf *v, uint32_t i, struct vf_state *st)
     case MKS_HELPER_WORKER_ID:
     case MKS_HELPER_SM_ID:
     case MKS_HELPER_RANK:
-        sc_urange(&r0, 0, U32_MAX_);
-        sc_sync(&r0);
+        sc_urange(&r0, 0, UINT32_MAX);
         break;
     case MKS_HELPER_HIST_ADD:
         if ((rc = arg_map(v, i, f, 1, name)))
@@ -1651,7 +1426,11 @@ static int do_helper(struct vf *v, uint32_t i, struct vf_state *st)
                         map_type_name(m->type));
         if ((rc = arg_mem(v, i, st, 2, m->key_size, name, "key")) || (rc = arg_scalar(v, i, f, 3, name)))
             return rc;
-        sc_const(&r0, 0);
+        /* 0, or a negative errno (-E2BIG: key past max_entries) */
+        r0.s.smin = -4095;
+        r0.s.smax = 0;
+        if (!vfs_sync(&r0.s))
+            sc_unknown(&r0);
         break;
     case MKS_HELPER_RINGBUF_OUTPUT: {
         if ((rc = arg_map(v, i, f, 1, name)))
@@ -1663,12 +1442,12 @@ static int do_helper(struct vf *v, uint32_t i, struct vf_state *st)
         if ((rc = arg_scalar(v, i, f, 3, name)) || (rc = arg_scalar(v, i, f, 4, name)))
             return rc;
         struct vf_reg *sz = &f->regs[3];
-        if (sz->umax > m->max_entries / 2 || sz->umax > (1u << 20))
+        if (sz->s.umax > m->max_entries / 2 || sz->s.umax > (1u << 20))
             return verr(v, i, MKS_VERR_HELPER_ARG, "mks_ringbuf_output size r3 may be up to %" PRIu64 "; expected a bounded size of at most %u (half the ring)",
-                        sz->umax, m->max_entries / 2);
-        if (sz->umin == 0)
+                        sz->s.umax, m->max_entries / 2);
+        if (sz->s.umin == 0)
             return verr(v, i, MKS_VERR_HELPER_ARG, "mks_ringbuf_output size r3 may be 0; expected a size of at least 1 (the runtime drops empty records)");
-        if ((rc = arg_mem(v, i, st, 2, (uint32_t)sz->umax, name, "data")))
+        if ((rc = arg_mem(v, i, st, 2, (uint32_t)sz->s.umax, name, "data")))
             return rc;
         break;
     }
@@ -1683,116 +1462,56 @@ static int do_helper(struct vf *v, uint32_t i, struct vf_state *st)
 
 /* ---- branches ----------------------------------------------------------- */
 
-/* Narrow a (and b) for "a <op> b" being true; false when impossible. */
-static bool refine(uint8_t op, struct vf_reg *a, struct vf_reg *b)
-{
-    switch (op) {
-    case MKS_BPF_JEQ:
-        if (a->umin < b->umin) a->umin = b->umin;
-        if (a->umax > b->umax) a->umax = b->umax;
-        if (a->smin < b->smin) a->smin = b->smin;
-        if (a->smax > b->smax) a->smax = b->smax;
-        b->umin = a->umin; b->umax = a->umax; b->smin = a->smin; b->smax = a->smax;
-        break;
-    case MKS_BPF_JNE:
-        if (sc_is_const(a) && sc_is_const(b))
-            return a->umin != b->umin;
-        if (sc_is_const(b)) {
-            if (a->umin == b->umin) a->umin++;
-            else if (a->umax == b->umin) a->umax--;
-            if (a->smin == b->smin) a->smin++;
-            else if (a->smax == b->smin) a->smax--;
-        } else if (sc_is_const(a)) {
-            return refine(op, b, a);
-        }
-        break;
-    case MKS_BPF_JGT:
-        if (b->umin == UINT64_MAX || a->umax == 0) return false;
-        if (a->umin < b->umin + 1) a->umin = b->umin + 1;
-        if (b->umax > a->umax - 1) b->umax = a->umax - 1;
-        break;
-    case MKS_BPF_JGE:
-        if (a->umin < b->umin) a->umin = b->umin;
-        if (b->umax > a->umax) b->umax = a->umax;
-        break;
-    case MKS_BPF_JLT: return refine(MKS_BPF_JGT, b, a);
-    case MKS_BPF_JLE: return refine(MKS_BPF_JGE, b, a);
-    case MKS_BPF_JSGT:
-        if (b->smin == INT64_MAX || a->smax == INT64_MIN) return false;
-        if (a->smin < b->smin + 1) a->smin = b->smin + 1;
-        if (b->smax > a->smax - 1) b->smax = a->smax - 1;
-        break;
-    case MKS_BPF_JSGE:
-        if (a->smin < b->smin) a->smin = b->smin;
-        if (b->smax > a->smax) b->smax = a->smax;
-        break;
-    case MKS_BPF_JSLT: return refine(MKS_BPF_JSGT, b, a);
-    case MKS_BPF_JSLE: return refine(MKS_BPF_JSGE, b, a);
-    case MKS_BPF_JSET:
-        if (sc_is_const(a) && sc_is_const(b))
-            return (a->umin & b->umin) != 0;
-        if ((sc_is_const(a) && a->umin == 0) || (sc_is_const(b) && b->umin == 0))
-            return false;
-        break;
-    default:
-        break;
-    }
-    return sc_sync(a) && sc_sync(b);
-}
-
-static uint8_t negate(uint8_t op)
-{
-    switch (op) {
-    case MKS_BPF_JEQ: return MKS_BPF_JNE;
-    case MKS_BPF_JNE: return MKS_BPF_JEQ;
-    case MKS_BPF_JGT: return MKS_BPF_JLE;
-    case MKS_BPF_JGE: return MKS_BPF_JLT;
-    case MKS_BPF_JLT: return MKS_BPF_JGE;
-    case MKS_BPF_JLE: return MKS_BPF_JGT;
-    case MKS_BPF_JSGT: return MKS_BPF_JSLE;
-    case MKS_BPF_JSGE: return MKS_BPF_JSLT;
-    case MKS_BPF_JSLT: return MKS_BPF_JSGE;
-    case MKS_BPF_JSLE: return MKS_BPF_JSGT;
-    default: return 0xff; /* JSET: no negation to narrow with */
-    }
-}
-
 /* Copy narrowed bounds to every register linked to `r` by id. */
 static void propagate(struct vf_state *st, const struct vf_reg *r)
 {
     if (r->id == 0 || r->type != VT_SCALAR)
         return;
     FOR_EACH_REG(st, q, {
-        if (q->type == VT_SCALAR && q->id == r->id) {
-            q->umin = r->umin;
-            q->umax = r->umax;
-            q->smin = r->smin;
-            q->smax = r->smax;
-        }
+        if (q->type == VT_SCALAR && q->id == r->id)
+            q->s = r->s;
     });
 }
 
-/* Apply "condition is `taken`" to the state; false when infeasible. */
+/* A conditional jump on a pointer would tell the program something about
+ * the address (compare it with a constant, shift, compare again: the
+ * address bit by bit).  As Linux does for unprivileged programs, a pointer
+ * may only be tested == 0 or != 0 in 64 bits: the null check of a lookup's
+ * result, or a test whose answer the verifier knows (a context, stack or
+ * map value pointer is never NULL). */
+static int check_ptr_cmp(struct vf *v, uint32_t i, const struct vf_frame *f)
+{
+    const struct mks_insn *in = &v->insns[i];
+    uint8_t op = in->code & 0xf0, dst = mks_insn_dst(in), src = mks_insn_src(in);
+    bool is32 = MKS_BPF_CLASS(in->code) == MKS_BPF_JMP32, x = (in->code & MKS_BPF_X) != 0;
+    const struct vf_reg *a = &f->regs[dst], *b = x ? &f->regs[src] : NULL;
+
+    if (b && is_ptr(b))
+        return verr(v, i, MKS_VERR_PTR_CMP, "r%u is %s; expected only scalars compared with registers (a branch on a pointer reveals its address)",
+                    src, type_name(b));
+    if (!is_ptr(a))
+        return 0;
+    bool zero = b ? sc_is_const(b) && b->s.umin == 0 : in->imm == 0;
+    if (!is32 && (op == MKS_BPF_JEQ || op == MKS_BPF_JNE) && zero)
+        return 0;
+    return verr(v, i, MKS_VERR_PTR_CMP, "r%u is %s; expected a pointer only in a 64-bit == 0 or != 0 test (a branch on a pointer reveals its address)",
+                dst, type_name(a));
+}
+
+/* Apply "condition is `taken`" to the state; false when infeasible.  The
+ * operands passed check_ptr_cmp(). */
 static bool branch_apply(struct vf_state *st, const struct mks_insn *in, bool taken)
 {
     struct vf_frame *f = cur_frame(st);
     uint8_t op = in->code & 0xf0, dst = mks_insn_dst(in), src = mks_insn_src(in);
-    bool is32 = MKS_BPF_CLASS(in->code) == MKS_BPF_JMP32, x = (in->code & MKS_BPF_X) != 0;
-    struct vf_reg *a = &f->regs[dst], bimm, *b;
+    bool x = (in->code & MKS_BPF_X) != 0;
+    struct vf_reg *a = &f->regs[dst], *b = x ? &f->regs[src] : NULL;
 
-    if (x) {
-        b = &f->regs[src];
-    } else {
-        sc_const(&bimm, is32 ? (uint64_t)(uint32_t)in->imm : (uint64_t)(int64_t)in->imm);
-        if (is32 && (op == MKS_BPF_JSGT || op == MKS_BPF_JSGE || op == MKS_BPF_JSLT || op == MKS_BPF_JSLE))
-            sc_const(&bimm, (uint64_t)(int64_t)in->imm);
-        b = &bimm;
-    }
-
-    /* Null check of a looked-up map value. */
-    if (a->type == VT_MAP_VALUE_OR_NULL && !is32 && (op == MKS_BPF_JEQ || op == MKS_BPF_JNE) &&
-        sc_is_const(b) && b->umin == 0) {
+    if (is_ptr(a)) {
         bool is_null = (op == MKS_BPF_JEQ) == taken;
+        if (a->type != VT_MAP_VALUE_OR_NULL)
+            return !is_null; /* never NULL: the answer is known */
+        /* Null check of a looked-up map value. */
         uint32_t id = a->id;
         FOR_EACH_REG(st, q, {
             if (q->type == VT_MAP_VALUE_OR_NULL && q->id == id) {
@@ -1804,33 +1523,15 @@ static bool branch_apply(struct vf_state *st, const struct mks_insn *in, bool ta
         });
         return true;
     }
-    if (a->type != VT_SCALAR || b->type != VT_SCALAR)
+    if (a->type != VT_SCALAR || (b && b->type != VT_SCALAR))
         return true;
-
-    struct vf_reg na = *a, nb = *b;
-    if (is32) {
-        bool sop = op == MKS_BPF_JSGT || op == MKS_BPF_JSGE || op == MKS_BPF_JSLT || op == MKS_BPF_JSLE;
-        uint64_t lim = sop ? (uint64_t)INT32_MAX : U32_MAX_;
-        bool bfits = sop ? (nb.smin >= INT32_MIN && nb.smax <= INT32_MAX) : nb.umax <= U32_MAX_;
-        /* 32-bit compares narrow only values that are their own low half. */
-        if (na.umax > lim || !bfits || (sop && na.smin < 0))
-            return true;
-    }
-    uint8_t cop = taken ? op : negate(op);
-    if (cop == 0xff) { /* JSET not taken */
-        if (sc_is_const(&na) && sc_is_const(&nb))
-            return (na.umin & nb.umin) == 0;
-        return true;
-    }
-    if (!refine(cop, &na, &nb))
+    struct vf_scalar na = a->s, nb = b ? b->s : a->s;
+    if (!vfs_branch(in->code, in->imm, taken, &na, b ? &nb : NULL))
         return false;
-    uint32_t aid = a->id, bid = b->id;
-    *a = na;
-    a->id = aid;
+    a->s = na;
     propagate(st, a);
-    if (x) {
-        *b = nb;
-        b->id = bid;
+    if (b) {
+        b->s = nb;
         propagate(st, b);
     }
     return true;
@@ -1863,7 +1564,7 @@ static bool reg_covers(const struct vf_reg *t, const struct vf_reg *s, struct id
     case VT_SCALAR:
         if (t->id && !(s->id && idmap_ok(m, t->id, s->id)))
             return false;
-        return s->umin >= t->umin && s->umax <= t->umax && s->smin >= t->smin && s->smax <= t->smax;
+        return vfs_covers(&t->s, &s->s);
     case VT_MAP_VALUE_OR_NULL:
         if (!idmap_ok(m, t->id, s->id))
             return false;
@@ -1872,7 +1573,7 @@ static bool reg_covers(const struct vf_reg *t, const struct vf_reg *s, struct id
     case VT_STACK:
     case VT_MAP:
     case VT_MAP_VALUE:
-        return t->map == s->map && t->frame == s->frame && s->smin >= t->smin && s->smax <= t->smax;
+        return t->map == s->map && t->frame == s->frame && vfs_covers(&t->s, &s->s);
     default:
         return false;
     }
@@ -1943,13 +1644,12 @@ static void reg_merge(struct vf_reg *s, const struct vf_reg *t)
     if (s->type == VT_NOT_INIT)
         return;
     if (s->type == VT_SCALAR) {
-        if (t->umin < s->umin) s->umin = t->umin;
-        if (t->umax > s->umax) s->umax = t->umax;
+        vfs_join(&s->s, &t->s);
         if (s->id != t->id)
             s->id = 0;
+        return;
     }
-    if (t->smin < s->smin) s->smin = t->smin;
-    if (t->smax > s->smax) s->smax = t->smax;
+    vfs_join(&s->s, &t->s); /* a pointer's offset */
 }
 
 static bool state_mergeable(const struct vf_state *s, const struct vf_state *t)
@@ -2132,7 +1832,7 @@ static int step(struct vf *v, struct vf_state *st)
                     return verr(v, i, MKS_VERR_MAP_BOUNDS, "offset %d into map '%s' value out of bounds; expected within its %u-byte value",
                                 off, m->name, m->value_size);
                 d->type = VT_MAP_VALUE;
-                d->smin = d->smax = off;
+                vfs_const(&d->s, (uint64_t)(int64_t)off);
             }
         }
         st->insn = i + 2;
@@ -2183,9 +1883,9 @@ static int step(struct vf *v, struct vf_state *st)
         if (r0->type != VT_SCALAR)
             return verr(v, i, MKS_VERR_PTR_LEAK, "r0 is %s at exit; expected a scalar (pointers must not leave the program)",
                         type_name(r0));
-        if (v->prog_type == MKS_PROG_CONTROL && (r0->smin < 0 || r0->smax > MKS_PRIO_HINT_MAX))
+        if (v->prog_type == MKS_PROG_CONTROL && (r0->s.smin < 0 || r0->s.smax > MKS_PRIO_HINT_MAX))
             return verr(v, i, MKS_VERR_R0_EXIT, "CONTROL program returns r0 in [%" PRId64 ", %" PRId64 "]; expected a priority hint in [0, %d] (clamp or mask it)",
-                        r0->smin, r0->smax, MKS_PRIO_HINT_MAX);
+                        r0->s.smin, r0->s.smax, MKS_PRIO_HINT_MAX);
         v->path_has_len = true;
         v->path_len = st->steps;
         return 1;
@@ -2201,6 +1901,8 @@ static int step(struct vf *v, struct vf_state *st)
     if ((rc = check_reg_init(v, i, &f->regs[dst], dst)))
         return rc;
     if ((in->code & MKS_BPF_X) && (rc = check_reg_init(v, i, &f->regs[src], src)))
+        return rc;
+    if ((rc = check_ptr_cmp(v, i, f)))
         return rc;
 
     struct vf_state *other = st_dup(st);

@@ -417,6 +417,53 @@ static void test_disasm(void **state)
     assert_int_equal(mks_insn_disasm(p, n, n, buf, sizeof(buf)), -EINVAL);
 }
 
+/* The pointer tests that stay allowed: a lookup's null check (against an
+ * immediate or a register holding 0), and == 0 / != 0 of a pointer that is
+ * never NULL, whose answer the verifier knows (the side that cannot happen
+ * is not explored: it would read uninitialised r3). */
+static void test_pointer_null_tests(void **state)
+{
+    (void)state;
+    struct mks_verify_result r = {0};
+    struct mks_insn by_imm[] = {LOOKUP_ARR0, JMP_IMM(MKS_BPF_JNE, 0, 0, 2), MOV_IMM(0, 0), EXIT(),
+                                LDX(DW, 0, 0, 8), EXIT()};
+    ACCEPT(by_imm, MKS_PROG_OBSERVE, MKS_EV_TASK_END, &r);
+    struct mks_insn by_reg[] = {LOOKUP_ARR0, MOV_IMM(2, 0), JMP_REG(MKS_BPF_JEQ, 0, 2, 1), LDX(DW, 1, 0, 8),
+                                MOV_IMM(0, 0), EXIT()};
+    ACCEPT(by_reg, MKS_PROG_OBSERVE, MKS_EV_TASK_END, &r);
+    struct mks_insn ctx_never_null[] = {JMP_IMM(MKS_BPF_JEQ, 1, 0, 2), MOV_IMM(0, 1), EXIT(), MOV_REG(0, 3), EXIT()};
+    ACCEPT(ctx_never_null, MKS_PROG_OBSERVE, MKS_EV_TASK_END, &r);
+    struct mks_insn stack_never_null[] = {JMP_IMM(MKS_BPF_JNE, 10, 0, 2), MOV_REG(0, 3), EXIT(), MOV_IMM(0, 1), EXIT()};
+    ACCEPT(stack_never_null, MKS_PROG_OBSERVE, MKS_EV_TASK_END, &r);
+}
+
+/* 32-bit arithmetic keeps its bounds: an index masked, shifted and
+ * compared in 32 bits still bounds a map value access. */
+static void test_alu32_bounds(void **state)
+{
+    (void)state;
+    struct mks_verify_result r = {0};
+    struct mks_insn p[] = {
+        MOV_REG(6, 1),
+        LOOKUP_ARR0,
+        JMP_IMM(MKS_BPF_JEQ, 0, 0, 12),
+        LDX(W, 2, 6, CTX_TASK_CLASS),
+        ALU32_IMM(MKS_BPF_AND, 2, 3),         /* 0..3 */
+        ALU32_IMM(MKS_BPF_LSH, 2, 2),         /* 0..12, multiple of 4 */
+        MOV_REG(3, 0),
+        ALU64_REG(ADD, 3, 2),
+        LDX(W, 4, 3, 0),                      /* 4 bytes at 0..12 of 16 */
+        LDX(W, 5, 6, CTX_STEP),
+        JMP32_IMM(MKS_BPF_JGT, 5, 8, 3),      /* w5 <= 8 */
+        ALU64_REG(ADD, 0, 5),
+        LDX(DW, 4, 0, 0),                     /* 8 bytes at 0..8 of 16 */
+        JA(0),
+        MOV_IMM(0, 0),
+        EXIT(),
+    };
+    ACCEPT(p, MKS_PROG_OBSERVE, MKS_EV_TASK_END, &r);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -431,6 +478,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bounds_through_copy),
         cmocka_unit_test(test_masked_index),
         cmocka_unit_test(test_jmp32_bounds),
+        cmocka_unit_test(test_pointer_null_tests),
+        cmocka_unit_test(test_alu32_bounds),
         cmocka_unit_test(test_spill_restore_pointer),
         cmocka_unit_test(test_control),
         cmocka_unit_test(test_observe_helpers),

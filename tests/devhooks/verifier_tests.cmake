@@ -37,3 +37,6 @@ add_test(NAME devhooks_mkscope_verify_rejects COMMAND mkscope-verify ${progdir}/
 set_tests_properties(devhooks_mkscope_verify_ok devhooks_mkscope_verify_rejects PROPERTIES LABELS unit TIMEOUT 30)
 set_tests_properties(devhooks_mkscope_verify_rejects PROPERTIES WILL_FAIL TRUE)
 mks_add_test(devhooks_verifier_fuzz SOURCES verifier_fuzz.c LIBS mks_devhooks)
+# The scalar domain against the VM, every ALU and jump opcode.
+mks_add_test(devhooks_vf_scalar SOURCES vf_scalar_test.c LIBS mks_devhooks)
+target_include_directories(devhooks_vf_scalar PRIVATE ${PROJECT_SOURCE_DIR}/devhooks/src)

@@ -59,6 +59,7 @@ enum mks_verify_err {
     MKS_VERR_ABI,           /* unknown ABI version or program type */
     MKS_VERR_DIV_ZERO,      /* division by constant zero, bad shift */
     MKS_VERR_INTERNAL,      /* verifier bug */
+    MKS_VERR_PTR_CMP,       /* pointer in a conditional jump other than a null test */
 };
 
 struct mks_verify_opts {
