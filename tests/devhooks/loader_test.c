@@ -623,10 +623,49 @@ static void test_sections(void **state)
     assert_null(mks_hook_event_name(MKS_EV_COUNT));
 }
 
+/* loader_test PROGDIR --write-corpus DIR: the loader fuzzer's seeds, every
+ * test object and monitor as built and each hostile BTF case of count.bpf.o
+ * and multi.bpf.o. */
+static int write_corpus(const char *dir)
+{
+    static const char *const files[] = {"count.bpf.o", "latency.bpf.o", "depwait.bpf.o", "queue.bpf.o",
+                                        "genprog.bpf.o", "multi.bpf.o", "loops.bpf.o", "rejected.bpf.o",
+                                        "core.bpf.o", "extern.bpf.o", "abi_v2.bpf.o", "bad_hist.bpf.o",
+                                        "linux_map.bpf.o", "bad_section.bpf.o"};
+    static struct btf_edit e;
+    char path[1024];
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+        size_t len;
+        uint8_t *buf = read_obj(files[f], &len);
+        uint8_t *copy = malloc(len);
+        for (int c = -1; c < (int)(sizeof(btf_cases) / sizeof(btf_cases[0])); c++) {
+            memcpy(copy, buf, len);
+            if (c >= 0) {
+                if ((strcmp(files[f], "count.bpf.o") && strcmp(files[f], "multi.bpf.o")) ||
+                    btf_edit_open(copy, len, &e) != 0 || btf_cases[c].edit(&e) != 0)
+                    continue;
+                snprintf(path, sizeof(path), "%s/btf%02d-%.*s", dir, c, (int)(strlen(files[f]) - 6), files[f]);
+            } else {
+                snprintf(path, sizeof(path), "%s/%.*s", dir, (int)(strlen(files[f]) - 6), files[f]);
+            }
+            FILE *out = fopen(path, "wb");
+            if (!out || fwrite(copy, 1, len, out) != len || fclose(out) != 0) {
+                perror(path);
+                return 1;
+            }
+        }
+        free(copy);
+        free(buf);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
         progdir = argv[1];
+    if (argc > 3 && strcmp(argv[2], "--write-corpus") == 0)
+        return write_corpus(argv[3]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_multi),         cmocka_unit_test(test_open_mem),
         cmocka_unit_test(test_bad_objects),   cmocka_unit_test(test_not_bpf),

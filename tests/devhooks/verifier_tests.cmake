@@ -40,3 +40,21 @@ mks_add_test(devhooks_verifier_fuzz SOURCES verifier_fuzz.c LIBS mks_devhooks)
 # The scalar domain against the VM, every ALU and jump opcode.
 mks_add_test(devhooks_vf_scalar SOURCES vf_scalar_test.c LIBS mks_devhooks)
 target_include_directories(devhooks_vf_scalar PRIVATE ${PROJECT_SOURCE_DIR}/devhooks/src)
+
+# The soundness fuzzer: generated and mutated programs through the verifier,
+# every accepted one run in the VM against an arena of exactly its maps with
+# guard zones (poisoned under ASan), twice at different addresses.  Its own
+# copy of the VM and maps (soundness_maps.c renames the map code's entry
+# points so that helper calls pass through its checks).  CTest runs a few
+# thousand programs; long runs by hand (docs/RELIABILITY.md).
+set(devsrc ${PROJECT_SOURCE_DIR}/devhooks/src)
+add_executable(mkscope-fuzz-soundness soundness_fuzz.c soundness_maps.c ${devsrc}/vm.c ${devsrc}/verifier.c
+               ${devsrc}/vf_scalar.c ${devsrc}/disasm.c)
+target_include_directories(mkscope-fuzz-soundness PRIVATE ${PROJECT_SOURCE_DIR}/devhooks/include ${devsrc})
+add_test(NAME devhooks_fuzz_soundness COMMAND mkscope-fuzz-soundness --seed 7 --programs 4000 -q)
+set_tests_properties(devhooks_fuzz_soundness PROPERTIES LABELS "unit;fuzz" TIMEOUT 120)
+
+# The loader and verifier on arbitrary bytes (seeds: loader_test PROGDIR
+# --write-corpus DIR).
+mks_add_fuzzer(fuzz_loader SOURCES fuzz_loader.c LIBS mks_devhooks
+               CORPUS ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/loader ARGS -max_len=65536)
