@@ -16,6 +16,13 @@
  * from the spool; commands piggybacked on acks are executed at once and
  * answered with CommandReply requests.
  *
+ * Backpressure: every Ack says how loaded the collector's ingest is
+ * (Ack.pressure), and the agent times its own summaries' acks.  When either
+ * says the collector is behind, summaries are capped at a coarser detail
+ * tier (the budget may coarsen them further), they say so in their
+ * `pressure` field and the agent logs each change: the collector sheds load
+ * before summaries queue up, and the application never waits for it.
+ *
  * A request without a reply within the timeout means the collector is gone
  * (or restarted): the agent registers again before anything else, which also
  * tells it (RegisterAck.stored_seq) what the collector already has.
@@ -97,6 +104,8 @@ struct agent {
     uint64_t cmd_insns[MKS_EV_COUNT];
     uint32_t auto_shift;       /* the agent's own, on the detail hooks */
     uint32_t pressure, relief; /* consecutive epochs over / within the budget */
+    struct agt_pressure coll; /* the collector's load (budget.h) */
+    uint64_t n_pressured;     /* summaries whose detail it capped */
     struct reply replies[MAX_REPLIES];
     int n_replies;
 
@@ -357,6 +366,10 @@ static void queue_reply(struct agent *a, Mkscope__V1__CommandReply *r)
     a->replies[a->n_replies++] = (struct reply){buf, len};
 }
 
+/* How long a finished escalation's connection waits for the collector to
+ * take its last batches (it may be storing every other rank's). */
+#define UCX_FLUSH_MS 20000u
+
 static void esc_emit(const uint8_t *buf, size_t len, void *arg)
 {
     struct agent *a = arg;
@@ -380,7 +393,10 @@ static void esc_poll(struct agent *a, uint64_t now, int stop)
 {
     if (a->ucx) {
         agt_ucx_progress(a->ucx);
-        if (!a->esc && (agt_ucx_pending(a->ucx) == 0 || agt_ucx_failed(a->ucx) || stop)) {
+        /* Once the window has closed and every batch is handed to UCX, wait
+         * (without blocking the loop) until the collector has taken them. */
+        if (!a->esc && (stop || agt_ucx_failed(a->ucx) ||
+                        (agt_ucx_pending(a->ucx) == 0 && agt_ucx_flushed(a->ucx, UCX_FLUSH_MS)))) {
             agt_ucx_destroy(a->ucx, 1000);
             a->ucx = NULL;
         }
@@ -660,6 +676,23 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
 
 /* ---- replies from the collector --------------------------------------- */
 
+/* The collector's load: what its Acks say and how long they take (budget.h);
+ * each change of the level in force is logged once. */
+static void note_collector_load(struct agent *a, uint32_t hint, uint64_t latency_ns)
+{
+    uint32_t was = a->coll.level;
+    if (agt_pressure_note(&a->coll, hint, latency_ns, a->epoch_ns) == was)
+        return;
+    if (a->coll.level)
+        agt_log_warn("collector %s (its ack says %u, acks take %.0f ms): sending %s until it"
+                     " keeps up",
+                     a->coll.level == 2 ? "behind" : "busy", a->coll.hint, a->coll.lat_ns / 1e6,
+                     a->coll.level == 2 ? "counts only" : "at most the histogram tier");
+    else
+        agt_log_info("collector keeps up again (acks take %.0f ms): full detail",
+                     a->coll.lat_ns / 1e6);
+}
+
 static void on_reply(struct agent *a, const void *buf, size_t len)
 {
     mks_envelope *env = NULL;
@@ -723,6 +756,7 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
         return;
     }
     a->refusals = 0;
+    note_collector_load(a, env->ack->pressure, mono_ns() - a->last_send_ns);
     /* Only the reply to a summary speaks for this incarnation's summaries:
      * the collector answers other requests with what it last stored for the
      * rank, which may belong to an earlier agent. */
@@ -858,8 +892,13 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
     const struct mks_wire_key *key = a->have_key ? &a->key : NULL;
     uint8_t *bufs[AGT_TIER_COUNT] = {0};
     size_t sizes[AGT_TIER_COUNT] = {0};
-    int tier = AGT_TIER_FULL;
+    /* The collector's pressure caps the detail (AGT_TIER_* grow coarser
+     * with the level: 1 histograms, 2 counts); the summary carries the
+     * level in force. */
+    int cap = (int)a->coll.level;
+    int tier = cap;
     int err = 0;
+    meta.pressure = a->coll.level;
     if (a->budget.bytes_per_sec) {
         for (int t = 0; t < AGT_TIER_COUNT && !err; t++)
             err = agt_summary_encode(s, (enum agt_tier)t, &meta, key, &bufs[t], &sizes[t]);
@@ -867,9 +906,11 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
             tier = agt_budget_choose(&a->budget, sizes);
             if (tier < 0 && force)
                 tier = AGT_TIER_COUNTS;
+            if (tier >= 0 && tier < cap)
+                tier = cap;
         }
     } else {
-        err = agt_summary_encode(s, AGT_TIER_FULL, &meta, key, &bufs[0], &sizes[0]);
+        err = agt_summary_encode(s, (enum agt_tier)tier, &meta, key, &bufs[tier], &sizes[tier]);
     }
     if (!err && a->budget.bytes_per_sec && a->ctl)
         adapt_sampling(a, tier);
@@ -887,6 +928,8 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
             agt_budget_charge(&a->budget, sizes[tier]);
             a->tiers[tier]++;
             a->n_summaries++;
+            if (meta.pressure)
+                a->n_pressured++;
             for (int c = 0; c < MKS_MON_MAX_CLASSES; c++)
                 a->class_counts[c] += s->cls[c].count;
             agt_log_debug("summary seq %" PRIu64 ": epochs %" PRIu64 "..%" PRIu64 ", %" PRIu64
@@ -1093,11 +1136,13 @@ static void write_stats(struct agent *a)
             ",\"unacked\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"held_epochs\":%" PRIu64
             ",\"bytes_sent\":%" PRIu64 ",\"sending_seconds\":%.3f,\"sends\":%" PRIu64
             ",\"resends\":%" PRIu64 ",\"attaches\":%" PRIu64 ",\"raw_batches_dropped\":%" PRIu64
+            ",\"pressured\":%" PRIu64
             ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "],\"class_counts\":{",
             a->o.rank, a->incarnation, secs, a->n_epochs, a->n_summaries, a->acked, a->seq,
             st.entries, st.lost + st.stale + a->refused, a->n_held, a->budget.sent,
             (double)(a->last_send_ns - a->first_send_ns) / 1e9, a->n_sends, a->n_resends,
-            a->n_attaches, a->raw_dropped, a->tiers[AGT_TIER_COUNTS], a->tiers[AGT_TIER_HIST],
+            a->n_attaches, a->raw_dropped, a->n_pressured, a->tiers[AGT_TIER_COUNTS],
+            a->tiers[AGT_TIER_HIST],
             a->tiers[AGT_TIER_FULL]);
     int first = 1;
     for (int c = 0; c < MKS_MON_MAX_CLASSES; c++) {

@@ -73,3 +73,20 @@ int agt_budget_allows(const struct agt_budget *b, size_t bytes)
 {
     return !b->bytes_per_sec || (double)bytes <= b->tokens;
 }
+
+uint32_t agt_pressure_note(struct agt_pressure *p, uint32_t hint, uint64_t latency_ns,
+                           uint64_t epoch_ns)
+{
+    p->hint = hint > 2 ? 2 : hint;
+    p->lat_ns = p->lat_ns > 0 ? 0.7 * p->lat_ns + 0.3 * (double)latency_ns : (double)latency_ns;
+    double epochs = p->lat_ns / (double)(epoch_ns ? epoch_ns : 100000000ull);
+    uint32_t lat = epochs > 4 ? 2 : epochs > 1 ? 1 : 0;
+    if (p->level > p->hint) { /* the latency set it: it holds until the latency halves */
+        if (p->level == 2 && epochs > 2)
+            lat = 2;
+        else if (epochs > 0.5 && lat < 1)
+            lat = 1;
+    }
+    p->level = p->hint > lat ? p->hint : lat;
+    return p->level;
+}

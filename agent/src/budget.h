@@ -43,4 +43,19 @@ void agt_budget_charge(struct agt_budget *b, size_t bytes);
 /* May an unsolicited message of `bytes` (heartbeat, replay) go out now? */
 int agt_budget_allows(const struct agt_budget *b, size_t bytes);
 
+/* The collector's load as an agent sees it: the hint its Acks carry
+ * (Ack.pressure: 0 keeping up, 1 busy, 2 behind) and how long requests wait
+ * for their reply, smoothed: past one epoch the collector is busy, past four
+ * behind; a level the latency set holds until the latency halves.  The
+ * level in force is the larger of the two and caps the detail tier (level 1:
+ * histograms at most, 2: counts). */
+struct agt_pressure {
+    uint32_t hint, level;
+    double lat_ns; /* smoothed reply latency, 0 before the first reply */
+};
+
+/* Note one reply; returns the level now in force. */
+uint32_t agt_pressure_note(struct agt_pressure *p, uint32_t hint, uint64_t latency_ns,
+                           uint64_t epoch_ns);
+
 #endif /* MKS_AGENT_BUDGET_H */

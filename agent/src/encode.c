@@ -390,6 +390,7 @@ int agt_summary_encode(const struct agt_summary *s, enum agt_tier tier,
     es.t_end_dev_ns = s->t_dev_end;
     es.detail_tier = agt_tier_wire(tier);
     es.sample_shift = meta->sample_shift;
+    es.pressure = meta->pressure;
     es.lost_summaries = meta->lost_summaries;
     es.waits_dropped = s->wait_stats.remote_dropped;
 

@@ -21,6 +21,7 @@ struct agt_encode_meta {
     uint64_t seq;
     uint64_t lost_summaries; /* since the previous summary */
     uint32_t sample_shift;
+    uint32_t pressure;       /* the collector's pressure that capped the tier (0 none) */
     const char *const *prog_names; /* indexed by prog_id, NULL entries allowed */
     uint32_t n_prog_names;
 };

@@ -18,6 +18,17 @@ struct agt_ucx {
     ucp_ep_h ep;
     size_t pending;
     int failed;
+    /* agt_ucx_flushed: the flush request, when it gives up, and its
+     * generation (a send after a flush began makes that flush stale). */
+    void *flush_req;
+    int flush_started, flushed;
+    unsigned flush_gen;
+    uint64_t flush_deadline_ms;
+};
+
+struct flush_ctx {
+    struct agt_ucx *u;
+    unsigned gen;
 };
 
 static void on_error(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -92,6 +103,14 @@ int agt_ucx_send(struct agt_ucx *u, const void *buf, size_t len)
 {
     if (u->failed)
         return -ECONNRESET;
+    if (u->flush_started) {
+        /* A flush that began before this send does not cover it. */
+        u->flush_gen++;
+        u->flush_started = u->flushed = 0;
+        if (u->flush_req)
+            ucp_request_free(u->flush_req);
+        u->flush_req = NULL;
+    }
     if (len > UINT32_MAX)
         return -E2BIG;
     /* frame = [4-byte length][message]; the completion frees it */
@@ -146,11 +165,65 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+static void on_flushed(void *request, ucs_status_t status, void *user_data)
+{
+    struct flush_ctx *fc = user_data;
+    (void)request;
+    if (fc->gen == fc->u->flush_gen) {
+        if (status != UCS_OK)
+            fc->u->failed = 1;
+        fc->u->flushed = 1;
+    }
+    free(fc);
+}
+
+int agt_ucx_flushed(struct agt_ucx *u, unsigned timeout_ms)
+{
+    if (u->failed || u->flushed)
+        return 1;
+    if (!u->flush_started) {
+        struct flush_ctx *fc = malloc(sizeof(*fc));
+        if (!fc)
+            return 1;
+        *fc = (struct flush_ctx){u, u->flush_gen};
+        u->flush_started = 1;
+        u->flush_deadline_ms = mono_ms() + timeout_ms;
+        ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                                  UCP_OP_ATTR_FIELD_USER_DATA,
+                                  .cb = {.send = on_flushed},
+                                  .user_data = fc};
+        ucs_status_ptr_t r = ucp_ep_flush_nbx(u->ep, &rp);
+        if (r == NULL || UCS_PTR_IS_ERR(r)) {
+            free(fc);
+            if (r)
+                u->failed = 1;
+            return u->flushed = 1;
+        }
+        u->flush_req = r;
+    }
+    agt_ucx_progress(u);
+    if (u->flushed || u->failed)
+        return 1;
+    if (mono_ms() >= u->flush_deadline_ms) {
+        agt_log_warn("raw events over UCX: the collector took none of the last sends for %u ms;"
+                     " closing",
+                     timeout_ms);
+        return 1;
+    }
+    return 0;
+}
+
 void agt_ucx_destroy(struct agt_ucx *u, unsigned timeout_ms)
 {
     if (!u)
         return;
     uint64_t end = mono_ms() + timeout_ms;
+    if (u->flush_req) {
+        if (!u->flushed)
+            ucp_request_cancel(u->worker, u->flush_req);
+        ucp_request_free(u->flush_req);
+        u->flush_req = NULL;
+    }
     if (u->worker) {
         while (u->pending && !u->failed && mono_ms() < end)
             agt_ucx_progress(u);

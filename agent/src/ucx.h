@@ -29,6 +29,13 @@ void agt_ucx_progress(struct agt_ucx *u);
 size_t agt_ucx_pending(const struct agt_ucx *u);
 int agt_ucx_failed(const struct agt_ucx *u);
 
+/* Non-blocking: 1 once everything sent has reached the collector (a UCX
+ * flush completed), the connection failed, or timeout_ms passed since the
+ * first call; 0 while the flush is in flight.  Call from the event loop
+ * until it says 1, then destroy: a collector busy storing other ranks'
+ * batches may take seconds, and closing before would lose the last ones. */
+int agt_ucx_flushed(struct agt_ucx *u, unsigned timeout_ms);
+
 /* Wait up to timeout_ms for pending sends, close and free.  Accepts NULL. */
 void agt_ucx_destroy(struct agt_ucx *u, unsigned timeout_ms);
 

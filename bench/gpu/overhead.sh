@@ -66,12 +66,16 @@ case " $points " in *" $main "*) ;; *) echo "$0: --main $main is not among --poi
 # NVLink multicast stays off: a program using it can take a shared host's
 # GPUs out of service.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+backend=${MKS_BENCH_BACKEND:-cuda} # cpu: the script's plumbing on a machine without a GPU
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# each run's files in a work directory; OUT gets the tables, the run logs
+# as one archive and the monitor warp's machine code (8 files)
+work=$(mktemp -d "${TMPDIR:-/tmp}/mkscope-overhead.XXXXXX")
 t0=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader \
-    >"$out/gpu.txt" 2>&1 || true
-echo "GPU: $(head -n1 "$out/gpu.txt")"
+    >"$work/gpu.txt" 2>&1 || true
+echo "GPU: $(head -n1 "$work/gpu.txt")"
 
 # shellcheck source=bench/gpu/debs_prefix.sh
 source "$root/bench/gpu/debs_prefix.sh"
@@ -101,8 +105,11 @@ if [ -z "$bin" ]; then
     export MKS_MONITORS_DIR=${MKS_MONITORS_DIR:-$build/agent/monitors}
     echo "   built in $((SECONDS - t0)) s"
 fi
-[ -n "$prefix_lib" ] && export LD_LIBRARY_PATH=$prefix_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-missing=$(for b in "$bin"/*; do ldd "$b"; done 2>&1 | grep "not found" | sort -u)
+# The runtime libraries for our programs only (not for python3, cuobjdump,
+# nvidia-smi, which have the machine's own).
+runenv=(env)
+[ -n "$prefix_lib" ] && runenv=(env "LD_LIBRARY_PATH=$prefix_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+missing=$(for b in "$bin"/*; do [ -e "$b" ] && "${runenv[@]}" ldd "$b"; done 2>&1 | grep "not found" | sort -u)
 [ -z "$missing" ] || { echo "$0: libraries not found: $missing" >&2; exit 1; }
 mon=${MKS_MONITORS_DIR:?MKS_MONITORS_DIR: the directory of the monitor objects}
 for m in count latency depwait queue genprog hist_all; do
@@ -128,13 +135,12 @@ sweep_variants="out detached profiler all5 hist"
 
 echo "point,variant,round,rc,step_us,steps,tasks,eligible,ran,lost,throttled,bytes_sent,trace_bytes,trace_records" \
     >"$out/runs.csv"
-: >"$out/runs.log"
 nrun=0
 # one_run POINT VARIANT ROUND: one run, one line of runs.csv
 one_run() {
     local point=$1 var=$2 round=$3 d rc=0 args
     nrun=$((nrun + 1))
-    d=$out/r$nrun
+    d=$work/r$nrun
     mkdir -p "$d"
     if [ $((SECONDS - t0)) -ge "$budget" ]; then
         echo "$point,$var,$round,skipped,,,,,,,,,," >>"$out/runs.csv"
@@ -148,21 +154,21 @@ one_run() {
         local exe=mkscope-bench extra=()
         [ "$var" = out ] && exe=mkscope-bench-nohooks
         [ "$var" = profiler ] && exe=mkscope-bench-prof && extra=(--trace "$d/trace")
-        timeout -k 5 "$tmo" "$bin/$exe" run --backend cuda --ranks 1 --job "$job" \
+        "${runenv[@]}" timeout -k 5 "$tmo" "$bin/$exe" run --backend "$backend" --ranks 1 --job "$job" \
             --json "$d/bench.json" "${args[@]}" "${extra[@]}" >"$d/log" 2>&1
         rc=$?
         ;;
     *)
         local steps=${args[1]}
-        MKS_AGENT_BIN=$bin/mkscope-agent MKS_COLLECTOR_BIN=$bin/mkscope-collector \
-            MKS_BENCH_BIN=$bin/mkscope-bench timeout -k 5 "$tmo" \
-            "$root/deploy/local/mkscope-launch" --ranks 1 --backend cuda --job "$job" --dir "$d" \
+        "${runenv[@]}" MKS_AGENT_BIN="$bin/mkscope-agent" MKS_COLLECTOR_BIN="$bin/mkscope-collector" \
+            MKS_BENCH_BIN="$bin/mkscope-bench" timeout -k 5 "$tmo" \
+            "$root/deploy/local/mkscope-launch" --ranks 1 --backend "$backend" --job "$job" --dir "$d" \
             --steps "$steps" --epoch-ms 100 --keep-collector -q \
             --agent-arg --monitors --agent-arg "$mon" --agent-arg --attach \
             --agent-arg "$(attach_of "$var")" -- "${args[@]:2}" >"$d/log" 2>&1
         rc=$?
         if [ -s "$d/collector.pid" ]; then
-            timeout 20 "$bin/mkscope" --collector "ipc://$d/cli" --timeout 5000 -f json status \
+            "${runenv[@]}" timeout 20 "$bin/mkscope" --collector "ipc://$d/cli" --timeout 5000 -f json status \
                 >"$d/status.json" 2>>"$d/log"
             kill -TERM -- "-$(cat "$d/collector.pid")" 2>/dev/null
             sleep 0.2
@@ -206,7 +212,7 @@ if tf:
         tr = str(len(ev))
 print(",".join([point, var, rnd, rc, step, steps, tasks, el, ran, lost, thr, sent, tb, tr]))
 PY
-    echo "-- $point $var round $round: rc $rc, $((SECONDS - t)) s" | tee -a "$out/runs.log"
+    echo "-- $point $var round $round: rc $rc, $((SECONDS - t)) s" | tee -a "$work/runs.log"
     [ "$rc" -eq 0 ] || tail -n 3 "$d/log" | sed 's/^/   /'
     # the per-run files stay small: only the summary goes back
     rm -f "$d/trace".rank*.json "$d"/*.db "$d"/*.sqlite 2>/dev/null
@@ -218,7 +224,7 @@ PY
 mpk_run() {
     local var=$1 round=$2 d
     nrun=$((nrun + 1))
-    d=$out/r$nrun
+    d=$work/r$nrun
     mkdir -p "$d"
     if [ -z "${MKS_MPK_RUNNER:-}" ] || [ $((SECONDS - t0)) -ge "$budget" ]; then
         echo "mpk,$var,$round,notrun,,,,,,,,,," >>"$out/runs.csv"
@@ -261,6 +267,14 @@ for line in sys.stdin:
         print("%s,%s,%s,%s,%s,%s" % (exe, fn, r, sh, st, lo))
 ' "$exe"
     done
+    # the monitor warp's machine code, and what of it is indexed
+    # branches (BRX) and local-memory traffic (LDL/STL)
+    sass=$work/monitor_warp.sass
+    cuobjdump -sass -fun mks_dev_monitor_warp "$bin/mkscope-devhooks-cost" >"$sass" 2>/dev/null &&
+        echo "mkscope-devhooks-cost,mks_dev_monitor_warp SASS: $(grep -c . "$sass") lines," \
+            "BRX $(grep -c 'BRX' "$sass"), LDL $(grep -c 'LDL' "$sass"), STL $(grep -c 'STL' "$sass")," \
+            "BSSY $(grep -c 'BSSY' "$sass"),,,," &&
+        gzip -c "$sass" >"$out/monitor_warp.sass.gz"
 ) >"$out/resources.csv" 2>/dev/null &
 res_pid=$!
 
@@ -282,15 +296,16 @@ echo "   runs took $((SECONDS - t0)) s in all"
 
 if [ "$cost" = 1 ] && [ $((SECONDS - t0)) -lt "$budget" ]; then
     echo "== devhooks cost benchmark (short tasks)"
-    timeout -k 5 120 "$bin/mkscope-devhooks-cost" 20000 64 >"$out/cost.txt" 2>&1 ||
+    "${runenv[@]}" timeout -k 5 120 "$bin/mkscope-devhooks-cost" 10000 64 >"$out/cost.txt" 2>&1 ||
         echo "   cost benchmark rc $?"
-    grep -E "monitor warp|saturated|ns/event|FAIL|lost" "$out/cost.txt" | head -20
 fi
 wait "$res_pid" 2>/dev/null
 
-python3 - "$out" "$main" <<'PY' | tee "$out/summary.txt"
+python3 - "$out" "$main" "$(head -n1 "$work/gpu.txt")" "$(git -C "$root" rev-parse --short HEAD 2>/dev/null)" \
+    <<'PY' | tee "$out/summary.txt"
 import csv, os, statistics, sys
 out, main = sys.argv[1], sys.argv[2]
+print("GPU: %s; tree %s" % (sys.argv[3], sys.argv[4] or "?"))
 rows = list(csv.DictReader(open(os.path.join(out, "runs.csv"))))
 def num(x):
     try:
@@ -360,6 +375,9 @@ print("standard monitors on %s: %s over compiled out (target <= 3%%)" %
       (main, "n/a" if m5 is None else "%+.2f%%" % m5))
 for p in points:
     a, pr, d = pct(p, "all5"), pct(p, "profiler"), pct(p, "detached")
+    if p == "mpk" and a is None:
+        print("mpk: not run (no MKS_MPK_RUNNER: the MPK runtime behind the hook ABI)")
+        continue
     if a is None or pr is None or d is None:
         print("%s: incomplete" % p)
         continue
@@ -380,9 +398,14 @@ if os.path.exists(res):
         print("  " + line.rstrip())
 cost = os.path.join(out, "cost.txt")
 if os.path.exists(cost):
-    print("== devhooks cost benchmark (short tasks): see cost.txt")
+    print("== devhooks cost benchmark (mkscope-devhooks-cost 10000 64: short tasks; "
+          "ns/event on one worker vs compiled out)")
     for line in open(cost):
-        if any(s in line for s in ("monitor-warp", "saturated", "warp", "raw", "gate")):
+        w = line.split()
+        if (w and w[0] in ("variant", "out", "detached-gate", "raw", "warp", "warp-nop", "out-again")
+                or "saturated" in line or "FAIL" in line or "NOTE" in line):
             print("  " + line.rstrip())
 PY
-echo "results in $out (runs.csv, points.csv, resources.csv, summary.txt)"
+tar -czf "$out/logs.tar.gz" -C "$work" . 2>/dev/null
+rm -rf "$work"
+echo "results in $out (runs.csv, points.csv, resources.csv, summary.txt, cost.txt, logs.tar.gz)"

@@ -7,7 +7,8 @@
 # library they load that glibc and the CUDA driver do not provide, so that
 # on the GPU machine LD_LIBRARY_PATH gives them one consistent set.
 #   bench/gpu/overhead_prep.sh DIR [BUILD]
-# DIR/bin/*, DIR/monitors/*.bpf.o, DIR/debs/*.deb, DIR/commit; on the GPU:
+# DIR/bin/*, DIR/monitors/*.bpf.o, DIR/debs/*.deb, DIR/conformance, DIR/commit;
+# on the GPU:
 #   MKS_BIN_DIR=DIR/bin MKS_MONITORS_DIR=DIR/monitors MKS_DEBS=DIR/debs bench/gpu/overhead.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,12 +20,16 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMKS_BUILD_TESTS=OFF \
     { tail -n 20 "$build.log"; exit 1; }
 cmake --build "$build" -j2 --target mkscope-bench mkscope-bench-nohooks mkscope-bench-prof \
     mkscope-agent mkscope-collector mkscope mkscope-devhooks-cost mkscope-verify mks_monitors \
+    mkscope-vm-conformance-gpu \
     >>"$build.log" 2>&1 || { grep -m 20 -E "error|Error" "$build.log"; exit 1; }
 for b in bench/mkscope-bench bench/mkscope-bench-nohooks bench/mkscope-bench-prof \
     agent/mkscope-agent collector/mkscope-collector collector/cli/mkscope \
-    devhooks/mkscope-devhooks-cost; do
+    devhooks/mkscope-devhooks-cost devhooks/mkscope-vm-conformance-gpu; do
     cp "$build/$b" "$dir/bin/"
 done
+# the conformance cases the GPU VM runs (bench/gpu/devhooks_run.sh reads the same)
+rm -rf "$dir/conformance"
+cp -r "$root/../shared/conformance" "$dir/conformance"
 cp "$build/agent/monitors"/*.bpf.o "$dir/monitors/"
 clang -target bpf -O2 -g -Wall -Werror -I "$root/devhooks/include" \
     -c "$root/bench/gpu/hist_all.bpf.c" -o "$dir/monitors/hist_all.bpf.o"

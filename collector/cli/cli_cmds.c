@@ -455,11 +455,20 @@ int mks_cli_trace(struct mks_cli *cli, char **args, size_t n)
         json_dumpf(a, cli->out, JSON_COMPACT | JSON_PRESERVE_ORDER);
         fputc('\n', cli->out);
     }
-    if (cli->out != stdout)
-        fprintf(stderr, "mkscope trace: %zu events of escalation %lld written as %s\n", events,
-                (long long)json_integer_value(
-                    json_object_get(json_object_get(a, "otherData"), "escalation_id")),
-                perfetto ? "Perfetto protobuf" : "Chrome JSON");
+    if (cli->out != stdout) {
+        const json_t *od = json_object_get(a, "otherData");
+        size_t asked = json_array_size(json_object_get(od, "ranks_asked"));
+        size_t done = json_array_size(json_object_get(od, "ranks_done"));
+        char ranks[96] = "";
+        if (asked && done < asked)
+            snprintf(ranks, sizeof(ranks), " (only %zu of the %zu ranks asked have sent theirs)",
+                     done, asked);
+        else if (asked)
+            snprintf(ranks, sizeof(ranks), " (all %zu ranks asked)", asked);
+        fprintf(stderr, "mkscope trace: %zu events of escalation %s written as %s%s\n", events,
+                json_string_value(json_object_get(od, "escalation_id")),
+                perfetto ? "Perfetto protobuf" : "Chrome JSON", ranks);
+    }
     json_decref(a);
     return 0;
 }

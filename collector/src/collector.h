@@ -32,6 +32,10 @@ struct mks_ingest_stats {
     _Atomic uint64_t messages, decode_errors, store_errors, cli_requests;
     _Atomic uint64_t ucx_batches; /* raw event batches received over UCX */
     _Atomic uint64_t cli_busy;    /* requests answered "busy" (every worker occupied) */
+    _Atomic uint64_t summaries;   /* epoch summaries stored */
+    _Atomic uint64_t summaries_pressured; /* of them, made under the collector's pressure */
+    _Atomic uint64_t batches;     /* ingest transactions */
+    _Atomic uint32_t pressure;    /* the level Acks carry now (ingest.h) */
 };
 
 struct mks_serve_env {

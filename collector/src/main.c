@@ -5,7 +5,7 @@
  * batches over UCX and serves Prometheus metrics.
  *
  * The ingest loop is one thread and one poll() over: the ingest socket
- * (NN_REP), the survey socket (NN_SURVEYOR), the UCX worker's event fd, the
+ * (raw NN_REP, read in batches, one transaction each: ingest.c), the survey socket (NN_SURVEYOR), the UCX worker's event fd, the
  * CLI server's hand-off eventfd and a signalfd for SIGINT/SIGTERM.  It is
  * the store's only writer.  CLI requests are received and answered by the
  * CLI server's threads (cliserv.c), each reading the store on its own
@@ -34,6 +34,7 @@
 
 #include "cliserv.h"
 #include "collector.h"
+#include "ingest.h"
 #include "perfetto.h"
 #include "trace.h"
 #include "trigger.h"
@@ -45,13 +46,15 @@
 #define DEFAULT_METRICS "127.0.0.1:7403"
 #define DEFAULT_DB      "mkscope.db"
 #define DEFAULT_UCX_PORT_S "7404"
-/* Commands handed to one agent per Ack: bounds the reply size. */
-#define MAX_CMDS_PER_ACK 16
+/* Escalations whose trace waits for more ranks, and for how long. */
+#define MAX_PENDING_TRACES 16
+#define TRACE_WAIT_NS      (10ull * 1000000000ull)
 /* Survey requests waiting while one is out (each holds a CLI request). */
 #define MAX_QUEUED_SURVEYS 8
 
 struct collector {
     int ingest, survey;
+    struct mks_ingest *ing;
     int sigfd;
     struct MHD_Daemon *mhd;
     struct mks_store *st;
@@ -63,6 +66,13 @@ struct collector {
     bool verbose;
     struct mks_ingest_stats stats;
     const char *trace_dir;
+    /* Escalations some of whose ranks have sent their last batch: the trace
+     * is written once all have, or TRACE_WAIT_NS after the first did. */
+    struct {
+        bool used;
+        char job[MKS_WIRE_MAX_JOB + 1];
+        uint64_t esc, since_mono;
+    } pend[MAX_PENDING_TRACES];
     /* Raw event batches over UCX; its "host:port" goes into Escalate. */
     struct mks_ucxrx *ucx;
     char ucx_endpoint[300];
@@ -142,9 +152,9 @@ static void remove_db(const char *path)
     unlink(p);
 }
 
-static int nn_open(int proto, const char *url, const char *what)
+static int nn_open(int domain, int proto, const char *url, const char *what)
 {
-    int s = nn_socket(AF_SP, proto);
+    int s = nn_socket(domain, proto);
     if (s < 0) {
         fprintf(stderr, "mkscope-collector: %s socket: %s\n", what, nn_strerror(nn_errno()));
         return -1;
@@ -191,56 +201,24 @@ static void send_env(struct collector *c, int sock, const mks_envelope *env)
     free(buf);
 }
 
-static void reply_reject(struct collector *c, const char *reason)
+/* Write buf to path through a temporary name, so a reader never sees a
+ * half-written trace. */
+static bool write_whole(const char *path, const void *buf, size_t len)
 {
-    mks_envelope env;
-    Mkscope__V1__RegisterAck ack = MKSCOPE__V1__REGISTER_ACK__INIT;
-    mks_wire_init(&env, "", 0, 0);
-    ack.accepted = 0;
-    ack.reason = (char *)reason;
-    ack.collector_time_ns = now_ns();
-    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK;
-    env.register_ack = &ack;
-    send_env(c, c->ingest, &env);
-}
-
-/* Pending commands for (job, rank), marked sent.  Returns the count. */
-static size_t take_commands(struct collector *c, const char *job, uint32_t rank,
-                            Mkscope__V1__Command **cmds, size_t max)
-{
-    sqlite3 *db = mks_store_db(c->st);
-    sqlite3_stmt *s;
-    size_t n = 0;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT id, payload FROM commands WHERE job=? AND rank=? AND sent_ns"
-                           " IS NULL ORDER BY id LIMIT ?",
-                           -1, &s, NULL) != SQLITE_OK)
-        return 0;
-    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(s, 2, rank);
-    sqlite3_bind_int64(s, 3, (int64_t)max);
-    while (n < max && sqlite3_step(s) == SQLITE_ROW) {
-        int64_t id = sqlite3_column_int64(s, 0);
-        const void *p = sqlite3_column_blob(s, 1);
-        int len = sqlite3_column_bytes(s, 1);
-        Mkscope__V1__Command *cmd = mkscope__v1__command__unpack(NULL, (size_t)len, p);
-        if (!cmd)
-            continue;
-        cmd->id = (uint64_t)id;
-        cmds[n++] = cmd;
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(buf, 1, len, f) == len;
+    if (f && fclose(f))
+        ok = false;
+    if (ok && rename(tmp, path))
+        ok = false;
+    if (!ok) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
     }
-    sqlite3_finalize(s);
-    for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *u;
-        if (sqlite3_prepare_v2(db, "UPDATE commands SET sent_ns=? WHERE id=?", -1, &u, NULL) ==
-            SQLITE_OK) {
-            sqlite3_bind_int64(u, 1, (int64_t)now_ns());
-            sqlite3_bind_int64(u, 2, (int64_t)cmds[i]->id);
-            sqlite3_step(u);
-            sqlite3_finalize(u);
-        }
-    }
-    return n;
+    return ok;
 }
 
 static void write_trace(struct collector *c, const char *job, uint64_t esc)
@@ -251,27 +229,88 @@ static void write_trace(struct collector *c, const char *job, uint64_t esc)
         fprintf(stderr, "mkscope-collector: trace of escalation %" PRIu64 ": %s\n", esc, err);
         return;
     }
+    const json_t *od = json_object_get(t, "otherData");
+    size_t done = json_array_size(json_object_get(od, "ranks_done"));
+    size_t asked = json_array_size(json_object_get(od, "ranks_asked"));
+    char *text = json_dumps(t, JSON_COMPACT);
     snprintf(path, sizeof(path), "%s/mkscope-%s-%" PRIu64 ".json", c->trace_dir, job, esc);
-    if (json_dump_file(t, path, JSON_COMPACT))
+    if (!text || !write_whole(path, text, strlen(text)))
         fprintf(stderr, "mkscope-collector: cannot write %s: %s\n", path, strerror(errno));
     else
-        fprintf(stderr, "mkscope-collector: wrote %s\n", path);
+        fprintf(stderr, "mkscope-collector: wrote %s (ranks %zu of %zu asked)\n", path, done,
+                asked);
+    free(text);
     /* The same trace in Perfetto's own format. */
     uint8_t *buf;
     size_t len;
     if (mks_trace_perfetto(t, &buf, &len) == 0) {
         snprintf(path, sizeof(path), "%s/mkscope-%s-%" PRIu64 ".pftrace", c->trace_dir, job, esc);
-        FILE *f = fopen(path, "wb");
-        bool ok = f && fwrite(buf, 1, len, f) == len;
-        if (f && fclose(f))
-            ok = false;
-        if (ok)
+        if (write_whole(path, buf, len))
             fprintf(stderr, "mkscope-collector: wrote %s\n", path);
         else
             fprintf(stderr, "mkscope-collector: cannot write %s: %s\n", path, strerror(errno));
         free(buf);
     }
     json_decref(t);
+}
+
+/* A rank's last batch of escalation `esc` arrived: write the trace once
+ * every rank asked has sent its own (building it stalls this loop, so once,
+ * not per rank); until then remember it, so that a rank that never answers
+ * (its agent died) delays the trace by TRACE_WAIT_NS at most. */
+static void trace_rank_done(struct collector *c, const char *job, uint64_t esc)
+{
+    if (!c->trace_dir)
+        return;
+    json_t *asked, *done;
+    mks_trace_ranks(c->st, job, (int64_t)esc, &asked, &done);
+    size_t n_asked = json_array_size(asked), n_done = json_array_size(done);
+    json_decref(asked);
+    json_decref(done);
+    size_t k, free_k = MAX_PENDING_TRACES;
+    for (k = 0; k < MAX_PENDING_TRACES; k++) {
+        if (c->pend[k].used && c->pend[k].esc == esc && !strcmp(c->pend[k].job, job))
+            break;
+        if (!c->pend[k].used && free_k == MAX_PENDING_TRACES)
+            free_k = k;
+    }
+    if (n_done >= n_asked) {
+        if (k < MAX_PENDING_TRACES)
+            c->pend[k].used = false;
+        write_trace(c, job, esc);
+        return;
+    }
+    if (k < MAX_PENDING_TRACES)
+        return;
+    if (free_k == MAX_PENDING_TRACES) {
+        /* More escalations in flight than we track: write what is there. */
+        write_trace(c, job, esc);
+        return;
+    }
+    c->pend[free_k].used = true;
+    c->pend[free_k].esc = esc;
+    c->pend[free_k].since_mono = mono_ns();
+    snprintf(c->pend[free_k].job, sizeof(c->pend[free_k].job), "%s", job);
+    fprintf(stderr,
+            "mkscope-collector: escalation %" PRIu64 ": %zu of %zu ranks sent their raw events;"
+            " the trace is written when all have (at most %llu s from now)\n",
+            esc, n_done, n_asked, TRACE_WAIT_NS / 1000000000ull);
+}
+
+/* Write the traces that waited too long for a rank. */
+static void flush_traces(struct collector *c)
+{
+    uint64_t now = mono_ns();
+    for (size_t k = 0; k < MAX_PENDING_TRACES; k++) {
+        if (!c->pend[k].used || now - c->pend[k].since_mono < TRACE_WAIT_NS)
+            continue;
+        c->pend[k].used = false;
+        fprintf(stderr,
+                "mkscope-collector: escalation %" PRIu64 ": not every rank asked sent its raw"
+                " events within %llu s; writing the trace of those that did\n",
+                c->pend[k].esc, TRACE_WAIT_NS / 1000000000ull);
+        write_trace(c, c->pend[k].job, c->pend[k].esc);
+    }
 }
 
 /* Evaluate triggers at most once a second, when new summaries arrived. */
@@ -296,84 +335,39 @@ static void run_triggers(struct collector *c)
     json_t *f;
     json_array_foreach(fired, i, f)
     {
-        fprintf(stderr, "mkscope-collector: trigger %lld '%s' fired on rank %lld (value %g)%s\n",
+        char ranks[256] = "";
+        size_t k, off = 0;
+        json_t *r;
+        json_array_foreach(json_object_get(f, "escalation_ranks"), k, r)
+        {
+            if (off < sizeof(ranks))
+                off += (size_t)snprintf(ranks + off, sizeof(ranks) - off, "%s%lld",
+                                        k ? "," : " of ranks ", (long long)json_integer_value(r));
+        }
+        bool esc = json_is_true(json_object_get(f, "escalated"));
+        fprintf(stderr, "mkscope-collector: trigger %lld '%s' fired on rank %lld (value %g)%s%s%s\n",
                 (long long)json_integer_value(json_object_get(f, "trigger")),
                 json_string_value(json_object_get(f, "expr")),
                 (long long)json_integer_value(json_object_get(f, "rank")),
                 json_real_value(json_object_get(f, "value")),
-                json_is_true(json_object_get(f, "escalated")) ? ": escalating"
-                                                               : " (escalated recently)");
+                esc ? ": escalation " : " (escalated recently)",
+                esc ? json_string_value(json_object_get(f, "escalation")) : "",
+                esc ? ranks : "");
     }
     (void)n;
     json_decref(fired);
 }
 
-static void handle_ingest(struct collector *c, const void *buf, size_t len)
+/* After an ingest batch committed: triggers look at new summaries; the last
+ * raw batch of an escalation completes its trace. */
+static void on_stored(void *arg, const mks_envelope *env)
 {
-    char err[256];
-    mks_envelope *env = NULL;
-    c->stats.messages++;
-    int rc = mks_wire_decode(buf, len, c->have_key ? &c->key : NULL, &env, err, sizeof(err));
-    if (rc) {
-        c->stats.decode_errors++;
-        fprintf(stderr, "mkscope-collector: rejected message from an agent: %s\n", err);
-        reply_reject(c, err);
-        return;
-    }
-    if (c->verbose)
-        fprintf(stderr, "mkscope-collector: %s from %s rank %u seq %" PRIu64 "\n",
-                mks_wire_body_name(env->body_case), env->job, env->rank, env->seq);
-    uint64_t seq = 0;
-    rc = mks_store_ingest(c->st, env, now_ns(), &seq, err, sizeof(err));
-    if (rc) {
-        c->stats.store_errors++;
-        fprintf(stderr, "mkscope-collector: %s\n", err);
-        reply_reject(c, err);
-        mks_wire_free(env);
-        return;
-    }
+    struct collector *c = arg;
     if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY)
         c->new_summaries = true;
     if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH &&
-        env->raw_event_batch->last && c->trace_dir)
-        write_trace(c, env->job, env->raw_event_batch->escalation_id);
-    mks_envelope out;
-    mks_wire_init(&out, env->job, env->rank, env->seq);
-    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_REGISTER) {
-        Mkscope__V1__RegisterAck ack = MKSCOPE__V1__REGISTER_ACK__INIT;
-        ack.accepted = 1;
-        ack.reason = "";
-        ack.collector_time_ns = now_ns();
-        ack.stored_seq = seq;
-        out.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK;
-        out.register_ack = &ack;
-        send_env(c, c->ingest, &out);
-    } else {
-        Mkscope__V1__Ack ack = MKSCOPE__V1__ACK__INIT;
-        Mkscope__V1__Command *cmds[MAX_CMDS_PER_ACK];
-        if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY) {
-            sqlite3_stmt *s;
-            if (sqlite3_prepare_v2(mks_store_db(c->st),
-                                   "SELECT acked_seq FROM ranks WHERE job=? AND rank=?", -1, &s,
-                                   NULL) == SQLITE_OK) {
-                sqlite3_bind_text(s, 1, env->job, -1, SQLITE_TRANSIENT);
-                sqlite3_bind_int64(s, 2, env->rank);
-                if (sqlite3_step(s) == SQLITE_ROW)
-                    seq = (uint64_t)sqlite3_column_int64(s, 0);
-                sqlite3_finalize(s);
-            }
-        }
-        ack.up_to_seq = seq;
-        size_t n = take_commands(c, env->job, env->rank, cmds, MAX_CMDS_PER_ACK);
-        ack.commands = cmds;
-        ack.n_commands = n;
-        out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
-        out.ack = &ack;
-        send_env(c, c->ingest, &out);
-        for (size_t i = 0; i < n; i++)
-            mkscope__v1__command__free_unpacked(cmds[i], NULL);
-    }
-    mks_wire_free(env);
+        env->raw_event_batch->last)
+        trace_rank_done(c, env->job, env->raw_event_batch->escalation_id);
 }
 
 /* A frame from the UCX listener: only raw event batches travel there, and
@@ -403,8 +397,8 @@ static void handle_ucx_frame(void *arg, const void *buf, size_t len)
     if (mks_store_ingest(c->st, env, now_ns(), NULL, err, sizeof(err))) {
         c->stats.store_errors++;
         fprintf(stderr, "mkscope-collector: %s\n", err);
-    } else if (env->raw_event_batch->last && c->trace_dir) {
-        write_trace(c, env->job, env->raw_event_batch->escalation_id);
+    } else if (env->raw_event_batch->last) {
+        trace_rank_done(c, env->job, env->raw_event_batch->escalation_id);
     }
     mks_wire_free(env);
 }
@@ -775,9 +769,17 @@ int main(int argc, char **argv)
     struct mks_cliserv_opts co = {.sz = sizeof(co), .url = cli_url, .db_path = db,
                                   .key = c.have_key ? &c.key : NULL, .stats = &c.stats,
                                   .workers = cli_threads, .limit_ns = request_limit_ns};
-    if ((c.ingest = nn_open(NN_REP, ingest_url, "ingest")) < 0 ||
-        (c.survey = nn_open(NN_SURVEYOR, survey_url, "survey")) < 0)
+    /* Raw REP: ingest reads a batch of requests before answering any. */
+    if ((c.ingest = nn_open(AF_SP_RAW, NN_REP, ingest_url, "ingest")) < 0 ||
+        (c.survey = nn_open(AF_SP, NN_SURVEYOR, survey_url, "survey")) < 0)
         goto out;
+    struct mks_ingest_opts io = {.sz = sizeof(io), .sock = c.ingest, .st = c.st,
+                                 .key = c.have_key ? &c.key : NULL, .stats = &c.stats,
+                                 .verbose = c.verbose, .on_stored = on_stored, .arg = &c};
+    if (mks_ingest_create(&io, &c.ing, err, sizeof(err))) {
+        fprintf(stderr, "mkscope-collector: %s\n", err);
+        goto out;
+    }
     if (mks_cliserv_start(&co, &c.cli, err, sizeof(err))) {
         fprintf(stderr, "mkscope-collector: %s\n", err);
         goto out;
@@ -822,8 +824,10 @@ int main(int argc, char **argv)
             rc = 0;
             goto out;
         }
+        /* One batch per turn: CLI hand-offs and surveys are served between
+         * batches, and the socket stays readable while more wait. */
         if (pf[0].revents & POLLIN)
-            drain(&c, c.ingest, handle_ingest);
+            mks_ingest_run(c.ing);
         if (pf[1].revents & POLLIN) {
             struct mks_cliserv_req *req;
             while ((req = mks_cliserv_loop_take(c.cli)))
@@ -834,6 +838,7 @@ int main(int argc, char **argv)
         if (c.sv.active && mono_ns() >= c.sv.deadline_ns)
             finish_survey(&c);
         run_triggers(&c);
+        flush_traces(&c);
     }
 out:
     /* Requests the loop still holds are answered before the server stops. */
@@ -850,6 +855,7 @@ out:
     mks_store_close(c.metrics_st);
     if (c.survey >= 0)
         nn_close(c.survey);
+    mks_ingest_destroy(c.ing);
     if (c.ingest >= 0)
         nn_close(c.ingest);
     if (c.sigfd >= 0)

@@ -80,14 +80,21 @@ static uint64_t fnv1a(const char *s)
     return h ? h : 1;
 }
 
+/* Track uuids: the tag 'm' in the top byte, the rank in bits 32..55, and for
+ * a worker track bit 31 set and the worker in bits 0..30, so no worker track
+ * can share a uuid with its process track or any other track (ranks below
+ * 2^24, workers below 2^31: the collector's ids are far smaller). */
+#define UUID_TAG    (0x6dull << 56)
+#define UUID_WORKER (1ull << 31)
+
 static uint64_t proc_uuid(int64_t pid)
 {
-    return 0x6d6b730000000000ull | ((uint64_t)pid & 0xffffff) << 16;
+    return UUID_TAG | ((uint64_t)pid & 0xffffff) << 32;
 }
 
 static uint64_t track_uuid(int64_t pid, int64_t tid)
 {
-    return proc_uuid(pid) | ((uint64_t)tid & 0xffff) | 1ull << 40;
+    return proc_uuid(pid) | UUID_WORKER | ((uint64_t)tid & 0x7fffffff);
 }
 
 static int64_t ns_of(const json_t *v)

@@ -27,9 +27,58 @@ struct open_ev {
     int kind;
 };
 
+/* Releases and waits by generation, for the flow arrows. */
+struct flow {
+    uint64_t gen;
+    uint32_t rank, worker;
+    int64_t t;
+    int end; /* 0 release (start of the arrow), 1 wait end */
+};
+
+static int cmp_flow(const void *a, const void *b)
+{
+    const struct flow *x = a, *y = b;
+    if (x->gen != y->gen)
+        return x->gen < y->gen ? -1 : 1;
+    if (x->end != y->end)
+        return x->end - y->end;
+    return x->t < y->t ? -1 : x->t > y->t;
+}
+
 static double us(int64_t ns)
 {
     return (double)ns / 1000.0;
+}
+
+static json_t *rank_list(sqlite3 *db, const char *sql, const char *job, int64_t escalation)
+{
+    json_t *a = json_array();
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(s, 2, escalation);
+        while (sqlite3_step(s) == SQLITE_ROW)
+            json_array_append_new(a, json_integer(sqlite3_column_int64(s, 0)));
+        sqlite3_finalize(s);
+    }
+    return a;
+}
+
+void mks_trace_ranks(struct mks_store *st, const char *job, int64_t escalation, json_t **asked_p,
+                     json_t **done_p)
+{
+    sqlite3 *db = mks_store_db(st);
+    /* The escalation's commands: the trigger's id is the id's high half, the
+     * second it fired the low half (trigger.c). */
+    *asked_p = rank_list(db,
+                         "SELECT DISTINCT rank FROM commands WHERE job = ?1 AND kind = 'escalate'"
+                         " AND name = 'trigger-' || (?2 >> 32) AND (created_ns / 1000000000) %"
+                         " 4294967296 = ?2 % 4294967296 ORDER BY rank",
+                         job, escalation);
+    *done_p = rank_list(db,
+                        "SELECT DISTINCT rank FROM raw_batches WHERE job = ?1 AND"
+                        " escalation_id = ?2 AND last ORDER BY rank",
+                        job, escalation);
 }
 
 int mks_trace_build(struct mks_store *st, const char *job, int64_t escalation, json_t **out,
@@ -68,9 +117,17 @@ int mks_trace_build(struct mks_store *st, const char *job, int64_t escalation, j
         sqlite3_finalize(s);
     }
     if (sqlite3_prepare_v2(db,
-                           "SELECT rank, event, worker, class, step, comm_gen, peer_rank, t_now,"
-                           " t_start, task_gen FROM raw_events WHERE job = ? AND escalation_id = ?"
-                           " ORDER BY rank, worker, t_now, id",
+                           /* The class name joined here, not looked up per
+                            * task: a trace of every rank holds tens of
+                            * thousands (any rank's schema will do when the
+                            * rank published none). */
+                           "SELECT r.rank, r.event, r.worker, r.class, r.step, r.comm_gen,"
+                           " r.peer_rank, r.t_now, r.t_start, r.task_gen, COALESCE(tc.name,"
+                           " (SELECT name FROM task_classes x WHERE x.job = r.job AND x.id ="
+                           " r.class LIMIT 1)) FROM raw_events r LEFT JOIN task_classes tc ON"
+                           " tc.job = r.job AND tc.rank = r.rank AND tc.id = r.class WHERE"
+                           " r.job = ? AND r.escalation_id = ? ORDER BY r.rank, r.worker, r.t_now,"
+                           " r.id",
                            -1, &s, NULL) != SQLITE_OK)
         return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
     sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
@@ -79,13 +136,7 @@ int mks_trace_build(struct mks_store *st, const char *job, int64_t escalation, j
     struct open_ev *open = NULL;
     size_t n_open = 0, cap_open = 0, n_raw = 0, n_flows = 0;
     int64_t t0 = INT64_MAX;
-    /* Releases and waits by generation, for the flow arrows. */
-    struct flow {
-        uint64_t gen;
-        uint32_t rank, worker;
-        int64_t t;
-        int end; /* 0 release (start of the arrow), 1 wait end */
-    } *flows = NULL;
+    struct flow *flows = NULL;
     size_t n_fl = 0, cap_fl = 0;
     bool seen_rank[4096] = {false};
     json_t *threads = json_object();
@@ -111,7 +162,11 @@ int mks_trace_build(struct mks_store *st, const char *job, int64_t escalation, j
         json_object_set_new(threads, tk, json_true());
         if (ev == EV_TASK_END && ts && ts <= t) {
             char name[128];
-            mks_store_class_name(st, job, rank, cls, name, sizeof(name));
+            const unsigned char *cn = sqlite3_column_text(s, 10);
+            if (cn)
+                snprintf(name, sizeof(name), "%s", (const char *)cn);
+            else
+                snprintf(name, sizeof(name), "class%u", cls);
             json_array_append_new(
                 evs, json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:{s:I, s:I}}", "name", name,
                                "cat", "task", "ph", "X", "pid", (json_int_t)rank, "tid",
@@ -168,14 +223,19 @@ int mks_trace_build(struct mks_store *st, const char *job, int64_t escalation, j
                               " sql 'SELECT DISTINCT escalation_id FROM raw_batches')",
                               (long long)escalation, job);
     }
-    /* An arrow for each wait end whose generation some other rank released. */
-    for (size_t i = 0; flows && i < n_fl; i++) {
+    /* An arrow for each wait end whose generation some other rank released:
+     * sorted by generation, a wait end looks only at the releases of its
+     * own generation (a trace of every rank holds many thousands). */
+    if (flows)
+        qsort(flows, n_fl, sizeof(*flows), cmp_flow);
+    for (size_t i = 0, lo = 0; flows && i < n_fl; i++) {
+        if (i == 0 || flows[i].gen != flows[i - 1].gen)
+            lo = i; /* releases (end 0) of this generation sort first */
         if (!flows[i].end)
             continue;
         const struct flow *src = NULL;
-        for (size_t k = 0; k < n_fl; k++)
-            if (!flows[k].end && flows[k].gen == flows[i].gen && flows[k].rank != flows[i].rank &&
-                (!src || flows[k].t > src->t))
+        for (size_t k = lo; k < n_fl && flows[k].gen == flows[i].gen && !flows[k].end; k++)
+            if (flows[k].rank != flows[i].rank && (!src || flows[k].t > src->t))
                 src = &flows[k];
         if (!src)
             continue;
@@ -227,9 +287,15 @@ int mks_trace_build(struct mks_store *st, const char *job, int64_t escalation, j
                                              "tid", (json_int_t)w, "args", "name", name));
     }
     json_decref(threads);
-    *out = json_pack("{s:o, s:s, s:{s:s, s:I, s:I, s:I}}", "traceEvents", evs, "displayTimeUnit",
-                     "ns", "otherData", "job", job, "escalation_id", (json_int_t)escalation,
-                     "raw_events", (json_int_t)n_raw, "flows", (json_int_t)n_flows);
+    json_t *asked, *done;
+    mks_trace_ranks(st, job, escalation, &asked, &done);
+    /* The id as a string: 64-bit ids lose digits as JSON numbers. */
+    char eid[24];
+    snprintf(eid, sizeof(eid), "%lld", (long long)escalation);
+    *out = json_pack("{s:o, s:s, s:{s:s, s:s, s:I, s:I, s:o, s:o}}", "traceEvents", evs,
+                     "displayTimeUnit", "ns", "otherData", "job", job, "escalation_id", eid,
+                     "raw_events", (json_int_t)n_raw, "flows", (json_int_t)n_flows, "ranks_asked",
+                     asked, "ranks_done", done);
     return 0;
 }
 

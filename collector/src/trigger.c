@@ -3,10 +3,13 @@
  * "remote_wait(rank = 3) > 20us" (shorthand for max(remote_wait) where
  * rank = 3).  A trigger is rewritten into a query grouped by rank over the
  * epochs received since its last evaluation; every rank whose value crosses
- * the threshold fires it.  Firing records the value and escalates: an
- * Escalate command with the trigger's predicate compiled to an eBPF filter
- * is queued for the ranks concerned (see serve_cmd.c for how commands reach
- * agents).
+ * the threshold fires it.  Firing records the value and escalates: one
+ * escalation (one id, one trace) for the ranks that crossed and for the
+ * ranks their remote waits lead to, transitively, so the trace shows both
+ * ends of each wait on the chain.  A rank that crossed gets the trigger's
+ * predicate compiled to an eBPF filter; a rank on its chain records its
+ * waits, releases and transfers (the hooks that explain a wait).  See
+ * serve_cmd.c for how commands reach agents.
  */
 #include <ctype.h>
 #include <stdbool.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mkscope/hook_abi.h"
 #include "mkscope/query.h"
 #include "serve.h"
 #include "trigger.h"
@@ -223,28 +227,19 @@ static bool escalated_recently(sqlite3 *db, const char *job, int64_t rank, const
     return recent;
 }
 
-/* Queue an Escalate command for one rank with the predicate compiled;
- * false when the rank was escalated by this trigger recently. */
-static bool escalate(const struct mks_serve_env *env, const char *job, int64_t rank,
-                     int64_t trigger_id, const char *pred)
+/* Queue an Escalate command for one rank of escalation `esc_id`, with the
+ * predicate compiled to a device filter ("" records every event of the
+ * window). */
+static void escalate(const struct mks_serve_env *env, const char *job, int64_t rank,
+                     int64_t trigger_id, uint64_t esc_id, const char *ptext, bool chain_only)
 {
     sqlite3 *db = mks_store_db(env->st);
-    char tname[32];
-    snprintf(tname, sizeof(tname), "trigger-%lld", (long long)trigger_id);
-    if (escalated_recently(db, job, rank, tname, env->now_ns))
-        return false;
     struct mks_insn *insns = NULL;
     uint32_t n = 0;
-    char ptext[600];
-    /* No filter given: record the rank that crossed the SLO. */
-    if (*pred)
-        snprintf(ptext, sizeof(ptext), "%s", pred);
-    else
-        snprintf(ptext, sizeof(ptext), "rank = %lld", (long long)rank);
     struct mks_pred *p = NULL;
     struct mks_query_error qe;
     struct resolve_ctx rc = {db, job};
-    if (mks_pred_parse(ptext, &p, &qe) == 0 &&
+    if (*ptext && mks_pred_parse(ptext, &p, &qe) == 0 &&
         mks_pred_compile_bpf(p, resolve_class, &rc, &insns, &n, &qe) != 0) {
         /* Fields the device does not have (time, epoch): no device filter,
          * the agent records every event of the window. */
@@ -257,13 +252,22 @@ static bool escalate(const struct mks_serve_env *env, const char *job, int64_t r
     free(insns);
     Mkscope__V1__Escalate esc = MKSCOPE__V1__ESCALATE__INIT;
     Mkscope__V1__Command cmd = MKSCOPE__V1__COMMAND__INIT;
-    esc.escalation_id = (uint64_t)trigger_id << 32 | (env->now_ns / 1000000000ull & 0xffffffffu);
-    esc.predicate = ptext;
+    esc.escalation_id = esc_id;
+    esc.predicate = (char *)ptext;
     esc.filter_insns = words;
     esc.n_filter_insns = words ? n : 0;
     esc.duration_ms = ESCALATE_MS;
     esc.budget_bytes = ESCALATE_BYTES;
     esc.ucx_endpoint = (char *)(env->ucx_endpoint ? env->ucx_endpoint : "");
+    /* A rank on the chain records its side of the waits only: its own
+     * waits, its releases and its transfers (the arrows' ends), not every
+     * task, which would multiply the raw volume by the ranks. */
+    uint32_t chain_hooks[] = {MKS_EV_DEP_WAIT_BEGIN, MKS_EV_DEP_WAIT_END, MKS_EV_DEP_RELEASE,
+                              MKS_EV_COMM_BEGIN, MKS_EV_COMM_END};
+    if (chain_only) {
+        esc.hooks = chain_hooks;
+        esc.n_hooks = sizeof(chain_hooks) / sizeof(chain_hooks[0]);
+    }
     cmd.kind_case = MKSCOPE__V1__COMMAND__KIND_ESCALATE;
     cmd.escalate = &esc;
     size_t len = mkscope__v1__command__get_packed_size(&cmd);
@@ -288,7 +292,52 @@ static bool escalate(const struct mks_serve_env *env, const char *job, int64_t r
     }
     free(buf);
     free(words);
-    return true;
+}
+
+/* Ranks one escalation may cover: the collector's per-rank arrays. */
+#define ESC_MAX_RANKS 4096
+
+/* Add to in[] every rank the marked ones waited on (remote waits of the
+ * epochs received since since_ns), and the ranks those waited on, so that
+ * the raw trace holds both ends of every wait on the chain: a stall seen
+ * on one rank is often caused on another. */
+static void chain_peers(sqlite3 *db, const char *job, uint64_t since_ns, bool *in)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT DISTINCT e.rank, w.peer_rank FROM waits w JOIN epochs e ON"
+                           " e.id = w.epoch_id WHERE e.job = ?1 AND e.received_ns >= ?2 AND"
+                           " w.peer_rank != e.rank AND w.peer_rank IN (SELECT rank FROM ranks"
+                           " WHERE job = ?1)",
+                           -1, &s, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, (int64_t)since_ns);
+    struct edge {
+        uint16_t from, to;
+    } *edges = NULL;
+    size_t n = 0, cap = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int64_t a = sqlite3_column_int64(s, 0), b = sqlite3_column_int64(s, 1);
+        if (a < 0 || a >= ESC_MAX_RANKS || b < 0 || b >= ESC_MAX_RANKS)
+            continue;
+        if (n == cap) {
+            struct edge *ne = realloc(edges, (cap = cap ? 2 * cap : 64) * sizeof(*edges));
+            if (!ne)
+                break;
+            edges = ne;
+        }
+        edges[n++] = (struct edge){(uint16_t)a, (uint16_t)b};
+    }
+    sqlite3_finalize(s);
+    /* Closure: at most one pass per rank added. */
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (size_t i = 0; i < n; i++)
+            if (in[edges[i].from] && !in[edges[i].to])
+                in[edges[i].to] = grew = true;
+    }
+    free(edges);
 }
 
 int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t since_ns,
@@ -320,6 +369,14 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t 
             continue;
         }
         mks_query_free(q);
+        /* Every rank that crossed, then one escalation for all of them and
+         * the ranks their waits lead to. */
+        struct crossing {
+            int64_t rank;
+            double v;
+            bool fresh;
+        } *cr = NULL;
+        size_t n_cr = 0, cap_cr = 0;
         sqlite3_stmt *s;
         if (sqlite3_prepare_v2(db, plan->sql, -1, &s, NULL) == SQLITE_OK) {
             mks_sql_plan_bind(plan, s);
@@ -328,29 +385,78 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t 
                     continue;
                 int64_t rank = sqlite3_column_int64(s, 0);
                 double v = sqlite3_column_double(s, 1);
-                if (!crosses(v, t.op, t.threshold))
+                if (!crosses(v, t.op, t.threshold) || rank < 0 || rank >= ESC_MAX_RANKS)
                     continue;
-                n_fired++;
-                sqlite3_stmt *u;
-                if (sqlite3_prepare_v2(db,
-                                       "UPDATE triggers SET fired = fired + 1, last_fired_ns = ?,"
-                                       " last_value = ? WHERE id = ?",
-                                       -1, &u, NULL) == SQLITE_OK) {
-                    sqlite3_bind_int64(u, 1, (int64_t)env->now_ns);
-                    sqlite3_bind_double(u, 2, v);
-                    sqlite3_bind_int64(u, 3, id);
-                    sqlite3_step(u);
-                    sqlite3_finalize(u);
+                if (n_cr == cap_cr) {
+                    struct crossing *nc = realloc(cr, (cap_cr = cap_cr ? 2 * cap_cr : 16) *
+                                                          sizeof(*cr));
+                    if (!nc)
+                        break;
+                    cr = nc;
                 }
-                bool esc = escalate(env, job, rank, id, t.pred);
-                if (fired)
-                    json_array_append_new(fired, json_pack("{s:I, s:s, s:I, s:f, s:b}", "trigger",
-                                                           (json_int_t)id, "expr", expr, "rank",
-                                                           (json_int_t)rank, "value", v,
-                                                           "escalated", esc));
+                cr[n_cr++] = (struct crossing){rank, v, false};
             }
             sqlite3_finalize(s);
         }
+        char tname[32];
+        snprintf(tname, sizeof(tname), "trigger-%lld", (long long)id);
+        bool *in = n_cr ? calloc(ESC_MAX_RANKS, sizeof(bool)) : NULL;
+        bool *filtered = n_cr ? calloc(ESC_MAX_RANKS, sizeof(bool)) : NULL;
+        bool any_fresh = false;
+        for (size_t i = 0; i < n_cr; i++) {
+            n_fired++;
+            sqlite3_stmt *u;
+            if (sqlite3_prepare_v2(db,
+                                   "UPDATE triggers SET fired = fired + 1, last_fired_ns = ?,"
+                                   " last_value = ? WHERE id = ?",
+                                   -1, &u, NULL) == SQLITE_OK) {
+                sqlite3_bind_int64(u, 1, (int64_t)env->now_ns);
+                sqlite3_bind_double(u, 2, cr[i].v);
+                sqlite3_bind_int64(u, 3, id);
+                sqlite3_step(u);
+                sqlite3_finalize(u);
+            }
+            cr[i].fresh = !escalated_recently(db, job, cr[i].rank, tname, env->now_ns);
+            if (cr[i].fresh && in && filtered) {
+                in[cr[i].rank] = filtered[cr[i].rank] = true;
+                any_fresh = true;
+            }
+        }
+        uint64_t esc_id = (uint64_t)id << 32 | (env->now_ns / 1000000000ull & 0xffffffffu);
+        json_t *esc_ranks = json_array();
+        if (any_fresh) {
+            chain_peers(db, job, since_ns, in);
+            for (int64_t r = 0; r < ESC_MAX_RANKS; r++) {
+                if (!in[r])
+                    continue;
+                /* A rank that crossed records what the trigger names (by
+                 * default everything of its own); a rank on its chain
+                 * records its waits, releases and transfers. */
+                char ptext[600] = "";
+                if (filtered[r] && *t.pred)
+                    snprintf(ptext, sizeof(ptext), "%s", t.pred);
+                else if (filtered[r])
+                    snprintf(ptext, sizeof(ptext), "rank = %lld", (long long)r);
+                escalate(env, job, r, id, esc_id, ptext, !filtered[r]);
+                json_array_append_new(esc_ranks, json_integer(r));
+            }
+        }
+        for (size_t i = 0; fired && i < n_cr; i++) {
+            json_t *f = json_pack("{s:I, s:s, s:I, s:f, s:b}", "trigger", (json_int_t)id, "expr",
+                                  expr, "rank", (json_int_t)cr[i].rank, "value", cr[i].v,
+                                  "escalated", cr[i].fresh);
+            if (cr[i].fresh) {
+                char eid[24];
+                snprintf(eid, sizeof(eid), "%llu", (unsigned long long)esc_id);
+                json_object_set_new(f, "escalation", json_string(eid));
+                json_object_set(f, "escalation_ranks", esc_ranks);
+            }
+            json_array_append_new(fired, f);
+        }
+        json_decref(esc_ranks);
+        free(in);
+        free(filtered);
+        free(cr);
         mks_sql_plan_free(plan);
     }
     sqlite3_finalize(ts);

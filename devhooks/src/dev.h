@@ -99,6 +99,10 @@ MKS_INLINE void mks_dev_red_add32(uint32_t *p, uint32_t v)
 }
 #define MKS_A_RED_ADD64(p, v) mks_dev_red_add64((uint64_t *)(p), (uint64_t)(v))
 #define MKS_A_RED_ADD32(p, v) mks_dev_red_add32((uint32_t *)(p), (uint32_t)(v))
+/* A join point every path to it passes through: the value is opaque to the
+ * compiler there, so it cannot thread the paths that set it around the
+ * join (the VM's instruction join, where a warp's lanes reconverge). */
+#define MKS_JOIN_POINT(v) asm volatile("// mks join point" : "+r"(v))
 #define MKS_CLZ64(v) ((uint32_t)__clzll((long long)(v)))
 #define MKS_LIKELY(x) (x)
 #define MKS_UNLIKELY(x) (x)
@@ -148,6 +152,7 @@ MKS_INLINE uint32_t mks_a_cas32(uint32_t *p, uint32_t e, uint32_t d)
 #define MKS_A_STORE_REL32(p, v) __atomic_store_n((uint32_t *)(p), (uint32_t)(v), __ATOMIC_RELEASE)
 #define MKS_A_LOAD_ACQ64(p)     __atomic_load_n((const uint64_t *)(p), __ATOMIC_ACQUIRE)
 #define MKS_A_STORE_REL64(p, v) __atomic_store_n((uint64_t *)(p), (uint64_t)(v), __ATOMIC_RELEASE)
+#define MKS_JOIN_POINT(v)       ((void)(v))
 #define MKS_CLZ64(v)            ((uint32_t)__builtin_clzll(v))
 #define MKS_LIKELY(x)           __builtin_expect(!!(x), 1)
 #define MKS_UNLIKELY(x)         __builtin_expect(!!(x), 0)

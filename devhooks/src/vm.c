@@ -827,6 +827,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
             VM_STOP(1);
         }
     vm_join:
+        MKS_JOIN_POINT(stopped);
         if (MKS_UNLIKELY(stopped))
             break;
     }

@@ -1,7 +1,8 @@
 /*
  * Budget: the finest tier that fits is chosen, summaries are held (never
  * dropped) when nothing fits, and the bytes charged over a run stay under the
- * budget.
+ * budget.  The collector's pressure: its hint and slow acks raise the level
+ * that caps the tier, and it falls back once both say the collector keeps up.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -101,6 +102,35 @@ static void test_budget_change_takes_effect(void **state)
     assert_true(agt_budget_allows(&b, 100000));
 }
 
+static void test_collector_pressure(void **state)
+{
+    (void)state;
+    struct agt_pressure p = {0};
+    /* fast acks, no hint: full detail */
+    assert_int_equal(agt_pressure_note(&p, 0, EPOCH_NS / 10, EPOCH_NS), 0);
+    /* the hint alone sets the level, at once, and an out-of-range hint is 2 */
+    assert_int_equal(agt_pressure_note(&p, 1, EPOCH_NS / 10, EPOCH_NS), 1);
+    assert_int_equal(agt_pressure_note(&p, 7, EPOCH_NS / 10, EPOCH_NS), 2);
+    assert_int_equal(agt_pressure_note(&p, 0, EPOCH_NS / 10, EPOCH_NS), 0);
+    /* acks taking ten epochs: behind within a few replies, whatever the hint */
+    int replies = 0;
+    while (agt_pressure_note(&p, 0, 10 * EPOCH_NS, EPOCH_NS) < 2 && replies < 20)
+        replies++;
+    assert_true(replies < 10);
+    /* three epochs: still held at 2 (the latency must halve first), then
+     * fast acks bring it down step by step to 0 */
+    for (int i = 0; i < 10; i++)
+        agt_pressure_note(&p, 0, 3 * EPOCH_NS, EPOCH_NS);
+    assert_int_equal(p.level, 2);
+    uint32_t last = 2;
+    for (int i = 0; i < 40; i++) {
+        uint32_t l = agt_pressure_note(&p, 0, EPOCH_NS / 100, EPOCH_NS);
+        assert_true(l <= last); /* never back up while acks are fast */
+        last = l;
+    }
+    assert_int_equal(last, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -108,6 +138,7 @@ int main(void)
         cmocka_unit_test(test_finest_tier_that_fits),
         cmocka_unit_test(test_rate_stays_under_budget),
         cmocka_unit_test(test_budget_change_takes_effect),
+        cmocka_unit_test(test_collector_pressure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The collector with real agents and 4 CPU megakernel ranks:
-#  1. an SLO trigger on one task class of one rank escalates that rank; the
-#     agent sends the raw events over UCX to the collector's listener; the
-#     stored trace holds only that class's events of that rank, inside the
-#     escalation window, every batch came over UCX, and the trace exports as
-#     Chrome JSON and as a Perfetto protobuf trace;
+#  1. an SLO trigger on one task class of one rank escalates that rank and
+#     the ranks its remote waits lead to, under one escalation id; the agents
+#     send the raw events over UCX to the collector's listener; the stored
+#     trace holds only that class's events of the firing rank and the waits,
+#     releases and transfers of the others, inside the escalation window,
+#     every batch came over UCX, one trace shows all the ranks (flow arrows,
+#     where both ends fell in the windows, join two ranks), and it exports
+#     as Chrome JSON and as a Perfetto protobuf trace;
 #  2. a BPF object attached from the CLI to all ranks while they run is
 #     accepted by every agent with a new program generation (time recorded);
 #  3. a live survey reaches every agent; after one agent is killed the
@@ -34,56 +37,30 @@ for r in 0 1 2 3; do
   agent_pid[$r]=$started
 done
 # Long enough for the trigger (evaluated once a second), the 200 ms window
-# and two surveys: 3000 steps paced at 3 ms.
-bench_argv "$job" --ranks 4 --steps 3000 --step-interval-us 3000 -q
+# and two surveys: 4000 steps paced at 3 ms (12 s; on 2 shared cores the
+# four ranks' raw batches can take seconds to be stored).
+bench_argv "$job" --ranks 4 --steps 4000 --step-interval-us 3000 -q
 start "$dir/bench.log" "${bench_cmd[@]}"
 
-# 1. escalation over UCX
+# 1. escalation over UCX: the collector writes the trace once every rank
+# asked has sent its last batch.
 trace=""
 for _ in $(seq 200); do
-  trace=$(ls "$dir"/mkscope-"$job"-*.json 2>/dev/null | head -n 1 || true)
+  for t in "$dir"/mkscope-"$job"-*.json; do
+    [ -e "$t" ] || continue
+    jq -e '.otherData | (.ranks_done | length) == (.ranks_asked | length)' "$t" >/dev/null 2>&1 &&
+      { trace=$t; break; }
+  done
   [ -n "$trace" ] && break
   sleep 0.1
 done
-[ -n "$trace" ] || fail "no escalation trace written within 20 s"
+[ -n "$trace" ] || fail "no whole escalation trace written within 20 s"
 esc=${trace##*-}
 esc=${esc%.json}
 in_esc="job = '$job' AND escalation_id = $esc"
 
-sql() { cli -f json sql "$1" | jq -r '.rows[0] | to_entries[0].value'; }
-attn=$(sql "SELECT id FROM task_classes WHERE job = '$job' AND rank = 1 AND name = 'attention'")
-[ -n "$attn" ] && [ "$attn" != null ] || fail "rank 1 published no 'attention' class"
-total=$(sql "SELECT COUNT(*) FROM raw_events WHERE $in_esc")
-ends=$(sql "SELECT COUNT(*) FROM raw_events WHERE $in_esc AND event = 3")
-other=$(sql "SELECT COUNT(*) FROM raw_events WHERE $in_esc AND (rank != 1 OR class != $attn)")
-[ "$total" -gt 0 ] || fail "escalation stored no raw events"
-[ "$ends" -gt 0 ] || fail "no task_end among $total raw events"
-[ "$other" = 0 ] || fail "$other of $total raw events are not rank 1 / attention"
-# Inside the window: 200 ms asked, the agent drains every 10 ms.
-span_ms=$(sql "SELECT (MAX(t_now) - MIN(t_now)) / 1000000 FROM raw_events WHERE $in_esc")
-[ "$span_ms" -le 400 ] || fail "raw events span $span_ms ms, the window is 200 ms"
-# Every batch over UCX (the agent falls back to the ingest socket when UCX
-# fails): the collector counts the batches that came over UCX.
-batches=$(sql "SELECT COUNT(*) FROM raw_batches WHERE $in_esc")
-last=$(sql "SELECT COUNT(*) FROM raw_batches WHERE $in_esc AND last")
-[ "$last" = 1 ] || fail "expected one last batch, got $last"
-ucx=$(cli metrics | awk '/^mkscope_ucx_raw_batches_total/ {print $2}')
-all_batches=$(sql "SELECT COUNT(*) FROM raw_batches WHERE job = '$job'")
-[ "$ucx" = "$all_batches" ] || fail "$all_batches batches stored but $ucx came over UCX"
-escalated=$(sql "SELECT COUNT(DISTINCT rank) FROM commands WHERE job = '$job' AND kind = 'escalate'")
-[ "$escalated" = 1 ] || fail "escalate commands went to $escalated ranks, want only rank 1"
-
-# The trace: slices only on rank 1, named attention; both formats.
-jq -e '[.traceEvents[] | select(.ph == "X" and .cat == "task")] | length > 0' "$trace" >/dev/null ||
-  fail "trace has no task slices"
-jq -e '[.traceEvents[] | select(.ph == "X") | select(.pid != 1 or (.cat == "task" and .name != "attention"))] | length == 0' \
-  "$trace" >/dev/null || fail "trace has slices of other ranks or classes"
-cli trace export --escalation "$esc" -o "$dir/export.json"
-jq -e '.traceEvents | length > 0' "$dir/export.json" >/dev/null || fail "exported JSON empty"
-cli trace export --escalation "$esc" -o "$dir/export.pftrace"
-[ -s "$dir/export.pftrace" ] || fail "Perfetto export empty"
-[ -s "${trace%.json}.pftrace" ] || fail "collector wrote no .pftrace beside $trace"
-
+# The ranks are still running: attach and survey now (parts 2 and 3), and
+# read the escalation back from the store afterwards.
 # 2. attach from the CLI to every rank while the kernel runs: verified here,
 # then each agent's verdict and new program generation, and the time until
 # all four replied.
@@ -105,4 +82,56 @@ n=$(jq '.answers | length' "$dir/survey2.json")
 miss=$(jq -c '.missing' "$dir/survey2.json")
 [ "$n" = 3 ] && [ "$miss" = "[2]" ] || fail "survey after killing rank 2's agent: $n answers, missing $miss (want 3, [2])"
 cli survey status 1000 2>&1 | grep -q "did not answer.*2" || fail "text survey does not name rank 2"
-echo "ok: $ends task_end of $total raw events (rank 1, attention) in $span_ms ms over UCX ($batches batches); attach on 4 ranks in $attach_ms ms; survey names rank 2 missing"
+# 1, continued: what the escalation stored (the store outlives the ranks).
+sql() { cli -f json sql "$1" | jq -r '.rows[0] | to_entries[0].value'; }
+attn=$(sql "SELECT id FROM task_classes WHERE job = '$job' AND rank = 1 AND name = 'attention'")
+[ -n "$attn" ] && [ "$attn" != null ] || fail "rank 1 published no 'attention' class"
+total=$(sql "SELECT COUNT(*) FROM raw_events WHERE $in_esc AND rank = 1")
+ends=$(sql "SELECT COUNT(*) FROM raw_events WHERE $in_esc AND rank = 1 AND event = 3")
+other=$(sql "SELECT COUNT(*) FROM raw_events WHERE $in_esc AND rank = 1 AND class != $attn")
+[ "$total" -gt 0 ] || fail "escalation stored no raw events of rank 1"
+[ "$ends" -gt 0 ] || fail "no task_end among rank 1's $total raw events"
+[ "$other" = 0 ] || fail "$other of rank 1's $total raw events are not attention"
+# The ranks on rank 1's chain: asked without a filter, under the same id.
+of_esc="job = '$job' AND kind = 'escalate' AND name = 'trigger-' || ($esc >> 32) AND (created_ns / 1000000000) % 4294967296 = $esc % 4294967296"
+asked=$(sql "SELECT COUNT(DISTINCT rank) FROM commands WHERE $of_esc")
+peers=$(sql "SELECT COUNT(DISTINCT rank) FROM raw_events WHERE $in_esc AND rank != 1")
+[ "$asked" -ge 2 ] || fail "escalation went to $asked ranks; rank 1's remote waits name others"
+[ "$peers" -ge 1 ] || fail "no raw events of the ranks rank 1 waited on"
+unfiltered=$(sql "SELECT COUNT(*) FROM commands WHERE $of_esc AND rank != 1")
+[ "$unfiltered" = $((asked - 1)) ] || fail "$unfiltered escalate commands to peers, want $((asked - 1))"
+# Inside the window: 200 ms asked, the agents drain every 10 ms (ranks'
+# clocks are shifted onto the host's: allow for their start).
+span_ms=$(sql "SELECT (MAX(t_now) - MIN(t_now)) / 1000000 FROM raw_events WHERE $in_esc AND rank = 1")
+[ "$span_ms" -le 400 ] || fail "raw events span $span_ms ms, the window is 200 ms"
+# Every batch over UCX (the agent falls back to the ingest socket when UCX
+# fails): the collector counts the batches that came over UCX.
+batches=$(sql "SELECT COUNT(*) FROM raw_batches WHERE $in_esc")
+last=$(sql "SELECT COUNT(*) FROM raw_batches WHERE $in_esc AND last")
+[ "$last" = "$asked" ] || fail "expected one last batch per rank asked ($asked), got $last"
+ucx=$(cli metrics | awk '/^mkscope_ucx_raw_batches_total/ {print $2}')
+all_batches=$(sql "SELECT COUNT(*) FROM raw_batches WHERE job = '$job'")
+[ "$ucx" = "$all_batches" ] || fail "$all_batches batches stored but $ucx came over UCX"
+
+# The trace: slices of rank 1 are attention tasks only (its waits are not
+# attention's, so the filter leaves them out), slices of its peers too.
+jq -e '[.traceEvents[] | select(.ph == "X" and .cat == "task")] | length > 0' "$trace" >/dev/null ||
+  fail "trace has no task slices"
+jq -e '[.traceEvents[] | select(.ph == "X" and .pid == 1 and .cat == "task" and .name != "attention")] | length == 0' \
+  "$trace" >/dev/null || fail "trace has rank 1 slices of other classes"
+jq -e '[.traceEvents[] | select(.ph == "X" and .pid != 1)] | length > 0' "$trace" >/dev/null ||
+  fail "trace shows no rank but 1"
+# Arrows need both ends inside windows that start on each rank's next Ack,
+# which a busy machine may spread apart: their count is reported, their
+# shape checked.
+flows=$(jq '.otherData.flows' "$trace")
+jq -e '[.traceEvents[] | select(.ph == "s" or .ph == "f")] | group_by(.id) |
+       all(length == 2 and .[0].pid != .[1].pid)' "$trace" >/dev/null ||
+  fail "a flow arrow does not join two ranks"
+cli trace export --escalation "$esc" -o "$dir/export.json"
+jq -e '.traceEvents | length > 0' "$dir/export.json" >/dev/null || fail "exported JSON empty"
+cli trace export --escalation "$esc" -o "$dir/export.pftrace"
+[ -s "$dir/export.pftrace" ] || fail "Perfetto export empty"
+[ -s "${trace%.json}.pftrace" ] || fail "collector wrote no .pftrace beside $trace"
+
+echo "ok: $ends task_end of $total raw events (rank 1, attention) in $span_ms ms over UCX ($batches batches of $asked ranks, $flows flows); attach on 4 ranks in $attach_ms ms; survey names rank 2 missing"

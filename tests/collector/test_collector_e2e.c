@@ -31,6 +31,7 @@
 
 #include "fake_agent.h"
 #include "mkscope/commid.h"
+#include "mkscope/hook_abi.h"
 
 static const char *collector_bin, *cli_bin;
 static char dir[] = "/tmp/mks-e2e-XXXXXX";
@@ -443,7 +444,9 @@ static void test_trigger_and_trace(void **state)
     assert_true(tid > 0);
     json_decref(j);
 
-    /* Rank 0 reports a 2 ms step: the trigger fires on rank 0 only. */
+    /* Rank 0 reports a 2 ms step, most of it waiting on rank 1: the trigger
+     * fires on rank 0 only, and the escalation covers rank 1 as well, the
+     * other end of the wait. */
     int s = ingest_sock();
     struct fa_summary *sum = calloc(1, sizeof(*sum));
     sum->epoch = N_EPOCHS + 1;
@@ -451,6 +454,10 @@ static void test_trigger_and_trace(void **state)
     sum->steps[0].t_begin = 100000000;
     sum->steps[0].t_end = 102000000;
     sum->n_steps = 1;
+    sum->waits[0] = (struct fa_wait){.comm_gen = mks_commid_for_transfer(1, 1, 0, 7, 0, 0),
+                                     .peer = 1, .step = N_EPOCHS + 1, .worker = 2,
+                                     .t_begin = 100100000, .t_end = 101900000};
+    sum->n_waits = 1;
     mks_envelope *rep = NULL;
     assert_int_equal(fa_send_summary(s, "e2e", 0, 100, N_EPOCHS + 1, sum, &rep), 0);
     mks_wire_free(rep);
@@ -483,10 +490,18 @@ static void test_trigger_and_trace(void **state)
     assert_true(cmd->escalate->duration_ms > 0);
     uint64_t esc = cmd->escalate->escalation_id;
     mks_wire_free(rep);
-    /* Rank 1 gets none. */
+    /* Rank 1, whose release rank 0 waited for, gets the same escalation
+     * with no filter, for its waits, releases and transfers. */
     rep = NULL;
     assert_int_equal(fa_send_heartbeat(s, "e2e", 1, 101, N_EPOCHS, &rep), 0);
-    assert_int_equal(rep->ack->n_commands, 0);
+    assert_int_equal(rep->ack->n_commands, 1);
+    cmd = rep->ack->commands[0];
+    assert_int_equal(cmd->kind_case, MKSCOPE__V1__COMMAND__KIND_ESCALATE);
+    assert_int_equal(cmd->escalate->escalation_id, esc);
+    assert_string_equal(cmd->escalate->predicate, "");
+    assert_int_equal(cmd->escalate->n_filter_insns, 0);
+    assert_int_equal(cmd->escalate->n_hooks, 5);
+    assert_int_equal(cmd->escalate->hooks[0], MKS_EV_DEP_WAIT_BEGIN);
     mks_wire_free(rep);
 
     /* Raw events of the escalation: rank 1 releases G, rank 0 waits on it. */
@@ -516,6 +531,10 @@ static void test_trigger_and_trace(void **state)
     json_t *tr = json_load_file(path, 0, &je);
     if (!tr)
         fail_msg("trace is not JSON: %s", je.text);
+    /* One trace of the escalation's two ranks, both complete. */
+    const json_t *od = json_object_get(tr, "otherData");
+    assert_int_equal(json_array_size(json_object_get(od, "ranks_asked")), 2);
+    assert_int_equal(json_array_size(json_object_get(od, "ranks_done")), 2);
     json_t *evs = json_object_get(tr, "traceEvents");
     int tasks = 0, waits = 0, xfers = 0, fs = 0, ff = 0, procs = 0;
     const char *sid = NULL, *fid = NULL;

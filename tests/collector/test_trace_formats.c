@@ -7,8 +7,13 @@
  * its phase requires (ph, ts, pid, tid, name; dur for slices; id for flow
  * ends).  The Perfetto output is decoded with code generated from
  * perfetto_trace.proto (the public schema's field numbers): a process track
- * per rank, a worker track under it, balanced slice begin/end per track at
- * the events' times, and one flow from rank 0's release to rank 1's wait.
+ * per rank, a worker track under it (every uuid unique, no track its own
+ * parent, every parent described before its child, worker 0 apart from its
+ * rank), balanced slice begin/end per track at the events' times, and one
+ * flow from rank 0's release to rank 1's wait.
+ *
+ * With --write FILE the Perfetto trace is also written there, for Perfetto's
+ * trace processor (trace_processor.sh).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -210,8 +215,12 @@ static void test_chrome_json(void **state)
     assert_true(find_x("gemm", 1, 2, &ts, &dur));
     assert_int_equal(ts, 6600);
     assert_int_equal(dur, 1400);
-    assert_int_equal(
-        json_integer_value(json_object_get(json_object_get(chrome, "otherData"), "flows")), 1);
+    const json_t *od = json_object_get(chrome, "otherData");
+    assert_int_equal(json_integer_value(json_object_get(od, "flows")), 1);
+    /* Ids as strings (64-bit ids lose digits as JSON numbers); both ranks
+     * sent their last batch. */
+    assert_string_equal(json_string_value(json_object_get(od, "escalation_id")), "42");
+    assert_int_equal(json_array_size(json_object_get(od, "ranks_done")), 2);
 }
 
 struct track_state {
@@ -233,6 +242,8 @@ static void test_perfetto(void **state)
     uint64_t flow_out = 0, flow_in = 0;
     int64_t flow_out_t = -1, flow_in_t = -1;
     bool cleared = false;
+    uint64_t uuids[16];
+    size_t n_uuids = 0;
     for (size_t i = 0; i < t->n_packet; i++) {
         const MksPerfetto__TracePacket *p = t->packet[i];
         assert_true(p->has_trusted_packet_sequence_id);
@@ -242,6 +253,19 @@ static void test_perfetto(void **state)
         if (p->track_descriptor) {
             const MksPerfetto__TrackDescriptor *d = p->track_descriptor;
             assert_true(d->has_uuid);
+            assert_true(d->uuid != 0);
+            /* The track tree: a uuid names one track, a track is not its own
+             * parent, and a parent is described before its children. */
+            for (size_t k = 0; k < n_uuids; k++)
+                if (uuids[k] == d->uuid)
+                    fail_msg("track uuid %#llx described twice (%s)",
+                             (unsigned long long)d->uuid, d->name ? d->name : "process");
+            assert_true(n_uuids < 16);
+            uuids[n_uuids++] = d->uuid;
+            if (d->has_parent_uuid) {
+                assert_true(d->parent_uuid != d->uuid);
+                assert_null(d->process);
+            }
             if (d->process) {
                 assert_true(d->process->has_pid);
                 int r = d->process->pid - 1;
@@ -299,6 +323,9 @@ static void test_perfetto(void **state)
     }
     assert_true(cleared);
     assert_true(proc[0] && proc[1] && work[0] && work[1]);
+    /* Two process tracks and two worker tracks, four distinct tracks. */
+    assert_int_equal(n_uuids, 4);
+    assert_true(work[0] != proc[0] && work[1] != proc[1] && proc[0] != proc[1]);
     /* rank 0: gemm and transfer; rank 1: wait and gemm; all closed. */
     for (int r = 0; r < 2; r++) {
         assert_int_equal(ts[r].begins, 2);
@@ -351,8 +378,28 @@ static void test_perfetto_nesting(void **state)
     json_decref(bad);
 }
 
-int main(void)
+/* --write FILE: the Perfetto trace of the fixture, for trace_processor.sh. */
+static int write_fixture(const char *path)
 {
+    if (setup(NULL))
+        return 1;
+    uint8_t *buf;
+    size_t len;
+    if (mks_trace_perfetto(chrome, &buf, &len))
+        return 1;
+    FILE *f = fopen(path, "wb");
+    int rc = !f || fwrite(buf, 1, len, f) != len;
+    if (f && fclose(f))
+        rc = 1;
+    free(buf);
+    teardown(NULL);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--write"))
+        return write_fixture(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chrome_json),
         cmocka_unit_test(test_perfetto),

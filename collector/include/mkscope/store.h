@@ -53,6 +53,24 @@ sqlite3 *mks_store_db(struct mks_store *st);
 int mks_store_ingest(struct mks_store *st, const mks_envelope *env, uint64_t now_ns,
                      uint64_t *seq_p, char *err, size_t errlen);
 
+/* A batch: every message ingested until the commit joins one transaction
+ * (each in its own savepoint, so a message that fails leaves the others
+ * alone).  Nothing of a batch is durable before mks_store_batch_commit
+ * returns 0: acknowledge its summaries only then.  A failed commit rolls the
+ * whole batch back.  mks_store_close() rolls back a batch left open. */
+int mks_store_batch_begin(struct mks_store *st, char *err, size_t errlen);
+int mks_store_batch_commit(struct mks_store *st, char *err, size_t errlen);
+int mks_store_in_batch(const struct mks_store *st);
+
+/* The highest summary seq stored for the rank's current agent (0: none). */
+int mks_store_acked_seq(struct mks_store *st, const char *job, uint32_t rank, uint64_t *seq_p);
+
+/* Up to max commands waiting for (job, rank), oldest first, marked sent at
+ * now_ns; each cmds[i] is freed by the caller with
+ * mkscope__v1__command__free_unpacked.  Returns the count. */
+size_t mks_store_take_commands(struct mks_store *st, const char *job, uint32_t rank,
+                               uint64_t now_ns, Mkscope__V1__Command **cmds, size_t max);
+
 /* Apply the retention limits now (ingest also does so periodically). */
 int mks_store_retain(struct mks_store *st, uint64_t now_ns);
 
