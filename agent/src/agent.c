@@ -239,6 +239,7 @@ static int send_register(struct agent *a, uint64_t now)
     r.agent_version = (char *)AGT_VERSION;
     r.n_workers = a->info.n_workers;
     r.epoch_ns = a->epoch_ns;
+    r.heartbeat_ns = a->o.heartbeat_ms * 1000000ull;
     r.app_start_ns = a->info.app_start_ns;
     mks_envelope env;
     env_init(a, &env, a->seq);
@@ -709,6 +710,10 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
         agt_log_info("collector answers again");
         a->outage_logged = 0;
     }
+    note_collector_load(a, env->body_case == MKSCOPE__V1__ENVELOPE__BODY_ACK
+                               ? env->ack->pressure
+                               : a->coll.hint,
+                        mono_ns() - agt_link_sent_ns(a->link));
     if (was == IF_REGISTER) {
         if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK) {
             agt_log_warn("collector answered register with %s", mks_wire_body_name(env->body_case));
@@ -756,7 +761,6 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
         return;
     }
     a->refusals = 0;
-    note_collector_load(a, env->ack->pressure, mono_ns() - a->last_send_ns);
     /* Only the reply to a summary speaks for this incarnation's summaries:
      * the collector answers other requests with what it last stored for the
      * rank, which may belong to an earlier agent. */
@@ -1346,7 +1350,7 @@ int agt_run(const struct agt_opts *opts)
         if (pf[2].revents & POLLIN) {
             void *buf;
             size_t len;
-            while (agt_link_recv(a->link, &buf, &len) == 0) {
+            while (agt_link_recv(a->link, &buf, &len, now) == 0) {
                 on_reply(a, buf, len);
                 agt_link_msg_free(buf);
             }

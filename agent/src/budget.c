@@ -77,14 +77,22 @@ int agt_budget_allows(const struct agt_budget *b, size_t bytes)
 uint32_t agt_pressure_note(struct agt_pressure *p, uint32_t hint, uint64_t latency_ns,
                            uint64_t epoch_ns)
 {
+    if (!epoch_ns)
+        epoch_ns = 100000000ull;
     p->hint = hint > 2 ? 2 : hint;
     p->lat_ns = p->lat_ns > 0 ? 0.7 * p->lat_ns + 0.3 * (double)latency_ns : (double)latency_ns;
-    double epochs = p->lat_ns / (double)(epoch_ns ? epoch_ns : 100000000ull);
-    uint32_t lat = epochs > 4 ? 2 : epochs > 1 ? 1 : 0;
+    /* busy past two epochs (200 ms at least), behind past eight (1 s): a
+     * loaded machine's scheduling delays stay below */
+    double busy = 2.0 * (double)epoch_ns, behind = 8.0 * (double)epoch_ns;
+    if (busy < 2e8)
+        busy = 2e8;
+    if (behind < 1e9)
+        behind = 1e9;
+    uint32_t lat = p->lat_ns > behind ? 2 : p->lat_ns > busy ? 1 : 0;
     if (p->level > p->hint) { /* the latency set it: it holds until the latency halves */
-        if (p->level == 2 && epochs > 2)
+        if (p->level == 2 && p->lat_ns > behind / 2)
             lat = 2;
-        else if (epochs > 0.5 && lat < 1)
+        else if (p->lat_ns > busy / 2 && lat < 1)
             lat = 1;
     }
     p->level = p->hint > lat ? p->hint : lat;

@@ -45,8 +45,9 @@ int agt_budget_allows(const struct agt_budget *b, size_t bytes);
 
 /* The collector's load as an agent sees it: the hint its Acks carry
  * (Ack.pressure: 0 keeping up, 1 busy, 2 behind) and how long requests wait
- * for their reply, smoothed: past one epoch the collector is busy, past four
- * behind; a level the latency set holds until the latency halves.  The
+ * for their reply, smoothed: past two epochs (and 200 ms) the collector is
+ * busy, past eight (and 1 s) behind; a level the latency set holds until
+ * the latency halves.  The
  * level in force is the larger of the two and caps the detail tier (level 1:
  * histograms at most, 2: counts). */
 struct agt_pressure {

@@ -11,6 +11,10 @@
 
 #include "log.h"
 
+/* A request waits at most this many timeouts for its reply, when earlier
+ * replies took that long. */
+#define MAX_WAIT_FACTOR 16
+
 struct agt_link {
     int sock;
     int rcvfd;
@@ -89,7 +93,7 @@ int agt_link_send(struct agt_link *l, const void *buf, size_t len, uint64_t now_
     return 0;
 }
 
-int agt_link_recv(struct agt_link *l, void **buf_p, size_t *len_p)
+int agt_link_recv(struct agt_link *l, void **buf_p, size_t *len_p, uint64_t now_ns)
 {
     void *msg = NULL;
     int n = nn_recv(l->sock, &msg, NN_MSG, NN_DONTWAIT);
@@ -101,10 +105,22 @@ int agt_link_recv(struct agt_link *l, void **buf_p, size_t *len_p)
         return -err;
     }
     l->busy = 0;
-    l->wait_ns = l->timeout_ns;
+    /* The next request may wait twice as long as this one took (at least
+     * the timeout): a collector that answers slowly but answers is not taken
+     * for gone, which would make the agent register again and again and
+     * never get a summary through. */
+    uint64_t rtt = now_ns > l->sent_ns ? now_ns - l->sent_ns : 0;
+    l->wait_ns = 2 * rtt > l->timeout_ns ? 2 * rtt : l->timeout_ns;
+    if (l->wait_ns > MAX_WAIT_FACTOR * l->timeout_ns)
+        l->wait_ns = MAX_WAIT_FACTOR * l->timeout_ns;
     *buf_p = msg;
     *len_p = (size_t)n;
     return 0;
+}
+
+uint64_t agt_link_sent_ns(const struct agt_link *l)
+{
+    return l->sent_ns;
 }
 
 void agt_link_msg_free(void *buf)
@@ -120,7 +136,8 @@ int agt_link_expired(struct agt_link *l, uint64_t now_ns)
         /* A collector that is only slow (a loaded node) answers after the
          * timeout; resending at the same pace would cancel every request
          * before its answer came.  Wait longer each time, up to 4x, until
-         * an answer arrives. */
+         * an answer arrives (longer only when answers took that long: a
+         * collector that restarted is found again soon). */
         if (l->wait_ns < 4 * l->timeout_ns)
             l->wait_ns *= 2;
         return 1;

@@ -4,7 +4,9 @@
  * blocks: sends use NN_DONTWAIT and replies are read when the socket's
  * receive fd polls readable.  A request with no reply after timeout_ms is
  * reported as timed out (after each timeout in a row the next request waits
- * twice as long, up to 4x timeout_ms; a reply resets it), and the agent
+ * twice as long, up to 4x timeout_ms; after a reply the next one waits
+ * twice as long as that reply took, at least timeout_ms and at most 16x),
+ * and the agent
  * decides what to resend (nanomsg's own resend is switched off so that every
  * byte sent is one the agent chose and counted).
  */
@@ -27,8 +29,11 @@ int agt_link_busy(const struct agt_link *link);
 int agt_link_send(struct agt_link *link, const void *buf, size_t len, uint64_t now_ns);
 
 /* Receive a reply if one is there: 0 with *buf_p (free with
- * agt_link_msg_free), -EAGAIN when none. */
-int agt_link_recv(struct agt_link *link, void **buf_p, size_t *len_p);
+ * agt_link_msg_free), -EAGAIN when none.  now_ns times the reply. */
+int agt_link_recv(struct agt_link *link, void **buf_p, size_t *len_p, uint64_t now_ns);
+
+/* When the request answered last was sent (its reply's latency). */
+uint64_t agt_link_sent_ns(const struct agt_link *link);
 void agt_link_msg_free(void *buf);
 
 /* True (once) when the request in flight has waited longer than the timeout;

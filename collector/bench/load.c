@@ -455,7 +455,8 @@ static int send_register(struct load *L, struct sim *s, uint32_t idx)
     const mks_envelope *t = L->tm[s->src].reg;
     Mkscope__V1__Register r = *t->register_;
     r.n_ranks = L->n_ranks;
-    r.pid = (uint32_t)getpid();
+    r.pid = (int32_t)getpid();
+    r.heartbeat_ns = (uint64_t)L->hb_ms * 1000000ull;
     mks_envelope env;
     fill_env(L, s, &env);
     env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;

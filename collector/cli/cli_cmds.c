@@ -127,6 +127,52 @@ static void dot_groups(FILE *f, json_t *groups)
     fprintf(f, "}\n");
 }
 
+/* A lost rank and the peers it stalls (the collector's "lost_ranks"). */
+static void text_lost(FILE *f, json_t *g)
+{
+    if (strcmp(jstr(g, "cause"), "rank_lost")) {
+        fprintf(f, "undecided: %s\n", jstr(g, "reason"));
+        return;
+    }
+    json_t *stalled = json_object_get(g, "stalled"), *v;
+    size_t i;
+    fprintf(f, "rank %lld lost (%s; last heard %.1f s ago", (long long)json_integer_value(
+                                                                json_object_get(g, "rank")),
+            !strcmp(jstr(g, "state"), "exited") ? "its application exited" : "its agent is silent",
+            json_real_value(json_object_get(g, "last_heard_s")));
+    if (json_is_real(json_object_get(g, "last_progress_s")))
+        fprintf(f, ", last task %.1f s ago", json_real_value(json_object_get(g, "last_progress_s")));
+    fprintf(f, ")");
+    if (json_array_size(stalled)) {
+        fprintf(f, ": root of the stall of rank%s", json_array_size(stalled) == 1 ? "" : "s");
+        json_array_foreach(stalled, i, v)
+        {
+            fprintf(f, "%s %lld", i ? "," : "", (long long)json_integer_value(v));
+        }
+        json_t *steps = json_object_get(g, "steps");
+        if (json_array_size(steps)) {
+            fprintf(f, " (step");
+            json_array_foreach(steps, i, v)
+            {
+                fprintf(f, "%s %lld", i ? "," : "", (long long)json_integer_value(v));
+            }
+            fprintf(f, ")");
+        }
+    }
+    fprintf(f, "\n");
+    json_t *chain;
+    json_array_foreach(json_object_get(g, "chains"), i, chain)
+    {
+        size_t k;
+        fprintf(f, "  ");
+        json_array_foreach(chain, k, v)
+        {
+            fprintf(f, "%s%lld", k ? " -> " : "", (long long)json_integer_value(v));
+        }
+        fprintf(f, " (waits on it)\n");
+    }
+}
+
 int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n)
 {
     json_t *a;
@@ -134,16 +180,23 @@ int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n
     if (rc)
         return rc;
     json_t *groups = json_object_get(a, "groups");
+    json_t *lost = json_object_get(a, "lost_ranks");
     size_t i;
     json_t *g;
     if (cli->json) {
-        /* One JSON object per slow step group, one per line. */
+        /* One JSON object per lost rank, then per slow step group, one per
+         * line. */
+        json_array_foreach(lost, i, g)
+        {
+            json_dumpf(g, cli->out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            fputc('\n', cli->out);
+        }
         json_array_foreach(groups, i, g)
         {
             json_dumpf(g, cli->out, JSON_COMPACT | JSON_PRESERVE_ORDER);
             fputc('\n', cli->out);
         }
-        if (!json_array_size(groups)) {
+        if (!json_array_size(groups) && !json_array_size(lost)) {
             json_t *none = json_pack("{s:s, s:O, s:O}", "cause", "none", "reason",
                                      json_object_get(a, "reason") ? json_object_get(a, "reason")
                                                                   : json_null(),
@@ -157,6 +210,10 @@ int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n
     } else if (cli->dot) {
         dot_groups(cli->out, groups);
     } else {
+        json_array_foreach(lost, i, g)
+        {
+            text_lost(cli->out, g);
+        }
         if (!json_array_size(groups))
             fprintf(cli->out, "no slow steps: %s\n",
                     json_is_string(json_object_get(a, "reason")) ? jstr(a, "reason")

@@ -286,11 +286,11 @@ static void render_status(struct mks_cli *cli, json_t *a, bool detail)
         json_object_set_new(row, "lost", json_deep_copy(json_object_get(c, "lost")));
         json_array_append_new(rows, row);
     }
-    json_t *cols = detail ? colnames("rank", "host", "pid", "agent", "app_alive", "epochs",
+    json_t *cols = detail ? colnames("rank", "host", "pid", "agent", "state", "app_alive", "epochs",
                                      "last_epoch", "last_seq", "acked_seq", "unacked",
                                      "duplicates", "lost_summaries", "n_workers", "agent_version",
                                      NULL)
-                          : colnames("rank", "host", "agent", "epochs", "last_epoch", "tasks",
+                          : colnames("rank", "host", "agent", "state", "epochs", "last_epoch", "tasks",
                                      "coverage", "lost", "lost_summaries", "last_seen_s", NULL);
     mks_cli_table(f, cols, rows);
     json_decref(cols);

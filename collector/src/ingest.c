@@ -32,7 +32,7 @@ struct pending {
 struct mks_ingest {
     struct mks_ingest_opts o;
     struct pending p[MKS_INGEST_BATCH];
-    uint64_t win_start, win_busy;
+    uint64_t win_start, win_busy, win_msgs, win_batches;
     uint32_t pressure;
 };
 
@@ -183,29 +183,36 @@ static void send_reply(struct mks_ingest *ing, struct pending *p)
     }
 }
 
+/* Busy or behind takes both: the loop (nearly) never idle, by wall time,
+ * and messages queueing for it, seen as batches that are not small (each
+ * agent has one request in flight, so a batch is the agents waiting).  The
+ * wall time alone would read a machine whose other programs take the CPU
+ * as pressure even with a handful of agents. */
 static void update_pressure(struct mks_ingest *ing, uint64_t now, bool full)
 {
     uint64_t span = now - ing->win_start;
     if (span < PRESSURE_WINDOW_NS && !full)
         return;
     double busy = span ? (double)ing->win_busy / (double)span : 1.0;
-    if (full && busy < 0.9)
-        busy = 0.9; /* a batch that hit its bound left messages waiting */
+    double batch = ing->win_batches ? (double)ing->win_msgs / (double)ing->win_batches : 0;
+    if (full)
+        busy = 1.0, batch = MKS_INGEST_BATCH; /* a batch hit its bound: messages wait */
     uint32_t prev = ing->pressure;
-    /* Behind: the loop is (nearly) never idle, so messages queue.  Busy:
-     * less detail now keeps it from getting there.  Some hysteresis so
-     * that agents do not flip tiers every window. */
-    ing->pressure = busy >= 0.9 ? 2 : busy >= 0.7 || (prev >= 1 && busy >= 0.5) ? 1 : 0;
+    ing->pressure = busy >= 0.9 && batch >= 32                                 ? 2
+                    : (busy >= 0.7 || (prev >= 1 && busy >= 0.5)) && batch >= 8 ? 1
+                                                                                : 0;
     if (ing->pressure != prev)
-        fprintf(stderr, "mkscope-collector: ingest %s (%.0f%% of the time ingesting)\n",
+        fprintf(stderr,
+                "mkscope-collector: ingest %s (%.0f%% of the time ingesting, %.0f messages a"
+                " batch)\n",
                 ing->pressure == 2   ? "behind: agents asked to send counts only"
                 : ing->pressure == 1 ? "busy: agents asked to send less detail"
                                      : "keeps up again",
-                100 * busy);
+                100 * busy, batch);
     ing->o.stats->pressure = ing->pressure;
     if (span >= PRESSURE_WINDOW_NS) {
         ing->win_start = now;
-        ing->win_busy = 0;
+        ing->win_busy = ing->win_msgs = ing->win_batches = 0;
     }
 }
 
@@ -260,8 +267,11 @@ int mks_ingest_run(struct mks_ingest *ing)
             nn_freemsg(p->hdr);
     }
     uint64_t t1 = mono_ns();
-    if (n)
+    if (n) {
         ing->win_busy += t1 - t0;
+        ing->win_msgs += (uint64_t)n;
+        ing->win_batches++;
+    }
     update_pressure(ing, t1, n == (int)MKS_INGEST_BATCH);
     return n;
 }

@@ -13,9 +13,10 @@
  * MKS_INGEST_BATCH_NS of work: at low load one message, under load as many
  * as came in meanwhile, with no timer adding latency.
  *
- * Pressure: the share of wall time the loop spent ingesting over the last
- * half second.  Every Ack carries it as a level (0 keeping up, 1 busy, 2
- * behind: docs/wire.md), which agents use to send less detail before their
+ * Pressure: over the last half second, the share of wall time the loop
+ * spent ingesting and the messages a batch held (agents waiting for an
+ * ack).  Every Ack carries it as a level (0 keeping up, 1 busy, 2 behind:
+ * docs/wire.md), which agents use to send less detail before their
  * summaries queue up.
  */
 #ifndef MKS_COLLECTOR_INGEST_H

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "collector.h"
+#include "lost.h"
 
 struct out {
     char *buf;
@@ -70,6 +71,36 @@ static void per_rank(FILE *f, sqlite3 *db, const char *name, const char *help, c
     sqlite3_finalize(s);
 }
 
+/* Each rank's state (lost.h), one series per state with 1 for the one it
+ * is in: a rank whose application died or whose agent went silent shows
+ * at the next scrape. */
+static void rank_states(FILE *f, sqlite3 *db, uint64_t now)
+{
+    static const char *const states[] = {"running", "exited", "silent"};
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT job, rank, app_alive, last_seen_ns, heartbeat_ns, epoch_ns"
+                           " FROM ranks ORDER BY job, rank",
+                           -1, &s, NULL) != SQLITE_OK)
+        return;
+    fprintf(f, "# HELP mkscope_rank_state The rank's state: running, exited (its application"
+               " ended) or silent (its agent unheard for two heartbeats)\n"
+               "# TYPE mkscope_rank_state gauge\n");
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        const char *st = mks_rank_state(
+            sqlite3_column_type(s, 2) == SQLITE_NULL || sqlite3_column_int(s, 2),
+            (uint64_t)sqlite3_column_int64(s, 3), (uint64_t)sqlite3_column_int64(s, 4),
+            (uint64_t)sqlite3_column_int64(s, 5), now);
+        for (int k = 0; k < 3; k++) {
+            fprintf(f, "mkscope_rank_state{job=");
+            label(f, (const char *)sqlite3_column_text(s, 0));
+            fprintf(f, ",rank=\"%lld\",state=\"%s\"} %d\n", (long long)sqlite3_column_int64(s, 1),
+                    states[k], !strcmp(st, states[k]));
+        }
+    }
+    sqlite3_finalize(s);
+}
+
 char *mks_metrics_render(const struct mks_serve_env *env)
 {
     char *buf = NULL;
@@ -116,7 +147,21 @@ char *mks_metrics_render(const struct mks_serve_env *env)
              " AS class, SUM(t.count) FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
              " WHERE ?1 IS NOT NULL GROUP BY e.job, e.rank, t.class ORDER BY e.job, e.rank, 3",
              env->now_ns);
+    rank_states(f, db, env->now_ns);
     if (env->stats) {
+        fprintf(f, "# HELP mkscope_ingest_pressure Ingest load the acks carry: 0 keeping up,"
+                   " 1 busy, 2 behind\n"
+                   "# TYPE mkscope_ingest_pressure gauge\n"
+                   "mkscope_ingest_pressure %u\n"
+                   "# HELP mkscope_ingest_batches_total Ingest transactions (batches of messages)\n"
+                   "# TYPE mkscope_ingest_batches_total counter\n"
+                   "mkscope_ingest_batches_total %llu\n"
+                   "# HELP mkscope_summaries_pressured_total Summaries whose detail the collector's"
+                   " pressure capped\n"
+                   "# TYPE mkscope_summaries_pressured_total counter\n"
+                   "mkscope_summaries_pressured_total %llu\n",
+                (unsigned)env->stats->pressure, (unsigned long long)env->stats->batches,
+                (unsigned long long)env->stats->summaries_pressured);
         fprintf(f, "# HELP mkscope_ingest_messages_total Messages received from agents\n"
                    "# TYPE mkscope_ingest_messages_total counter\n"
                    "mkscope_ingest_messages_total %llu\n"

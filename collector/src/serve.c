@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "collector.h"
+#include "lost.h"
 #include "serve.h"
 
 static uint64_t mono_ns(void)
@@ -208,6 +209,7 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
                  " r.n_workers, r.epoch_ns, r.incarnation, r.registered_ns, r.last_seen_ns,"
                  " r.last_heartbeat_ns, r.app_alive, r.summaries, r.duplicates,"
                  " r.lost_summaries, r.last_epoch, r.last_seq, r.acked_seq, r.unacked,"
+                 " r.heartbeat_ns,"
                  " (SELECT COALESCE(SUM(c.eligible),0) FROM coverage c JOIN epochs e ON"
                  "  e.id=c.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS eligible,"
                  " (SELECT COALESCE(SUM(c.ran),0) FROM coverage c JOIN epochs e ON"
@@ -230,17 +232,20 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
         uint64_t hb = (uint64_t)sqlite3_column_int64(s, 11);
         uint64_t epoch_ns = (uint64_t)sqlite3_column_int64(s, 7);
         uint64_t seen = (uint64_t)sqlite3_column_int64(s, 10);
-        uint64_t e = (uint64_t)sqlite3_column_int64(s, 20), rn = (uint64_t)sqlite3_column_int64(s, 21);
+        uint64_t e = (uint64_t)sqlite3_column_int64(s, 21), rn = (uint64_t)sqlite3_column_int64(s, 22);
         double age = seen && env->now_ns > seen ? (double)(env->now_ns - seen) / 1e9 : 0;
-        /* An agent is "up" while it was heard from within three epochs (or
-         * 5 s when it did not say its epoch length). */
-        double up_window = epoch_ns ? 3.0 * (double)epoch_ns / 1e9 : 5.0;
-        if (up_window < 2.0)
-            up_window = 2.0;
+        uint64_t hb_ns = (uint64_t)sqlite3_column_int64(s, 20);
+        /* An agent is "up" while it was heard from within two heartbeats
+         * (lost.h); the rank's state adds what the agent said of it. */
+        double up_window = (double)mks_rank_silent_after(hb_ns, epoch_ns) / 1e9;
+        const char *state = mks_rank_state(sqlite3_column_type(s, 12) == SQLITE_NULL ||
+                                               sqlite3_column_int(s, 12),
+                                           seen, hb_ns, epoch_ns, env->now_ns);
         json_object_set_new(r, "rank", json_integer(sqlite3_column_int64(s, 0)));
         json_object_set_new(r, "host", mks_serve_column(s, 2));
         json_object_set_new(r, "pid", mks_serve_column(s, 3));
         json_object_set_new(r, "agent", json_string(seen && age <= up_window ? "up" : "down"));
+        json_object_set_new(r, "state", json_string(state));
         json_object_set_new(r, "last_seen_s", json_real(age));
         json_object_set_new(r, "last_heartbeat_s",
                             hb ? json_real((double)(env->now_ns - hb) / 1e9) : json_null());
@@ -248,12 +253,12 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
         json_object_set_new(r, "epochs", json_integer(sqlite3_column_int64(s, 13)));
         json_object_set_new(r, "last_epoch", mks_serve_column(s, 16));
         json_object_set_new(r, "lost_summaries", json_integer(sqlite3_column_int64(s, 15)));
-        json_object_set_new(r, "tasks", json_integer(sqlite3_column_int64(s, 24)));
+        json_object_set_new(r, "tasks", json_integer(sqlite3_column_int64(s, 25)));
         json_object_set_new(r, "coverage",
                             json_pack("{s:I, s:I, s:I, s:I, s:o}", "eligible", (json_int_t)e,
                                       "ran", (json_int_t)rn, "throttled",
-                                      (json_int_t)sqlite3_column_int64(s, 22), "lost",
-                                      (json_int_t)sqlite3_column_int64(s, 23), "ratio",
+                                      (json_int_t)sqlite3_column_int64(s, 23), "lost",
+                                      (json_int_t)sqlite3_column_int64(s, 24), "ratio",
                                       e ? json_real((double)rn / (double)e) : json_null()));
         if (detail) {
             json_object_set_new(r, "gpu_uuid", mks_serve_column(s, 4));
@@ -438,6 +443,25 @@ static int serve_metrics_text(const struct mks_serve_env *env, json_t **out, cha
 
 /* ---- dispatch -------------------------------------------------------------------------- */
 
+/* The diagnosis of slow steps, with the ranks that were lost and the peers
+ * they stall ("lost_ranks", lost.h) beside its groups. */
+static int serve_diagnose(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                          json_t **out, char *err, size_t errlen)
+{
+    int rc = mks_serve_diagnose(env, req, out, err, errlen);
+    char job[MKS_WIRE_MAX_JOB + 1];
+    json_t *lost = NULL;
+    if (rc || mks_serve_job(env, req, job, sizeof(job), err, errlen))
+        return rc;
+    if (mks_lost_ranks(env->st, job, env->now_ns, &lost, err, errlen)) {
+        json_decref(*out);
+        *out = NULL;
+        return MKS_EXIT_ERROR;
+    }
+    json_object_set_new(*out, "lost_ranks", lost);
+    return 0;
+}
+
 int mks_serve_cli(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                   json_t **out, char *err, size_t errlen)
 {
@@ -456,7 +480,7 @@ int mks_serve_cli(const struct mks_serve_env *env, const Mkscope__V1__CliRequest
     if (!strcmp(v, "metrics"))
         return serve_metrics_text(env, out, err, errlen);
     if (!strcmp(v, "diagnose") || !strcmp(v, "waitchain"))
-        return mks_serve_diagnose(env, req, out, err, errlen);
+        return serve_diagnose(env, req, out, err, errlen);
     if (!strcmp(v, "attach") || !strcmp(v, "detach") || !strcmp(v, "commands"))
         return mks_serve_command(env, req, out, err, errlen);
     if (!strcmp(v, "trace"))

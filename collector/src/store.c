@@ -112,7 +112,8 @@ static const char schema_sql[] =
     " last_heartbeat_ns INTEGER, agent_time_ns INTEGER, last_seq INTEGER DEFAULT 0,"
     " acked_seq INTEGER DEFAULT 0, app_alive INTEGER, summaries INTEGER DEFAULT 0,"
     " duplicates INTEGER DEFAULT 0, lost_summaries INTEGER DEFAULT 0, unacked INTEGER DEFAULT 0,"
-    " last_epoch INTEGER, PRIMARY KEY(job, rank));\n"
+    " last_epoch INTEGER, heartbeat_ns INTEGER, lost_cur_sum INTEGER DEFAULT 0,"
+    " lost_cur_hb INTEGER DEFAULT 0, PRIMARY KEY(job, rank));\n"
     "CREATE TABLE IF NOT EXISTS task_classes(job TEXT, rank INTEGER, id INTEGER, name TEXT,"
     " source_op TEXT, device_fn TEXT, region_class TEXT, comm INTEGER,"
     " PRIMARY KEY(job, rank, id));\n"
@@ -278,6 +279,25 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
         sqlite3_free(msg);
         mks_store_close(st);
         return -EIO;
+    }
+    /* Columns added since the first schema, added to stores made before
+     * (CREATE TABLE IF NOT EXISTS leaves an existing table as it is). */
+    static const char *const added[][2] = {{"ranks", "heartbeat_ns INTEGER"},
+                                           {"ranks", "lost_cur_sum INTEGER DEFAULT 0"},
+                                           {"ranks", "lost_cur_hb INTEGER DEFAULT 0"}};
+    for (size_t i = 0; i < sizeof(added) / sizeof(added[0]); i++) {
+        char sql[256], col[64];
+        sqlite3_stmt *probe = NULL;
+        sscanf(added[i][1], "%63s", col);
+        snprintf(sql, sizeof(sql), "SELECT %s FROM %s LIMIT 0", col, added[i][0]);
+        int missing = sqlite3_prepare_v2(st->db, sql, -1, &probe, NULL) != SQLITE_OK;
+        sqlite3_finalize(probe);
+        snprintf(sql, sizeof(sql), "ALTER TABLE %s ADD COLUMN %s", added[i][0], added[i][1]);
+        if (missing && sqlite3_exec(st->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+            fail(err, errlen, -EIO, "store: %s: %s: %s", o.path, sql, sqlite3_errmsg(st->db));
+            mks_store_close(st);
+            return -EIO;
+        }
     }
     *st_p = st;
     return 0;
@@ -710,17 +730,21 @@ static int store_register(struct mks_store *st, const mks_envelope *env, uint64_
     int rc = exec_stmt(
         st,
         "INSERT INTO ranks(job, rank, n_ranks, host, pid, gpu_uuid, hook_abi, agent_version,"
-        " n_workers, epoch_ns, incarnation, app_start_ns, registered_ns, last_seen_ns, app_alive)"
-        " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,1) ON CONFLICT(job, rank) DO UPDATE SET"
+        " n_workers, epoch_ns, incarnation, app_start_ns, registered_ns, last_seen_ns, app_alive,"
+        " heartbeat_ns) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,?) ON CONFLICT(job, rank) DO UPDATE SET"
+        " heartbeat_ns=excluded.heartbeat_ns,"
+        " lost_cur_sum = CASE WHEN incarnation = excluded.incarnation THEN lost_cur_sum ELSE 0 END,"
+        " lost_cur_hb = CASE WHEN incarnation = excluded.incarnation THEN lost_cur_hb ELSE 0 END,"
         " n_ranks=excluded.n_ranks, host=excluded.host, pid=excluded.pid,"
         " gpu_uuid=excluded.gpu_uuid, hook_abi=excluded.hook_abi,"
         " agent_version=excluded.agent_version, n_workers=excluded.n_workers,"
         " epoch_ns=excluded.epoch_ns, incarnation=excluded.incarnation,"
         " app_start_ns=excluded.app_start_ns, registered_ns=excluded.registered_ns,"
         " last_seen_ns=excluded.last_seen_ns, app_alive=1",
-        "tiitititiuuuuu", env->job, (int64_t)env->rank, (int64_t)r->n_ranks, r->host,
+        "tiitititiuuuuuu", env->job, (int64_t)env->rank, (int64_t)r->n_ranks, r->host,
         (int64_t)r->pid, r->gpu_uuid, (int64_t)r->hook_abi_version, r->agent_version,
-        (int64_t)r->n_workers, r->epoch_ns, env->incarnation, r->app_start_ns, now, now);
+        (int64_t)r->n_workers, r->epoch_ns, env->incarnation, r->app_start_ns, now, now,
+        r->heartbeat_ns);
     if (rc != SQLITE_DONE)
         return db_fail(st, err, errlen, "register");
     if (r->schema) {
@@ -770,10 +794,15 @@ static int store_heartbeat(struct mks_store *st, const mks_envelope *env, uint64
     const Mkscope__V1__Heartbeat *h = env->heartbeat;
     if (ensure_rank(st, env, now) != SQLITE_DONE ||
         exec_stmt(st,
-                  "UPDATE ranks SET last_heartbeat_ns=?, agent_time_ns=?, last_seq=?, app_alive=?,"
-                  " unacked=?, lost_summaries=MAX(lost_summaries, ?) WHERE job=? AND rank=?",
-                  "uuuiuuti", now, h->agent_time_ns, h->last_seq, (int64_t)h->app_alive,
-                  h->unacked, h->lost_summaries, env->job, (int64_t)env->rank) != SQLITE_DONE)
+                  "UPDATE ranks SET last_heartbeat_ns=?1, agent_time_ns=?2, last_seq=?3,"
+                  " app_alive=?4, unacked=?5, lost_summaries = lost_summaries + CASE WHEN"
+                  " incarnation = ?8 THEN MAX(lost_cur_sum, lost_cur_hb, ?6) -"
+                  " MAX(lost_cur_sum, lost_cur_hb) ELSE 0 END, lost_cur_hb = CASE WHEN"
+                  " incarnation = ?8 THEN MAX(lost_cur_hb, ?6) ELSE lost_cur_hb END"
+                  " WHERE job=?7 AND rank=?9",
+                  "uuuiuutui", now, h->agent_time_ns, h->last_seq, (int64_t)h->app_alive,
+                  h->unacked, h->lost_summaries, env->job, env->incarnation,
+                  (int64_t)env->rank) != SQLITE_DONE)
         return db_fail(st, err, errlen, "heartbeat");
     /* The heartbeat lists every attached program: it replaces what we knew. */
     exec_stmt(st, "DELETE FROM programs WHERE job=? AND rank=?", "ti", env->job,
@@ -941,12 +970,17 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
     uint64_t stored = 0;
     rc = query_u64(st, &stored,
                    "INSERT INTO ranks(job, rank, incarnation, last_seen_ns, summaries, duplicates,"
-                   " last_epoch, lost_summaries, acked_seq) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)"
+                   " last_epoch, lost_summaries, acked_seq, lost_cur_sum)"
+                   " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?8)"
                    " ON CONFLICT(job, rank) DO UPDATE SET last_seen_ns = excluded.last_seen_ns,"
                    " summaries = summaries + excluded.summaries,"
                    " duplicates = duplicates + excluded.duplicates,"
                    " last_epoch = CASE WHEN ?5 AND incarnation = ?3 THEN ?7 ELSE last_epoch END,"
-                   " lost_summaries = lost_summaries + excluded.lost_summaries,"
+                   " lost_summaries = lost_summaries + CASE WHEN incarnation = ?3 THEN"
+                   " MAX(lost_cur_sum + ?8, lost_cur_hb) - MAX(lost_cur_sum, lost_cur_hb)"
+                   " ELSE ?8 END,"
+                   " lost_cur_sum = lost_cur_sum + CASE WHEN incarnation = ?3 THEN ?8 ELSE 0"
+                   " END,"
                    " acked_seq = CASE WHEN incarnation = ?3 THEN ?9 ELSE acked_seq END"
                    " RETURNING summaries",
                    "tiuuiiuuu", env->job, (int64_t)env->rank, env->incarnation, now,

@@ -349,7 +349,14 @@ int mks_ctl_alive(const struct mks_ctl *ctl)
 {
     if (!ctl)
         return 0;
-    return !__atomic_load_n(&ctl->cb->closed, __ATOMIC_ACQUIRE) && pid_alive(ctl->cb->app_pid);
+    if (__atomic_load_n(&ctl->cb->closed, __ATOMIC_ACQUIRE) || !pid_alive(ctl->cb->app_pid))
+        return 0;
+    /* kill(pid, 0) succeeds on a zombie: an application killed by a signal
+     * whose parent has not reaped it yet (or never will, under a pid 1 that
+     * reaps nothing) is dead all the same. */
+    uint64_t start;
+    int zombie = 0;
+    return mksi_proc_start(ctl->cb->app_pid, &start, &zombie) != 0 || !zombie;
 }
 
 int mks_ctl_lease(struct mks_ctl *ctl, uint64_t lease_ns)

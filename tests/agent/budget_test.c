@@ -112,15 +112,23 @@ static void test_collector_pressure(void **state)
     assert_int_equal(agt_pressure_note(&p, 1, EPOCH_NS / 10, EPOCH_NS), 1);
     assert_int_equal(agt_pressure_note(&p, 7, EPOCH_NS / 10, EPOCH_NS), 2);
     assert_int_equal(agt_pressure_note(&p, 0, EPOCH_NS / 10, EPOCH_NS), 0);
-    /* acks taking ten epochs: behind within a few replies, whatever the hint */
+    /* a loaded machine's 1.5 epochs (150 ms): nothing */
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(agt_pressure_note(&p, 0, 3 * EPOCH_NS / 2, EPOCH_NS), 0);
+    /* acks taking three epochs: busy; twenty: behind within a few replies */
     int replies = 0;
-    while (agt_pressure_note(&p, 0, 10 * EPOCH_NS, EPOCH_NS) < 2 && replies < 20)
+    while (agt_pressure_note(&p, 0, 3 * EPOCH_NS, EPOCH_NS) < 1 && replies < 20)
         replies++;
     assert_true(replies < 10);
-    /* three epochs: still held at 2 (the latency must halve first), then
+    assert_int_equal(p.level, 1);
+    replies = 0;
+    while (agt_pressure_note(&p, 0, 20 * EPOCH_NS, EPOCH_NS) < 2 && replies < 20)
+        replies++;
+    assert_true(replies < 10);
+    /* six epochs: still held at 2 (the latency must halve first), then
      * fast acks bring it down step by step to 0 */
-    for (int i = 0; i < 10; i++)
-        agt_pressure_note(&p, 0, 3 * EPOCH_NS, EPOCH_NS);
+    for (int i = 0; i < 20; i++)
+        agt_pressure_note(&p, 0, 6 * EPOCH_NS, EPOCH_NS);
     assert_int_equal(p.level, 2);
     uint32_t last = 2;
     for (int i = 0; i < 40; i++) {

@@ -15,6 +15,7 @@ while [ $# -gt 0 ]; do
     --bench) export MKS_BENCH_BIN=$2 ;;
     --countcheck) MKS_COUNTCHECK=$2 ;;
     --monitors) export MKS_MONITORS_DIR=$2 ;;
+    --proxy) MKS_PROXY_BIN=$2 ;;
     *) echo "$(basename "$0"): unknown argument $1" >&2; exit 2 ;;
   esac
   shift 2
