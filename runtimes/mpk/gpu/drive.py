@@ -38,6 +38,9 @@ MON = "latency,depwait,queue,genprog,count"
 # task_assign, task_start, task_end, gen_advance: attached before a launch
 WAIT_MASK = (1 << 1) | (1 << 2) | (1 << 3) | (1 << 9)
 log = open(os.path.join(out, "drive.log"), "a")
+OURS = dict(os.environ)
+if os.environ.get("MKS_DEPS_LIB"):
+    OURS["LD_LIBRARY_PATH"] = os.environ["MKS_DEPS_LIB"] + ":" + os.environ.get("LD_LIBRARY_PATH", "")
 
 
 def say(*x):
@@ -131,7 +134,7 @@ class Proc:
         self.coll = subprocess.Popen(
             [COLL, "--ingest", "ipc://%s/ingest" % d, "--survey", "ipc://%s/survey" % d, "--cli",
              "ipc://%s/cli" % d, "--metrics", "off", "--db", "%s/store.db" % d, "--ucx-port", "0"],
-            stdout=open(d + "/collector.log", "w"), stderr=subprocess.STDOUT)
+            stdout=open(d + "/collector.log", "w"), stderr=subprocess.STDOUT, env=OURS)
         time.sleep(0.3)
 
     def start_agent(self, attach=MON):
@@ -140,7 +143,7 @@ class Proc:
             [AGENT, "--job", self.name, "--rank", "0", "--collector", "ipc://%s/ingest" % d,
              "--survey", "ipc://%s/survey" % d, "--epoch-ms", "20", "--monitors", a.monitors,
              "--attach", attach, "--stats", d + "/agent-stats.json"],
-            stdout=open(d + "/agent.log", "a"), stderr=subprocess.STDOUT)
+            stdout=open(d + "/agent.log", "a"), stderr=subprocess.STDOUT, env=OURS)
 
     def stop_agent(self):
         if self.agent:
@@ -156,7 +159,7 @@ class Proc:
         t = time.time()
         r = subprocess.run([CLI, "--collector", "ipc://%s/cli" % self.cdir, "--timeout", "10000",
                             "-f", fmt] + list(args), capture_output=True, text=True,
-                           timeout=timeout)
+                           timeout=timeout, env=OURS)
         return r.returncode, r.stdout, r.stderr, time.time() - t
 
     def stop_collector(self):
@@ -321,7 +324,7 @@ if m and left() > 60:
     graph = json.load(open(os.path.join(m.dir, "task_graph_rank0.json")))
     sch = subprocess.run([os.path.join(a.bin, "runtimes/mpk/mkscope-mpk-schema"), "-f", "json",
                           os.path.join(m.dir, "task_graph_rank0.json")], capture_output=True,
-                         text=True)
+                         text=True, env=OURS)
     classes = {c["name"]: c for c in json.loads(sch.stdout)["classes"]}
     it = (m.reports()[-1]["iterations"] if m.reports() else a.seq)
     lo = it // 2

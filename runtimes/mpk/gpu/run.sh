@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# mkscope inside MPK on one GPU, in one go: builds MPK from the kit and
-# mkscope, adds the hook sites (runtimes/mpk/apply.sh), then
+# mkscope inside MPK on one GPU, in one go: builds MPK from the kit (our
+# programs come built by prep.sh), adds the hook sites (runtimes/mpk/apply.sh), then
 # runtimes/mpk/gpu/drive.py serves a Qwen3-shaped model (random weights of
 # Qwen3-8B's shapes) at batch 1 and 8 without hooks, with hooks detached and
 # attached, and in MPK's profiling build; replaces, detaches and re-attaches
@@ -25,38 +25,38 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 python3 -c 'import torch, sys; print(torch.__version__, torch.cuda.get_device_name(0), sys.version)' \
     >>"$w/res/gpu.txt" 2>&1
 
-# mkscope (dependencies from .debs) and Mirage, side by side
-(
-    export MKS_DEBS=$carry/debs
-    # shellcheck source=bench/gpu/debs_prefix.sh
-    source "$src/bench/gpu/debs_prefix.sh"
-    mks_debs_prefix mkscope-mpk-prefix || exit 1
-    echo "$prefix_lib" >"$w/prefix_lib"
-    cmake -S "$src" -B "$w/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMKS_BUILD_TESTS=OFF \
-        -DMKS_MODULES="devhooks;comm-ids;proto;query;agent;collector;runtimes" \
-        -DMKS_PROTO_GEN_DIR="$carry/gen" -DMKS_PREBUILT_BPF_DIR="$carry/monitors" "${cmake_args[@]}" &&
-        cmake --build "$w/build" -j8 --target mkscope-agent mkscope-collector mkscope mkscope_mpk \
-            mkscope-mpk-schema
-) >"$w/res/build-mkscope.log" 2>&1 &
-mks_pid=$!
+# our programs come built (prep.sh); their libraries unpacked beside them
+# and given to our programs only, never to python3 (torch) or nvcc
+b=$w/build
+mkdir -p "$b/agent" "$b/collector/cli" "$b/runtimes/mpk" "$w/deps" "$w/mpklib"
+cp "$carry/bin/mkscope-agent" "$b/agent/"
+cp "$carry/bin/mkscope-collector" "$b/collector/"
+cp "$carry/bin/mkscope" "$b/collector/cli/"
+cp "$carry/bin/mkscope-mpk-schema" "$carry/bin/libmkscope_mpk.so" "$b/runtimes/mpk/"
+for f in "$carry"/debs/*.deb; do dpkg -x "$f" "$w/deps"; done
+deps_lib=$w/deps/usr/lib/x86_64-linux-gnu
+# the MPK process needs jansson for libmkscope_mpk, nothing else of ours
+cp -a "$deps_lib"/libjansson.so* "$w/mpklib/" 2>/dev/null
+echo "-DMKS_MPK -I$src/devhooks/include -I$src/runtimes/mpk/include -L$b/runtimes/mpk -lmkscope_mpk -Xlinker -rpath -Xlinker $b/runtimes/mpk" \
+    >"$b/runtimes/mpk/mkscope-mpk-flags"
+missing=$(for x in "$b/agent/mkscope-agent" "$b/collector/mkscope-collector" "$b/collector/cli/mkscope"; do
+    LD_LIBRARY_PATH=$deps_lib ldd "$x"; done | grep "not found" | sort -u)
 cp -r "$carry/kit" "$w/kit"
-bash "$w/kit/build-offline.sh" "$w/mk" python3 >"$w/res/build-mirage.log" 2>&1 &
-mk_pid=$!
-wait $mks_pid; mks_rc=$?
-wait $mk_pid; mk_rc=$?
-echo "builds: mkscope rc $mks_rc, mirage rc $mk_rc, $((SECONDS - t0)) s" | tee "$w/res/builds.txt"
+bash "$w/kit/build-offline.sh" "$w/mk" python3 >"$w/res/build-mirage.log" 2>&1
+mk_rc=$?
+echo "builds: mirage rc $mk_rc, $((SECONDS - t0)) s; libraries not found: ${missing:-none}" | tee "$w/res/builds.txt"
 fail() {
     echo "$*" | tee -a "$w/res/builds.txt"
-    tail -n 40 "$w/res/build-mkscope.log" "$w/res/build-mirage.log"
+    tail -n 40 "$w/res/build-mirage.log"
     tar -czf "$out/logs.tgz" -C "$w" res
     exit 1
 }
-[ $mks_rc -eq 0 ] || fail "mkscope build failed"
+[ -z "$missing" ] || fail "libraries missing for our programs: $missing"
 [ $mk_rc -eq 0 ] || fail "mirage build failed"
 "$src/runtimes/mpk/apply.sh" "$w/mk/mirage" || fail "patch refused"
-prefix_lib=$(cat "$w/prefix_lib")
 export PYTHONPATH=$w/mk/mirage/python:$w/mk/py
-export LD_LIBRARY_PATH=$w/mk/z3/usr/lib/x86_64-linux-gnu${prefix_lib:+:$prefix_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$w/mk/z3/usr/lib/x86_64-linux-gnu:$w/mpklib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export MKS_DEPS_LIB=$deps_lib
 export MKS_MONITORS_DIR=$carry/monitors
 python3 -u "$src/runtimes/mpk/gpu/drive.py" --bin "$w/build" --monitors "$carry/monitors" \
     --out "$w/res" --layers "${MPK_LAYERS:-8}" --seq "${MPK_SEQ:-512}" --groups "${MPK_GROUPS:-4}" \
