@@ -60,7 +60,7 @@ export MKS_DEPS_LIB=$deps_lib
 export MKS_MONITORS_DIR=$carry/monitors
 python3 -u "$src/runtimes/mpk/gpu/drive.py" --bin "$w/build" --monitors "$carry/monitors" \
     --out "$w/res" --layers "${MPK_LAYERS:-8}" --seq "${MPK_SEQ:-512}" --groups "${MPK_GROUPS:-4}" \
-    --rounds "${MPK_ROUNDS:-3}" --budget "${MPK_BUDGET:-420}" 2>&1 | tee "$w/res/drive.out"
+    --rounds "${MPK_ROUNDS:-3}" --budget "${MPK_BUDGET:-420}" --batches "${MPK_BATCHES:-1,8}" 2>&1 | tee "$w/res/drive.out"
 rc=${PIPESTATUS[0]}
 # at most 8 files come back: the table, the results, the logs, a task graph
 grep -A100 "^== MPK with mkscope" "$w/res/drive.out" >"$out/summary.txt" || true
