@@ -78,23 +78,28 @@ class Proc:
         self.agent = None
         self.coll = None
         self.tags = []  # launch n (1-based) = tags[n - 1]
+        self.exit = None
 
     def line(self, timeout):
-        box = []
-        t = threading.Thread(target=lambda: box.append(self.p.stdout.readline()))
-        t.daemon = True
-        t.start()
-        t.join(timeout)
-        return box[0].strip() if box else None
+        """The next protocol line; None on timeout or when the process ended."""
+        while True:
+            box = []
+            t = threading.Thread(target=lambda: box.append(self.p.stdout.readline()))
+            t.daemon = True
+            t.start()
+            t.join(timeout)
+            if not box or box[0] == "":  # timeout, or end of file: the process is gone
+                return None
+            if box[0].strip():
+                return box[0].strip()
 
     def wait_ready(self, timeout):
-        while True:
-            l = self.line(timeout)
-            if l is None or l == "":
-                return False
-            if l.startswith("ready"):
-                self.ready = l
-                return True
+        l = self.line(timeout)
+        if l and l.startswith("ready"):
+            self.ready = l
+            return True
+        self.exit = self.p.poll()
+        return False
 
     def run(self, tag, control=None, timeout=240):
         if self.mks:
@@ -192,8 +197,9 @@ procs["prof%d" % B8] = Proc("prof%d" % B8, B8, prof=True)
 say("== %d MPK processes: model, kernel compile, init (in parallel)" % len(procs))
 for n, p in procs.items():
     ok = p.wait_ready(max(60, left()))
-    say("  %s: %s" % (n, p.ready if ok else "FAILED (see %s/serve.log)" % p.dir))
+    say("  %s: %s" % (n, p.ready if ok else "FAILED (exit %s; %s/serve.log)" % (p.exit, p.dir)))
     if not ok:
+        p.err.flush()
         say(open(os.path.join(p.dir, "serve.log")).read()[-3000:])
 live = {n: p for n, p in procs.items() if p.ready}
 res = {}  # (variant, batch) -> list of runs
@@ -210,7 +216,7 @@ for b in batches:
         m.start_collector("rounds")
 say("== rounds (one launch each, %d requests of %d tokens a batch slot)" % (a.groups, a.seq))
 for rd in range(a.rounds):
-    if left() < 200:
+    if left() < 60 and rd > 0:
         say("  budget: rounds stop at %d" % rd)
         break
     for b in batches:

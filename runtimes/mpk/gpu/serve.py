@@ -12,7 +12,14 @@ The variant is the environment's: MKS_MPK_NVCC_FLAGS set (hook sites compiled
 in) or not, --profiling (MPK's profiler build).  Weights are random: the
 tokens mean nothing, the shapes and the work are Qwen3-8B's.
 """
-import argparse, os, sys, tempfile, time, types
+import argparse, faulthandler, os, sys, tempfile, time, types
+
+# The protocol has fd 1 to itself: MPK's Python prints and its C printf
+# (one per launch) go to stderr, the process's log.
+proto = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+faulthandler.enable()  # a crash in MPK's C++ or CUDA code still names where
 
 import torch
 
@@ -191,7 +198,7 @@ tempfile.TemporaryDirectory = lambda *x, **k: types.SimpleNamespace(name=keep)
 mpk.compile(output_dir=a.out)
 t2 = time.time()
 print("ready %s build %.1f s compile+init %.1f s workers %d schedulers %d" %
-      (a.name, t1 - t0, t2 - t1, num_workers, num_schedulers), flush=True)
+      (a.name, t1 - t0, t2 - t1, num_workers, num_schedulers), file=proto, flush=True)
 mod = mpk.launch_func.__self__  # MPK's extension module: init_request_func re-arms requests
 stream = torch.cuda.Stream()
 first = True
@@ -202,7 +209,7 @@ for line in sys.stdin:
     if cmd[0] == "quit":
         break
     if cmd[0] != "run":
-        print("error unknown command %s" % cmd[0], flush=True)
+        print("error unknown command %s" % cmd[0], file=proto, flush=True)
         continue
     if not first:
         mod.init_request_func()
@@ -216,6 +223,6 @@ for line in sys.stdin:
     torch.cuda.synchronize()
     ms = e0.elapsed_time(e1)
     print("done %s %.3f %d" % (cmd[1] if len(cmd) > 1 else "-", ms, int(step.sum().item())),
-          flush=True)
+          file=proto, flush=True)
 mpk.finalize()
-print("bye", flush=True)
+print("bye", file=proto, flush=True)
