@@ -36,6 +36,9 @@ struct mks_ingest_stats {
     _Atomic uint64_t summaries_pressured; /* of them, made under the collector's pressure */
     _Atomic uint64_t batches;     /* ingest transactions */
     _Atomic uint32_t pressure;    /* the level Acks carry now (ingest.h) */
+    /* Histograms and counters kept in memory since the collector started
+     * (metrics.c): written by the loop, read by whoever renders /metrics. */
+    struct mks_metrics *registry;
 };
 
 struct mks_serve_env {
@@ -55,7 +58,26 @@ struct mks_serve_env {
 int mks_serve_cli(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                   json_t **out, char *err, size_t errlen);
 
-/* Prometheus text exposition of the store's per-rank state; malloc()ed. */
+/* Prometheus text exposition of the store's per-rank state and of
+ * env->stats (its registry included); malloc()ed. */
 char *mks_metrics_render(const struct mks_serve_env *env);
+
+/* The in-memory part of the metrics: Prometheus histograms of step time
+ * per rank, task run time per rank and class, remote wait per rank and
+ * peer; counters of tasks, coverage (eligible, ran, throttled, lost per
+ * hook) and remote waits dropped per rank; trigger firings and
+ * escalations.  Counted from the summaries this collector stored since it
+ * started (a replay it already counted is skipped), so they only grow, as
+ * Prometheus counters must; store retention does not shrink them.  Locked
+ * inside: the loop observes, another thread renders. */
+struct mks_metrics;
+int mks_metrics_create(struct mks_metrics **m_p);
+void mks_metrics_destroy(struct mks_metrics *m); /* accepts NULL */
+/* A stored envelope: epoch summaries are counted, the rest ignored. */
+void mks_metrics_observe(struct mks_metrics *m, const mks_envelope *env);
+/* A trigger fired on `ranks_fired` ranks of `job`; `escalated_ranks` > 0
+ * when that started an escalation of so many ranks. */
+void mks_metrics_trigger(struct mks_metrics *m, const char *job, int64_t trigger,
+                         uint64_t ranks_fired, uint64_t escalated_ranks);
 
 #endif

@@ -46,6 +46,9 @@
 #define DEFAULT_METRICS "127.0.0.1:7403"
 #define DEFAULT_DB      "mkscope.db"
 #define DEFAULT_UCX_PORT_S "7404"
+/* /healthz fails when the loop has not gone round for this long (it wakes
+ * at least once a second). */
+#define HEALTH_STALL_NS (10ull * 1000000000ull)
 /* Escalations whose trace waits for more ranks, and for how long. */
 #define MAX_PENDING_TRACES 16
 #define TRACE_WAIT_NS      (10ull * 1000000000ull)
@@ -58,6 +61,9 @@ struct collector {
     int sigfd;
     struct MHD_Daemon *mhd;
     struct mks_store *st;
+    /* When the loop last went round (/healthz reads it from libmicrohttpd's
+     * thread). */
+    _Atomic uint64_t loop_beat_ns;
     /* Read by libmicrohttpd's thread only (/metrics). */
     struct mks_store *metrics_st;
     struct mks_cliserv *cli;
@@ -354,6 +360,25 @@ static void run_triggers(struct collector *c)
                 esc ? json_string_value(json_object_get(f, "escalation")) : "",
                 esc ? ranks : "");
     }
+    /* Per trigger: the ranks it fired on, and the escalation it started. */
+    for (i = 0; i < json_array_size(fired); i++) {
+        json_int_t id = json_integer_value(json_object_get(json_array_get(fired, i), "trigger"));
+        bool first = true;
+        for (size_t k = 0; k < i && first; k++)
+            first = json_integer_value(json_object_get(json_array_get(fired, k), "trigger")) != id;
+        if (!first)
+            continue;
+        uint64_t n_fired = 0, n_esc = 0;
+        for (size_t k = i; k < json_array_size(fired); k++) {
+            f = json_array_get(fired, k);
+            if (json_integer_value(json_object_get(f, "trigger")) != id)
+                continue;
+            n_fired++;
+            if (json_is_true(json_object_get(f, "escalated")))
+                n_esc = json_array_size(json_object_get(f, "escalation_ranks"));
+        }
+        mks_metrics_trigger(c->stats.registry, job, id, n_fired, n_esc);
+    }
     (void)n;
     json_decref(fired);
 }
@@ -363,6 +388,7 @@ static void run_triggers(struct collector *c)
 static void on_stored(void *arg, const mks_envelope *env)
 {
     struct collector *c = arg;
+    mks_metrics_observe(c->stats.registry, env);
     if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY)
         c->new_summaries = true;
     if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH &&
@@ -579,8 +605,34 @@ static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, c
     (void)version, (void)upload_data, (void)upload_data_size, (void)con_cls;
     struct MHD_Response *resp;
     enum MHD_Result ret;
+    if (!strcmp(method, "GET") && !strcmp(url, "/healthz")) {
+        /* Healthy: the loop that ingests went round lately (a stalled loop
+         * acknowledges nothing) and the store answers. */
+        char msg[160];
+        uint64_t age = mono_ns() - c->loop_beat_ns;
+        unsigned code = MHD_HTTP_OK;
+        sqlite3_stmt *s = NULL;
+        if (age > HEALTH_STALL_NS) {
+            snprintf(msg, sizeof(msg), "stalled: the ingest loop has not run for %.1f s\n",
+                     (double)age / 1e9);
+            code = MHD_HTTP_SERVICE_UNAVAILABLE;
+        } else if (sqlite3_prepare_v2(mks_store_db(c->metrics_st), "SELECT COUNT(*) FROM ranks",
+                                      -1, &s, NULL) != SQLITE_OK ||
+                   sqlite3_step(s) != SQLITE_ROW) {
+            snprintf(msg, sizeof(msg), "store: %s\n", sqlite3_errmsg(mks_store_db(c->metrics_st)));
+            code = MHD_HTTP_SERVICE_UNAVAILABLE;
+        } else {
+            snprintf(msg, sizeof(msg), "ok\n");
+        }
+        sqlite3_finalize(s);
+        resp = MHD_create_response_from_buffer(strlen(msg), msg, MHD_RESPMEM_MUST_COPY);
+        MHD_add_response_header(resp, "Content-Type", "text/plain");
+        ret = MHD_queue_response(conn, code, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
     if (strcmp(method, "GET") || strcmp(url, "/metrics")) {
-        static const char nf[] = "not found: try /metrics\n";
+        static const char nf[] = "not found: try /metrics or /healthz\n";
         resp = MHD_create_response_from_buffer(sizeof(nf) - 1, (void *)nf, MHD_RESPMEM_PERSISTENT);
         ret = MHD_queue_response(conn, MHD_HTTP_NOT_FOUND, resp);
         MHD_destroy_response(resp);
@@ -632,8 +684,8 @@ static int start_metrics(struct collector *c, const char *spec)
         return -1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(c->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "mkscope-collector: metrics on http://%s:%u/metrics\n", host,
-            info ? info->port : (unsigned)port);
+    fprintf(stderr, "mkscope-collector: metrics on http://%s:%u/metrics (health: /healthz)\n",
+            host, info ? info->port : (unsigned)port);
     return 0;
 }
 
@@ -759,6 +811,13 @@ int main(int argc, char **argv)
         return MKS_EXIT_ERROR;
     }
     int rc = MKS_EXIT_ERROR;
+    if (mks_metrics_create(&c.stats.registry)) {
+        fprintf(stderr, "mkscope-collector: out of memory\n");
+        mks_store_close(c.st);
+    mks_metrics_destroy(c.stats.registry);
+        remove_db(tmp_db);
+        return MKS_EXIT_ERROR;
+    }
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
@@ -795,7 +854,9 @@ int main(int argc, char **argv)
     int loop_fd = mks_cliserv_loop_fd(c.cli);
     fprintf(stderr, "mkscope-collector: ingest %s, cli %s, survey %s, db %s\n", ingest_url,
             cli_url, survey_url, tmp_db[0] ? ":memory: (a temporary file)" : db);
+    c.loop_beat_ns = mono_ns();
     for (;;) {
+        c.loop_beat_ns = mono_ns();
         /* Progress UCX before sleeping; armed means its fd will wake us. */
         bool ucx_armed = !c.ucx || mks_ucxrx_progress(c.ucx, handle_ucx_frame, &c);
         struct pollfd pf[5] = {

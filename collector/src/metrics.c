@@ -1,16 +1,30 @@
 /*
  * Prometheus text exposition (format 0.0.4) of what the collector knows per
- * rank: summaries received, lost and replayed, the last epoch, heartbeat
- * age, coverage ratios per hook over the last epoch, task counts by class.
- * Label values come from agents (job names, class names) and are escaped.
+ * rank.  From the store: summaries received, lost and replayed, the last
+ * epoch, heartbeat age, coverage ratios per hook over the last epoch.  From
+ * the in-memory registry (collector.h): histograms of step time, task run
+ * time per class and remote wait per peer; counters of tasks per class,
+ * coverage and loss per hook, remote waits dropped, trigger firings and
+ * escalations.  Label values come from agents (job names, class names) and
+ * are escaped.
+ *
+ * Histogram buckets are powers of two of nanoseconds, 2^10 ns (1.024 us) to
+ * 2^30 ns (1.07 s), written in seconds: the agents' log2 histograms
+ * (bucket b holds [2^(b-1), 2^b) ns) map onto them exactly, so run times
+ * lose nothing that the summary had.  A bucket `le` counts values below its
+ * bound (values are whole nanoseconds: within 1 ns of Prometheus' `<=`).
  */
+#include <pthread.h>
+#include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "collector.h"
 #include "lost.h"
+#include "mkscope/maps.h"
 
 struct out {
     char *buf;
@@ -101,6 +115,435 @@ static void rank_states(FILE *f, sqlite3 *db, uint64_t now)
     sqlite3_finalize(s);
 }
 
+/* ---- in-memory registry ------------------------------------------------------- */
+
+#define HB_FIRST 10 /* le of bucket 0: 2^10 ns */
+#define HB_N     21 /* 2^10 .. 2^30 ns, then +Inf */
+/* Bounds on the series one collector keeps (the rest is counted in
+ * mkscope_metrics_series_dropped_total rather than growing without end). */
+#define MAX_RANKS   4096
+#define MAX_CLASSES 256
+#define MAX_PEERS   256
+#define MAX_TRIGS   256
+#define N_HOOKS     11
+
+struct phist {
+    uint64_t b[HB_N + 1]; /* per bucket, not cumulative; [HB_N] is +Inf */
+    uint64_t count;
+    double sum_ns;
+};
+
+struct mcls {
+    uint32_t id;
+    uint64_t tasks;
+    struct phist run;
+};
+
+struct mpeer {
+    uint32_t peer;
+    struct phist wait;
+};
+
+struct mrank {
+    char job[MKS_WIRE_MAX_JOB + 1];
+    uint32_t rank;
+    uint64_t incarnation, last_seq; /* replays up to last_seq are skipped */
+    struct phist step;
+    struct mcls *cls;
+    size_t n_cls;
+    struct mpeer *peers;
+    size_t n_peers;
+    uint64_t cov[N_HOOKS][4]; /* eligible, ran, throttled, lost */
+    uint64_t waits_dropped;
+    /* Step times as the query language has them (query/src/plan.c): from
+     * complete step rows, else from generation advances, a step lasting
+     * from the previous step's last advance to its own; its last advance is
+     * known once a later step's arrives. */
+    bool complete_steps;
+    uint64_t gen_step, gen_t, prev_step, prev_t;
+    bool have_gen, have_prev;
+};
+
+struct mtrig {
+    char job[MKS_WIRE_MAX_JOB + 1];
+    int64_t id;
+    uint64_t firings, escalations, escalated_ranks;
+};
+
+struct mks_metrics {
+    pthread_mutex_t mu;
+    struct mrank *ranks;
+    size_t n_ranks;
+    struct mtrig trigs[MAX_TRIGS];
+    size_t n_trigs;
+    uint64_t dropped; /* series not kept (bounds above) */
+};
+
+int mks_metrics_create(struct mks_metrics **m_p)
+{
+    struct mks_metrics *m = calloc(1, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    m->ranks = calloc(MAX_RANKS, sizeof(*m->ranks));
+    if (!m->ranks) {
+        free(m);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    *m_p = m;
+    return 0;
+}
+
+void mks_metrics_destroy(struct mks_metrics *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n_ranks; i++) {
+        free(m->ranks[i].cls);
+        free(m->ranks[i].peers);
+    }
+    free(m->ranks);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+static void phist_add(struct phist *h, uint64_t v_ns)
+{
+    unsigned k = 0;
+    while (k < HB_N && v_ns >= (1ull << (HB_FIRST + k)))
+        k++;
+    h->b[k]++;
+    h->count++;
+    h->sum_ns += (double)v_ns;
+}
+
+/* An agent's log2 histogram (bucket b: [2^(b-1), 2^b) ns). */
+static void phist_add_log2(struct phist *h, const Mkscope__V1__Hist *src)
+{
+    if (!src)
+        return;
+    for (size_t b = 0; b < src->n_buckets; b++) {
+        if (!src->buckets[b])
+            continue;
+        size_t k = b <= HB_FIRST ? 0 : b - HB_FIRST;
+        h->b[k < HB_N ? k : HB_N] += src->buckets[b];
+    }
+    h->count += src->count;
+    h->sum_ns += (double)src->sum;
+}
+
+static struct mrank *find_rank(struct mks_metrics *m, const char *job, uint32_t rank)
+{
+    for (size_t i = 0; i < m->n_ranks; i++)
+        if (m->ranks[i].rank == rank && !strcmp(m->ranks[i].job, job))
+            return &m->ranks[i];
+    if (m->n_ranks == MAX_RANKS) {
+        m->dropped++;
+        return NULL;
+    }
+    struct mrank *r = &m->ranks[m->n_ranks++];
+    snprintf(r->job, sizeof(r->job), "%s", job);
+    r->rank = rank;
+    return r;
+}
+
+static struct mcls *find_cls(struct mks_metrics *m, struct mrank *r, uint32_t id)
+{
+    for (size_t i = 0; i < r->n_cls; i++)
+        if (r->cls[i].id == id)
+            return &r->cls[i];
+    if (r->n_cls == MAX_CLASSES) {
+        m->dropped++;
+        return NULL;
+    }
+    struct mcls *n = realloc(r->cls, (r->n_cls + 1) * sizeof(*n));
+    if (!n)
+        return NULL;
+    r->cls = n;
+    n[r->n_cls] = (struct mcls){.id = id};
+    return &n[r->n_cls++];
+}
+
+static struct mpeer *find_peer(struct mks_metrics *m, struct mrank *r, uint32_t peer)
+{
+    for (size_t i = 0; i < r->n_peers; i++)
+        if (r->peers[i].peer == peer)
+            return &r->peers[i];
+    if (r->n_peers == MAX_PEERS) {
+        m->dropped++;
+        return NULL;
+    }
+    struct mpeer *n = realloc(r->peers, (r->n_peers + 1) * sizeof(*n));
+    if (!n)
+        return NULL;
+    r->peers = n;
+    n[r->n_peers] = (struct mpeer){.peer = peer};
+    return &n[r->n_peers++];
+}
+
+void mks_metrics_observe(struct mks_metrics *m, const mks_envelope *env)
+{
+    if (!m || !env || env->body_case != MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY)
+        return;
+    const Mkscope__V1__EpochSummary *s = env->epoch_summary;
+    pthread_mutex_lock(&m->mu);
+    struct mrank *r = find_rank(m, env->job, env->rank);
+    if (!r)
+        goto out;
+    /* A replay (the agent resends what it had no ack for) was counted the
+     * first time: sequence numbers grow within an incarnation. */
+    if (env->incarnation == r->incarnation && env->seq <= r->last_seq && r->last_seq)
+        goto out;
+    r->incarnation = env->incarnation;
+    r->last_seq = env->seq;
+    for (size_t i = 0; i < s->n_steps; i++) {
+        const Mkscope__V1__StepTime *st = s->steps[i];
+        if (st->complete && st->t_begin_dev_ns && st->t_end_dev_ns >= st->t_begin_dev_ns) {
+            phist_add(&r->step, st->t_end_dev_ns - st->t_begin_dev_ns);
+            r->complete_steps = true;
+        }
+    }
+    for (size_t i = 0; !r->complete_steps && i < s->n_gens; i++) {
+        const Mkscope__V1__GenProgress *g = s->gens[i];
+        if (!g->t_dev_ns)
+            continue;
+        if (r->have_gen && g->step == r->gen_step) {
+            if (g->t_dev_ns > r->gen_t)
+                r->gen_t = g->t_dev_ns;
+        } else if (!r->have_gen || g->step > r->gen_step) {
+            /* The step before is over: its duration from the one before it. */
+            if (r->have_gen && r->have_prev && r->gen_step == r->prev_step + 1 &&
+                r->gen_t >= r->prev_t)
+                phist_add(&r->step, r->gen_t - r->prev_t);
+            r->prev_step = r->gen_step, r->prev_t = r->gen_t, r->have_prev = r->have_gen;
+            r->gen_step = g->step, r->gen_t = g->t_dev_ns, r->have_gen = true;
+        }
+    }
+    for (size_t i = 0; i < s->n_task_stats; i++) {
+        const Mkscope__V1__TaskStat *t = s->task_stats[i];
+        struct mcls *c = find_cls(m, r, t->task_class);
+        if (!c)
+            continue;
+        c->tasks += t->count;
+        phist_add_log2(&c->run, t->run);
+    }
+    for (size_t i = 0; i < s->n_remote_waits; i++) {
+        const Mkscope__V1__RemoteWait *w = s->remote_waits[i];
+        if (!w->t_begin_dev_ns || w->t_end_dev_ns < w->t_begin_dev_ns)
+            continue;
+        struct mpeer *p = find_peer(m, r, w->peer_rank);
+        if (p)
+            phist_add(&p->wait, w->t_end_dev_ns - w->t_begin_dev_ns);
+    }
+    for (size_t i = 0; i < s->n_coverage; i++) {
+        const Mkscope__V1__Coverage *c = s->coverage[i];
+        if (c->hook >= N_HOOKS)
+            continue;
+        r->cov[c->hook][0] += c->eligible;
+        r->cov[c->hook][1] += c->ran;
+        r->cov[c->hook][2] += c->throttled;
+        r->cov[c->hook][3] += c->lost;
+    }
+    r->waits_dropped += s->waits_dropped;
+out:
+    pthread_mutex_unlock(&m->mu);
+}
+
+void mks_metrics_trigger(struct mks_metrics *m, const char *job, int64_t trigger,
+                         uint64_t ranks_fired, uint64_t escalated_ranks)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    struct mtrig *t = NULL;
+    for (size_t i = 0; i < m->n_trigs && !t; i++)
+        if (m->trigs[i].id == trigger && !strcmp(m->trigs[i].job, job))
+            t = &m->trigs[i];
+    if (!t && m->n_trigs < MAX_TRIGS) {
+        t = &m->trigs[m->n_trigs++];
+        snprintf(t->job, sizeof(t->job), "%s", job);
+        t->id = trigger;
+    }
+    if (t) {
+        t->firings += ranks_fired;
+        if (escalated_ranks) {
+            t->escalations++;
+            t->escalated_ranks += escalated_ranks;
+        }
+    } else {
+        m->dropped++;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Class names of the store's schemas, for the class label. */
+static void class_name(sqlite3_stmt *s, const char *job, uint32_t rank, uint32_t id, char *buf,
+                       size_t len)
+{
+    snprintf(buf, len, "class%u", id);
+    if (!s)
+        return;
+    sqlite3_reset(s);
+    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, id);
+    sqlite3_bind_int64(s, 3, rank);
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0))
+        snprintf(buf, len, "%s", (const char *)sqlite3_column_text(s, 0));
+}
+
+static void hist_head(FILE *f, const char *name, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+}
+
+/* One histogram series; `labels` is the label list without braces. */
+static void hist_series(FILE *f, const char *name, const char *labels, const struct phist *h)
+{
+    uint64_t cum = 0;
+    for (unsigned k = 0; k < HB_N; k++) {
+        cum += h->b[k];
+        fprintf(f, "%s_bucket{%s,le=\"%.9g\"} %llu\n", name, labels,
+                (double)(1ull << (HB_FIRST + k)) / 1e9, (unsigned long long)cum);
+    }
+    cum += h->b[HB_N];
+    fprintf(f, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)cum);
+    fprintf(f, "%s_sum{%s} %.9g\n", name, labels, h->sum_ns / 1e9);
+    fprintf(f, "%s_count{%s} %llu\n", name, labels, (unsigned long long)h->count);
+}
+
+/* job="J",rank="R" (escaped) into buf. */
+static void rank_labels(char *buf, size_t len, const char *job, uint32_t rank)
+{
+    FILE *f = fmemopen(buf, len, "w");
+    if (!f) {
+        snprintf(buf, len, "rank=\"%u\"", rank);
+        return;
+    }
+    fputs("job=", f);
+    label(f, job);
+    fprintf(f, ",rank=\"%u\"", rank);
+    fclose(f);
+}
+
+static void registry_render(FILE *f, struct mks_metrics *m, sqlite3 *db)
+{
+    sqlite3_stmt *cn = NULL;
+    if (db && sqlite3_prepare_v2(db,
+                                 "SELECT name FROM task_classes WHERE job = ?1 AND id = ?2"
+                                 " ORDER BY rank = ?3 DESC LIMIT 1",
+                                 -1, &cn, NULL) != SQLITE_OK)
+        cn = NULL;
+    pthread_mutex_lock(&m->mu);
+    char lb[512], lb2[800], name[160];
+    hist_head(f, "mkscope_step_duration_seconds",
+              "Decode step time per rank (complete steps of the summaries)");
+    for (size_t i = 0; i < m->n_ranks; i++) {
+        const struct mrank *r = &m->ranks[i];
+        if (!r->step.count)
+            continue;
+        rank_labels(lb, sizeof(lb), r->job, r->rank);
+        hist_series(f, "mkscope_step_duration_seconds", lb, &r->step);
+    }
+    hist_head(f, "mkscope_task_run_seconds", "Task run time (start to end) per rank and task class");
+    for (size_t i = 0; i < m->n_ranks; i++) {
+        const struct mrank *r = &m->ranks[i];
+        rank_labels(lb, sizeof(lb), r->job, r->rank);
+        for (size_t k = 0; k < r->n_cls; k++) {
+            if (!r->cls[k].run.count)
+                continue;
+            class_name(cn, r->job, r->rank, r->cls[k].id, name, sizeof(name));
+            FILE *g = fmemopen(lb2, sizeof(lb2), "w");
+            if (!g)
+                continue;
+            fprintf(g, "%s,class=", lb);
+            label(g, name);
+            fclose(g);
+            hist_series(f, "mkscope_task_run_seconds", lb2, &r->cls[k].run);
+        }
+    }
+    hist_head(f, "mkscope_remote_wait_seconds",
+              "Remote dependency wait per waiting rank and the peer it waited on");
+    for (size_t i = 0; i < m->n_ranks; i++) {
+        const struct mrank *r = &m->ranks[i];
+        rank_labels(lb, sizeof(lb), r->job, r->rank);
+        for (size_t k = 0; k < r->n_peers; k++) {
+            snprintf(lb2, sizeof(lb2), "%s,peer=\"%u\"", lb, r->peers[k].peer);
+            hist_series(f, "mkscope_remote_wait_seconds", lb2, &r->peers[k].wait);
+        }
+    }
+    fprintf(f, "# HELP mkscope_tasks_total Tasks that ended, by task class\n"
+               "# TYPE mkscope_tasks_total counter\n");
+    for (size_t i = 0; i < m->n_ranks; i++) {
+        const struct mrank *r = &m->ranks[i];
+        rank_labels(lb, sizeof(lb), r->job, r->rank);
+        for (size_t k = 0; k < r->n_cls; k++) {
+            class_name(cn, r->job, r->rank, r->cls[k].id, name, sizeof(name));
+            fprintf(f, "mkscope_tasks_total{%s,class=", lb);
+            label(f, name);
+            fprintf(f, "} %llu\n", (unsigned long long)r->cls[k].tasks);
+        }
+    }
+    static const char *const cov_name[4] = {"eligible", "ran", "throttled", "lost"};
+    static const char *const cov_help[4] = {
+        "Events that reached an attached program's hook",
+        "Events the programs ran on",
+        "Events skipped by sampling or the instruction budget",
+        "Events lost (ring full, guard aborts)"};
+    for (int q = 0; q < 4; q++) {
+        fprintf(f, "# HELP mkscope_events_%s_total %s, per rank and hook\n"
+                   "# TYPE mkscope_events_%s_total counter\n",
+                cov_name[q], cov_help[q], cov_name[q]);
+        for (size_t i = 0; i < m->n_ranks; i++) {
+            const struct mrank *r = &m->ranks[i];
+            rank_labels(lb, sizeof(lb), r->job, r->rank);
+            for (int h = 0; h < N_HOOKS; h++)
+                if (r->cov[h][0] || r->cov[h][q])
+                    fprintf(f, "mkscope_events_%s_total{%s,hook=\"%s\"} %llu\n", cov_name[q], lb,
+                            hook_names[h], (unsigned long long)r->cov[h][q]);
+        }
+    }
+    fprintf(f, "# HELP mkscope_remote_waits_dropped_total Remote waits and releases past the"
+               " summary's record bound\n# TYPE mkscope_remote_waits_dropped_total counter\n");
+    for (size_t i = 0; i < m->n_ranks; i++) {
+        const struct mrank *r = &m->ranks[i];
+        rank_labels(lb, sizeof(lb), r->job, r->rank);
+        fprintf(f, "mkscope_remote_waits_dropped_total{%s} %llu\n", lb,
+                (unsigned long long)r->waits_dropped);
+    }
+    fprintf(f, "# HELP mkscope_trigger_firings_total Ranks on which a trigger crossed its"
+               " threshold, summed over evaluations\n"
+               "# TYPE mkscope_trigger_firings_total counter\n");
+    for (size_t i = 0; i < m->n_trigs; i++) {
+        fputs("mkscope_trigger_firings_total{job=", f);
+        label(f, m->trigs[i].job);
+        fprintf(f, ",trigger=\"%lld\"} %llu\n", (long long)m->trigs[i].id,
+                (unsigned long long)m->trigs[i].firings);
+    }
+    fprintf(f, "# HELP mkscope_escalations_total Escalations (raw traces) a trigger started\n"
+               "# TYPE mkscope_escalations_total counter\n");
+    for (size_t i = 0; i < m->n_trigs; i++) {
+        fputs("mkscope_escalations_total{job=", f);
+        label(f, m->trigs[i].job);
+        fprintf(f, ",trigger=\"%lld\"} %llu\n", (long long)m->trigs[i].id,
+                (unsigned long long)m->trigs[i].escalations);
+    }
+    fprintf(f, "# HELP mkscope_escalation_ranks_total Ranks asked for raw events by escalations\n"
+               "# TYPE mkscope_escalation_ranks_total counter\n");
+    for (size_t i = 0; i < m->n_trigs; i++) {
+        fputs("mkscope_escalation_ranks_total{job=", f);
+        label(f, m->trigs[i].job);
+        fprintf(f, ",trigger=\"%lld\"} %llu\n", (long long)m->trigs[i].id,
+                (unsigned long long)m->trigs[i].escalated_ranks);
+    }
+    fprintf(f, "# HELP mkscope_metrics_series_dropped_total Series not kept: past the bounds on"
+               " ranks, classes, peers or triggers\n"
+               "# TYPE mkscope_metrics_series_dropped_total counter\n"
+               "mkscope_metrics_series_dropped_total %llu\n",
+            (unsigned long long)m->dropped);
+    pthread_mutex_unlock(&m->mu);
+    sqlite3_finalize(cn);
+}
+
 char *mks_metrics_render(const struct mks_serve_env *env)
 {
     char *buf = NULL;
@@ -135,19 +578,9 @@ char *mks_metrics_render(const struct mks_serve_env *env)
              " e.id = (SELECT MAX(id) FROM epochs x WHERE x.job = e.job AND x.rank = e.rank)"
              " ORDER BY e.job, e.rank, c.hook",
              env->now_ns);
-    per_rank(f, db, "mkscope_events_lost_total", "Events lost (ring full, guard aborts) per hook",
-             "counter",
-             "SELECT e.job, e.rank, c.hook, SUM(c.lost) FROM coverage c JOIN epochs e ON"
-             " e.id = c.epoch_id WHERE ?1 IS NOT NULL GROUP BY e.job, e.rank, c.hook"
-             " ORDER BY e.job, e.rank, c.hook",
-             env->now_ns);
-    per_rank(f, db, "mkscope_tasks_total", "Tasks that ended, by task class", "counter",
-             "SELECT e.job, e.rank, COALESCE((SELECT name FROM task_classes tc WHERE"
-             " tc.job = e.job AND tc.rank = e.rank AND tc.id = t.class), 'class' || t.class)"
-             " AS class, SUM(t.count) FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
-             " WHERE ?1 IS NOT NULL GROUP BY e.job, e.rank, t.class ORDER BY e.job, e.rank, 3",
-             env->now_ns);
     rank_states(f, db, env->now_ns);
+    if (env->stats && env->stats->registry)
+        registry_render(f, env->stats->registry, db);
     if (env->stats) {
         fprintf(f, "# HELP mkscope_ingest_pressure Ingest load the acks carry: 0 keeping up,"
                    " 1 busy, 2 behind\n"

@@ -30,9 +30,11 @@ static const char *const source_sql[S_COUNT] = {
                " t.queue_count, t.queue_sum, t.queue_max, t.queue_hist, t.run_count, t.run_sum,"
                " t.run_max, t.run_hist FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
                " WHERE e.job = ?1",
-    /* Step durations: from step rows with times; for ranks whose step rows
-     * carry none, from generation advances (a step ends at its last advance
-     * and begins where the previous step ended). */
+    /* Step durations: from complete step rows with times; for ranks whose
+     * step rows carry none, from generation advances (a step ends at its
+     * last advance and begins where the previous step ended).  The
+     * standard genprog monitor's rows hold a step's busy span within one
+     * epoch and are never complete: its ranks' steps come from advances. */
     [S_STEP] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                " NULL AS class, s.step, NULL AS req_gen, NULL AS worker, NULL AS peer,"
                " NULL AS comm_gen, s.t_end_dev - s.t_begin_dev AS v FROM steps s JOIN epochs e"
@@ -45,9 +47,9 @@ static const char *const source_sql[S_COUNT] = {
                " g.step, MAX(g.t_dev) AS t, MAX(e.id) AS epoch_id, MAX(e.epoch) AS epoch,"
                " MAX(e.received_ns) AS time FROM gens g JOIN epochs e ON e.id = g.epoch_id"
                " WHERE e.job = ?1 AND g.t_dev > 0 AND e.rank NOT IN (SELECT DISTINCT x.rank FROM"
-               " steps s2 JOIN epochs x ON x.id = s2.epoch_id WHERE x.job = ?1 AND"
-               " s2.t_begin_dev > 0) GROUP BY e.rank, g.step)) WHERE prev_step = step - 1 AND"
-               " t >= prev_t",
+               " steps s2 JOIN epochs x ON x.id = s2.epoch_id WHERE x.job = ?1 AND s2.complete"
+               " AND s2.t_begin_dev > 0) GROUP BY e.rank, g.step)) WHERE prev_step = step - 1"
+               " AND t >= prev_t",
     [S_RWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                 " w.waiter_class AS class, w.step, NULL AS req_gen, w.worker, w.peer_rank AS peer,"
                 " w.comm_gen, w.t_end_dev - w.t_begin_dev AS v FROM waits w JOIN epochs e"

@@ -623,6 +623,17 @@ static char *http_get(int port, const char *path)
     return buf;
 }
 
+/* The value of the series named exactly `series` (name and labels) in a
+ * Prometheus exposition, or -1 when it is not there. */
+static double series_value(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, series, n) && l[n] == ' ')
+            return strtod(l + n + 1, NULL);
+    return -1;
+}
+
 static void test_metrics_http(void **state)
 {
     (void)state;
@@ -637,6 +648,61 @@ static void test_metrics_http(void **state)
              N_EPOCHS);
     assert_non_null(strstr(r, want));
     assert_non_null(strstr(r, "mkscope_coverage_ratio{job=\"e2e\",rank=\"1\",hook=\"task_end\"}"));
+    /* Histograms: one step per summary (the replay not counted twice), the
+     * run times of every task with the sum sent, cumulative buckets ending
+     * at the count; the remote wait rank 0 reported on rank 1 (1.8 ms:
+     * below 2^21 ns, above 2^20). */
+    assert_int_equal(series_value(r, "mkscope_step_duration_seconds_count{job=\"e2e\",rank=\"1\"}"),
+                     N_EPOCHS);
+    assert_int_equal(series_value(r, "mkscope_step_duration_seconds_count{job=\"e2e\",rank=\"0\"}"),
+                     N_EPOCHS + 1);
+    for (uint32_t rk = 0; rk < N_RANKS; rk++) {
+        for (uint32_t c = 0; c < N_CLASSES; c++) {
+            char lb[128], series[256];
+            snprintf(lb, sizeof(lb), "job=\"e2e\",rank=\"%u\",class=\"%s\"", rk, class_names[c]);
+            snprintf(series, sizeof(series), "mkscope_task_run_seconds_count{%s}", lb);
+            assert_int_equal(series_value(r, series), sent_count[rk][c]);
+            snprintf(series, sizeof(series), "mkscope_task_run_seconds_sum{%s}", lb);
+            assert_true(fabs(series_value(r, series) - (double)sent_run_sum[rk][c] / 1e9) <
+                        1e-9 * (double)sent_run_sum[rk][c]);
+            snprintf(series, sizeof(series), "mkscope_task_run_seconds_bucket{%s,le=\"+Inf\"}", lb);
+            assert_int_equal(series_value(r, series), sent_count[rk][c]);
+            double prev = 0;
+            for (int k = 10; k <= 30; k++) {
+                snprintf(series, sizeof(series), "mkscope_task_run_seconds_bucket{%s,le=\"%.9g\"}",
+                         lb, (double)(1ull << k) / 1e9);
+                double v = series_value(r, series);
+                assert_true(v >= prev);
+                prev = v;
+            }
+            snprintf(series, sizeof(series), "mkscope_tasks_total{%s}", lb);
+            assert_int_equal(series_value(r, series), sent_count[rk][c]);
+        }
+        char series[160];
+        snprintf(series, sizeof(series),
+                 "mkscope_events_eligible_total{job=\"e2e\",rank=\"%u\",hook=\"task_end\"}", rk);
+        assert_int_equal(series_value(r, series), cov_elig[rk]);
+        snprintf(series, sizeof(series),
+                 "mkscope_events_ran_total{job=\"e2e\",rank=\"%u\",hook=\"task_end\"}", rk);
+        assert_int_equal(series_value(r, series), cov_ran[rk]);
+    }
+    const char *w = "mkscope_remote_wait_seconds_bucket{job=\"e2e\",rank=\"0\",peer=\"1\",le=";
+    char series[200];
+    snprintf(series, sizeof(series), "%s\"%.9g\"}", w, (double)(1ull << 20) / 1e9);
+    assert_int_equal(series_value(r, series), 0);
+    snprintf(series, sizeof(series), "%s\"%.9g\"}", w, (double)(1ull << 21) / 1e9);
+    assert_int_equal(series_value(r, series), 1);
+    assert_true(fabs(series_value(r, "mkscope_remote_wait_seconds_sum{job=\"e2e\",rank=\"0\",peer=\"1\"}") -
+                     1.8e-3) < 1e-12);
+    /* The trigger fired on rank 0 once and escalated ranks 0 and 1. */
+    assert_int_equal(series_value(r, "mkscope_trigger_firings_total{job=\"e2e\",trigger=\"1\"}"), 1);
+    assert_int_equal(series_value(r, "mkscope_escalations_total{job=\"e2e\",trigger=\"1\"}"), 1);
+    assert_int_equal(series_value(r, "mkscope_escalation_ranks_total{job=\"e2e\",trigger=\"1\"}"),
+                     2);
+    free(r);
+    r = http_get(port, "/healthz");
+    assert_non_null(strstr(r, "200 OK"));
+    assert_non_null(strstr(r, "\r\n\r\nok\n"));
     free(r);
     r = http_get(port, "/nope");
     assert_non_null(strstr(r, "404"));

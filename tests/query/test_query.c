@@ -380,6 +380,38 @@ static void test_step_from_generations(void **state)
     assert_true(v[3] == 3e6); /* nearest rank: 2nd of 1, 3, 7, 8 */
 }
 
+/* Rank 8 is what the standard genprog monitor sends: step rows with each
+ * step's busy span in the epoch (first task start to last task end), not
+ * complete, beside the advances.  Its step durations still come from the
+ * advances (they returned nothing while any step row had times). */
+static void test_step_busy_span(void **state)
+{
+    (void)state;
+    static const uint64_t ends[] = {10, 13, 20, 21, 29};
+    for (uint32_t i = 0; i < 5; i++) {
+        mks_envelope env;
+        Mkscope__V1__EpochSummary sum = MKSCOPE__V1__EPOCH_SUMMARY__INIT;
+        Mkscope__V1__StepTime st = MKSCOPE__V1__STEP_TIME__INIT, *stp = &st;
+        Mkscope__V1__GenProgress gp = MKSCOPE__V1__GEN_PROGRESS__INIT, *gpp = &gp;
+        st.step = i + 1, st.tasks = 3;
+        st.t_begin_dev_ns = ends[i] * 1000000ull - 500000, st.t_end_dev_ns = ends[i] * 1000000ull;
+        gp.step = i + 1, gp.t_dev_ns = ends[i] * 1000000ull;
+        sum.steps = &stp, sum.n_steps = 1, sum.gens = &gpp, sum.n_gens = 1, sum.epoch = i;
+        mks_wire_init(&env, "q", 8, i + 1);
+        recv_ns = 5000000000ull + i;
+        env.body_case = MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY;
+        env.epoch_summary = &sum;
+        ingest(&env);
+    }
+    double v[16];
+    size_t nc;
+    size_t rows = run("count(step), max(step), min(step) where rank = 8", 0, v, 16, &nc);
+    assert_int_equal(rows, 1);
+    assert_true(v[0] == 4);
+    assert_true(v[1] == 8e6);
+    assert_true(v[2] == 1e6);
+}
+
 static void test_injection_is_data(void **state)
 {
     (void)state;
@@ -527,6 +559,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_quantiles, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_injection_is_data, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_step_from_generations, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_step_busy_span, setup_store, teardown_store),
         cmocka_unit_test(test_filter_agrees_with_c),
         cmocka_unit_test(test_filter_errors),
     };
