@@ -8,8 +8,10 @@
  * thread run concurrently with every call here, so each write that a worker
  * can observe is ordered as cb.h describes (fill, then publish with release).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -34,7 +36,7 @@
 struct mks_ctl {
     struct mks_cb *cb;
     size_t size;
-    char name[96];
+    char name[MKSI_SHM_NAME_MAX];
     uint64_t *ring_seen[MKS_MAX_MAPS]; /* per map, per worker: dropped count at the last drain */
     /* This process as the lease holder (cb->agent_*); pid 0 until first
      * computed, recomputed after a fork. */
@@ -91,6 +93,70 @@ int mks_ctl_name(const char *job, uint32_t rank, char *buf, size_t len)
     if ((size_t)snprintf(buf, len, "/mkscope.%s.%u", job, rank) >= len)
         return -ENAMETOOLONG;
     return 0;
+}
+
+/* ---- names -----------------------------------------------------------------
+ *
+ * A rank's block is /mkscope.<job>.<rank>.  Another local user can create
+ * that name first (/dev/shm is writable by everyone); the application then
+ * creates /mkscope.<job>.<rank>~u<uid>.<64 random bits>, a name nobody can
+ * create in advance, and the agent, finding the usual name missing or not
+ * its own uid's, looks for blocks of that form owned by its uid. */
+
+int mksi_ctl_fallback_prefix(const char *job, uint32_t rank, uint32_t uid, char *buf, size_t len)
+{
+    char primary[MKSI_SHM_NAME_MAX];
+    int rc = mks_ctl_name(job, rank, primary, sizeof(primary));
+    if (rc)
+        return rc;
+    if ((size_t)snprintf(buf, len, "%s~u%u.", primary, uid) >= len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int mksi_shm_lstat(const char *name, struct stat *st)
+{
+    char path[MKSI_SHM_NAME_MAX + 16];
+    snprintf(path, sizeof(path), "%s%s", MKSI_SHM_DIR, name);
+    return lstat(path, st) == 0 ? 0 : -errno;
+}
+
+const char *mksi_user_name(uint32_t uid, char *buf, size_t len)
+{
+    struct passwd pw, *res = NULL;
+    char tmp[1024];
+    if (getpwuid_r((uid_t)uid, &pw, tmp, sizeof(tmp), &res) == 0 && res && res->pw_name)
+        snprintf(buf, len, "uid %u (%s)", uid, res->pw_name);
+    else
+        snprintf(buf, len, "uid %u", uid);
+    return buf;
+}
+
+int mksi_ctl_each_fallback(const char *job, uint32_t rank, int (*fn)(const char *name, void *arg), void *arg)
+{
+    char prefix[MKSI_SHM_NAME_MAX], name[MKSI_SHM_NAME_MAX];
+    int rc = mksi_ctl_fallback_prefix(job, rank, (uint32_t)getuid(), prefix, sizeof(prefix));
+    if (rc)
+        return rc;
+    DIR *d = opendir(MKSI_SHM_DIR);
+    if (!d)
+        return 0; /* no shm directory: no fallback either */
+    size_t plen = strlen(prefix) - 1; /* without the leading '/' */
+    struct dirent *e;
+    rc = 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        struct stat st;
+        if (strncmp(e->d_name, prefix + 1, plen) != 0 || strlen(e->d_name) >= sizeof(name) - 1)
+            continue;
+        /* only this uid's regular files: another user's are not ours to open */
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != getuid())
+            continue;
+        snprintf(name, sizeof(name), "/%s", e->d_name);
+        rc = fn(name, arg);
+    }
+    closedir(d);
+    return rc > 0 ? 0 : rc;
 }
 
 /* The process is alive (or alive under another uid, which we also report). */
@@ -182,20 +248,17 @@ static void lease_holder(struct mks_ctl *ctl)
     __atomic_store_n(&cb->agent_seq, seq + 1, __ATOMIC_RELEASE);
 }
 
-int mks_ctl_open_err(const char *job, uint32_t rank, struct mks_ctl **ctl_p, char *err,
-                     size_t err_len)
+/* Opens and checks the block called `name`.  *foreign_p is set when the
+ * name belongs to another uid (or is not a regular file): the application
+ * did not make it, and may have had to use a fallback name. */
+static int ctl_open_at(const char *name, struct mks_ctl **ctl_p, int *foreign_p, char *err, size_t err_len)
 {
     struct mks_ctl *ctl = NULL;
     struct mks_cb *cb = MAP_FAILED;
     struct stat st;
-    char name[96];
+    char who[96], me[96];
     int fd = -1, rc;
 
-    if (!ctl_p)
-        return set_err(err, err_len, -EINVAL, "mks_ctl_open: no output pointer");
-    if ((rc = mks_ctl_name(job, rank, name, sizeof(name))) != 0)
-        return set_err(err, err_len, rc, "invalid job name '%s': use 1-64 of [A-Za-z0-9_.-]",
-                       job ? job : "(null)");
     fd = shm_open(name, O_RDWR, 0);
     if (fd < 0) {
         rc = -errno;
@@ -203,16 +266,29 @@ int mks_ctl_open_err(const char *job, uint32_t rank, struct mks_ctl **ctl_p, cha
             return set_err(err, err_len, rc,
                            "control block %s does not exist: is the application running "
                            "with mkscope hooks?", name);
+        if ((rc == -EACCES || rc == -ELOOP) && mksi_shm_lstat(name, &st) == 0 &&
+            (st.st_uid != getuid() || !S_ISREG(st.st_mode))) {
+            *foreign_p = 1;
+            return set_err(err, err_len, -EPERM, "control block %s belongs to %s, not to this agent's %s", name,
+                           mksi_user_name(st.st_uid, who, sizeof(who)), mksi_user_name(getuid(), me, sizeof(me)));
+        }
         return set_err(err, err_len, rc, "control block %s: open: %s", name, strerror(-rc));
     }
     if (fstat(fd, &st) != 0) {
         rc = set_err(err, err_len, -errno, "control block %s: stat: %s", name, strerror(errno));
         goto fail;
     }
-    if (st.st_uid != getuid()) {
+    if (st.st_uid != getuid() || !S_ISREG(st.st_mode)) {
+        *foreign_p = 1;
+        rc = set_err(err, err_len, -EPERM, "control block %s belongs to %s, not to this agent's %s", name,
+                     mksi_user_name(st.st_uid, who, sizeof(who)), mksi_user_name(getuid(), me, sizeof(me)));
+        goto fail;
+    }
+    if (st.st_mode & 077) {
+        /* the application creates it 0600: someone opened it to others */
         rc = set_err(err, err_len, -EPERM,
-                     "control block %s belongs to uid %u, not to this agent's uid %u", name,
-                     (unsigned)st.st_uid, (unsigned)getuid());
+                     "control block %s is open to other users (mode %03o); expected mode 600, as the "
+                     "application creates it", name, (unsigned)(st.st_mode & 0777));
         goto fail;
     }
     if ((uint64_t)st.st_size < sizeof(struct mks_cb)) {
@@ -295,6 +371,62 @@ fail:
         munmap(cb, (size_t)st.st_size);
     if (fd >= 0)
         close(fd);
+    return rc;
+}
+
+struct find_arg {
+    struct mks_ctl **ctl_p;
+    int rc, seen;
+    char err[256];
+};
+
+static int try_fallback(const char *name, void *arg)
+{
+    struct find_arg *fa = arg;
+    int foreign = 0, rc = ctl_open_at(name, fa->ctl_p, &foreign, fa->err, sizeof(fa->err));
+    fa->seen++;
+    if (rc == 0)
+        return 1;
+    fa->rc = rc; /* a stale one of a crashed run, say: look on */
+    return 0;
+}
+
+int mks_ctl_open_err(const char *job, uint32_t rank, struct mks_ctl **ctl_p, char *err,
+                     size_t err_len)
+{
+    char name[MKSI_SHM_NAME_MAX], prefix[MKSI_SHM_NAME_MAX];
+    int rc, foreign = 0;
+
+    if (!ctl_p)
+        return set_err(err, err_len, -EINVAL, "mks_ctl_open: no output pointer");
+    if ((rc = mks_ctl_name(job, rank, name, sizeof(name))) != 0)
+        return set_err(err, err_len, rc, "invalid job name '%s': use 1-64 of [A-Za-z0-9_.-]",
+                       job ? job : "(null)");
+    rc = ctl_open_at(name, ctl_p, &foreign, err, err_len);
+    if (rc == 0 || (rc != -ENOENT && !foreign))
+        return rc;
+    /* Missing, or another user's: the application may be under its
+     * fallback name. */
+    struct find_arg fa = {.ctl_p = ctl_p, .rc = 0, .seen = 0};
+    fa.err[0] = '\0';
+    int frc = mksi_ctl_each_fallback(job, rank, try_fallback, &fa);
+    if (frc == 0 && fa.seen && fa.rc == 0) {
+        if (err && err_len)
+            err[0] = '\0';
+        return 0;
+    }
+    if (fa.seen)
+        return set_err(err, err_len, fa.rc, "%s", fa.err);
+    if (foreign) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "%s", err && err_len ? err : "");
+        mksi_ctl_fallback_prefix(job, rank, (uint32_t)getuid(), prefix, sizeof(prefix));
+        /* waiting, as for a missing block: the application uses a name of
+         * its own when it starts */
+        return set_err(err, err_len, -ENOENT,
+                       "%s (another user created the name first), and no block %s* of this uid exists: "
+                       "is the application running with mkscope hooks?", msg, prefix);
+    }
     return rc;
 }
 

@@ -8,15 +8,21 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "cb.h"
 #include "mkscope/runtime.h"
+
+/* Where POSIX shared memory objects live (glibc's shm_open), and room for a
+ * block's longest name: "/mkscope." job (64) "." rank "~u" uid "." 16 hex. */
+#define MKSI_SHM_DIR      "/dev/shm"
+#define MKSI_SHM_NAME_MAX 128
 
 struct mks_rt {
     struct mks_rt_hot hot; /* first: MKS_HOOK reads it without a call */
     struct mks_cb *cb;
     size_t size;
-    char name[96];
+    char name[MKSI_SHM_NAME_MAX];
     uint32_t n_workers, rank;
     pthread_t pump;
     int pump_started;
@@ -43,5 +49,17 @@ struct mks_rt {
 int mksi_proc_start(int32_t pid, uint64_t *start_p, int *zombie_p);
 /* Inode of this process's PID namespace, 0 when unknown. */
 uint64_t mksi_own_pidns(void);
+
+/* Control block names (ctl.c).  The fallback prefix of (job, rank) for a
+ * uid: "/mkscope.<job>.<rank>~u<uid>.", followed by 16 random hex digits. */
+int mksi_ctl_fallback_prefix(const char *job, uint32_t rank, uint32_t uid, char *buf, size_t len);
+/* lstat of a shared memory object by its name ("/mkscope..."); -errno. */
+int mksi_shm_lstat(const char *name, struct stat *st);
+/* "uid 1001 (mallory)" or "uid 1001". */
+const char *mksi_user_name(uint32_t uid, char *buf, size_t len);
+/* Calls fn(name, arg) for each fallback block of (job, rank) that is a
+ * regular file of this process's uid, until fn returns non-zero; returns
+ * fn's negative result, else 0. */
+int mksi_ctl_each_fallback(const char *job, uint32_t rank, int (*fn)(const char *name, void *arg), void *arg);
 
 #endif /* MKS_DEVHOOKS_RT_INTERNAL_H */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -194,6 +195,113 @@ static int existing_is_live(const char *name)
     return live;
 }
 
+/* "a file of uid 1001 (mallory)", "a symbolic link of uid 0 (root)". */
+static const char *lrc_owner(const struct stat *st, char *buf, size_t len)
+{
+    char u[64];
+    mksi_user_name(st->st_uid, u, sizeof(u));
+    snprintf(buf, len, "%s of %s", S_ISLNK(st->st_mode) ? "a symbolic link" : S_ISREG(st->st_mode) ? "a file" : "not a file",
+             u);
+    return buf;
+}
+
+/* A fallback block of ours for the same job and rank: live ones stop us,
+ * dead ones (a crashed run's) are removed. */
+struct live_arg {
+    char name[MKSI_SHM_NAME_MAX];
+    int live;
+};
+
+static int fallback_seen(const char *name, void *arg)
+{
+    struct live_arg *la = arg;
+    if (existing_is_live(name)) {
+        snprintf(la->name, sizeof(la->name), "%s", name);
+        la->live = 1;
+        return 1;
+    }
+    shm_unlink(name);
+    return 0;
+}
+
+/* Creates the block's shared memory object (mode 0600) and returns its fd,
+ * or -errno after a line on stderr.  O_EXCL: nothing that exists is ever
+ * opened, so neither a file nor a symlink someone else made is used.  The
+ * usual name, when it is free or a stale block of this uid; when another
+ * user holds it, a fallback name with 64 random bits that nobody can create
+ * in advance, which the agent finds by its prefix and owner (ctl.c). */
+static int create_shm(struct mks_rt *rt, const char *job, uint32_t rank)
+{
+    char who[160], me[96], primary[MKSI_SHM_NAME_MAX], prefix[MKSI_SHM_NAME_MAX];
+    struct stat st;
+    int fd, foreign = 0;
+
+    snprintf(primary, sizeof(primary), "%s", rt->name);
+    for (int attempt = 0; attempt < 3 && !foreign; attempt++) {
+        fd = shm_open(rt->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0)
+            return fd;
+        if (errno != EEXIST) {
+            int rc = -errno;
+            fprintf(stderr, "mkscope: rt_create: shm_open %s: %s\n", rt->name, strerror(-rc));
+            return rc;
+        }
+        int lrc = mksi_shm_lstat(rt->name, &st);
+        if (lrc == -ENOENT)
+            continue; /* gone meanwhile */
+        if (lrc != 0 || st.st_uid != getuid() || !S_ISREG(st.st_mode)) {
+            foreign = 1;
+            break;
+        }
+        if (existing_is_live(rt->name)) {
+            fprintf(stderr, "mkscope: rt_create: %s is held by a live process of the same job "
+                            "and rank\n", rt->name);
+            return -EEXIST;
+        }
+        shm_unlink(rt->name); /* stale: its application died */
+    }
+    if (!foreign) {
+        fprintf(stderr, "mkscope: rt_create: %s keeps reappearing; another process of the same job and rank "
+                        "is starting?\n", rt->name);
+        return -EEXIST;
+    }
+    struct live_arg la = {.live = 0};
+    mksi_ctl_each_fallback(job, rank, fallback_seen, &la);
+    if (la.live) {
+        fprintf(stderr, "mkscope: rt_create: %s is held by a live process of the same job and rank\n", la.name);
+        return -EEXIST;
+    }
+    int rc = mksi_ctl_fallback_prefix(job, rank, (uint32_t)getuid(), prefix, sizeof(prefix));
+    if (rc)
+        return rc;
+    for (int k = 0; k < 8; k++) {
+        uint64_t r;
+        if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+            rc = -errno;
+            fprintf(stderr, "mkscope: rt_create: getrandom: %s\n", strerror(-rc));
+            return rc;
+        }
+        if ((size_t)snprintf(rt->name, sizeof(rt->name), "%s%016llx", prefix, (unsigned long long)r) >=
+            sizeof(rt->name))
+            return -ENAMETOOLONG;
+        fd = shm_open(rt->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0) {
+            fprintf(stderr, "mkscope: rt_create: %s%s is %s, not a control block of this process's %s (another "
+                            "user created the name first); using %s instead, where the agent finds it\n",
+                    MKSI_SHM_DIR, primary, lrc_owner(&st, who, sizeof(who)),
+                    mksi_user_name(getuid(), me, sizeof(me)), rt->name);
+            return fd;
+        }
+        if (errno != EEXIST) {
+            rc = -errno;
+            fprintf(stderr, "mkscope: rt_create: shm_open %s: %s\n", rt->name, strerror(-rc));
+            return rc;
+        }
+    }
+    fprintf(stderr, "mkscope: rt_create: no free fallback name for %s\n", primary);
+    return -EEXIST;
+}
+
 int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p)
 {
     const size_t min_sz = offsetof(struct mks_rt_opts, gpu_uuid) + sizeof(const char *);
@@ -235,23 +343,20 @@ int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p)
     memset(&probe, 0, sizeof(probe));
     total = mks_cb_layout(&probe, opts->n_workers, arena);
 
-    for (int attempt = 0; attempt < 2; attempt++) {
-        fd = shm_open(rt->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd >= 0 || errno != EEXIST)
-            break;
-        if (existing_is_live(rt->name)) {
-            fprintf(stderr, "mkscope: rt_create: %s is held by a live process of the same job "
-                            "and rank\n", rt->name);
-            free(rt);
-            return -EEXIST;
-        }
-        shm_unlink(rt->name); /* stale: its application died */
-    }
+    fd = create_shm(rt, opts->job, opts->rank);
     if (fd < 0) {
-        rc = -errno;
-        fprintf(stderr, "mkscope: rt_create: shm_open %s: %s\n", rt->name, strerror(errno));
         free(rt);
-        return rc;
+        return fd;
+    }
+    {
+        /* ours by O_EXCL; the mode whatever the umask left, made exact */
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || fchmod(fd, 0600) != 0) {
+            rc = -EPERM;
+            fprintf(stderr, "mkscope: rt_create: %s is not a regular file of this uid after its creation\n",
+                    rt->name);
+            goto fail_fd;
+        }
     }
     if (ftruncate(fd, (off_t)total) != 0) {
         rc = -errno;

@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -177,6 +179,119 @@ static void test_foreign_shm_rejected(void **state)
     assert_null(c);
     close(fd);
     shm_unlink(name);
+}
+
+/* Fallback blocks of (job, rank) of this uid left in /dev/shm. */
+static int count_fallbacks(const char *job, uint32_t rank)
+{
+    char prefix[MKSI_SHM_NAME_MAX];
+    int n = 0;
+    assert_int_equal(mksi_ctl_fallback_prefix(job, rank, (uint32_t)getuid(), prefix, sizeof(prefix)), 0);
+    DIR *d = opendir(MKSI_SHM_DIR);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strncmp(e->d_name, prefix + 1, strlen(prefix) - 1) == 0;
+    closedir(d);
+    return n;
+}
+
+/* The application starts under its fallback name and the agent finds it. */
+static void expect_fallback_works(const char *job)
+{
+    struct mks_rt_opts o;
+    struct mks_rt *rt = NULL;
+    struct mks_ctl *c = NULL;
+    struct mks_ctl_info info;
+    char err[512];
+    memset(&o, 0, sizeof(o));
+    o.sz = sizeof(o);
+    o.job = job;
+    o.rank = 0;
+    o.n_ranks = 1;
+    o.n_workers = 2;
+    assert_int_equal(mks_rt_create(&o, &rt), 0);
+    assert_int_equal(count_fallbacks(job, 0), 1);
+    int rc = mks_ctl_open_err(job, 0, &c, err, sizeof(err));
+    if (rc)
+        print_error("agent: %s\n", err);
+    assert_int_equal(rc, 0);
+    assert_int_equal(mks_ctl_info(c, &info), 0);
+    assert_int_equal(info.app_pid, getpid());
+    assert_int_equal(info.n_workers, 2);
+    /* a second application of the same job and rank is refused */
+    struct mks_rt *dup = NULL;
+    assert_int_equal(mks_rt_create(&o, &dup), -EEXIST);
+    mks_ctl_close(c);
+    mks_rt_destroy(rt);
+    assert_int_equal(count_fallbacks(job, 0), 0);
+}
+
+/* Another local user who creates /dev/shm/mkscope.JOB.RANK first, as a file
+ * with a header that claims a live owner (pid 1), or as a symbolic link,
+ * does not stop the rank: it starts under a name nobody could create in
+ * advance, which the agent finds.  Before, the first said "held by a live
+ * process" and the second "File exists", and the rank did not start. */
+static void test_name_taken_by_another_user(void **state)
+{
+    (void)state;
+    char job[64], name[MKSI_SHM_NAME_MAX], err[512];
+    struct mks_ctl *c = NULL;
+    struct stat st;
+
+    /* a symbolic link (needs no other uid) */
+    snprintf(job, sizeof(job), "squat-link%d", (int)getpid());
+    assert_int_equal(mks_ctl_name(job, 0, name, sizeof(name)), 0);
+    char path[256];
+    snprintf(path, sizeof(path), "%s%s", MKSI_SHM_DIR, name);
+    assert_int_equal(symlink("/tmp/mkscope-somewhere-else", path), 0);
+    assert_int_equal(mks_ctl_open_err(job, 0, &c, err, sizeof(err)), -ENOENT); /* the agent waits */
+    assert_non_null(strstr(err, "another user created the name first"));
+    expect_fallback_works(job);
+    assert_int_equal(lstat(path, &st), 0); /* left alone */
+    assert_true(S_ISLNK(st.st_mode));
+    unlink(path);
+
+    if (getuid() != 0) {
+        print_message("not root: the case of a file of another uid is skipped\n");
+        return;
+    }
+    /* a file of uid 65534 claiming to be a live block of pid 1 */
+    snprintf(job, sizeof(job), "squat-file%d", (int)getpid());
+    assert_int_equal(mks_ctl_name(job, 0, name, sizeof(name)), 0);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0644);
+    assert_true(fd >= 0);
+    struct mks_cb fake;
+    memset(&fake, 0, sizeof(fake));
+    fake.magic = MKS_CB_MAGIC;
+    fake.app_pid = 1;
+    assert_int_equal(write(fd, &fake, sizeof(fake)), (ssize_t)sizeof(fake));
+    assert_int_equal(fchown(fd, 65534, 65534), 0);
+    close(fd);
+    assert_int_equal(mks_ctl_open_err(job, 0, &c, err, sizeof(err)), -ENOENT);
+    assert_non_null(strstr(err, "belongs to uid 65534"));
+    assert_non_null(strstr(err, "~u0.* of this uid exists"));
+    expect_fallback_works(job);
+    snprintf(path, sizeof(path), "%s%s", MKSI_SHM_DIR, name);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_uid, 65534); /* untouched */
+    shm_unlink(name);
+}
+
+/* The agent refuses a block of its uid that someone opened to others. */
+static void test_block_open_to_others_refused(void **state)
+{
+    struct fixture *f = *state;
+    char name[MKSI_SHM_NAME_MAX], path[256], err[512];
+    struct mks_ctl *c = NULL;
+    assert_int_equal(mks_ctl_name(job, 1, name, sizeof(name)), 0);
+    snprintf(path, sizeof(path), "%s%s", MKSI_SHM_DIR, name);
+    assert_int_equal(chmod(path, 0666), 0);
+    assert_int_equal(mks_ctl_open_err(job, 1, &c, err, sizeof(err)), -EPERM);
+    assert_non_null(strstr(err, "is open to other users (mode 666)"));
+    assert_int_equal(chmod(path, 0600), 0);
+    assert_int_equal(mks_ctl_open_err(job, 1, &c, err, sizeof(err)), 0);
+    mks_ctl_close(c);
+    (void)f;
 }
 
 static void test_attach_detach_coverage(void **state)
@@ -805,6 +920,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_open_info_and_errors, setup, teardown),
         cmocka_unit_test(test_foreign_shm_rejected),
+        cmocka_unit_test(test_name_taken_by_another_user),
+        cmocka_unit_test_setup_teardown(test_block_open_to_others_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_attach_detach_coverage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sampling_budget_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(test_control_hint_and_limits, setup, teardown),
