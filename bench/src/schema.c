@@ -91,11 +91,5 @@ int bw_schema_encode(const struct mks_bench_config *cfg, uint32_t rank, uint8_t 
     }
     mks_pbw_free(&m);
     mks_pbw_free(&deps);
-    if (root.oom) {
-        mks_pbw_free(&root);
-        return -ENOMEM;
-    }
-    *buf_p = root.p;
-    *len_p = root.len;
-    return 0;
+    return mks_pbw_take(&root, buf_p, len_p);
 }

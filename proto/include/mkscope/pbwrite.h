@@ -18,6 +18,7 @@
 #ifndef MKSCOPE_PBWRITE_H
 #define MKSCOPE_PBWRITE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -125,6 +126,19 @@ static inline void mks_pbw_sub(struct mks_pbw *b, unsigned field, struct mks_pbw
     mks_pbw_bytes(b, field, sub->p, sub->len);
     sub->len = 0;
     sub->oom = false;
+}
+
+/* The finished message: b's bytes to the caller (free() them) and 0, or
+ * -ENOMEM when any write into b failed (b freed). */
+static inline int mks_pbw_take(struct mks_pbw *b, uint8_t **buf_p, size_t *len_p)
+{
+    if (b->oom) {
+        mks_pbw_free(b);
+        return -ENOMEM;
+    }
+    *buf_p = b->p;
+    *len_p = b->len;
+    return 0;
 }
 
 #endif /* MKSCOPE_PBWRITE_H */

@@ -414,11 +414,5 @@ int mks_mpk_graph_schema(const struct mks_mpk_graph *g, uint8_t **buf_p, size_t 
     }
     mks_pbw_free(&m);
     mks_pbw_free(&deps);
-    if (root.oom) {
-        mks_pbw_free(&root);
-        return -ENOMEM;
-    }
-    *buf_p = root.p;
-    *len_p = root.len;
-    return 0;
+    return mks_pbw_take(&root, buf_p, len_p);
 }
