@@ -1,8 +1,12 @@
 /*
  * latency: per task class and step bucket, log2 histograms of the time a task
  * sat ready before it started (lat_ready, at task_start) and of its execution
- * (lat_run, at task_end), and the exact task_end count per class
- * (count_by_class, the same map count.bpf.o keeps).  Maps in monitors.h.
+ * (lat_run, at task_end), per class and decode step exact counts, sums and
+ * maxima of both (lat_step, for more steps in an epoch than the histograms
+ * keep apart), the exact
+ * task_end count per class (count_by_class, the same map count.bpf.o
+ * keeps), and per worker and step bucket the time its tasks ran
+ * (worker_time).  Maps in monitors.h.
  *
  * The count rides in the task_end program rather than in a program of its
  * own: a hook holds MKS_MAX_PROGS_PER_HOOK programs, and the standard
@@ -30,40 +34,125 @@ struct {
 
 struct {
     __uint(type, MKS_MAP_ARRAY);
+    __uint(max_entries, MKS_MON_LAT_STEP_ENTRIES);
+    __type(key, __u32);
+    __type(value, struct mks_mon_lat_step);
+} lat_step SEC(".maps");
+
+struct {
+    __uint(type, MKS_MAP_ARRAY);
     __uint(max_entries, MKS_MON_MAX_CLASSES);
     __type(key, __u32);
     __type(value, __u64);
 } count_by_class SEC(".maps");
 
-/* Adds t_now - t0 to the (class, step bucket) histogram of map; skips an
- * unknown (0) or later-than-now t0. */
-static __always_inline int add_latency(void *map, const struct mks_hook_ctx *ctx, __u64 t0)
-{
-    __u64 t1 = ctx->t_now;
-    __u32 cls = ctx->task_class, step = ctx->step;
-    __u32 key;
+struct {
+    __uint(type, MKS_MAP_ARRAY);
+    __uint(max_entries, MKS_MON_WORKER_ENTRIES);
+    __type(key, __u32);
+    __type(value, struct mks_mon_worker_time);
+} worker_time SEC(".maps");
 
-    if (t0 == 0 || t0 > t1 || MKS_CTX_IS_ABSENT32(step)) /* absent step: no bucket to blame */
+/* Raise *p to v.  Workers of a step update one entry side by side: a
+ * compare-and-swap retried a few times keeps the larger value (each retry
+ * means another worker raised it meanwhile, so after three the entry is
+ * all but certainly at least v's neighbour in time). */
+static __always_inline void raise_max(__u64 *p, __u64 v)
+{
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        __u64 old = *p;
+        if (v <= old)
+            return;
+        if (__sync_val_compare_and_swap(p, old, v) == old)
+            return;
+    }
+}
+
+/* The (class, step) slot of ctx, claimed for ctx's step when empty and
+ * marked mixed when another step holds it; NULL when the map is missing or
+ * the runtime does not know the step. */
+static __always_inline struct mks_mon_lat_step *step_slot(const struct mks_hook_ctx *ctx)
+{
+    __u32 key = MKS_MON_LAT_STEP_KEY(ctx->task_class, ctx->step);
+    struct mks_mon_lat_step *e;
+    __u64 tag = (__u64)ctx->step + 1, old;
+
+    if (MKS_CTX_IS_ABSENT32(ctx->step))
         return 0;
-    key = MKS_MON_LAT_KEY(cls, step);
+    e = mks_map_lookup(&lat_step, &key);
+    if (!e)
+        return 0;
+    old = e->tag;
+    if (old == 0)
+        old = __sync_val_compare_and_swap(&e->tag, 0, tag);
+    if (old != 0 && old != tag && !(old & MKS_MON_LAT_STEP_MIXED))
+        __sync_fetch_and_or(&e->tag, MKS_MON_LAT_STEP_MIXED);
+    return e;
+}
+
+/* Adds t_now - t0 to the (class, step bucket) histogram of map and returns
+ * it; 0 (nothing added) for an unknown (0) or later-than-now t0. */
+static __always_inline __u64 add_latency(void *map, const struct mks_hook_ctx *ctx, __u64 t0)
+{
+    __u32 key = MKS_MON_LAT_KEY(ctx->task_class, ctx->step);
+    __u64 t1 = ctx->t_now;
+
+    if (t0 == 0 || t0 > t1 || MKS_CTX_IS_ABSENT32(ctx->step)) /* absent step: no bucket to blame */
+        return 0;
     mks_hist_add(map, &key, t1 - t0);
-    return 0;
+    return t1 - t0;
 }
 
 SEC("mkscope/task_start")
 int lat_ready_prog(const struct mks_hook_ctx *ctx)
 {
-    return add_latency(&lat_ready, ctx, ctx->t_ready);
+    __u64 d = add_latency(&lat_ready, ctx, ctx->t_ready);
+    struct mks_mon_lat_step *e;
+
+    if (!d)
+        return 0;
+    e = step_slot(ctx);
+    if (e) {
+        __sync_fetch_and_add(&e->queue_count, 1);
+        __sync_fetch_and_add(&e->queue_sum, d);
+        raise_max(&e->queue_max, d);
+    }
+    return 0;
 }
 
 SEC("mkscope/task_end")
 int lat_run_prog(const struct mks_hook_ctx *ctx)
 {
-    __u32 key = MKS_MON_CLASS_IDX(ctx->task_class);
-    __u64 *n = mks_map_lookup(&count_by_class, &key);
+    __u32 ckey = MKS_MON_CLASS_IDX(ctx->task_class);
+    __u32 wkey = MKS_MON_WORKER_KEY(ctx->worker, ctx->step);
+    __u64 *n = mks_map_lookup(&count_by_class, &ckey);
+    struct mks_mon_worker_time *w =
+        MKS_CTX_IS_ABSENT32(ctx->step) ? 0 : mks_map_lookup(&worker_time, &wkey);
+    struct mks_mon_lat_step *e = step_slot(ctx);
+    __u64 d;
 
     /* every task_end counts, also one whose start time is unknown */
     if (n)
         __sync_fetch_and_add(n, 1);
-    return add_latency(&lat_run, ctx, ctx->t_start);
+    d = add_latency(&lat_run, ctx, ctx->t_start);
+    if (w) {
+        __u64 tag = (__u64)ctx->step + 1;
+
+        if (w->tag == 0)
+            w->tag = tag;
+        else if (w->tag != tag)
+            w->tag |= MKS_MON_LAT_STEP_MIXED;
+        w->tasks += 1;
+        w->busy_ns += d;
+    }
+    if (!e)
+        return 0;
+    __sync_fetch_and_add(&e->count, 1);
+    if (!d)
+        return 0;
+    __sync_fetch_and_add(&e->run_count, 1);
+    __sync_fetch_and_add(&e->run_sum, d);
+    raise_max(&e->run_max, d);
+    return 0;
 }

@@ -12,8 +12,9 @@
  * Monitor objects, their programs (section) and maps:
  *
  *   count.bpf.o     count       mkscope/task_end        count_by_class
- *   latency.bpf.o   lat_ready   mkscope/task_start      lat_ready
- *                   lat_run     mkscope/task_end        lat_run, count_by_class
+ *   latency.bpf.o   lat_ready   mkscope/task_start      lat_ready, lat_step
+ *                   lat_run     mkscope/task_end        lat_run, lat_step, count_by_class,
+ *                                                       worker_time
  *   depwait.bpf.o   wait_begin  mkscope/dep_wait_begin  wait_begin_ts
  *                   wait_end    mkscope/dep_wait_end    wait_hist, remote_waits,
  *                                                       wait_stats
@@ -72,6 +73,52 @@
 #define MKS_MON_LAT_ENTRIES   (MKS_MON_MAX_CLASSES * MKS_MON_STEP_BUCKETS)
 #define MKS_MON_LAT_KEY(cls, step)                                                                 \
     (MKS_MON_CLASS_IDX(cls) * MKS_MON_STEP_BUCKETS + ((step) % MKS_MON_STEP_BUCKETS))
+
+/* lat_step: MKS_MAP_ARRAY, key u32 = MKS_MON_LAT_STEP_KEY(class, step), value
+ * struct mks_mon_lat_step: exact count, sums and maxima per task class and
+ * decode step, for up to MKS_MON_LAT_STEP_SLOTS steps in one epoch (the
+ * histograms keep only MKS_MON_STEP_BUCKETS apart).  A slot names its step
+ * (tag = step + 1, set by compare-and-swap); a second step landing in the
+ * same slot within the epoch marks it mixed, and the agent then reports
+ * the slot under no step.  Maxima by compare-and-swap, so no concurrent
+ * larger sample is lost. */
+#define MKS_MON_LAT_STEP_MAP     "lat_step"
+#define MKS_MON_LAT_STEP_SLOTS   128
+#define MKS_MON_LAT_STEP_ENTRIES (MKS_MON_MAX_CLASSES * MKS_MON_LAT_STEP_SLOTS)
+#define MKS_MON_LAT_STEP_KEY(cls, step)                                                            \
+    (MKS_MON_CLASS_IDX(cls) * MKS_MON_LAT_STEP_SLOTS + ((step) % MKS_MON_LAT_STEP_SLOTS))
+#define MKS_MON_LAT_STEP_MIXED (1ull << 63)
+
+struct mks_mon_lat_step {
+    uint64_t tag;         /* step + 1 of the slot's step; | MIXED when two met */
+    uint64_t count;       /* task_end events */
+    uint64_t run_count;   /* of them, with a known start */
+    uint64_t run_sum, run_max;
+    uint64_t queue_count; /* task_start events with a known ready time */
+    uint64_t queue_sum, queue_max;
+};
+
+/* worker_time: MKS_MAP_ARRAY, key u32 = MKS_MON_WORKER_KEY(worker, step),
+ * value struct mks_mon_worker_time: per worker and decode step (slots as in
+ * lat_step, tagged the same way), the time its tasks ran (start -> end,
+ * dependency waits inside a task included) and how many ended.  A worker
+ * only writes its own entries: plain adds.  The agent turns it into busy
+ * and idle time per (worker, step): idle is the step's span (first task
+ * start to last task end on the rank) less the worker's busy time in it.
+ * Workers beyond MKS_MON_WT_WORKERS share entries; the agent then reports
+ * no worker times. */
+#define MKS_MON_WORKER_MAP     "worker_time"
+#define MKS_MON_WT_WORKERS     256
+#define MKS_MON_WORKER_ENTRIES (MKS_MON_WT_WORKERS * MKS_MON_LAT_STEP_SLOTS)
+#define MKS_MON_WORKER_KEY(worker, step)                                                           \
+    (((worker) & (MKS_MON_WT_WORKERS - 1)) * MKS_MON_LAT_STEP_SLOTS +                              \
+     ((step) % MKS_MON_LAT_STEP_SLOTS))
+
+struct mks_mon_worker_time {
+    uint64_t tag;     /* step + 1; | MKS_MON_LAT_STEP_MIXED when two steps met */
+    uint64_t busy_ns; /* summed task execution */
+    uint64_t tasks;   /* task_end events */
+};
 
 /* ---- depwait.bpf.o -------------------------------------------------------
  * wait_begin_ts: MKS_MAP_PERWORKER_ARRAY, key u32 0, value u64 t_now of the

@@ -55,6 +55,7 @@
 #include "mkscope/wire.h"
 #include "progs.h"
 #include "spool.h"
+#include "steps.h"
 #include "summary.h"
 #include "ucx.h"
 
@@ -124,6 +125,7 @@ struct agent {
     int schema_err_logged;
     struct agt_progs progs;
     struct agt_summary *pending;
+    struct agt_steps *steps; /* decode steps not yet ended */
     uint64_t prev_host_ns, prev_dev_ns;
     struct mks_coverage last_cov[MKS_EV_COUNT];
     uint64_t last_epoch;
@@ -857,6 +859,7 @@ static int try_open(struct agent *a, uint64_t now)
     a->last_app_start = info.app_start_ns;
     a->lease_lapses = info.lease_lapses;
     a->registered = 0; /* (re-)register: pid, app start and schema may be new */
+    agt_steps_reset(a->steps); /* a new application counts its steps anew */
     a->reg_want++;
     a->prev_host_ns = clock_ns(CLOCK_REALTIME);
     a->prev_dev_ns = dev_ns(a);
@@ -950,8 +953,9 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
     agt_summary_free(s);
 }
 
-/* Advance the epoch and summarise it. */
-static void snapshot(struct agent *a, int force)
+/* Advance the epoch and summarise it; app_ended: the application is gone,
+ * so its last step has ended too. */
+static void snapshot(struct agent *a, int force, int app_ended)
 {
     struct mks_epoch_snapshot *snap = NULL;
     int err = mks_ctl_epoch_advance(a->ctl, &snap);
@@ -978,6 +982,8 @@ static void snapshot(struct agent *a, int force)
         agt_summary_free(s);
         return;
     }
+    if (agt_steps_feed(a->steps, s, a->info.n_workers, app_ended))
+        agt_log_err("epoch %" PRIu64 ": out of memory following decode steps", s->epoch_last);
     s->t_host_begin = a->prev_host_ns;
     s->t_host_end = host;
     s->t_dev_begin = a->prev_dev_ns;
@@ -998,7 +1004,7 @@ static void begin_stop(struct agent *a, const char *why)
     a->stopping = 1;
     a->stop_deadline_ns = mono_ns() + a->o.drain_ms * 1000000ull;
     if (a->ctl && mks_ctl_alive(a->ctl)) {
-        snapshot(a, 1);
+        snapshot(a, 1, 0);
         /* leave the rank as we found it */
         while (a->progs.n) {
             uint64_t gen;
@@ -1046,7 +1052,7 @@ static void tick(struct agent *a, uint64_t now)
          * mapped here: take what the last epoch counted, if the block still
          * allows it, then let go and look for the next incarnation. */
         agt_log_info("application pid %d is gone", a->info.app_pid);
-        snapshot(a, 1);
+        snapshot(a, 1, 1);
         close_app(a);
         a->app_alive = 0;
         a->final_heartbeat = 1;
@@ -1071,7 +1077,7 @@ static void tick(struct agent *a, uint64_t now)
                 agt_log_err("%s: re-attach failed: %s", p->name, strerror(-err));
         }
     }
-    snapshot(a, 0);
+    snapshot(a, 0, 0);
 }
 
 /* ---- survey ---------------------------------------------------------------- */
@@ -1197,6 +1203,9 @@ static int setup(struct agent *a)
                                 .dir = a->o.spool_dir ? spool_dir : NULL,
                                 .disk_bytes = a->o.spool_bytes,
                                 .spill_only = a->o.spool_spill_only};
+    a->steps = agt_steps_new();
+    if (!a->steps)
+        return -ENOMEM;
     int err = agt_spool_create(&so, &a->spool);
     if (err)
         return err;
@@ -1257,6 +1266,7 @@ static void teardown(struct agent *a)
     close_app(a);
     agt_ucx_destroy(a->ucx, 1000);
     agt_summary_free(a->pending);
+    agt_steps_free(a->steps);
     mks_wire_schema_free(a->schema);
     for (int i = 0; i < a->n_replies; i++)
         free(a->replies[i].buf);

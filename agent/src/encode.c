@@ -66,19 +66,32 @@ static void arena_free(struct arena *a)
     free(a->p);
 }
 
-static Mkscope__V1__Hist *hist_msg(struct arena *a, const struct mks_hist *h)
+static void hist_add(struct mks_hist *dst, const struct mks_hist *src)
 {
-    if (!h || h->count == 0)
+    dst->count += src->count;
+    dst->sum += src->sum;
+    for (int b = 0; b < MKS_HIST_BUCKETS; b++)
+        dst->buckets[b] += src->buckets[b];
+}
+
+/* A histogram message with the given count, sum and maximum, and the
+ * buckets of h (NULL: none); NULL when it would say nothing. */
+static Mkscope__V1__Hist *hist_of(struct arena *a, const struct mks_hist *h, uint64_t count,
+                                  uint64_t sum, uint64_t max)
+{
+    size_t nb = 0;
+    if (h)
+        for (nb = MKS_HIST_BUCKETS; nb > 0 && h->buckets[nb - 1] == 0; nb--)
+            ;
+    if (!count && !nb)
         return NULL;
     Mkscope__V1__Hist *m = arena_alloc(a, sizeof(*m));
     if (!m)
         return NULL;
     mkscope__v1__hist__init(m);
-    m->count = h->count;
-    m->sum = h->sum;
-    size_t nb = MKS_HIST_BUCKETS;
-    while (nb > 0 && h->buckets[nb - 1] == 0)
-        nb--;
+    m->count = count;
+    m->sum = sum;
+    m->max = max;
     if (nb) {
         m->buckets = arena_alloc(a, nb * sizeof(uint64_t));
         if (!m->buckets)
@@ -89,92 +102,157 @@ static Mkscope__V1__Hist *hist_msg(struct arena *a, const struct mks_hist *h)
     return m;
 }
 
-static void hist_add(struct mks_hist *dst, const struct mks_hist *src)
+static void lstep_add(struct mks_mon_lat_step *d, const struct mks_mon_lat_step *s)
 {
-    dst->count += src->count;
-    dst->sum += src->sum;
-    for (int b = 0; b < MKS_HIST_BUCKETS; b++)
-        dst->buckets[b] += src->buckets[b];
+    d->count += s->count;
+    d->run_count += s->run_count;
+    d->run_sum += s->run_sum;
+    d->queue_count += s->queue_count;
+    d->queue_sum += s->queue_sum;
+    if (s->run_max > d->run_max)
+        d->run_max = s->run_max;
+    if (s->queue_max > d->queue_max)
+        d->queue_max = s->queue_max;
 }
 
-/* Real step of each bucket, or -1 when unknown or ambiguous. */
-static void step_of_bucket(const struct agt_summary *s, int64_t map[MKS_MON_STEP_BUCKETS])
+static int push_row(struct arena *a, Mkscope__V1__EpochSummary *es, uint32_t cls, int64_t step,
+                    uint64_t count, Mkscope__V1__Hist *queue, Mkscope__V1__Hist *run)
 {
-    int seen[MKS_MON_STEP_BUCKETS] = {0};
-    for (int b = 0; b < MKS_MON_STEP_BUCKETS; b++)
-        map[b] = -1;
-    for (size_t i = 0; i < s->n_gen; i++) {
-        uint64_t st = s->gen[i].step;
-        int b = (int)(st % MKS_MON_STEP_BUCKETS);
-        if (seen[b] && map[b] != (int64_t)st)
-            map[b] = -2;
-        else if (!seen[b])
-            map[b] = (int64_t)st;
-        seen[b] = 1;
-    }
-    for (int b = 0; b < MKS_MON_STEP_BUCKETS; b++)
-        if (map[b] < 0 || map[b] > UINT32_MAX)
-            map[b] = -1;
-}
-
-static Mkscope__V1__TaskStat *task_row(struct arena *a, uint32_t cls, uint32_t step, uint64_t count,
-                                       const struct mks_hist *ready, const struct mks_hist *run,
-                                       int with_hist)
-{
+    if (a->oom)
+        return -ENOMEM;
     Mkscope__V1__TaskStat *t = arena_alloc(a, sizeof(*t));
     if (!t)
-        return NULL;
+        return -ENOMEM;
     mkscope__v1__task_stat__init(t);
     t->task_class = cls;
-    t->step = step;
+    t->step = step >= 0 ? (uint32_t)step : 0;
+    t->step_known = step >= 0;
     t->count = count;
     t->sum_run_ns = run ? run->sum : 0;
-    if (with_hist) {
-        t->queue = hist_msg(a, ready);
-        t->run = hist_msg(a, run);
+    t->queue = queue;
+    t->run = run;
+    es->task_stats[es->n_task_stats++] = t;
+    return 0;
+}
+
+/*
+ * Task rows of one class.  At the full tier, with the exact per-step
+ * statistics of lat_step: one row per decode step (count, sums, maxima;
+ * the step's histograms when its bucket held no other step of these
+ * epochs), and one row of no step holding what could not be kept apart
+ * (entries of mixed slots; the histograms of shared buckets, whose tasks
+ * the step rows count already, so that every task is counted once and sits
+ * in one histogram).  Without lat_step (an older latency monitor), one row
+ * per bucket that held one step.  At coarser tiers one row of no step per
+ * class.  Per class the rows add up to the count monitor's exact count.
+ */
+static int class_rows(struct arena *a, const struct agt_summary *s, enum agt_tier tier,
+                      uint32_t c, const int64_t bmap[MKS_MON_STEP_BUCKETS],
+                      struct agt_lat_step *acc, Mkscope__V1__EpochSummary *es)
+{
+    size_t n_acc = 0;
+    struct mks_mon_lat_step mixed = {0}, all = {0};
+    for (size_t i = 0; i < s->n_lstep; i++) {
+        const struct agt_lat_step *e = &s->lstep[i];
+        if (e->cls != c)
+            continue;
+        lstep_add(&all, &e->v);
+        if (e->v.tag & MKS_MON_LAT_STEP_MIXED) {
+            lstep_add(&mixed, &e->v);
+            continue;
+        }
+        size_t k;
+        for (k = 0; k < n_acc; k++)
+            if (acc[k].v.tag == e->v.tag)
+                break;
+        if (k == n_acc)
+            acc[n_acc++] = (struct agt_lat_step){.cls = c, .v = {.tag = e->v.tag}};
+        lstep_add(&acc[k].v, &e->v);
     }
-    return t;
+    int exact = tier == AGT_TIER_FULL && s->have_lstep;
+    struct mks_hist ready = {0}, run = {0};
+    uint64_t hist_count = 0, assigned = 0;
+    int used[MKS_MON_STEP_BUCKETS] = {0};
+    if (exact) {
+        for (size_t k = 0; k < n_acc; k++) {
+            const struct mks_mon_lat_step *v = &acc[k].v;
+            int64_t step = (int64_t)(v->tag - 1);
+            uint32_t b = (uint32_t)(step % MKS_MON_STEP_BUCKETS);
+            const struct agt_lat *l = &s->lat[c * MKS_MON_STEP_BUCKETS + b];
+            int own = l->present && bmap[b] == step;
+            used[b] |= own;
+            if (step > UINT32_MAX) {
+                lstep_add(&mixed, v);
+                continue;
+            }
+            if (push_row(a, es, c, step, v->count,
+                         hist_of(a, own ? &l->ready : NULL, v->queue_count, v->queue_sum,
+                                 v->queue_max),
+                         hist_of(a, own ? &l->run : NULL, v->run_count, v->run_sum, v->run_max)))
+                return -ENOMEM;
+            assigned += v->count;
+        }
+    }
+    for (uint32_t b = 0; b < MKS_MON_STEP_BUCKETS; b++) {
+        const struct agt_lat *l = &s->lat[c * MKS_MON_STEP_BUCKETS + b];
+        if (!l->present)
+            continue;
+        hist_count += l->run.count;
+        if (used[b])
+            continue;
+        if (!exact && tier == AGT_TIER_FULL && bmap[b] >= 0) {
+            /* older monitor: the bucket's histograms are its one step's */
+            if (push_row(a, es, c, bmap[b], l->run.count,
+                         hist_of(a, &l->ready, l->ready.count, l->ready.sum, 0),
+                         hist_of(a, &l->run, l->run.count, l->run.sum, 0)))
+                return -ENOMEM;
+            assigned += l->run.count;
+            continue;
+        }
+        hist_add(&ready, &l->ready);
+        hist_add(&run, &l->run);
+    }
+    uint64_t total = s->have_counts ? s->cls[c].count : exact ? all.count : hist_count;
+    if (total < assigned)
+        total = assigned; /* a histogram saw more than the counter: keep both honest */
+    uint64_t rest = total - assigned;
+    /* The row of no step: in exact mode its counts and sums are the mixed
+     * slots', its histograms the shared buckets'; otherwise both are the
+     * histograms' own, with the maxima lat_step saw. */
+    Mkscope__V1__Hist *q = NULL, *r = NULL;
+    if (tier != AGT_TIER_COUNTS) {
+        if (exact) {
+            q = hist_of(a, &ready, mixed.queue_count, mixed.queue_sum, mixed.queue_max);
+            r = hist_of(a, &run, mixed.run_count, mixed.run_sum, mixed.run_max);
+        } else {
+            q = hist_of(a, &ready, ready.count, ready.sum, all.queue_max);
+            r = hist_of(a, &run, run.count, run.sum, all.run_max);
+        }
+    }
+    if (rest == 0 && !q && !r)
+        return a->oom ? -ENOMEM : 0;
+    if (push_row(a, es, c, -1, rest, q, r))
+        return -ENOMEM;
+    /* counts only: the run sum still travels as sum_run_ns */
+    if (tier == AGT_TIER_COUNTS)
+        es->task_stats[es->n_task_stats - 1]->sum_run_ns = run.sum;
+    return 0;
 }
 
 static int add_task_rows(struct arena *a, const struct agt_summary *s, enum agt_tier tier,
                          Mkscope__V1__EpochSummary *es)
 {
-    size_t cap = MKS_MON_MAX_CLASSES * (MKS_MON_STEP_BUCKETS + 1);
+    size_t cap = MKS_MON_MAX_CLASSES * (MKS_MON_STEP_BUCKETS + 1) + s->n_lstep;
     es->task_stats = arena_alloc(a, cap * sizeof(*es->task_stats));
-    if (!es->task_stats)
+    struct agt_lat_step *acc = arena_alloc(a, (s->n_lstep + 1) * sizeof(*acc));
+    if (!es->task_stats || !acc)
         return -ENOMEM;
     int64_t bmap[MKS_MON_STEP_BUCKETS];
-    step_of_bucket(s, bmap);
+    agt_summary_bucket_steps(s, bmap);
     for (uint32_t c = 0; c < MKS_MON_MAX_CLASSES; c++) {
-        struct mks_hist ready = {0}, run = {0};
-        uint64_t hist_count = 0, assigned = 0;
-        for (uint32_t b = 0; b < MKS_MON_STEP_BUCKETS; b++) {
-            const struct agt_lat *l = &s->lat[c * MKS_MON_STEP_BUCKETS + b];
-            if (!l->present)
-                continue;
-            hist_count += l->run.count;
-            if (tier == AGT_TIER_FULL && bmap[b] >= 0) {
-                Mkscope__V1__TaskStat *t =
-                    task_row(a, c, (uint32_t)bmap[b], l->run.count, &l->ready, &l->run, 1);
-                if (!t)
-                    return -ENOMEM;
-                es->task_stats[es->n_task_stats++] = t;
-                assigned += l->run.count;
-                continue;
-            }
-            hist_add(&ready, &l->ready);
-            hist_add(&run, &l->run);
-        }
-        uint64_t total = s->have_counts ? s->cls[c].count : hist_count;
-        if (total < assigned)
-            total = assigned; /* histogram saw more than the counter: keep both honest */
-        uint64_t rest = total - assigned;
-        if (rest == 0 && run.count == 0 && ready.count == 0)
-            continue;
-        Mkscope__V1__TaskStat *t = task_row(a, c, 0, rest, &ready, &run, tier != AGT_TIER_COUNTS);
-        if (!t)
-            return -ENOMEM;
-        es->task_stats[es->n_task_stats++] = t;
+        int err = class_rows(a, s, tier, c, bmap, acc, es);
+        if (err)
+            return err;
     }
     return 0;
 }
@@ -289,6 +367,10 @@ static int add_maps(struct arena *a, const struct agt_summary *s, const struct a
     return 0;
 }
 
+static int add_workers(struct arena *a, const struct agt_summary *s,
+                       Mkscope__V1__EpochSummary *es);
+static int add_steps(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es);
+
 static int add_rest(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es)
 {
     /* local dependency waits per waiter class (steps are not kept apart by
@@ -311,28 +393,31 @@ static int add_rest(struct arena *a, const struct agt_summary *s, Mkscope__V1__E
             es->local_waits[es->n_local_waits++] = w;
         }
     }
-    if (s->n_queue) {
-        es->workers = arena_alloc(a, s->n_queue * sizeof(*es->workers));
-        if (!es->workers)
-            return -ENOMEM;
-    }
-    for (size_t i = 0; i < s->n_queue; i++) {
-        Mkscope__V1__WorkerStat *w = arena_alloc(a, sizeof(*w));
-        if (!w)
-            return -ENOMEM;
-        mkscope__v1__worker_stat__init(w);
-        w->worker = s->queue[i].worker;
-        w->max_queue_depth = s->queue[i].v.depth_max > UINT32_MAX ? UINT32_MAX
-                                                                  : (uint32_t)s->queue[i].v.depth_max;
-        w->tasks = s->queue[i].v.assigns;
-        es->workers[es->n_workers++] = w;
-    }
-    if (s->n_gen) {
-        es->steps = arena_alloc(a, s->n_gen * sizeof(*es->steps));
-        es->gens = arena_alloc(a, s->n_gen * sizeof(*es->gens));
-        if (!es->steps || !es->gens)
-            return -ENOMEM;
-    }
+    if (add_workers(a, s, es))
+        return -ENOMEM;
+    return add_steps(a, s, es);
+}
+
+static const struct agt_step_done *done_step(const struct agt_summary *s, uint64_t step)
+{
+    for (size_t i = 0; i < s->n_done; i++)
+        if (s->done[i].step == step)
+            return &s->done[i];
+    return NULL;
+}
+
+/* Step rows: one per step this summary saw tasks of, with what it saw; a
+ * step that ended here is marked complete and carries its whole span (a
+ * step that ended with no task in these epochs gets a row of its own). */
+static int add_steps(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es)
+{
+    size_t n = s->n_gen + s->n_done;
+    if (!n)
+        return 0;
+    es->steps = arena_alloc(a, n * sizeof(*es->steps));
+    es->gens = arena_alloc(a, n * sizeof(*es->gens));
+    if (!es->steps || !es->gens)
+        return -ENOMEM;
     for (size_t i = 0; i < s->n_gen; i++) {
         const struct mks_mon_gen *g = &s->gen[i];
         if (g->step > UINT32_MAX)
@@ -348,6 +433,12 @@ static int add_rest(struct arena *a, const struct agt_summary *s, Mkscope__V1__E
             st->t_begin_dev_ns = g->t_task_first;
             st->t_end_dev_ns = g->t_task_last;
         }
+        const struct agt_step_done *d = done_step(s, g->step);
+        if (d && d->t_begin && d->t_end >= d->t_begin) {
+            st->complete = 1;
+            st->t_begin_dev_ns = d->t_begin;
+            st->t_end_dev_ns = d->t_end;
+        }
         es->steps[es->n_steps++] = st;
         if (g->advances) {
             mkscope__v1__gen_progress__init(gp);
@@ -355,6 +446,87 @@ static int add_rest(struct arena *a, const struct agt_summary *s, Mkscope__V1__E
             gp->t_dev_ns = g->t_last;
             gp->value = g->max_gen;
             es->gens[es->n_gens++] = gp;
+        }
+    }
+    for (size_t i = 0; i < s->n_done; i++) {
+        const struct agt_step_done *d = &s->done[i];
+        int seen = 0;
+        for (size_t k = 0; k < s->n_gen && !seen; k++)
+            seen = s->gen[k].step == d->step;
+        if (seen || !d->t_begin || d->t_end < d->t_begin)
+            continue;
+        Mkscope__V1__StepTime *st = arena_alloc(a, sizeof(*st));
+        if (!st)
+            return -ENOMEM;
+        mkscope__v1__step_time__init(st);
+        st->step = d->step;
+        st->t_begin_dev_ns = d->t_begin;
+        st->t_end_dev_ns = d->t_end;
+        st->complete = 1;
+        es->steps[es->n_steps++] = st;
+    }
+    return 0;
+}
+
+static uint32_t depth_of(const struct agt_summary *s, uint32_t worker)
+{
+    for (size_t i = 0; i < s->n_queue; i++)
+        if (s->queue[i].worker == worker)
+            return s->queue[i].v.depth_max > UINT32_MAX ? UINT32_MAX
+                                                        : (uint32_t)s->queue[i].v.depth_max;
+    return 0;
+}
+
+/* Worker rows: per (worker, step) for every step that ended here with its
+ * worker times known (busy, idle = span - busy, tasks; the depth is the
+ * worker's largest queue depth of the summary); without worker times (an
+ * older latency monitor), per worker with step 0, the queue monitor's view. */
+static int add_workers(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es)
+{
+    size_t n = 0;
+    if (s->have_wtime) {
+        for (size_t i = 0; i < s->n_done; i++)
+            if (s->done[i].busy)
+                n += s->done[i].n_workers;
+    } else {
+        n = s->n_queue;
+    }
+    if (!n)
+        return 0;
+    es->workers = arena_alloc(a, n * sizeof(*es->workers));
+    if (!es->workers)
+        return -ENOMEM;
+    if (!s->have_wtime) {
+        for (size_t i = 0; i < s->n_queue; i++) {
+            Mkscope__V1__WorkerStat *w = arena_alloc(a, sizeof(*w));
+            if (!w)
+                return -ENOMEM;
+            mkscope__v1__worker_stat__init(w);
+            w->worker = s->queue[i].worker;
+            w->max_queue_depth = depth_of(s, w->worker);
+            w->tasks = s->queue[i].v.assigns;
+            es->workers[es->n_workers++] = w;
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < s->n_done; i++) {
+        const struct agt_step_done *d = &s->done[i];
+        if (!d->busy)
+            continue;
+        uint64_t span = d->t_end > d->t_begin ? d->t_end - d->t_begin : 0;
+        for (uint32_t k = 0; k < d->n_workers; k++) {
+            Mkscope__V1__WorkerStat *w = arena_alloc(a, sizeof(*w));
+            if (!w)
+                return -ENOMEM;
+            mkscope__v1__worker_stat__init(w);
+            w->worker = k;
+            w->step = d->step;
+            w->step_known = 1;
+            w->busy_ns = d->busy[k];
+            w->idle_ns = span > d->busy[k] ? span - d->busy[k] : 0;
+            w->tasks = d->tasks[k];
+            w->max_queue_depth = depth_of(s, k);
+            es->workers[es->n_workers++] = w;
         }
     }
     return 0;

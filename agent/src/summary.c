@@ -31,6 +31,13 @@ void agt_summary_free(struct agt_summary *s)
     free(s->release);
     free(s->queue);
     free(s->gen);
+    free(s->wtime);
+    free(s->lstep);
+    for (size_t i = 0; i < s->n_done; i++) {
+        free(s->done[i].busy);
+        free(s->done[i].tasks);
+    }
+    free(s->done);
     free(s);
 }
 
@@ -105,6 +112,49 @@ static int it_lat(const void *key, const void *value, void *arg)
     hist_add(strcmp(c->m->spec.name, MKS_MON_LAT_READY_MAP) == 0 ? &l->ready : &l->run, &h);
     l->present = 1;
     return 0;
+}
+
+static int it_lat_step(const void *key, const void *value, void *arg)
+{
+    struct iter_ctx *c = arg;
+    uint32_t k = key_u32(key);
+    struct mks_mon_lat_step v;
+    memcpy(&v, value, sizeof(v));
+    if (k >= MKS_MON_LAT_STEP_ENTRIES || !v.tag || (!v.count && !v.queue_count))
+        return 0;
+    struct agt_lat_step *e = PUSH(c->s, lstep);
+    if (!e)
+        return c->err = -ENOMEM;
+    e->cls = k / MKS_MON_LAT_STEP_SLOTS;
+    e->v = v;
+    return 0;
+}
+
+static int *flag_lstep(struct agt_summary *s)
+{
+    return &s->have_lstep;
+}
+
+static int it_wtime(const void *key, const void *value, void *arg)
+{
+    struct iter_ctx *c = arg;
+    uint32_t k = key_u32(key);
+    struct mks_mon_worker_time v;
+    memcpy(&v, value, sizeof(v));
+    if (k >= MKS_MON_WORKER_ENTRIES || v.tasks == 0 || !v.tag)
+        return 0;
+    struct agt_wtime *w = PUSH(c->s, wtime);
+    if (!w)
+        return c->err = -ENOMEM;
+    w->worker = k / MKS_MON_LAT_STEP_SLOTS;
+    w->slot = k % MKS_MON_LAT_STEP_SLOTS;
+    w->v = v;
+    return 0;
+}
+
+static int *flag_wtime(struct agt_summary *s)
+{
+    return &s->have_wtime;
 }
 
 static int it_wait(const void *key, const void *value, void *arg)
@@ -253,6 +303,8 @@ static const struct builtin_map builtin_maps[] = {
     {MKS_MON_COUNT_MAP, 4, 8, it_count, flag_counts},
     {MKS_MON_LAT_READY_MAP, 4, sizeof(struct mks_hist), it_lat, flag_lat},
     {MKS_MON_LAT_RUN_MAP, 4, sizeof(struct mks_hist), it_lat, flag_lat},
+    {MKS_MON_LAT_STEP_MAP, 4, sizeof(struct mks_mon_lat_step), it_lat_step, flag_lstep},
+    {MKS_MON_WORKER_MAP, 4, sizeof(struct mks_mon_worker_time), it_wtime, flag_wtime},
     {MKS_MON_WAIT_HIST_MAP, 4, sizeof(struct mks_hist), it_wait, flag_wait},
     {MKS_MON_WAIT_STATS_MAP, 4, sizeof(struct mks_mon_wait_stats), it_wait_stats, NULL},
     {MKS_MON_REMOTE_MAP, sizeof(struct mks_mon_comm_key), sizeof(struct mks_mon_remote_wait),
@@ -367,6 +419,14 @@ int agt_summary_merge(struct agt_summary *d, const struct agt_summary *s)
         d->lat[i].present = 1;
     }
     d->have_lat |= s->have_lat;
+    /* Step entries side by side; the encoder adds up those of one step. */
+    for (size_t i = 0; i < s->n_lstep; i++) {
+        struct agt_lat_step *e = PUSH(d, lstep);
+        if (!e)
+            return -ENOMEM;
+        *e = s->lstep[i];
+    }
+    d->have_lstep |= s->have_lstep;
     for (int i = 0; i < MKS_MON_WAIT_ENTRIES; i++)
         hist_add(&d->wait[i], &s->wait[i]);
     d->have_wait |= s->have_wait;
@@ -477,6 +537,30 @@ int agt_summary_merge(struct agt_summary *d, const struct agt_summary *s)
         if (g->t_task_last > e->t_task_last)
             e->t_task_last = g->t_task_last;
     }
+    /* Steps that ended, each once.  (Per-bucket worker times are consumed
+     * per epoch, before any merge: a bucket means another step in another
+     * epoch.) */
+    for (size_t i = 0; i < s->n_done; i++) {
+        struct agt_step_done *e = PUSH(d, done);
+        if (!e)
+            return -ENOMEM;
+        *e = s->done[i];
+        size_t n = s->done[i].n_workers;
+        e->busy = e->tasks = NULL;
+        if (s->done[i].busy && n) {
+            e->busy = malloc(n * sizeof(uint64_t));
+            e->tasks = malloc(n * sizeof(uint64_t));
+            if (!e->busy || !e->tasks) {
+                free(e->busy);
+                free(e->tasks);
+                d->n_done--;
+                return -ENOMEM;
+            }
+            memcpy(e->busy, s->done[i].busy, n * sizeof(uint64_t));
+            memcpy(e->tasks, s->done[i].tasks, n * sizeof(uint64_t));
+        }
+    }
+    d->have_wtime |= s->have_wtime;
     /* User map entries of several epochs are kept side by side: their
      * meaning (counter, gauge, last value) is the program's, so the agent
      * does not combine them. */
@@ -498,6 +582,25 @@ int agt_summary_merge(struct agt_summary *d, const struct agt_summary *s)
         d->attached[ev] |= s->attached[ev];
     }
     return 0;
+}
+
+void agt_summary_bucket_steps(const struct agt_summary *s, int64_t map[MKS_MON_STEP_BUCKETS])
+{
+    int seen[MKS_MON_STEP_BUCKETS] = {0};
+    for (int b = 0; b < MKS_MON_STEP_BUCKETS; b++)
+        map[b] = -1;
+    for (size_t i = 0; i < s->n_gen; i++) {
+        uint64_t st = s->gen[i].step;
+        int b = (int)(st % MKS_MON_STEP_BUCKETS);
+        if (seen[b] && map[b] != (int64_t)st)
+            map[b] = -2;
+        else if (!seen[b])
+            map[b] = (int64_t)st;
+        seen[b] = 1;
+    }
+    for (int b = 0; b < MKS_MON_STEP_BUCKETS; b++)
+        if (map[b] < 0 || map[b] > UINT32_MAX)
+            map[b] = -1;
 }
 
 uint64_t agt_summary_total(const struct agt_summary *s)

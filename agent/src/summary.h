@@ -61,6 +61,31 @@ struct agt_lat {
     int present;
 };
 
+/* Exact statistics of one task class in one decode step (lat_step); a
+ * mixed entry (two steps met in its slot) belongs to no one step. */
+struct agt_lat_step {
+    uint32_t cls;
+    struct mks_mon_lat_step v;
+};
+
+/* Time a worker's tasks ran in one step slot of one epoch (worker_time). */
+struct agt_wtime {
+    uint32_t worker, slot;
+    struct mks_mon_worker_time v;
+};
+
+/* A decode step the agent saw end (a later step began, or the application
+ * ended): its whole span over every epoch it took, and per worker the time
+ * its tasks ran in it.  Reported once, in the summary of the epoch where it
+ * ended. */
+struct agt_step_done {
+    uint32_t step;
+    uint64_t t_begin, t_end; /* first task start, last task end (device clock) */
+    uint32_t n_workers;
+    uint64_t *busy, *tasks;  /* [n_workers]; NULL when worker times are not known for all
+                              * of the step (not measured, or a slot held two steps) */
+};
+
 struct agt_user_entry {
     uint32_t prog_id;
     char map[32];
@@ -78,6 +103,9 @@ struct agt_summary {
     int have_counts; /* the count monitor was attached */
     struct agt_lat lat[MKS_MON_LAT_ENTRIES];
     int have_lat;
+    struct agt_lat_step *lstep;
+    size_t n_lstep, cap_lstep;
+    int have_lstep;
     struct mks_hist wait[MKS_MON_WAIT_ENTRIES];
     int have_wait;
     struct mks_mon_wait_stats wait_stats;
@@ -102,6 +130,12 @@ struct agt_summary {
     struct mks_mon_gen *gen; /* per step seen this summary */
     size_t n_gen, cap_gen;
 
+    struct agt_wtime *wtime; /* as the device reported them (consumed by agt_steps_feed) */
+    size_t n_wtime, cap_wtime;
+    int have_wtime;
+    struct agt_step_done *done; /* steps that ended in this summary's epochs */
+    size_t n_done, cap_done;
+
     struct agt_user_entry *user;
     size_t n_user, cap_user;
     size_t user_bytes;
@@ -120,6 +154,11 @@ int agt_summary_build(struct agt_summary *s, const struct agt_snap_ops *ops, voi
 
 /* Add src (a later epoch) into dst; src is left as it was. */
 int agt_summary_merge(struct agt_summary *dst, const struct agt_summary *src);
+
+/* The step each latency/worker bucket (step % MKS_MON_STEP_BUCKETS) of a
+ * one-epoch summary holds: the step when the generation monitor saw exactly
+ * one step of the epoch there, else -1 (unknown or two steps). */
+void agt_summary_bucket_steps(const struct agt_summary *s, int64_t map[MKS_MON_STEP_BUCKETS]);
 
 /* Total task_end count over classes (for logs and tests). */
 uint64_t agt_summary_total(const struct agt_summary *s);

@@ -94,21 +94,28 @@ static const struct cmd_help cmds[] = {
      "  --once             one refresh, no screen clearing (scripts, tests)\n",
      "  mkscope top\n  mkscope top --interval 0.5\n  mkscope top --once\n",
      " interval iterations once "},
-    {"trigger", "mkscope trigger add 'SLO' | list | rm ID",
-     "SLO triggers, evaluated per rank each epoch; one that fires escalates that\n"
-     "rank to a narrow raw trace (docs/collector.md).",
-     NULL,
-     "  mkscope trigger add 'p99(step) > 2ms'\n"
+    {"trigger", "mkscope trigger add 'SLO' [--hold-off D] | list | rm ID",
+     "SLO triggers, evaluated per rank over what arrived each second; one that fires\n"
+     "escalates the ranks over the line to a narrow raw trace, then only counts its\n"
+     "firings until its hold-off has passed (docs/collector.md).",
+     "  --hold-off D       escalate again only D after an escalation (90s, 5m, 1h)\n"
+     "                     [the collector's --trigger-hold-off, 5m]\n",
+     "  mkscope trigger add 'p99(step) > 2ms where step >= 10'\n"
+     "  mkscope trigger add 'max(run) > 5ms where class = \"attention\"' --hold-off 1m\n"
      "  mkscope trigger add 'remote_wait(rank = 3) > 20us'\n"
      "  mkscope trigger list\n  mkscope trigger rm 2\n",
-     " "},
-    {"trace", "mkscope trace export [--escalation ID] [--as perfetto|json] [-o FILE]",
-     "The raw events of an escalation (the latest by default) as a trace: one track\n"
+     " hold-off "},
+    {"trace", "mkscope trace list | export [--escalation ID] [--as perfetto|json] [-o FILE]",
+     "list: the job's escalations, each with the trigger that asked, the ranks asked\n"
+     "and how many took it, the events, dropped events and batches that arrived, and\n"
+     "whether every rank sent its last batch.\n"
+     "export: the raw events of an escalation (the latest by default) as a trace: one track\n"
      "per rank and worker, slices per task, wait and transfer, flow arrows for remote\n"
      "dependencies. Chrome JSON, or Perfetto's protobuf format with --as perfetto or\n"
      "an -o FILE ending in .pftrace or .perfetto-trace.",
      "  --escalation ID    which escalation [the latest]\n"
      "  --as perfetto|json output format [json, or from the file name]\n",
+     "  mkscope trace list\n"
      "  mkscope trace export -o trace.json\n"
      "  mkscope trace export -o trace.pftrace\n"
      "  mkscope trace export --escalation 4294967297 --as perfetto -o t.pb\n",

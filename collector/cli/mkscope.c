@@ -43,6 +43,7 @@ static void usage(FILE *f)
             "         [--name N] [--ranks all|0,2] [--wait MS]\n"
             "  detach NAME [--ranks ...]   detach a program\n"
             "  trigger add 'SLO'           e.g. 'p99(step) > 2ms'; list; rm ID\n"
+            "  trace list                  escalations: asked, answered, events\n"
             "  trace export [-o FILE]      Chrome JSON trace of the last escalation\n"
             "  top [--interval S]          live per-rank view (q or Ctrl-C quits)\n"
             "  survey [WHAT]               ask every agent live (status, coverage, programs)\n"
@@ -388,6 +389,8 @@ static int cmd_simple(struct mks_cli *cli, const char *verb, char **args, size_t
         render_rows(cli, json_object_get(a, "programs"));
     else if (!strcmp(verb, "trigger-list"))
         render_rows(cli, json_object_get(a, "triggers"));
+    else if (!strcmp(verb, "trace-list"))
+        render_rows(cli, json_object_get(a, "escalations"));
     else if (!strcmp(verb, "trigger-add"))
         fprintf(cli->out, "trigger %lld added: %s\n",
                 (long long)json_integer_value(json_object_get(a, "id")),
@@ -556,9 +559,15 @@ int main(int argc, char **argv)
                 rc = cmd_simple(&cli, verb, args + 1, na - 1);
         }
     } else if (!strcmp(cmd, "trace")) {
-        if (!npos || strcmp(args[0], "export")) {
-            fprintf(stderr, "mkscope trace: the subcommand is export (mkscope trace export -o"
-                            " FILE); see mkscope trace --help\n");
+        if (npos && !strcmp(args[0], "list")) {
+            rc = npos > 1 ? (fprintf(stderr, "mkscope trace list: takes no argument ('%s');"
+                                             " see mkscope trace --help\n",
+                                     args[1]),
+                             MKS_EXIT_USAGE)
+                          : cmd_simple(&cli, "trace-list", args + 1, na - 1);
+        } else if (!npos || strcmp(args[0], "export")) {
+            fprintf(stderr, "mkscope trace: the subcommands are list and export (mkscope trace"
+                            " export -o FILE); see mkscope trace --help\n");
             rc = MKS_EXIT_USAGE;
         } else {
             rc = mks_cli_trace(&cli, args + 1, na - 1);

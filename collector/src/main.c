@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,7 +85,8 @@ struct collector {
     char ucx_endpoint[300];
     /* Triggers run over the epochs received since their last evaluation. */
     bool new_summaries;
-    uint64_t trig_since_ns, trig_last_mono;
+    int64_t trig_since_epoch; /* epochs from this id on are new to the triggers */
+    uint64_t trig_last_mono, trig_hold_off_ns;
     /* A live survey in flight: the CLI request waits for it; later
      * survey requests wait in `queued` for their turn. */
     struct {
@@ -136,6 +138,8 @@ static void usage(FILE *f)
             "  --request-timeout MS  work limit of one CLI request (SQL, query, diagnose) [4000]\n"
             "  --cli-threads N  threads answering CLI requests, each with its own read-only\n"
             "                   store connection                     [2]\n"
+            "  --trigger-hold-off D  after a trigger escalated, escalate again only D later\n"
+            "                   (90s, 5m, 1h; per trigger: trigger add --hold-off) [5m]\n"
             "  -v, --verbose    log every message\n"
             "  -h, --help\n"
             "\n"
@@ -143,6 +147,48 @@ static void usage(FILE *f)
             "  mkscope-collector --db /var/lib/mkscope/job.db\n"
             "  mkscope-collector --ingest ipc:///tmp/mks/ingest --cli ipc:///tmp/mks/cli \\\n"
             "                    --survey ipc:///tmp/mks/survey --metrics off --db :memory:\n");
+}
+
+/* --trace-dir: made when missing (parents too) and written to once, so an
+ * unusable directory is an error at start rather than a failure at every
+ * escalation. */
+static int check_trace_dir(const char *dir)
+{
+    char path[4096];
+    if (!*dir || strlen(dir) >= sizeof(path) - 32) {
+        fprintf(stderr, "mkscope-collector: --trace-dir '%s' is not a usable path\n", dir);
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char *p = path + 1;; p++) {
+        char c = *p;
+        if (c != '/' && c != 0)
+            continue;
+        *p = 0;
+        if (mkdir(path, 0750) && errno != EEXIST) {
+            fprintf(stderr, "mkscope-collector: --trace-dir: cannot create %s: %s\n", path,
+                    strerror(errno));
+            return -1;
+        }
+        *p = c;
+        if (!c)
+            break;
+    }
+    struct stat sb;
+    if (stat(dir, &sb) || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "mkscope-collector: --trace-dir %s is not a directory\n", dir);
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s/.mkscope-probe-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        fprintf(stderr, "mkscope-collector: --trace-dir %s is not writable: %s\n", dir,
+                strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(path);
+    return 0;
 }
 
 /* A temporary store's file and its WAL companions. */
@@ -334,9 +380,19 @@ static void run_triggers(struct collector *c)
     uint64_t now = now_ns();
     struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = now,
                                .ucx_endpoint = c->ucx_endpoint};
+    /* Only what arrived since the last evaluation: the loop is the only
+     * writer, so nothing lands between reading the newest id and now. */
+    int64_t newest = 0;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(mks_store_db(c->st), "SELECT COALESCE(MAX(id), 0) FROM epochs", -1, &s,
+                           NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW)
+            newest = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
     json_t *fired = json_array();
-    int n = mks_trigger_eval(&se, job, c->trig_since_ns, fired);
-    c->trig_since_ns = now + 1;
+    int n = mks_trigger_eval(&se, job, c->trig_since_epoch, c->trig_hold_off_ns, fired);
+    c->trig_since_epoch = newest + 1;
     size_t i;
     json_t *f;
     json_array_foreach(fired, i, f)
@@ -356,7 +412,7 @@ static void run_triggers(struct collector *c)
                 json_string_value(json_object_get(f, "expr")),
                 (long long)json_integer_value(json_object_get(f, "rank")),
                 json_real_value(json_object_get(f, "value")),
-                esc ? ": escalation " : " (escalated recently)",
+                esc ? ": escalation " : " (within its hold-off)",
                 esc ? json_string_value(json_object_get(f, "escalation")) : "",
                 esc ? ranks : "");
     }
@@ -724,8 +780,10 @@ int main(int argc, char **argv)
         {"ucx-host", required_argument, NULL, 'H'},
         {"request-timeout", required_argument, NULL, 'R'},
         {"cli-threads", required_argument, NULL, 'W'},
+        {"trigger-hold-off", required_argument, NULL, 'O'},
         {NULL, 0, NULL, 0}};
-    struct collector c = {.ingest = -1, .survey = -1, .sigfd = -1};
+    struct collector c = {.ingest = -1, .survey = -1, .sigfd = -1,
+                          .trig_hold_off_ns = MKS_TRIGGER_HOLD_OFF_NS};
     uint64_t request_limit_ns = 0;
     unsigned cli_threads = 0;
     int opt;
@@ -771,6 +829,14 @@ int main(int argc, char **argv)
                 cli_threads = (unsigned)v;
             break;
         }
+        case 'O':
+            if (mks_trigger_hold_off(optarg, &c.trig_hold_off_ns)) {
+                fprintf(stderr, "mkscope-collector: --trigger-hold-off wants a duration such as 90s,"
+                                " 5m or 1h (at most a week), got '%s'\n",
+                        optarg);
+                return MKS_EXIT_USAGE;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return MKS_EXIT_USAGE;
         }
@@ -779,6 +845,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "mkscope-collector: unexpected argument '%s'; see --help\n", argv[optind]);
         return MKS_EXIT_USAGE;
     }
+    if (c.trace_dir && check_trace_dir(c.trace_dir))
+        return MKS_EXIT_USAGE;
     char err[512];
     if (key_file) {
         if (mks_wire_key_load(key_file, &c.key, err, sizeof(err))) {

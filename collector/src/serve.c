@@ -111,13 +111,58 @@ const char *mks_serve_pos(const Mkscope__V1__CliRequest *req, size_t idx)
     return NULL;
 }
 
-/* The job a request is about: --job=, else the one heard from last. */
+/* "a, b, c" from the first column of sql's rows (one text parameter, ?1 =
+ * arg1 when not NULL), at most max names, into buf. */
+void mks_serve_list(const struct mks_serve_env *env, const char *sql, const char *arg1,
+                    size_t max, char *buf, size_t len)
+{
+    sqlite3_stmt *s;
+    size_t n = 0, used = 0;
+    buf[0] = 0;
+    if (sqlite3_prepare_v2(mks_store_db(env->st), sql, -1, &s, NULL) != SQLITE_OK)
+        return;
+    if (arg1)
+        sqlite3_bind_text(s, 1, arg1, -1, SQLITE_TRANSIENT);
+    while (sqlite3_step(s) == SQLITE_ROW && used + 8 < len) {
+        const char *v = (const char *)sqlite3_column_text(s, 0);
+        if (!v)
+            continue;
+        if (n++ == max) {
+            snprintf(buf + used, len - used, ", ...");
+            break;
+        }
+        int w = snprintf(buf + used, len - used, "%s%s", n > 1 ? ", " : "", v);
+        used = w > 0 && (size_t)w < len - used ? used + (size_t)w : len - 1;
+    }
+    sqlite3_finalize(s);
+}
+
+/* The job a request is about: --job=, else the one heard from last.  A
+ * job the store does not know is "nothing stored", with the jobs it does. */
 int mks_serve_job(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req, char *job,
                   size_t len, char *err, size_t errlen)
 {
     const char *j = mks_serve_arg(req, "job");
     if (j) {
         snprintf(job, len, "%s", j);
+        sqlite3_stmt *s;
+        int known = 1;
+        if (sqlite3_prepare_v2(mks_store_db(env->st), "SELECT 1 FROM ranks WHERE job = ? LIMIT 1",
+                               -1, &s, NULL) == SQLITE_OK) {
+            sqlite3_bind_text(s, 1, j, -1, SQLITE_TRANSIENT);
+            known = sqlite3_step(s) == SQLITE_ROW;
+            sqlite3_finalize(s);
+        }
+        if (!known) {
+            char jobs[512];
+            mks_serve_list(env, "SELECT DISTINCT job FROM ranks ORDER BY job", NULL, 20, jobs,
+                           sizeof(jobs));
+            if (!*jobs)
+                return mks_serve_fail(err, errlen, MKS_EXIT_NODATA,
+                                      "no job '%s': no agent has registered yet", j);
+            return mks_serve_fail(err, errlen, MKS_EXIT_NODATA,
+                                  "no job '%s' in the store; its jobs: %s", j, jobs);
+        }
         return 0;
     }
     mks_store_latest_job(env->st, job, len);
@@ -485,6 +530,8 @@ int mks_serve_cli(const struct mks_serve_env *env, const Mkscope__V1__CliRequest
         return mks_serve_command(env, req, out, err, errlen);
     if (!strcmp(v, "trace"))
         return mks_serve_trace(env, req, out, err, errlen);
+    if (!strcmp(v, "trace-list"))
+        return mks_serve_trace_list(env, req, out, err, errlen);
     if (!strncmp(v, "trigger", 7))
         return mks_serve_trigger(env, req, out, err, errlen);
     return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,

@@ -18,6 +18,8 @@ const char *mks_serve_arg(const Mkscope__V1__CliRequest *req, const char *name);
 const char *mks_serve_pos(const Mkscope__V1__CliRequest *req, size_t idx);
 int mks_serve_job(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req, char *job,
                   size_t len, char *err, size_t errlen);
+void mks_serve_list(const struct mks_serve_env *env, const char *sql, const char *arg1,
+                    size_t max, char *buf, size_t len);
 json_t *mks_serve_column(sqlite3_stmt *s, int i);
 int mks_serve_rows(sqlite3_stmt *s, size_t max_rows, json_t **rows_p, bool *truncated_p,
                    char *err, size_t errlen);
@@ -47,6 +49,8 @@ int mks_serve_command(const struct mks_serve_env *env, const Mkscope__V1__CliReq
                       json_t **out, char *err, size_t errlen);
 int mks_serve_trace(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                     json_t **out, char *err, size_t errlen);
+int mks_serve_trace_list(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                         json_t **out, char *err, size_t errlen);
 int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                       json_t **out, char *err, size_t errlen);
 

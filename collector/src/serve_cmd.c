@@ -218,11 +218,21 @@ int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliReq
         char perr[1024];
         if (mks_trigger_check(expr, perr, sizeof(perr)))
             return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "%s", perr);
-        if (sqlite3_prepare_v2(db, "INSERT INTO triggers(expr, created_ns) VALUES(?, ?)", -1, &s,
-                               NULL) != SQLITE_OK)
+        const char *hold_s = mks_serve_arg(req, "hold-off");
+        uint64_t hold = 0;
+        if (hold_s && mks_trigger_hold_off(hold_s, &hold))
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "trigger add: --hold-off wants a duration such as 90s, 5m or 1h"
+                                  " (at most a week), got '%s'",
+                                  hold_s);
+        if (sqlite3_prepare_v2(db, "INSERT INTO triggers(expr, created_ns, hold_off_ns)"
+                                   " VALUES(?, ?, ?)",
+                               -1, &s, NULL) != SQLITE_OK)
             return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
         sqlite3_bind_text(s, 1, expr, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(s, 2, (int64_t)env->now_ns);
+        if (hold_s)
+            sqlite3_bind_int64(s, 3, (int64_t)hold);
         rc = sqlite3_step(s);
         sqlite3_finalize(s);
         if (rc != SQLITE_DONE)
@@ -250,8 +260,9 @@ int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliReq
     }
     if (!strcmp(req->verb, "trigger-list")) {
         if (sqlite3_prepare_v2(db,
-                               "SELECT id, expr, enabled, fired, last_fired_ns, last_value FROM"
-                               " triggers ORDER BY id",
+                               "SELECT id, expr, enabled, fired, last_fired_ns, last_value,"
+                               " COALESCE(escalations, 0) AS escalations, last_escalated_ns,"
+                               " hold_off_ns / 1000000000 AS hold_off_s FROM triggers ORDER BY id",
                                -1, &s, NULL) != SQLITE_OK)
             return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
         json_t *rows;

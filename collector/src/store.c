@@ -132,6 +132,9 @@ static const char schema_sql[] =
     " UNIQUE(job, rank, incarnation, seq));\n"
     "CREATE INDEX IF NOT EXISTS epochs_rank ON epochs(job, rank, id);\n"
     "CREATE INDEX IF NOT EXISTS epochs_received ON epochs(received_ns);\n"
+    /* (job, id): the epochs of a job from some id on (triggers read only
+     * what arrived since their last run). */
+    "CREATE INDEX IF NOT EXISTS epochs_job ON epochs(job);\n"
     "CREATE TABLE IF NOT EXISTS task_stats(epoch_id INTEGER REFERENCES epochs(id) ON DELETE"
     " CASCADE, class INTEGER, step INTEGER, req_gen INTEGER, count INTEGER, sum_run_ns INTEGER,"
     " queue_count INTEGER, queue_sum INTEGER, queue_max INTEGER, queue_hist BLOB,"
@@ -180,11 +183,12 @@ static const char schema_sql[] =
     " events INTEGER, dropped INTEGER, last INTEGER, received_ns INTEGER);\n"
     "CREATE TABLE IF NOT EXISTS triggers(id INTEGER PRIMARY KEY, expr TEXT NOT NULL,"
     " created_ns INTEGER, enabled INTEGER DEFAULT 1, fired INTEGER DEFAULT 0,"
-    " last_fired_ns INTEGER, last_value REAL, last_epoch_id INTEGER DEFAULT 0);\n"
+    " last_fired_ns INTEGER, last_value REAL, last_epoch_id INTEGER DEFAULT 0,"
+    " hold_off_ns INTEGER, last_escalated_ns INTEGER, escalations INTEGER DEFAULT 0);\n"
     "CREATE TABLE IF NOT EXISTS commands(id INTEGER PRIMARY KEY, job TEXT, rank INTEGER,"
     " kind TEXT, name TEXT, hook INTEGER, created_ns INTEGER, sent_ns INTEGER,"
     " replied_ns INTEGER, ok INTEGER, error TEXT, verifier_log TEXT, cost INTEGER,"
-    " n_insns INTEGER, prog_gen INTEGER, payload BLOB);\n"
+    " n_insns INTEGER, prog_gen INTEGER, payload BLOB, escalation_id INTEGER);\n"
     "CREATE INDEX IF NOT EXISTS commands_pending ON commands(job, rank, sent_ns);\n"
     /* An epoch's rows go with it, whoever deletes it. */
     "CREATE TRIGGER IF NOT EXISTS epochs_delete AFTER DELETE ON epochs BEGIN"
@@ -216,6 +220,41 @@ static const char schema_sql[] =
     " w.* FROM workers w JOIN epochs e ON e.id = w.epoch_id;\n"
     "CREATE VIEW IF NOT EXISTS v_coverage AS SELECT e.job, e.rank, e.id AS epoch_id, e.epoch,"
     " c.* FROM coverage c JOIN epochs e ON e.id = c.epoch_id;\n";
+
+/* Columns added since a table was first made: a store written by an older
+ * collector gets them here (CREATE TABLE IF NOT EXISTS leaves it as is). */
+static const struct {
+    const char *table, *column, *decl;
+} added_columns[] = {
+    {"ranks", "heartbeat_ns", "INTEGER"},
+    {"ranks", "lost_cur_sum", "INTEGER DEFAULT 0"},
+    {"ranks", "lost_cur_hb", "INTEGER DEFAULT 0"},
+    {"triggers", "hold_off_ns", "INTEGER"},
+    {"triggers", "last_escalated_ns", "INTEGER"},
+    {"triggers", "escalations", "INTEGER DEFAULT 0"},
+    {"commands", "escalation_id", "INTEGER"},
+};
+
+static int add_missing_columns(sqlite3 *db, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < sizeof(added_columns) / sizeof(added_columns[0]); i++) {
+        char sql[256];
+        sqlite3_stmt *s;
+        snprintf(sql, sizeof(sql), "SELECT 1 FROM pragma_table_info('%s') WHERE name = '%s'",
+                 added_columns[i].table, added_columns[i].column);
+        if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK)
+            return fail(err, errlen, -EIO, "store: schema: %s", sqlite3_errmsg(db));
+        int have = sqlite3_step(s) == SQLITE_ROW;
+        sqlite3_finalize(s);
+        if (have)
+            continue;
+        snprintf(sql, sizeof(sql), "ALTER TABLE %s ADD COLUMN %s %s", added_columns[i].table,
+                 added_columns[i].column, added_columns[i].decl);
+        if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+            return fail(err, errlen, -EIO, "store: schema: %s", sqlite3_errmsg(db));
+    }
+    return 0;
+}
 
 static int db_fail(struct mks_store *st, char *err, size_t errlen, const char *what)
 {
@@ -280,24 +319,9 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
         mks_store_close(st);
         return -EIO;
     }
-    /* Columns added since the first schema, added to stores made before
-     * (CREATE TABLE IF NOT EXISTS leaves an existing table as it is). */
-    static const char *const added[][2] = {{"ranks", "heartbeat_ns INTEGER"},
-                                           {"ranks", "lost_cur_sum INTEGER DEFAULT 0"},
-                                           {"ranks", "lost_cur_hb INTEGER DEFAULT 0"}};
-    for (size_t i = 0; i < sizeof(added) / sizeof(added[0]); i++) {
-        char sql[256], col[64];
-        sqlite3_stmt *probe = NULL;
-        sscanf(added[i][1], "%63s", col);
-        snprintf(sql, sizeof(sql), "SELECT %s FROM %s LIMIT 0", col, added[i][0]);
-        int missing = sqlite3_prepare_v2(st->db, sql, -1, &probe, NULL) != SQLITE_OK;
-        sqlite3_finalize(probe);
-        snprintf(sql, sizeof(sql), "ALTER TABLE %s ADD COLUMN %s", added[i][0], added[i][1]);
-        if (missing && sqlite3_exec(st->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
-            fail(err, errlen, -EIO, "store: %s: %s: %s", o.path, sql, sqlite3_errmsg(st->db));
-            mks_store_close(st);
-            return -EIO;
-        }
+    if (add_missing_columns(st->db, err, errlen)) {
+        mks_store_close(st);
+        return -EIO;
     }
     *st_p = st;
     return 0;
@@ -842,10 +866,19 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
         int ql, rl;
         hist_blob(t->queue, qb, &ql);
         hist_blob(t->run, rb, &rl);
-        ROW("iiiuuuuuubuuub", eid, (int64_t)t->task_class, (int64_t)t->step, t->req_gen, t->count,
-            t->sum_run_ns, t->queue ? t->queue->count : 0, t->queue ? t->queue->sum : 0,
-            t->queue ? t->queue->max : 0, qb, ql, t->run ? t->run->count : 0,
-            t->run ? t->run->sum : 0, t->run ? t->run->max : 0, rb, rl);
+        /* A row of no one step is stored with step NULL: no step filter
+         * matches it, and real step 0 stays step 0. */
+        if (t->step_known || t->step)
+            ROW("iiiuuuuuubuuub", eid, (int64_t)t->task_class, (int64_t)t->step, t->req_gen,
+                t->count, t->sum_run_ns, t->queue ? t->queue->count : 0,
+                t->queue ? t->queue->sum : 0, t->queue ? t->queue->max : 0, qb, ql,
+                t->run ? t->run->count : 0, t->run ? t->run->sum : 0, t->run ? t->run->max : 0, rb,
+                rl);
+        else
+            ROW("iinuuuuuubuuub", eid, (int64_t)t->task_class, t->req_gen, t->count,
+                t->sum_run_ns, t->queue ? t->queue->count : 0, t->queue ? t->queue->sum : 0,
+                t->queue ? t->queue->max : 0, qb, ql, t->run ? t->run->count : 0,
+                t->run ? t->run->sum : 0, t->run ? t->run->max : 0, rb, rl);
     }
     ins_done(&in);
     INS(T_STEPS, s->n_steps);
@@ -879,15 +912,22 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
     INS(T_LOCAL_WAITS, s->n_local_waits);
     for (size_t i = 0; i < s->n_local_waits; i++) {
         const Mkscope__V1__LocalWait *w = s->local_waits[i];
-        ROW("iiiuuu", eid, (int64_t)w->waiter_class, (int64_t)w->step, w->count, w->sum_ns,
-            w->max_ns);
+        if (w->step_known || w->step)
+            ROW("iiiuuu", eid, (int64_t)w->waiter_class, (int64_t)w->step, w->count, w->sum_ns,
+                w->max_ns);
+        else
+            ROW("iinuuu", eid, (int64_t)w->waiter_class, w->count, w->sum_ns, w->max_ns);
     }
     ins_done(&in);
     INS(T_WORKERS, s->n_workers);
     for (size_t i = 0; i < s->n_workers; i++) {
         const Mkscope__V1__WorkerStat *w = s->workers[i];
-        ROW("iiiuuuiuu", eid, (int64_t)w->worker, (int64_t)w->step, w->busy_ns, w->idle_ns,
-            w->dep_wait_ns, (int64_t)w->max_queue_depth, w->over_threshold_ns, w->tasks);
+        if (w->step_known || w->step)
+            ROW("iiiuuuiuu", eid, (int64_t)w->worker, (int64_t)w->step, w->busy_ns, w->idle_ns,
+                w->dep_wait_ns, (int64_t)w->max_queue_depth, w->over_threshold_ns, w->tasks);
+        else
+            ROW("iinuuuiuu", eid, (int64_t)w->worker, w->busy_ns, w->idle_ns, w->dep_wait_ns,
+                (int64_t)w->max_queue_depth, w->over_threshold_ns, w->tasks);
     }
     ins_done(&in);
     INS(T_GENS, s->n_gens);

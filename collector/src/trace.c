@@ -319,3 +319,46 @@ int mks_serve_trace(const struct mks_serve_env *env, const Mkscope__V1__CliReque
         return rc;
     return mks_trace_build(env->st, job, esc, out, err, errlen);
 }
+
+/* Escalations of a job: those a trigger asked for (with the ranks asked
+ * and whether each agent took it) and those whose raw events arrived, with
+ * what arrived: events, dropped, batches, whether every rank sent its last
+ * batch. */
+int mks_serve_trace_list(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                         json_t **out, char *err, size_t errlen)
+{
+    char job[MKS_WIRE_MAX_JOB + 1];
+    int rc = mks_serve_job(env, req, job, sizeof(job), err, errlen);
+    if (rc)
+        return rc;
+    sqlite3 *db = mks_store_db(env->st);
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(
+            db,
+            "WITH asked AS (SELECT escalation_id AS id, MIN(name) AS trig, MIN(created_ns) AS"
+            "  asked_ns, COUNT(*) AS ranks_asked, SUM(ok = 1) AS ranks_ok, SUM(ok = 0) AS"
+            "  ranks_failed, MIN(CASE WHEN ok = 0 THEN error END) AS error FROM commands"
+            "  WHERE job = ?1 AND kind = 'escalate' AND escalation_id IS NOT NULL GROUP BY"
+            "  escalation_id),"
+            " got AS (SELECT escalation_id AS id, COUNT(DISTINCT rank) AS ranks_sent,"
+            "  SUM(events) AS events, SUM(dropped) AS dropped, COUNT(*) AS batches,"
+            "  COUNT(DISTINCT CASE WHEN last THEN rank END) AS ranks_done, MIN(received_ns) AS"
+            "  first_ns, MAX(received_ns) AS last_ns FROM raw_batches WHERE job = ?1 GROUP BY"
+            "  escalation_id),"
+            " ids AS (SELECT id FROM asked UNION SELECT id FROM got)"
+            " SELECT ids.id AS escalation, a.trig AS trigger, a.asked_ns,"
+            "  COALESCE(a.ranks_asked, 0) AS ranks_asked, COALESCE(a.ranks_ok, 0) AS ranks_ok,"
+            "  COALESCE(a.ranks_failed, 0) AS ranks_failed, COALESCE(g.ranks_sent, 0) AS"
+            "  ranks_sent, COALESCE(g.events, 0) AS events, COALESCE(g.dropped, 0) AS dropped,"
+            "  COALESCE(g.batches, 0) AS batches, g.ranks_done IS NOT NULL AND g.ranks_done ="
+            "  g.ranks_sent AS complete, g.last_ns, a.error FROM ids LEFT JOIN asked a ON"
+            "  a.id = ids.id LEFT JOIN got g ON g.id = ids.id ORDER BY ids.id",
+            -1, &s, NULL) != SQLITE_OK)
+        return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+    json_t *rows;
+    if ((rc = mks_serve_rows(s, 100000, &rows, NULL, err, errlen)))
+        return rc;
+    *out = json_pack("{s:s, s:o}", "job", job, "escalations", rows);
+    return 0;
+}

@@ -165,6 +165,27 @@ static int trig_parse(const char *expr, struct trig *t, char *err, size_t errlen
     return 0;
 }
 
+int mks_trigger_hold_off(const char *text, uint64_t *ns_p)
+{
+    char *end;
+    if (!text || !isdigit((unsigned char)*text))
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    uint64_t unit = 1000000000ull;
+    if (!strcmp(end, "m"))
+        unit *= 60;
+    else if (!strcmp(end, "h"))
+        unit *= 3600;
+    else if (*end && strcmp(end, "s"))
+        return -EINVAL;
+    /* a week at most: longer is "never again", say so with trigger rm */
+    if (errno || v > 7ull * 24 * 3600 * 1000000000ull / unit)
+        return -EINVAL;
+    *ns_p = (uint64_t)v * unit;
+    return 0;
+}
+
 int mks_trigger_check(const char *expr, char *err, size_t errlen)
 {
     struct trig t;
@@ -202,29 +223,6 @@ static int64_t resolve_class(const char *name, void *arg)
         id = sqlite3_column_int64(s, 0);
     sqlite3_finalize(s);
     return id;
-}
-
-/* A trigger escalates a rank again only after this long: one raw trace per
- * incident, not one per evaluation while the SLO stays broken. */
-#define ESCALATE_COOLDOWN_NS (10ull * 1000000000ull)
-
-static bool escalated_recently(sqlite3 *db, const char *job, int64_t rank, const char *name,
-                               uint64_t now)
-{
-    sqlite3_stmt *s;
-    bool recent = false;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT 1 FROM commands WHERE job = ? AND rank = ? AND kind = 'escalate'"
-                           " AND name = ? AND created_ns > ? LIMIT 1",
-                           -1, &s, NULL) != SQLITE_OK)
-        return false;
-    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(s, 2, rank);
-    sqlite3_bind_text(s, 3, name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(s, 4, (int64_t)(now > ESCALATE_COOLDOWN_NS ? now - ESCALATE_COOLDOWN_NS : 0));
-    recent = sqlite3_step(s) == SQLITE_ROW;
-    sqlite3_finalize(s);
-    return recent;
 }
 
 /* Queue an Escalate command for one rank of escalation `esc_id`, with the
@@ -277,7 +275,7 @@ static void escalate(const struct mks_serve_env *env, const char *job, int64_t r
         sqlite3_stmt *s;
         if (sqlite3_prepare_v2(db,
                                "INSERT INTO commands(job, rank, kind, name, hook, created_ns,"
-                               " payload) VALUES(?, ?, 'escalate', ?, -1, ?, ?)",
+                               " payload, escalation_id) VALUES(?, ?, 'escalate', ?, -1, ?, ?, ?)",
                                -1, &s, NULL) == SQLITE_OK) {
             char name[32];
             snprintf(name, sizeof(name), "trigger-%lld", (long long)trigger_id);
@@ -286,6 +284,7 @@ static void escalate(const struct mks_serve_env *env, const char *job, int64_t r
             sqlite3_bind_text(s, 3, name, -1, SQLITE_TRANSIENT);
             sqlite3_bind_int64(s, 4, (int64_t)env->now_ns);
             sqlite3_bind_blob(s, 5, buf, (int)len, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(s, 6, (int64_t)esc_id);
             sqlite3_step(s);
             sqlite3_finalize(s);
         }
@@ -298,21 +297,21 @@ static void escalate(const struct mks_serve_env *env, const char *job, int64_t r
 #define ESC_MAX_RANKS 4096
 
 /* Add to in[] every rank the marked ones waited on (remote waits of the
- * epochs received since since_ns), and the ranks those waited on, so that
+ * epochs from since_epoch_id on), and the ranks those waited on, so that
  * the raw trace holds both ends of every wait on the chain: a stall seen
  * on one rank is often caused on another. */
-static void chain_peers(sqlite3 *db, const char *job, uint64_t since_ns, bool *in)
+static void chain_peers(sqlite3 *db, const char *job, int64_t since_epoch_id, bool *in)
 {
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(db,
                            "SELECT DISTINCT e.rank, w.peer_rank FROM waits w JOIN epochs e ON"
-                           " e.id = w.epoch_id WHERE e.job = ?1 AND e.received_ns >= ?2 AND"
+                           " e.id = w.epoch_id WHERE e.job = ?1 AND e.id >= ?2 AND"
                            " w.peer_rank != e.rank AND w.peer_rank IN (SELECT rank FROM ranks"
                            " WHERE job = ?1)",
                            -1, &s, NULL) != SQLITE_OK)
         return;
     sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(s, 2, (int64_t)since_ns);
+    sqlite3_bind_int64(s, 2, since_epoch_id);
     struct edge {
         uint16_t from, to;
     } *edges = NULL;
@@ -340,31 +339,39 @@ static void chain_peers(sqlite3 *db, const char *job, uint64_t since_ns, bool *i
     free(edges);
 }
 
-int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t since_ns,
-                     json_t *fired)
+int mks_trigger_eval(const struct mks_serve_env *env, const char *job, int64_t since_epoch_id,
+                     uint64_t hold_off_ns, json_t *fired)
 {
     sqlite3 *db = mks_store_db(env->st);
     mks_query_register_sql(db);
     sqlite3_stmt *ts;
-    if (sqlite3_prepare_v2(db, "SELECT id, expr FROM triggers WHERE enabled ORDER BY id", -1, &ts,
-                           NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db,
+                           "SELECT id, expr, hold_off_ns, last_escalated_ns FROM triggers WHERE"
+                           " enabled ORDER BY id",
+                           -1, &ts, NULL) != SQLITE_OK)
         return -EIO;
     int n_fired = 0;
     while (sqlite3_step(ts) == SQLITE_ROW) {
         int64_t id = sqlite3_column_int64(ts, 0);
         const char *expr = (const char *)sqlite3_column_text(ts, 1);
+        uint64_t hold = sqlite3_column_type(ts, 2) == SQLITE_NULL
+                            ? hold_off_ns
+                            : (uint64_t)sqlite3_column_int64(ts, 2);
+        uint64_t last_esc = (uint64_t)sqlite3_column_int64(ts, 3);
+        /* One raw trace per incident: once a trigger escalated, it only
+         * counts its firings until the hold-off has passed. */
+        bool may_escalate = !last_esc || env->now_ns - last_esc >= hold;
         struct trig t;
         char err[512];
         if (!expr || trig_parse(expr, &t, err, sizeof(err)))
             continue;
         char qtext[2048];
-        snprintf(qtext, sizeof(qtext), "%s where time >= %llu%s%s%s", t.query,
-                 (unsigned long long)since_ns, *t.pred ? " and (" : "", t.pred,
-                 *t.pred ? ")" : "");
+        snprintf(qtext, sizeof(qtext), "%s%s%s", t.query, *t.pred ? " where " : "", t.pred);
         struct mks_query *q = NULL;
         struct mks_sql_plan *plan = NULL;
         struct mks_query_error qe;
-        if (mks_query_parse(qtext, &q, &qe) || mks_query_plan(q, job, env->now_ns, &plan, &qe)) {
+        if (mks_query_parse(qtext, &q, &qe) ||
+            mks_query_plan_from(q, job, env->now_ns, since_epoch_id, &plan, &qe)) {
             mks_query_free(q);
             continue;
         }
@@ -398,8 +405,6 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t 
             }
             sqlite3_finalize(s);
         }
-        char tname[32];
-        snprintf(tname, sizeof(tname), "trigger-%lld", (long long)id);
         bool *in = n_cr ? calloc(ESC_MAX_RANKS, sizeof(bool)) : NULL;
         bool *filtered = n_cr ? calloc(ESC_MAX_RANKS, sizeof(bool)) : NULL;
         bool any_fresh = false;
@@ -416,7 +421,7 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t 
                 sqlite3_step(u);
                 sqlite3_finalize(u);
             }
-            cr[i].fresh = !escalated_recently(db, job, cr[i].rank, tname, env->now_ns);
+            cr[i].fresh = may_escalate;
             if (cr[i].fresh && in && filtered) {
                 in[cr[i].rank] = filtered[cr[i].rank] = true;
                 any_fresh = true;
@@ -425,7 +430,7 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t 
         uint64_t esc_id = (uint64_t)id << 32 | (env->now_ns / 1000000000ull & 0xffffffffu);
         json_t *esc_ranks = json_array();
         if (any_fresh) {
-            chain_peers(db, job, since_ns, in);
+            chain_peers(db, job, since_epoch_id, in);
             for (int64_t r = 0; r < ESC_MAX_RANKS; r++) {
                 if (!in[r])
                     continue;
@@ -439,6 +444,16 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, uint64_t 
                     snprintf(ptext, sizeof(ptext), "rank = %lld", (long long)r);
                 escalate(env, job, r, id, esc_id, ptext, !filtered[r]);
                 json_array_append_new(esc_ranks, json_integer(r));
+            }
+            sqlite3_stmt *u;
+            if (sqlite3_prepare_v2(db,
+                                   "UPDATE triggers SET last_escalated_ns = ?, escalations ="
+                                   " COALESCE(escalations, 0) + 1 WHERE id = ?",
+                                   -1, &u, NULL) == SQLITE_OK) {
+                sqlite3_bind_int64(u, 1, (int64_t)env->now_ns);
+                sqlite3_bind_int64(u, 2, id);
+                sqlite3_step(u);
+                sqlite3_finalize(u);
             }
         }
         for (size_t i = 0; fired && i < n_cr; i++) {

@@ -29,16 +29,17 @@ static const char *const source_sql[S_COUNT] = {
                " t.step, t.req_gen, NULL AS worker, NULL AS peer, NULL AS comm_gen, t.count,"
                " t.queue_count, t.queue_sum, t.queue_max, t.queue_hist, t.run_count, t.run_sum,"
                " t.run_max, t.run_hist FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
-               " WHERE e.job = ?1",
+               " WHERE e.job = ?1 AND e.id >= ?2",
     /* Step durations: from complete step rows with times; for ranks whose
      * step rows carry none, from generation advances (a step ends at its
-     * last advance and begins where the previous step ended).  The
-     * standard genprog monitor's rows hold a step's busy span within one
-     * epoch and are never complete: its ranks' steps come from advances. */
+     * last advance and begins where the previous step ended).  An older
+     * genprog-only agent's rows hold a step's busy span within one epoch
+     * and are never complete: its ranks' steps come from advances. */
     [S_STEP] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                " NULL AS class, s.step, NULL AS req_gen, NULL AS worker, NULL AS peer,"
                " NULL AS comm_gen, s.t_end_dev - s.t_begin_dev AS v FROM steps s JOIN epochs e"
-               " ON e.id = s.epoch_id WHERE e.job = ?1 AND s.complete AND s.t_begin_dev > 0"
+               " ON e.id = s.epoch_id WHERE e.job = ?1 AND e.id >= ?2 AND s.complete"
+               " AND s.t_begin_dev > 0"
                " AND s.t_end_dev >= s.t_begin_dev"
                " UNION ALL SELECT job, rank, epoch_id, epoch, time, NULL, step, NULL, NULL, NULL,"
                " NULL, t - prev_t FROM (SELECT ?1 AS job, rank, epoch_id, epoch, time, step, t,"
@@ -46,23 +47,23 @@ static const char *const source_sql[S_COUNT] = {
                " LAG(t) OVER (PARTITION BY rank ORDER BY step) AS prev_t FROM (SELECT e.rank,"
                " g.step, MAX(g.t_dev) AS t, MAX(e.id) AS epoch_id, MAX(e.epoch) AS epoch,"
                " MAX(e.received_ns) AS time FROM gens g JOIN epochs e ON e.id = g.epoch_id"
-               " WHERE e.job = ?1 AND g.t_dev > 0 AND e.rank NOT IN (SELECT DISTINCT x.rank FROM"
-               " steps s2 JOIN epochs x ON x.id = s2.epoch_id WHERE x.job = ?1 AND s2.complete"
-               " AND s2.t_begin_dev > 0) GROUP BY e.rank, g.step)) WHERE prev_step = step - 1"
-               " AND t >= prev_t",
+               " WHERE e.job = ?1 AND e.id >= ?2 AND g.t_dev > 0 AND e.rank NOT IN (SELECT DISTINCT"
+               " x.rank FROM steps s2 JOIN epochs x ON x.id = s2.epoch_id WHERE x.job = ?1 AND"
+               " x.id >= ?2 AND s2.complete AND s2.t_begin_dev > 0) GROUP BY e.rank, g.step))"
+               " WHERE prev_step = step - 1 AND t >= prev_t",
     [S_RWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                 " w.waiter_class AS class, w.step, NULL AS req_gen, w.worker, w.peer_rank AS peer,"
                 " w.comm_gen, w.t_end_dev - w.t_begin_dev AS v FROM waits w JOIN epochs e"
-                " ON e.id = w.epoch_id WHERE e.job = ?1 AND w.t_begin_dev > 0"
+                " ON e.id = w.epoch_id WHERE e.job = ?1 AND e.id >= ?2 AND w.t_begin_dev > 0"
                 " AND w.t_end_dev >= w.t_begin_dev",
     [S_LWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                 " l.class, l.step, NULL AS req_gen, NULL AS worker, NULL AS peer,"
                 " NULL AS comm_gen, l.count, l.sum_ns, l.max_ns FROM local_waits l JOIN epochs e"
-                " ON e.id = l.epoch_id WHERE e.job = ?1",
+                " ON e.id = l.epoch_id WHERE e.job = ?1 AND e.id >= ?2",
     [S_WORKER] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                  " NULL AS class, w.step, NULL AS req_gen, w.worker, NULL AS peer,"
                  " NULL AS comm_gen, w.busy_ns, w.idle_ns, w.max_queue_depth FROM workers w"
-                 " JOIN epochs e ON e.id = w.epoch_id WHERE e.job = ?1",
+                 " JOIN epochs e ON e.id = w.epoch_id WHERE e.job = ?1 AND e.id >= ?2",
 };
 
 static const char *const source_name[S_COUNT] = {"task statistics", "steps", "remote waits",
@@ -294,11 +295,19 @@ void mks_sql_plan_free(struct mks_sql_plan *plan)
     free(plan->params);
     free(plan->sql);
     free(plan->coverage_sql);
+    free(plan->source_sql);
     free(plan);
 }
 
 int mks_query_plan(const struct mks_query *q, const char *job, uint64_t now_ns,
                    struct mks_sql_plan **plan_p, struct mks_query_error *e)
+{
+    return mks_query_plan_from(q, job, now_ns, 0, plan_p, e);
+}
+
+int mks_query_plan_from(const struct mks_query *q, const char *job, uint64_t now_ns,
+                        int64_t min_epoch_id, struct mks_sql_plan **plan_p,
+                        struct mks_query_error *e)
 {
     if (!q || !job || !plan_p)
         return mks_q_err(e, 0, 1, "nothing to plan");
@@ -317,7 +326,8 @@ int mks_query_plan(const struct mks_query *q, const char *job, uint64_t now_ns,
             goto out;
         }
     }
-    if ((rc = add_param(&pl, true, 0, job)) < 0)
+    if ((rc = add_param(&pl, true, 0, job)) < 0 ||
+        (rc = add_param(&pl, false, min_epoch_id, NULL)) < 0)
         goto out;
     for (int i = 0; i < q->n_groups; i++) {
         enum q_field f = q->groups[i];
@@ -344,10 +354,23 @@ int mks_query_plan(const struct mks_query *q, const char *job, uint64_t now_ns,
         sb_add(&sel, "%s%s AS \"%s(%s)\"", (i || q->n_groups) ? ", " : "", a,
                mks_q_agg_name(q->aggs[i].agg), mks_q_metric_name(q->aggs[i].metric));
     }
-    if (q->where) {
+    /* Task rows that carry only histograms (of steps the agent could not
+     * keep apart, counted in their own steps' rows) matter to quantiles
+     * only: elsewhere they would be groups of nothing. */
+    bool quantiles = false;
+    for (int i = 0; i < q->n_aggs; i++)
+        quantiles |= q->aggs[i].agg == A_P50 || q->aggs[i].agg == A_P90 || q->aggs[i].agg == A_P99;
+    bool hist_rows = pl.src == S_TASK && !quantiles;
+    if (q->where || hist_rows)
         sb_add(&where, " WHERE ");
+    if (hist_rows)
+        sb_add(&where, "(count > 0 OR run_count > 0 OR queue_count > 0)%s",
+               q->where ? " AND (" : "");
+    if (q->where) {
         if ((rc = where_sql(&pl, q->where, &where)))
             goto out;
+        if (hist_rows)
+            sb_add(&where, ")");
     }
     sb_add(&sql, "SELECT %s FROM (%s) AS src%s", sel.s, source_sql[pl.src],
            where.s ? where.s : "");
@@ -361,10 +384,12 @@ int mks_query_plan(const struct mks_query *q, const char *job, uint64_t now_ns,
     }
     sb_add(&sql, " LIMIT %lld", (long long)q->limit);
     /* Coverage of exactly the epochs the query read. */
+    /* The epoch count is of the epochs read, also where one carried no
+     * coverage rows. */
     sb_add(&cov,
-           "SELECT COALESCE(SUM(eligible), 0), COALESCE(SUM(ran), 0), COALESCE(SUM(throttled), 0),"
-           " COALESCE(SUM(lost), 0), COUNT(DISTINCT epoch_id) FROM coverage WHERE epoch_id IN"
-           " (SELECT epoch_id FROM (%s) AS src%s)",
+           "WITH m AS MATERIALIZED (SELECT DISTINCT epoch_id FROM (%s) AS src%s)"
+           " SELECT COALESCE(SUM(eligible), 0), COALESCE(SUM(ran), 0), COALESCE(SUM(throttled), 0),"
+           " COALESCE(SUM(lost), 0), (SELECT COUNT(*) FROM m) FROM coverage WHERE epoch_id IN m",
            source_sql[pl.src], where.s ? where.s : "");
     if (sel.oom || where.oom || sql.oom || cov.oom) {
         rc = -ENOMEM;
@@ -372,6 +397,12 @@ int mks_query_plan(const struct mks_query *q, const char *job, uint64_t now_ns,
     }
     plan->sql = sql.s, sql.s = NULL;
     plan->coverage_sql = cov.s, cov.s = NULL;
+    plan->source = (int)pl.src;
+    plan->source_name = source_name[pl.src];
+    if (!(plan->source_sql = strdup(source_sql[pl.src]))) {
+        rc = -ENOMEM;
+        goto out;
+    }
     plan->n_group = (uint32_t)q->n_groups;
     plan->n_columns = (uint32_t)(q->n_groups + q->n_aggs);
     *plan_p = plan;
@@ -386,9 +417,26 @@ out:
     return rc < 0 ? rc : 0;
 }
 
+static int pred_names(const struct mks_pred *p, mks_query_name_fn fn, void *arg)
+{
+    if (!p)
+        return 0;
+    if (p->kind != N_CMP) {
+        int rc = pred_names(p->a, fn, arg);
+        return rc ? rc : pred_names(p->b, fn, arg);
+    }
+    return p->field == F_CLASS && p->is_str ? fn(p->str, p->vpos, p->vlen, arg) : 0;
+}
+
+int mks_query_class_names(const struct mks_query *q, mks_query_name_fn fn, void *arg)
+{
+    return q && fn ? pred_names(q->where, fn, arg) : 0;
+}
+
 int mks_sql_plan_bind(const struct mks_sql_plan *plan, sqlite3_stmt *stmt)
 {
-    for (uint32_t i = 0; i < plan->n_params; i++) {
+    int n = sqlite3_bind_parameter_count(stmt);
+    for (uint32_t i = 0; i < plan->n_params && (int)i < n; i++) {
         int rc = plan->params[i].is_text
                      ? sqlite3_bind_text(stmt, (int)i + 1, plan->params[i].s, -1, SQLITE_TRANSIENT)
                      : sqlite3_bind_int64(stmt, (int)i + 1, plan->params[i].i);

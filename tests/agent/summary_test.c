@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "encode.h"
+#include "steps.h"
 #include "summary.h"
 
 struct fake_map {
@@ -355,6 +356,193 @@ static void test_encode_torn_local_release(void **state)
     agt_summary_free(s);
 }
 
+static const Mkscope__V1__EpochSummary *decode_full(struct agt_summary *s, mks_envelope **env)
+{
+    struct agt_encode_meta meta = {.job = "j1", .rank = 0, .incarnation = 1, .seq = 1};
+    uint8_t *buf;
+    size_t len;
+    char err[256];
+    assert_int_equal(agt_summary_encode(s, AGT_TIER_FULL, &meta, NULL, &buf, &len), 0);
+    assert_int_equal(mks_wire_decode(buf, len, NULL, env, err, sizeof(err)), 0);
+    free(buf);
+    return (*env)->epoch_summary;
+}
+
+static void add_lstep(struct agt_summary *s, uint32_t cls, uint64_t tag, uint64_t count,
+                      uint64_t run_sum, uint64_t run_max)
+{
+    s->lstep = realloc(s->lstep, (s->n_lstep + 1) * sizeof(*s->lstep));
+    s->lstep[s->n_lstep++] = (struct agt_lat_step){
+        .cls = cls,
+        .v = {.tag = tag, .count = count, .run_count = count, .run_sum = run_sum,
+              .run_max = run_max, .queue_count = count, .queue_sum = count * 10,
+              .queue_max = 40}};
+    s->have_lstep = 1;
+}
+
+/* Exact rows per (class, step) from lat_step: each step its count, sums and
+ * maxima; a step's histogram only where its bucket held no other step;
+ * shared buckets' histograms and mixed slots in the row of no step; the
+ * rows add up to the count monitor's count. */
+static void test_encode_exact_steps(void **state)
+{
+    (void)state;
+    struct agt_summary *s = agt_summary_new();
+    s->have_counts = 1;
+    s->cls[2].count = 16; /* 4 (step 9) + 5 (step 17) + 3 (step 11) + 4 (mixed slot) */
+    s->cls[2].present = 1;
+    add_lstep(s, 2, 9 + 1, 4, 4000, 1500);
+    add_lstep(s, 2, 17 + 1, 5, 5000, 2500);
+    add_lstep(s, 2, 11 + 1, 3, 300, 200);
+    add_lstep(s, 2, (20 + 1) | MKS_MON_LAT_STEP_MIXED, 4, 800, 300);
+    /* steps 9 and 17 share bucket 1; step 11 has bucket 3 alone */
+    struct agt_lat *b1 = &s->lat[2 * MKS_MON_STEP_BUCKETS + 1];
+    struct agt_lat *b3 = &s->lat[2 * MKS_MON_STEP_BUCKETS + 3];
+    b1->present = b3->present = 1;
+    b1->run.count = 9, b1->run.sum = 9000, b1->run.buckets[11] = 9;
+    b3->run.count = 3, b3->run.sum = 300, b3->run.buckets[7] = 3;
+    s->have_lat = 1;
+    s->gen = calloc(4, sizeof(*s->gen));
+    s->gen[0] = (struct mks_mon_gen){.step = 9, .tasks_done = 4};
+    s->gen[1] = (struct mks_mon_gen){.step = 17, .tasks_done = 5};
+    s->gen[2] = (struct mks_mon_gen){.step = 11, .tasks_done = 3};
+    s->gen[3] = (struct mks_mon_gen){.step = 20, .tasks_done = 4};
+    s->n_gen = s->cap_gen = 4;
+    mks_envelope *env;
+    const Mkscope__V1__EpochSummary *es = decode_full(s, &env);
+    uint64_t total = 0;
+    int seen = 0;
+    for (size_t i = 0; i < es->n_task_stats; i++) {
+        const Mkscope__V1__TaskStat *t = es->task_stats[i];
+        if (t->task_class != 2)
+            continue;
+        total += t->count;
+        if (!t->step_known) {
+            /* mixed slot's counts, the shared bucket's histogram */
+            assert_int_equal(t->count, 4);
+            assert_int_equal(t->run->count, 4);
+            assert_int_equal(t->run->sum, 800);
+            assert_int_equal(t->run->max, 300);
+            assert_int_equal(t->run->n_buckets, 12);
+            assert_int_equal(t->run->buckets[11], 9);
+            seen |= 1;
+        } else if (t->step == 9 || t->step == 17) {
+            assert_int_equal(t->count, t->step == 9 ? 4 : 5);
+            assert_int_equal(t->run->max, t->step == 9 ? 1500 : 2500);
+            assert_int_equal(t->run->n_buckets, 0);
+            assert_int_equal(t->queue->max, 40);
+            seen |= t->step == 9 ? 2 : 4;
+        } else {
+            assert_int_equal(t->step, 11);
+            assert_int_equal(t->count, 3);
+            assert_int_equal(t->run->n_buckets, 8);
+            assert_int_equal(t->run->buckets[7], 3);
+            assert_int_equal(t->run->max, 200);
+            seen |= 8;
+        }
+    }
+    assert_int_equal(seen, 15);
+    assert_int_equal(total, 16);
+    mks_wire_free(env);
+    agt_summary_free(s);
+}
+
+static struct agt_summary *epoch_of(const struct mks_mon_gen *g, size_t ng,
+                                    const struct agt_wtime *w, size_t nw)
+{
+    struct agt_summary *s = agt_summary_new();
+    s->gen = calloc(ng, sizeof(*s->gen));
+    memcpy(s->gen, g, ng * sizeof(*g));
+    s->n_gen = s->cap_gen = ng;
+    s->wtime = calloc(nw + 1, sizeof(*s->wtime));
+    memcpy(s->wtime, w, nw * sizeof(*w));
+    s->n_wtime = s->cap_wtime = nw;
+    s->have_wtime = 1;
+    return s;
+}
+
+#define WT(worker, step, busy)                                                                     \
+    {(worker), (step) % MKS_MON_LAT_STEP_SLOTS, {(uint64_t)(step) + 1, (busy), 1}}
+
+/* Steps across epochs: a step ends when a later one began; its whole span
+ * and every worker's busy and idle time in it are reported once, in the
+ * summary of the epoch where it ended, marked complete. */
+static void test_steps_across_epochs(void **state)
+{
+    (void)state;
+    struct agt_steps *t = agt_steps_new();
+    assert_non_null(t);
+    struct mks_mon_gen g1[] = {{.step = 4, .tasks_done = 6, .t_task_first = 100, .t_task_last = 200},
+                               {.step = 5, .tasks_done = 2, .t_task_first = 210, .t_task_last = 250}};
+    struct agt_wtime w1[] = {WT(0, 4, 50), WT(1, 4, 80), WT(0, 5, 20)};
+    struct agt_summary *s1 = epoch_of(g1, 2, w1, 3);
+    assert_int_equal(agt_steps_feed(t, s1, 3, 0), 0);
+    assert_int_equal(s1->n_done, 1);
+    assert_int_equal(s1->done[0].step, 4);
+    assert_int_equal(s1->done[0].t_begin, 100);
+    assert_int_equal(s1->done[0].t_end, 200);
+    assert_int_equal(s1->done[0].n_workers, 3);
+    assert_int_equal(s1->done[0].busy[0], 50);
+    assert_int_equal(s1->done[0].busy[1], 80);
+    assert_int_equal(s1->done[0].busy[2], 0);
+    /* step 5 goes on in the next epoch, then step 6 begins */
+    struct mks_mon_gen g2[] = {{.step = 5, .tasks_done = 3, .t_task_first = 220, .t_task_last = 300},
+                               {.step = 6, .tasks_done = 1, .t_task_first = 310, .t_task_last = 320}};
+    struct agt_wtime w2[] = {WT(1, 5, 30), WT(2, 6, 10)};
+    struct agt_summary *s2 = epoch_of(g2, 2, w2, 2);
+    assert_int_equal(agt_steps_feed(t, s2, 3, 0), 0);
+    assert_int_equal(s2->n_done, 1);
+    assert_int_equal(s2->done[0].step, 5);
+    assert_int_equal(s2->done[0].t_begin, 210);
+    assert_int_equal(s2->done[0].t_end, 300);
+    mks_envelope *env;
+    const Mkscope__V1__EpochSummary *es = decode_full(s2, &env);
+    int complete = 0;
+    for (size_t i = 0; i < es->n_steps; i++) {
+        const Mkscope__V1__StepTime *st = es->steps[i];
+        if (st->step == 5) {
+            assert_true(st->complete);
+            assert_int_equal(st->t_begin_dev_ns, 210);
+            assert_int_equal(st->t_end_dev_ns, 300);
+            assert_int_equal(st->tasks, 3);
+            complete++;
+        } else {
+            assert_int_equal(st->step, 6);
+            assert_false(st->complete);
+        }
+    }
+    assert_int_equal(complete, 1);
+    /* every worker of the rank, also worker 2 that ran nothing of step 5 */
+    assert_int_equal(es->n_workers, 3);
+    uint64_t want_busy[3] = {20, 30, 0};
+    for (size_t i = 0; i < es->n_workers; i++) {
+        const Mkscope__V1__WorkerStat *w = es->workers[i];
+        assert_true(w->step_known);
+        assert_int_equal(w->step, 5);
+        assert_int_equal(w->busy_ns, want_busy[w->worker]);
+        assert_int_equal(w->idle_ns, 90 - want_busy[w->worker]);
+    }
+    mks_wire_free(env);
+    /* The application ends: step 6 ends too.  A slot step 6 shared with
+     * another step leaves it without worker times rather than wrong ones. */
+    struct mks_mon_gen g3[] = {{.step = 6, .tasks_done = 1, .t_task_first = 330, .t_task_last = 340}};
+    struct agt_wtime w3[] = {{0, 6, {(6 + 1) | MKS_MON_LAT_STEP_MIXED, 10, 1}}};
+    struct agt_summary *s3 = epoch_of(g3, 1, w3, 1);
+    assert_int_equal(agt_steps_feed(t, s3, 3, 1), 0);
+    assert_int_equal(s3->n_done, 1);
+    assert_int_equal(s3->done[0].step, 6);
+    assert_int_equal(s3->done[0].t_end, 340);
+    assert_null(s3->done[0].busy);
+    es = decode_full(s3, &env);
+    assert_int_equal(es->n_workers, 0);
+    assert_true(es->steps[0]->complete);
+    mks_wire_free(env);
+    agt_summary_free(s1);
+    agt_summary_free(s2);
+    agt_summary_free(s3);
+    agt_steps_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -364,6 +552,8 @@ int main(void)
         cmocka_unit_test(test_merge_adds_up),
         cmocka_unit_test(test_encode_torn_local_release),
         cmocka_unit_test(test_encode_tiers_keep_counts),
+        cmocka_unit_test(test_encode_exact_steps),
+        cmocka_unit_test(test_steps_across_epochs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

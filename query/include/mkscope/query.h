@@ -8,7 +8,7 @@
  *                values with units (ns us ms s) or strings ("attn")
  *
  *   count(task) by class where rank = 1
- *   p99(run), mean(queue) by class where step >= 30 and class != "embed"
+ *   p99(run), mean(queue) by class where step >= 30 and class != "sample"
  *   p99(step) by rank where time > -60s
  *
  * A query plans to one parameterized SQL statement over the collector's
@@ -37,7 +37,7 @@ struct sqlite3_stmt;
 struct mks_query_error {
     int pos; /* byte offset of the offending token in the text */
     int len; /* its length (at least 1) */
-    char msg[200];
+    char msg[400];
 };
 
 /* "query:1:17: unknown field 'clas'\n  <text>\n  <spaces>^^^^" into buf. */
@@ -85,8 +85,9 @@ struct mks_sql_param {
     const char *s; /* owned by the plan */
 };
 
-/* The SQL a query plans to.  Parameter 1 is always the job; further ones
- * are the predicate's values in order.  coverage_sql (same parameters)
+/* The SQL a query plans to.  Parameter 1 is always the job, parameter 2
+ * the lowest epoch id read; further ones are the predicate's values in
+ * order.  coverage_sql (same parameters)
  * sums the coverage of the epochs the query reads. */
 struct mks_sql_plan {
     char *sql;
@@ -95,15 +96,33 @@ struct mks_sql_plan {
     uint32_t n_params;
     uint32_t n_group;   /* the first n_group result columns are group keys */
     uint32_t n_columns;
+    /* What the query reads: the source's name ("steps", ...) and its rows
+     * of the job without the filter (parameters 1 and 2 only), to tell an
+     * empty store from a filter that matched nothing. */
+    const char *source_name;
+    int source; /* enum: 0 tasks, 1 steps, 2 remote waits, 3 local waits, 4 workers */
+    char *source_sql;
 };
 
 /* now_ns anchors relative times ("time > -60s" means the last minute). */
 int mks_query_plan(const struct mks_query *q, const char *job, uint64_t now_ns,
                    struct mks_sql_plan **plan_p, struct mks_query_error *e);
+/* The same over the epochs with id >= min_epoch_id only (the store's epoch
+ * ids grow with arrival): what triggers use to read only what is new,
+ * through the epochs' (job, id) index rather than every epoch of the job. */
+int mks_query_plan_from(const struct mks_query *q, const char *job, uint64_t now_ns,
+                        int64_t min_epoch_id, struct mks_sql_plan **plan_p,
+                        struct mks_query_error *e);
 void mks_sql_plan_free(struct mks_sql_plan *plan); /* accepts NULL */
 
+/* Every task class name the query's filter compares with (class = "x"):
+ * fn(name, pos, len, arg) for each, in order; returns fn's first non-zero
+ * result (and stops there), else 0. */
+typedef int (*mks_query_name_fn)(const char *name, int pos, int len, void *arg);
+int mks_query_class_names(const struct mks_query *q, mks_query_name_fn fn, void *arg);
+
 /* Bind a plan's parameters to a statement prepared from plan->sql or
- * plan->coverage_sql. */
+ * plan->coverage_sql (plan->source_sql takes the first two only). */
 int mks_sql_plan_bind(const struct mks_sql_plan *plan, struct sqlite3_stmt *stmt);
 
 /* Register the SQL functions plans use on a connection:

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# A job as a user runs it: 4 CPU ranks of the reference megakernel with their
+# agents at the default epoch, steps paced to 20 ms.  Then:
+#   - every query example of docs/query.md, README.md and docs/cli.md (taken
+#     from those files, so they cannot drift apart) answers with rows, and
+#     with values that are plausible against the megakernel's own record
+#     (bench.json): counts equal, step times near its own, idle time within
+#     the step, waits on every peer;
+#   - the other documented commands answer (status, diagnose, waitchain as
+#     a graph, sql);
+#   - a trigger on p99(step) and one on max(run), their thresholds set from
+#     this machine's clean step and run times (so a loaded machine moves
+#     both), fire on a faulted run and not on a clean one (600 unpaced
+#     steps each); a trigger
+#     escalates once within its hold-off, the escalation is listed by
+#     `mkscope trace list` and its trace lands in --trace-dir.
+source "$(dirname "$0")/lib.sh"
+command -v jq >/dev/null || { echo "FAIL: jq is missing: run deploy/install-deps.sh" >&2; exit 1; }
+
+pace_us=20000
+start "$dir/collector.log" "$MKS_COLLECTOR_BIN" --ingest "ipc://$dir/ingest" \
+  --survey "ipc://$dir/survey" --cli "ipc://$dir/cli" --metrics off --db "$dir/store.db" \
+  --ucx-port 0 --trace-dir "$dir/traces/new"
+collector_pid=$started
+for _ in $(seq 100); do [ -S "$dir/cli" ] && break; sleep 0.1; done
+[ -d "$dir/traces/new" ] || fail "--trace-dir was not created at start"
+
+# job NAME ARGS...: one job of 4 ranks (60 steps unless ARGS say), its files
+# in $dir/NAME
+job() {
+  local name=$1; shift
+  mkdir -p "$dir/$name"
+  "$launch" --ranks 4 --job "$name" --dir "$dir/$name" --collector "ipc://$dir/ingest" \
+    --steps 60 -q "$@" -- --step-interval-us "$pace_us" >/dev/null
+}
+# num JSON FILTER: a number from the CLI's answer (fails on null)
+num() { jq -e "$2" <<<"$1" || fail "no number for $2 in: $1"; }
+
+job cal
+
+
+# ---- every documented query ------------------------------------------------
+examples=$(
+  { awk '/^Examples:/ { on = 1; next } on && /^    / { sub(/^    /, ""); print; seen = 1; next }
+         on && seen { exit }' "$root/docs/query.md"
+    grep -ho "mkscope query '[^']*'" "$root/README.md" "$root/docs/cli.md" |
+      sed "s/^mkscope query '//; s/'\$//"
+  } | sort -u)
+[ "$(wc -l <<<"$examples")" -ge 6 ] || fail "found only these examples: $examples"
+while IFS= read -r q; do
+  out=$(cli --job cal -f json query "$q" 2>"$dir/q.err") ||
+    fail "example '$q' failed: $(cat "$dir/q.err")"
+  rows=$(jq '.rows | length' <<<"$out")
+  [ "$rows" -ge 1 ] || fail "example '$q' answered no rows"
+  # Every aggregate of every row is a number, none negative or absurd (a
+  # latency beyond 10 s, a count of 0 where rows exist).
+  bad=$(jq -r --argjson g "$(jq .group_columns <<<"$out")" '
+    .columns[$g:] as $aggs | .rows[] | . as $r | $aggs[] | . as $a | $r[$a] |
+    select(type != "number" or . < 0 or . > 1e10 or ($a | startswith("count")) and . == 0) |
+    "\($a) = \(.)"' <<<"$out" | head -3)
+  [ -z "$bad" ] || fail "example '$q': $bad"
+  cov=$(jq '.coverage.ratio' <<<"$out")
+  [ "$cov" = 1 ] || [ "$cov" = 1.0 ] || fail "example '$q': coverage $cov on a clean run"
+  echo "ok query '$q' ($rows rows)"
+done <<<"$examples"
+
+bench=$dir/cal/bench.json
+# Counts: the collector's per-class counts of rank 1 are the megakernel's.
+want=$(jq -c '[.ranks[1].class_counts | to_entries[] | select(.value > 0)] | from_entries' "$bench")
+got=$(cli -f json query 'count(task) by class where rank = 1' |
+  jq -c '[.rows[] | {key: .class, value: .["count(task)"]}] | from_entries')
+[ "$(jq -S . <<<"$want")" = "$(jq -S . <<<"$got")" ] || fail "counts of rank 1: $got, bench $want"
+# Step times: each rank's median within a factor of two of its own, every
+# complete step there (60, the first included).
+steps=$(cli -f json query 'p50(step), count(step) by rank')
+for r in 0 1 2 3; do
+  mine=$(num "$steps" ".rows[] | select(.rank == $r) | .[\"p50(step)\"]")
+  n=$(num "$steps" ".rows[] | select(.rank == $r) | .[\"count(step)\"]")
+  theirs=$(jq "[.ranks[$r].step_ns[]] | sort | .[length / 2 | floor]" "$bench")
+  [ "$n" = 60 ] || fail "rank $r: $n complete steps, the run had 60"
+  awk -v a="$mine" -v b="$theirs" 'BEGIN { exit !(a > b / 2 && a < b * 2) }' ||
+    fail "rank $r: median step $mine ns, the megakernel's $theirs ns"
+done
+echo "ok steps: 60 complete per rank, medians near the megakernel's"
+# Idle time of step 37 lies within the step, on every rank and worker.
+idle=$(cli -f json query 'max(idle), min(idle), count(idle) by rank where step = 37')
+span=$(cli -f json query 'max(step) by rank where step = 37')
+for r in 0 1 2 3; do
+  hi=$(num "$idle" ".rows[] | select(.rank == $r) | .[\"max(idle)\"]")
+  s=$(num "$span" ".rows[] | select(.rank == $r) | .[\"max(step)\"]")
+  awk -v a="$hi" -v b="$s" 'BEGIN { exit !(a <= b) }' || fail "rank $r: idle $hi ns > step $s ns"
+done
+[ "$(jq '[.rows[]."count(idle)"] | min' <<<"$idle")" -ge 1 ] || fail "no worker rows: $idle"
+# Waits: every rank waited on each of its three peers.
+[ "$(cli -f json query 'count(remote_wait) by rank, peer' | jq '.rows | length')" = 12 ] ||
+  fail "remote waits are not on every (rank, peer)"
+# Maxima are sent and stored: a class's longest task is at least its mean.
+mx=$(cli -f json query 'max(run), mean(run), max(queue) by class where rank = 0')
+jq -e '[.rows[] | select(.["max(run)"] < .["mean(run)"] or .["max(run)"] == 0)] | length == 0' \
+  <<<"$mx" >/dev/null || fail "max(run) below mean(run) or zero: $mx"
+echo "ok counts, idle, waits and maxima agree with the run"
+
+# ---- the other documented commands -------------------------------------------
+cli status | grep -q "job cal" || fail "status does not name the job"
+cli -f json diagnose >/dev/null || fail "diagnose failed"
+cli -f dot waitchain --step 37 | grep -q digraph || fail "waitchain -f dot is not a graph"
+[ "$(cli -f json sql 'SELECT rank, COUNT(*) FROM epochs GROUP BY rank' | jq '.rows | length')" -ge 4 ] ||
+  fail "the sql example"
+echo "ok status, diagnose, waitchain, sql"
+
+# ---- triggers against this machine's clean times ----------------------------------
+# Unpaced runs of 600 steps, so that a one-second evaluation window holds
+# hundreds of steps and one step a loaded machine stalls is not its p99.
+# Thresholds well above a clean run's own (the first steps warm up and are
+# left out), the fault well above the thresholds; the max(run) trigger
+# watches one rank (a stall of a task is not a fault either).
+jobu() { local name=$1; shift; pace_us=0 job "$name" --steps 600 "$@"; }
+jobu cal2
+p=$(num "$(cli --job cal2 -f json query 'p99(step) where step >= 5')" '.rows[0]["p99(step)"]')
+m=$(num "$(cli --job cal2 -f json query 'max(run) where class = "attention" and rank = 1')" \
+  '.rows[0]["max(run)"]')
+t_step=$(awk -v p="$p" 'BEGIN { printf "%d", 3 * p + 20e6 }')
+t_run=$(awk -v m="$m" 'BEGIN { printf "%d", 3 * m + 20e6 }')
+# task-delay spreads the magnitude over the class's tasks of a step (two
+# layers, a few waves of workers): twelve times the larger threshold puts
+# each delayed task well above t_run and each faulted step above t_step.
+mag_us=$(awk -v a="$t_step" -v b="$t_run" 'BEGIN { x = a > b ? a : b; printf "%d", 12 * x / 1000 }')
+echo "clean p99(step) $p ns, max(run) of attention on rank 1 $m ns: thresholds $t_step /" \
+  "$t_run ns, fault $mag_us us a step"
+sleep 2 # the calibration run's last summaries are evaluated before the triggers exist
+cli trigger add "p99(step) > ${t_step}ns where step >= 5" >/dev/null
+cli trigger add "max(run) > ${t_run}ns where class = \"attention\" and rank = 1" >/dev/null
+fired() { cli -f json trigger list | jq '[.triggers[].fired] | add'; }
+
+jobu clean
+sleep 2
+[ "$(fired)" = 0 ] || fail "a trigger fired on a clean run: $(cli trigger list)"
+echo "ok no trigger fired on a clean run"
+
+jobu faulted --fault "task-delay:rank=1,class=attention,magnitude=$mag_us,steps=300-319"
+sleep 2
+list=$(cli -f json trigger list)
+jq -e '[.triggers[] | select(.fired >= 1)] | length == 2' <<<"$list" >/dev/null ||
+  fail "not both triggers fired on the faulted run: $list"
+# One escalation per trigger within the hold-off, however often it fired.
+jq -e '[.triggers[] | select(.escalations == 1)] | length == 2' <<<"$list" >/dev/null ||
+  fail "escalations are not one per trigger: $list"
+echo "ok both triggers fired on the faulted run, each escalated once"
+esc=$(cli --job faulted -f json trace list)
+[ "$(jq '.escalations | length' <<<"$esc")" = 2 ] || fail "trace list: $esc"
+jq -e '[.escalations[] | select(.ranks_asked >= 1)] | length == 2' <<<"$esc" >/dev/null ||
+  fail "trace list names no ranks asked: $esc"
+for _ in $(seq 50); do
+  ls "$dir/traces/new"/mkscope-faulted-*.json >/dev/null 2>&1 && break
+  sleep 0.2
+done
+ls "$dir/traces/new"/mkscope-faulted-*.json >/dev/null 2>&1 ||
+  fail "no trace in --trace-dir: $esc"
+echo "ok trace list and --trace-dir hold the escalation"
