@@ -75,7 +75,9 @@ kill -KILL -- "-$bench_2"
 wait_state 2 exited
 echo "rank 2 killed: 'exited' after ${took_ms} ms"
 [ "$took_ms" -le $((2 * hb_ms)) ] || fail "rank 2 taken for exited after $took_ms ms (> 2 heartbeats)"
-cli metrics | grep -q "mkscope_rank_state{job=\"itr$$\",rank=\"2\",state=\"exited\"} 1" ||
+# (to a file: under pipefail, grep -q leaving early would fail the CLI's write)
+cli metrics >"$dir/metrics.txt"
+grep -q "mkscope_rank_state{job=\"itr$$\",rank=\"2\",state=\"exited\"} 1" "$dir/metrics.txt" ||
   fail "metrics do not show rank 2 exited"
 for r in 0 1 3; do
   [ "$(state_of $r)" = running ] || fail "rank $r is '$(state_of $r)', expected running"
