@@ -55,24 +55,26 @@ int mks_bench_class_find(const struct mks_bench_config *cfg, const char *name)
     return -1;
 }
 
-static const char *const type_names[] = {
-    NULL, "task-delay", "moe-skew", "notify-delay", "queue-oversub", "comm-delay", "tile-starve"};
+static const char *const type_names[] = {NULL,          "task-delay", "moe-skew",
+                                         "notify-delay", "queue-oversub", "comm-delay",
+                                         "tile-starve",  "slow-rank"};
 static const char *const causes[] = {NULL,
                                      "slow_task",
                                      "slow_task",
                                      "notify_delay",
                                      "local_imbalance",
                                      "slow_transfer",
-                                     "local_imbalance"};
+                                     "local_imbalance",
+                                     "slow_rank"};
 
 const char *mks_fault_type_name(uint32_t type)
 {
-    return type >= 1 && type <= MKS_FAULT_TILE_STARVE ? type_names[type] : NULL;
+    return type >= 1 && type <= MKS_FAULT_SLOW_RANK ? type_names[type] : NULL;
 }
 
 const char *mks_fault_cause(const struct mks_fault *f)
 {
-    return f->type >= 1 && f->type <= MKS_FAULT_TILE_STARVE ? causes[f->type] : NULL;
+    return f->type >= 1 && f->type <= MKS_FAULT_SLOW_RANK ? causes[f->type] : NULL;
 }
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *v)
@@ -108,13 +110,13 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
                           .worker = 0,
                           .tile = 0,
                           .expert = -1};
-    for (uint32_t t = 1; t <= MKS_FAULT_TILE_STARVE; t++)
+    for (uint32_t t = 1; t <= MKS_FAULT_SLOW_RANK; t++)
         if (!strcmp(buf, type_names[t]))
             f.type = t;
     if (!f.type)
         return bb_err(err, err_len, -EINVAL,
                       "fault '%s': unknown type '%s' (task-delay, moe-skew, notify-delay, "
-                      "queue-oversub, comm-delay, tile-starve)",
+                      "queue-oversub, comm-delay, tile-starve, slow-rank)",
                       spec, buf);
     int rank_set = 0;
     char *save = NULL;
@@ -156,15 +158,17 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
         } else if (!strcmp(k, "steps")) {
             char *dash = strchr(v, '-');
             uint64_t lo, hi;
-            if (dash) {
+            if (!strcmp(v, "all")) { /* persistent: every step, as with no steps key */
+                lo = 0, hi = UINT32_MAX;
+            } else if (dash) {
                 *dash = 0;
                 if (parse_u64(v, UINT32_MAX, &lo) || parse_u64(dash + 1, UINT32_MAX, &hi) ||
                     lo > hi)
                     return bb_err(err, err_len, -EINVAL,
-                                  "fault '%s': steps must be N or N-M with N <= M", spec);
+                                  "fault '%s': steps must be N, N-M with N <= M, or all", spec);
             } else if (parse_u64(v, UINT32_MAX, &lo)) {
                 return bb_err(err, err_len, -EINVAL,
-                              "fault '%s': steps must be N or N-M with N <= M", spec);
+                              "fault '%s': steps must be N, N-M with N <= M, or all", spec);
             } else {
                 hi = lo;
             }
@@ -241,6 +245,13 @@ int mks_fault_parse(const char *spec, const struct mks_bench_config *cfg, struct
                           "fault '%s': gen is the all-reduce index in a step, 0..%u", spec,
                           2 * cfg->layers - 1);
         break;
+    case MKS_FAULT_SLOW_RANK:
+        if (f.cls != MKS_FAULT_ANY)
+            return bb_err(err, err_len, -EINVAL,
+                          "fault '%s': slow-rank slows every task class of the rank; it takes "
+                          "no class",
+                          spec);
+        break;
     case MKS_FAULT_MOE_SKEW:
         if (f.cls >= 0 && f.cls < BC_EXPERT0)
             return bb_err(err, err_len, -EINVAL, "fault '%s': moe-skew's class is expert.N", spec);
@@ -278,14 +289,18 @@ int mks_bench_truth_write(const struct mks_bench_config *cfg, const struct mks_f
         json_object_set_new(o, "type", json_string(mks_fault_type_name(f->type)));
         json_object_set_new(o, "cause", json_string(mks_fault_cause(f)));
         json_object_set_new(o, "rank", json_integer(f->rank));
-        json_object_set_new(
-            o, "class", json_string(mks_bench_class_name(cfg, (uint32_t)f->cls, nb, sizeof(nb))));
+        /* slow-rank: the whole rank, no class */
+        const char *cn =
+            f->cls >= 0 ? mks_bench_class_name(cfg, (uint32_t)f->cls, nb, sizeof(nb)) : NULL;
+        json_object_set_new(o, "class", cn ? json_string(cn) : json_null());
         json_object_set_new(o, "class_id", json_integer(f->cls));
         json_object_set_new(o, "magnitude_us", json_integer((json_int_t)f->magnitude_us));
         json_t *st = json_array();
         json_array_append_new(st, json_integer(f->step_lo));
         json_array_append_new(st, json_integer(f->step_hi));
         json_object_set_new(o, "steps", st);
+        json_object_set_new(o, "persistent",
+                            json_boolean(f->step_lo == 0 && f->step_hi + 1 >= cfg->steps));
         if (f->type == MKS_FAULT_COMM_DELAY) {
             /* the transfers the producer delays: every peer, each all-reduce
              * index selected, each affected step */

@@ -336,7 +336,18 @@ static inline BM_HD void bm_fault_gain_update(struct bm_fault_gain *g, uint64_t 
  *                          no earlier than magnitude / (selected all-reduces)
  *                          after it became ready: a deadline, so every peer
  *                          sees its data equally late however the sends
- *                          share the workers. */
+ *                          share the workers;
+ *   slow-rank             every compute task of the rank (all classes but
+ *                          the all-reduce's sends and reduces, whose time is
+ *                          transfer and waiting) runs longer, each class by
+ *                          an equal share, magnitude / (BM_SLOW_RANK_KINDS x
+ *                          occ x waves) a task: the whole rank is slower,
+ *                          no class stands out, as on a throttled device. */
+/* The kinds of compute task a step runs (rmsnorm, qkv_proj, attention,
+ * o_proj, moe_router, the experts, moe_combine, lm_head, sample): slow-rank
+ * gives each an equal share of its magnitude. */
+#define BM_SLOW_RANK_KINDS 9u
+
 static inline BM_HD void bm_fault_plan(const struct mks_fault *faults, uint32_t n_faults,
                                        uint32_t rank, uint32_t W, uint32_t L, uint32_t cls,
                                        uint32_t step, uint32_t tile_x, uint32_t idx, uint32_t n_op,
@@ -378,6 +389,10 @@ static inline BM_HD void bm_fault_plan(const struct mks_fault *faults, uint32_t 
         case MKS_FAULT_COMM_DELAY:
             if (f->gen == MKS_FAULT_ANY || (uint64_t)f->gen == k)
                 fx->comm_delay_ns += mag / (f->gen == MKS_FAULT_ANY ? 2ull * L : 1);
+            break;
+        case MKS_FAULT_SLOW_RANK:
+            if (cls != BC_AR_SEND && cls != BC_AR_REDUCE)
+                fx->run_delay_ns += mag / (BM_SLOW_RANK_KINDS * occ * waves);
             break;
         }
     }

@@ -73,6 +73,15 @@ static void test_types_and_defaults(void **state)
     assert_int_equal(
         mks_fault_parse("tile-starve:rank=1,class=o_proj,tile=3", &c, &f, err, sizeof(err)), 0);
     assert_int_equal(f.tile, 3);
+
+    /* slow-rank: the whole rank, no class; steps=all is every step */
+    assert_int_equal(mks_fault_parse("slow-rank:rank=2,steps=all", &c, &f, err, sizeof(err)), 0);
+    assert_int_equal(f.type, MKS_FAULT_SLOW_RANK);
+    assert_int_equal(f.cls, MKS_FAULT_ANY);
+    assert_int_equal(f.step_lo, 0);
+    assert_int_equal(f.step_hi, 19);
+    assert_string_equal(mks_fault_cause(&f), "slow_rank");
+    assert_string_equal(mks_fault_type_name(f.type), "slow-rank");
 }
 
 static void expect_bad(const struct mks_bench_config *c, const char *spec, const char *needle)
@@ -112,6 +121,8 @@ static void test_errors(void **state)
     expect_bad(&c, "comm-delay:class=qkv_proj", "allreduce_send");
     expect_bad(&c, "moe-skew:rank=1,expert=2", "expert 2 lives on rank 2");
     expect_bad(&c, "queue-oversub:worker=2", "worker '2' not in 0..1");
+    expect_bad(&c, "slow-rank:class=attention", "takes no class");
+    expect_bad(&c, "task-delay:steps=some", "or all");
     struct mks_bench_config one = c;
     one.ranks = 1;
     expect_bad(&one, "comm-delay", "at least 2 ranks");
@@ -285,6 +296,20 @@ static void test_plan_bounded(void **state)
         assert_int_equal(o.starve_max, 1000000);
         assert_int_equal(o.hit, 1);
     }
+    /* slow-rank: every compute class an equal share (BM_SLOW_RANK_KINDS
+     * of them), spread like task-delay over the class's occurrences and
+     * waves; the all-reduce's sends and reduces are not slowed */
+    assert_int_equal(mks_fault_parse("slow-rank:rank=1,magnitude=1800", &c, &f, err, sizeof(err)),
+                     0);
+    struct op_plan sr = plan_op(&f, 2, L, BC_QKV, 4, 0);
+    assert_int_equal(sr.hit, 4);
+    assert_int_equal(sr.run_max, 1800000 / BM_SLOW_RANK_KINDS / L);
+    sr = plan_op(&f, 2, L, BC_LMHEAD, 4, 0);
+    assert_int_equal(sr.run_max, 1800000 / BM_SLOW_RANK_KINDS);
+    sr = plan_op(&f, 2, L, BC_AR_SEND, 3, 0);
+    assert_int_equal(sr.hit, 0);
+    sr = plan_op(&f, 2, L, BC_AR_REDUCE, 1, 0);
+    assert_int_equal(sr.hit, 0);
     /* comm-delay: one deadline for every send of a selected all-reduce,
      * however many sends share a worker; other all-reduces untouched */
     assert_int_equal(mks_fault_parse("comm-delay:rank=2,magnitude=2000", &c, &f, err, sizeof(err)),

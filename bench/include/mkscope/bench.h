@@ -99,6 +99,8 @@ enum mks_fault_type {
     MKS_FAULT_QUEUE_OVERSUB = 4, /* one worker's queue gets the ready tasks */
     MKS_FAULT_COMM_DELAY = 5,    /* one communication generation is slow */
     MKS_FAULT_TILE_STARVE = 6,   /* one ready tile is passed over repeatedly */
+    MKS_FAULT_SLOW_RANK = 7,     /* every compute task of one rank runs long (a
+                                    throttled device): no class of its own */
 };
 
 #define MKS_FAULT_ANY (-1)
