@@ -55,19 +55,31 @@ static void text_group(FILE *f, json_t *g, bool tree)
     fmt_ns(slow, sizeof(slow), jnum(g, "step_ns"));
     fmt_ns(med, sizeof(med), jnum(g, "median_step_ns"));
     json_t *root = json_object_get(g, "root");
-    fprintf(f, "steps");
     size_t i;
     json_t *v;
-    json_array_foreach(steps, i, v)
-    {
-        if (i == 8) {
-            fprintf(f, " ... (%zu)", json_array_size(steps));
-            break;
+    if (json_is_true(json_object_get(g, "straggler"))) {
+        char late[32];
+        fmt_ns(late, sizeof(late), jnum(g, "excess_ns"));
+        fprintf(f, "steps %lld-%lld (%zu, straggler since step %lld): %s a step (median %s),"
+                   " peers wait %s a step on rank %lld\n",
+                (long long)json_integer_value(json_object_get(g, "since_step")),
+                (long long)json_integer_value(json_object_get(g, "until_step")),
+                json_array_size(steps),
+                (long long)json_integer_value(json_object_get(g, "since_step")), slow, med, late,
+                (long long)json_integer_value(json_object_get(root, "rank")));
+    } else {
+        fprintf(f, "steps");
+        json_array_foreach(steps, i, v)
+        {
+            if (i == 8) {
+                fprintf(f, " ... (%zu)", json_array_size(steps));
+                break;
+            }
+            fprintf(f, "%s%lld", i ? "," : " ", (long long)json_integer_value(v));
         }
-        fprintf(f, "%s%lld", i ? "," : " ", (long long)json_integer_value(v));
+        fprintf(f, ": %s (median %s) on rank %lld\n", slow, med,
+                (long long)json_integer_value(json_object_get(g, "rank")));
     }
-    fprintf(f, ": %s (median %s) on rank %lld\n", slow, med,
-            (long long)json_integer_value(json_object_get(g, "rank")));
     fprintf(f, "  cause: %s", jstr(g, "cause"));
     if (json_is_object(root)) {
         fprintf(f, " at rank %lld", (long long)json_integer_value(json_object_get(root, "rank")));
@@ -77,6 +89,17 @@ static void text_group(FILE *f, json_t *g, bool tree)
             fprintf(f, ", %s", jstr(root, "comm"));
     }
     fputc('\n', f);
+    json_t *ru = json_object_get(g, "runner_up");
+    if (json_is_number(json_object_get(g, "share")) && strcmp(jstr(g, "cause"), "undecided")) {
+        fprintf(f, "  explains %.0f%% of the delay", 100.0 * jnum(g, "share"));
+        if (json_is_object(ru))
+            fprintf(f, "; runner-up %s, %.0f%%", jstr(ru, "cause"), 100.0 * jnum(ru, "share"));
+        fputc('\n', f);
+    }
+    json_t *ev = json_object_get(g, "evidence");
+    if (json_is_object(ev) && json_is_string(json_object_get(ev, "text")) &&
+        *jstr(ev, "text"))
+        fprintf(f, "  evidence (against %s): %s\n", jstr(ev, "reference"), jstr(ev, "text"));
     if (json_is_string(json_object_get(g, "reason")))
         fprintf(f, "  why: %s\n", jstr(g, "reason"));
     json_t *cov = json_object_get(g, "coverage");

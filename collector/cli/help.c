@@ -43,25 +43,33 @@ static const struct cmd_help cmds[] = {
     {"sql", "mkscope sql 'SELECT ...'",
      "One read-only SQL statement on the store (schema in docs/collector.md).", NULL,
      "  mkscope sql 'SELECT rank, COUNT(*) FROM epochs GROUP BY rank'\n", " "},
-    {"diagnose", "mkscope diagnose [--step N] [--slow F] [--min-coverage R] [--min-steps N]",
-     "Root cause of each group of slow steps: remote stall, local scheduler\n"
-     "imbalance, slow task class, late notification or slow transfer, with the\n"
-     "root rank, task class, generation, the chain of waits and the coverage.\n"
+    {"diagnose",
+     "mkscope diagnose [--step N | --steps A-B | --last N] [--slow F] [--min-coverage R]"
+     " [--min-steps N]",
+     "Root cause of each group of slow steps, and of each straggler (a rank its\n"
+     "peers wait on step after step): remote stall, local scheduler imbalance,\n"
+     "slow task class, slow rank, late notification or slow transfer, with the\n"
+     "root rank, task class, generation, the share of the delay the cause\n"
+     "explains and the runner-up, the evidence, the chain of waits and the\n"
+     "coverage; undecided, naming both, when two causes come close.\n"
      "-f json prints one JSON object per group, one per line.",
      "  --step N           only step N\n"
+     "  --steps A-B        only steps A to B\n"
+     "  --last N           only the last N steps\n"
      "  --slow F           a step is slow above (1 + F) x the median [0.2]\n"
      "  --min-coverage R   below this share of observed events: undecided [0.5]\n"
      "  --min-steps N      leave out groups of fewer slow steps (counted) [1]\n",
      "  mkscope diagnose\n  mkscope diagnose -f json\n  mkscope diagnose --step 37\n"
-     "  mkscope diagnose --min-steps 3\n",
-     " step slow min-coverage min-steps "},
-    {"waitchain", "mkscope waitchain [--step N] [-f text|dot|json]",
+     "  mkscope diagnose --last 1000 --min-steps 3\n",
+     " step steps last slow min-coverage min-steps "},
+    {"waitchain", "mkscope waitchain [--step N | --steps A-B | --last N] [-f text|dot|json]",
      "The chains of the diagnosis as a tree of waits across ranks; -f dot writes a\n"
      "Graphviz graph.",
      "  --step N           only step N\n"
-     "  --slow F, --min-coverage R, --min-steps N   as for diagnose\n",
+     "  --steps A-B, --last N, --slow F, --min-coverage R, --min-steps N   as for\n"
+     "                     diagnose\n",
      "  mkscope waitchain\n  mkscope waitchain --step 37 -f dot | dot -Tsvg > chain.svg\n",
-     " step slow min-coverage min-steps "},
+     " step steps last slow min-coverage min-steps "},
     {"attach",
      "mkscope attach OBJ.bpf.o | --builtin NAME [--name N] [--hook H] [--replace OLD]"
      " [--ranks all|0,2] [--wait MS]",

@@ -1,53 +1,54 @@
 /*
- * Wait-chain stitching and diagnosis of slow steps.
+ * Wait-chain stitching and diagnosis of slow steps and stragglers.
  *
  * 1. Step time.  Per (rank, step) the step lasts from its first task start
  *    to its last task end (rows of `steps`, merged over epochs).  The time of
  *    a step is its slowest rank's; a step is slow when it exceeds the median
  *    of its neighbours on each side (DIAG_WINDOW steps) by slow_frac, by
  *    min_excess_ns and by four robust standard deviations of them.
- * 2. Norms.  Everything is judged against the same rank's median over all
- *    steps of the run (the same wait peer and class, the same task class, the
+ * 2. Norms.  A slow step is judged against the same rank's median over its
+ *    other steps (the same wait peer and transfer, the same task class, the
  *    same release): faults hit some steps, so medians stay clean.
  * 3. The chain.  Start at the slowest rank of the slow step.  At each rank
- *    score five explanations in nanoseconds of delay they add beyond the
- *    norm:
+ *    score six explanations in nanoseconds of delay they add beyond the
+ *    norm (score_prof):
  *      remote_stall     remote waits longer than their norm, summed per
- *                       peer over the step's transfers (follow the longest
- *                       one's comm_gen to the producer rank and classify
- *                       there);
- *      local_imbalance  ready tasks queued while workers idled (the agent's
- *                       queued_while_idle_ns, else queueing excess capped by
- *                       worker idle excess, else the queueing excess spread
- *                       over the workers or the longest wait's excess);
- *      slow_task        one task class's run time above its norm (spread
- *                       over the workers, or the longest task's excess);
- *      notify_delay     release later than the producing task's end (minus
- *                       the transfer) by more than its norm: a remote
- *                       release, or a local one (the agent's per (step,
- *                       class) record of the latest local release);
+ *                       peer over the step's transfers (follow that peer);
+ *      local_imbalance  ready tasks queued while workers idled: queueing
+ *                       excess that the run-time excess of the tasks ahead
+ *                       of them cannot explain, capped by the workers' idle
+ *                       excess (the agent's queued_while_idle when sent);
+ *      slow_task        one task class's run time above its norm, less the
+ *                       remote waits and transfers inside its tasks;
+ *      slow_rank        run-time excess spread over most classes (no class
+ *                       holds most of it): the rank itself is slow, as a
+ *                       throttled GPU;
+ *      notify_delay     release later than the producing task's end (and
+ *                       its data's arrival) by more than its norm, remote
+ *                       or local (the agent's per (step, class) record);
  *      slow_transfer    the transfer (comm begin -> end) longer than its norm.
- *    Waits and releases are judged against the same transfer (channel, op)
- *    in other steps; a step's transfers follow one another, so their
- *    excesses add up (the side-by-side ones of one transfer count once).
- *    The largest wins if it explains at least a fifth of the delay that led
- *    here, or a twentieth when it is at least twice every other score (the
- *    per-class scores are lower bounds when a class is late in several
- *    layers); else the link is undecided.  Remote waits are joined to releases
- *    with comm-ids' mks_waitedge_join on clocks aligned from the epochs'
- *    host/device anchors, which gives each remote link its lateness.
- * 4. Coverage.  A link on a rank whose observed share of events (ran /
- *    eligible over the epochs of the step) is below min_coverage makes the
- *    answer undecided, with the reason.
- * 5. Groups.  Slow steps with the same chain (ranks and causes) and root
- *    class form one group.
+ *    The largest is named when it explains a fifth of the delay that led
+ *    here (a twentieth when it is twice every other) and the runner-up is
+ *    below DIAG_CLOSE of it; else the link is undecided, naming both.
+ * 4. Stragglers.  A rank late in every step slows no step against its
+ *    neighbours, so the steps are also compared across ranks: per step the
+ *    blame of a rank is how long its peers waited on it minus how long it
+ *    waited on them.  A run of steps where one rank's blame stays above the
+ *    noise (find_segments) is a straggler group, named from its first step;
+ *    its cause is scored as in 3, each measure of the rank against the
+ *    median of its peers' same measure in the same steps.
+ * 5. Coverage.  A link on a rank whose observed share of events is below
+ *    min_coverage makes the answer undecided, with the reason.
+ * 6. Groups.  Slow steps with the same root (rank, cause, class) no more
+ *    than DIAG_GROUP_GAP steps apart form one group; a straggler group takes
+ *    in the slow steps of its rank inside it.  Decided groups first, then
+ *    the longer ones.
  *
- * A class's total excess divided by the worker count is what the step loses
- * when the excess is spread evenly (a few workers, all busy); with many
- * workers (a GPU's 131) and one task late, the step loses that task's
- * excess instead, which the longest task (or wait) gives.  Agents send
- * histograms without their maximum, so the longest is taken as the lower
- * bound of the highest non-empty log2 bucket (at least half the true one).
+ * Speed: rows are loaded once, per epoch through the epoch index, indexed
+ * by (rank, step), and every norm is computed once by sorting.  A long run
+ * (more than DIAG_DETAIL_MAX steps) loads task, wait and release rows for
+ * an even sample of steps and for its slow steps only; straggler runs are
+ * then found on the sample and their edges refined on every step there.
  */
 #include "diagnose.h"
 
@@ -64,31 +65,48 @@
 #include "serve.h"
 
 #define MAX_CHAIN 16
+#define MAX_RANKS 4096
 /* Steps either side a step's time is compared with. */
 #define DIAG_WINDOW 10
 /* A cause at least this many times the next one ... */
 #define DIAG_DOMINANT 2.0
-/* ... needs to explain only this share of the delay (else a fifth). */
+/* ... needs to explain only this share of the delay (else DIAG_SHARE). */
 #define DIAG_DOMINANT_SHARE 0.05
+#define DIAG_SHARE 0.2
+/* A runner-up at this share of the best cause or more: too close to tell. */
+#define DIAG_CLOSE 0.75
+/* Slow steps of one root further apart than this are separate groups: a
+ * fault hits steps one after another, a loaded machine here and there. */
+#define DIAG_GROUP_GAP 3
+/* Above this many steps, detail rows are loaded for a sample of steps. */
+#define DIAG_DETAIL_MAX 4096
+#define DIAG_SAMPLE 1024
+/* Stragglers: blame above tau = max(2 min_excess, SEG_REL x median step) in
+ * the rolling median of SEG_WIN steps, for SEG_MIN steps or more, positive
+ * in SEG_FRAC of them, the run's median blame above tau (1 + SEG_SHORT / n)
+ * for n steps: a loaded machine slows one rank for a while now and then,
+ * by a fifth of a step for forty steps here, a fault stays. */
+#define SEG_WIN 9
+#define SEG_MIN 10
+#define SEG_REL 0.15
+#define SEG_FRAC 0.7
+#define SEG_SHORT 30.0
+/* slow_rank: no class holds more than this share of the run-time excess. */
+#define SPREAD_TOP 0.6
 
-struct srow { /* (rank, step) */
+/* ---- rows ------------------------------------------------------------------------ */
+
+struct cell { /* (rank, step) */
     uint32_t rank, step;
     uint64_t t_begin, t_end, qwi;
     double elig, ran, thr, lost, idle;
-    bool has_workers;
+    uint32_t c0, nc, w0, nw, r0, nr; /* this cell's rows in d->c, d->w, d->r */
+    bool has_workers, detail, coarse;
 };
 struct crow { /* (rank, step, class) */
     uint32_t rank, step, cls;
-    double count, run_sum, run_max, queue_sum, queue_count, queue_max;
-};
-struct erow { /* (epoch, class): task statistics of a whole epoch */
-    uint32_t rank, cls;
-    int64_t epoch_id;
-    double count, run_sum, queue_sum, queue_count;
-};
-struct estep { /* a step reported in an epoch */
-    uint32_t rank, step;
-    int64_t epoch_id;
+    double count, run, rmax, q, qn, qmax;
+    bool coarse; /* spread from an epoch's rows of no known step */
 };
 struct wrow {
     uint32_t rank, step, peer, cls;
@@ -98,35 +116,49 @@ struct rrow {
     uint32_t rank, step, consumer, cls;
     uint64_t gen, t_ready, t_start, t_end, t_cb, t_ce, t_rel;
 };
+struct estep { /* a step an epoch carried */
+    int64_t epoch;
+    uint32_t rank, step;
+    bool loaded; /* the epoch's rows are loaded */
+};
+
+/* A norm: medians of up to four measures of one key. */
+struct norm {
+    uint64_t key;
+    double v[4];
+    uint32_t n, off; /* samples; while building: where they start */
+    bool used;
+};
+enum { K_CLASS = 1, K_CLASS_ALL, K_FAMILY, K_WAIT, K_RELEASE, K_RANK };
 
 struct diag {
     struct mks_store *st;
     const char *job;
     struct mks_diag_opts o;
-    struct srow *s;
+    struct cell *s;
     size_t ns;
     struct crow *c;
-    size_t nc;
-    struct erow *ec;
-    size_t nec;
+    size_t nc, cap_c;
+    struct wrow *w;
+    size_t nw, cap_w;
+    struct rrow *r;
+    size_t nr, cap_r;
     struct estep *es;
     size_t nes;
-    struct wrow *w;
-    size_t nw;
-    struct rrow *r;
-    size_t nr;
     uint32_t n_ranks;
-    uint32_t *n_workers; /* per rank */
+    uint32_t *n_workers;     /* per rank */
+    size_t *rank_cells;      /* per rank: cells with detail rows */
     uint8_t comm_class[256]; /* task class is a communication task (schema) */
+    uint8_t waiter_cls[256]; /* its tasks wait on remote events */
+    uint8_t xfer_cls[256];   /* its tasks' transfers are measured (comm begin, end) */
     int16_t family[256];     /* "expert.3" -> the lowest class id of "expert.*"; -1 none */
-    struct memo *memo;       /* norms computed once per key (open addressing) */
-    size_t memo_cap;
-    struct ex_ent *ex; /* scratch: one rank's waits or releases of a step */
-    size_t ex_cap;
+    struct norm *norms;
+    size_t norm_cap, norm_used;
     struct mks_clock_model *clock;
+    double *buf; /* scratch for medians */
+    size_t buf_cap;
+    sqlite3_stmt *q_cls, *q_wait, *q_rel, *q_cov, *q_work;
 };
-
-/* ---- loading ----------------------------------------------------------------- */
 
 #define GROW(arr, n, cap)                                                                          \
     do {                                                                                           \
@@ -139,6 +171,118 @@ struct diag {
             (cap) = nc_;                                                                           \
         }                                                                                          \
     } while (0)
+
+/* ---- statistics helpers ---------------------------------------------------------- */
+
+/* The k-th smallest of v[0..n) (reorders v): Hoare's selection, linear on
+ * average. */
+static double select_k(double *v, size_t n, size_t k)
+{
+    size_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double pivot = v[lo + (hi - lo) / 2];
+        size_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot)
+                i++;
+            while (v[j] > pivot)
+                j--;
+            if (i <= j) {
+                double t = v[i];
+                v[i] = v[j], v[j] = t;
+                i++;
+                if (j == 0)
+                    break;
+                j--;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return v[k];
+    }
+    return v[k];
+}
+
+/* Median of v[0..n) (reorders v); 0 for n == 0. */
+static double median(double *v, size_t n)
+{
+    if (!n)
+        return 0;
+    if (n % 2)
+        return select_k(v, n, n / 2);
+    double hi = select_k(v, n, n / 2);
+    /* the largest of the lower half */
+    double lo = v[0];
+    for (size_t i = 1; i < n / 2; i++)
+        if (v[i] > lo)
+            lo = v[i];
+    return (lo + hi) / 2;
+}
+
+static double *scratch(struct diag *d, size_t n)
+{
+    if (n > d->buf_cap) {
+        size_t cap = d->buf_cap ? d->buf_cap : 1024;
+        while (cap < n)
+            cap *= 2;
+        double *p = realloc(d->buf, cap * sizeof(double));
+        if (!p)
+            return NULL;
+        d->buf = p, d->buf_cap = cap;
+    }
+    return d->buf;
+}
+
+static double step_dur(const struct cell *c)
+{
+    return (double)(c->t_end - c->t_begin);
+}
+
+/* ---- commid places ------------------------------------------------------------------ */
+
+/* A local release record (docs/wire.md, Release): comm-ids' kind bits
+ * 63..62 are 0, bit 61 set; its step and class are the row's. */
+static bool local_release(uint64_t gen)
+{
+    return (gen >> 61) == 1u;
+}
+
+/* Where a transfer sits in its step's graph: channel and op of a graph id,
+ * the same for that transfer in every step and between any two ranks; 0 for
+ * ids that carry no place (NCCL's, local releases). */
+static uint32_t op_key(uint64_t gen)
+{
+    struct mks_commid_fields f;
+    uint32_t k = mks_commid_kind(gen);
+    if (local_release(gen) || (k != MKS_COMMID_STEP && k != MKS_COMMID_REQ) ||
+        mks_commid_decode(gen, &f))
+        return 0;
+    return 1 + (f.channel << 12 | f.op);
+}
+
+/* When a release was due: the later of the data's arrival and the end of
+ * the task that produced it.  What comes after is notification delay (plus
+ * any wait for the transfer to start after the task's end). */
+static double notify_gap(const struct rrow *r)
+{
+    uint64_t base = r->t_ce > r->t_end ? r->t_ce : r->t_end;
+    if (!base || r->t_rel < base)
+        return NAN;
+    double g = (double)(r->t_rel - base);
+    if (r->t_end && r->t_cb && r->t_cb >= r->t_end)
+        g += (double)(r->t_cb - r->t_end);
+    return g;
+}
+
+static double xfer_time(const struct rrow *r)
+{
+    return r->t_cb && r->t_ce >= r->t_cb ? (double)(r->t_ce - r->t_cb) : NAN;
+}
+
+/* ---- loading ------------------------------------------------------------------------ */
 
 static int prep(struct diag *d, const char *sql, sqlite3_stmt **s)
 {
@@ -153,258 +297,467 @@ static uint64_t u64(sqlite3_stmt *s, int i)
     return (uint64_t)sqlite3_column_int64(s, i);
 }
 
-/* SQL mks_hist_floor(blob): the least value the highest non-empty bucket of
- * a stored histogram holds (store.c's blob: little-endian u64 buckets; bucket
- * b > 0 holds [2^(b-1), 2^b)), 0 for none. */
-static void hist_floor_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+/* The least value the highest non-empty bucket of a stored histogram holds
+ * (store.c's blob: little-endian u64 buckets; bucket b > 0 holds
+ * [2^(b-1), 2^b)), 0 for none: a lower bound of the maximum, at least half
+ * of it, for agents that send no maximum. */
+static double hist_floor(sqlite3_stmt *s, int col)
 {
-    (void)argc;
-    const uint8_t *p = sqlite3_value_blob(argv[0]);
-    int n = sqlite3_value_bytes(argv[0]) / 8;
-    int64_t v = 0;
+    if (sqlite3_column_type(s, col) != SQLITE_BLOB)
+        return 0;
+    const uint8_t *p = sqlite3_column_blob(s, col);
+    int n = sqlite3_column_bytes(s, col) / 8;
     for (int b = n - 1; p && b > 0; b--) {
-        uint64_t c = 0;
-        for (int i = 0; i < 8; i++)
-            c |= (uint64_t)p[b * 8 + i] << (8 * i);
-        if (c) {
-            v = b - 1 < 62 ? (int64_t)1 << (b - 1) : INT64_MAX;
-            break;
-        }
+        uint64_t c;
+        memcpy(&c, p + b * 8, 8); /* little-endian, as store.c writes it */
+        if (c)
+            return b - 1 < 62 ? (double)((uint64_t)1 << (b - 1)) : 9.2e18;
     }
-    sqlite3_result_int64(ctx, v);
+    return 0;
 }
 
-static int cmp_srow(const void *a, const void *b)
+static int cmp_cell(const void *a, const void *b)
 {
-    const struct srow *x = a, *y = b;
+    const struct cell *x = a, *y = b;
     if (x->rank != y->rank)
         return x->rank < y->rank ? -1 : 1;
     return x->step < y->step ? -1 : x->step > y->step;
 }
 
-static struct srow *srow_at(struct diag *d, uint32_t rank, uint32_t step)
+static struct cell *cell_at(const struct diag *d, uint32_t rank, uint32_t step)
 {
-    struct srow key = {.rank = rank, .step = step};
-    return d->ns ? bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_srow) : NULL;
+    struct cell key = {.rank = rank, .step = step};
+    return d->ns ? bsearch(&key, d->s, d->ns, sizeof(*d->s), cmp_cell) : NULL;
 }
 
-static int load(struct diag *d)
+static int cmp_estep(const void *a, const void *b)
+{
+    const struct estep *x = a, *y = b;
+    if (x->epoch != y->epoch)
+        return x->epoch < y->epoch ? -1 : 1;
+    return x->step < y->step ? -1 : x->step > y->step;
+}
+
+static void note_rank(struct diag *d, uint32_t rank)
+{
+    if (rank < MAX_RANKS && rank + 1 > d->n_ranks)
+        d->n_ranks = rank + 1;
+}
+
+/* The step range asked for: [*lo, *hi]. */
+static int step_range(struct diag *d, uint32_t *lo, uint32_t *hi)
+{
+    *lo = 0, *hi = UINT32_MAX;
+    if (d->o.range)
+        *lo = d->o.step_lo, *hi = d->o.step_hi;
+    if (d->o.last) {
+        sqlite3_stmt *s;
+        if (prep(d,
+                 "SELECT MAX(s.step) FROM steps s JOIN epochs e ON e.id = s.epoch_id WHERE"
+                 " e.job = ?1",
+                 &s))
+            return -EIO;
+        if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL) {
+            uint32_t top = (uint32_t)u64(s, 0);
+            uint32_t from = top + 1 >= d->o.last ? top + 1 - d->o.last : 0;
+            if (from > *lo)
+                *lo = from;
+        }
+        sqlite3_finalize(s);
+    }
+    return 0;
+}
+
+/* Step times: a step reported in several epochs covers all of it so far in
+ * each, so min(begin) .. max(end) is the whole step.  Every (epoch, step)
+ * pair is kept: detail rows are loaded per epoch. */
+static int load_cells(struct diag *d, uint32_t lo, uint32_t hi)
 {
     sqlite3_stmt *s;
-    size_t cap = 0;
-    /* Steps: a step reported in several epochs covers all of it so far in
-     * each, so min(begin) .. max(end) is the whole step. */
+    size_t cap = 0, cap_es = 0;
     if (prep(d,
-             "SELECT e.rank, s.step, MIN(s.t_begin_dev), MAX(s.t_end_dev),"
-             " MAX(s.queued_while_idle_ns) FROM steps s JOIN epochs e ON e.id = s.epoch_id"
-             " WHERE e.job = ?1 AND s.t_begin_dev > 0 AND s.t_end_dev >= s.t_begin_dev"
-             " GROUP BY e.rank, s.step ORDER BY e.rank, s.step",
+             "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
+             " s.queued_while_idle_ns FROM steps s JOIN epochs e ON e.id = s.epoch_id"
+             " WHERE e.job = ?1 AND s.step BETWEEN ?2 AND ?3",
              &s))
         return -EIO;
+    sqlite3_bind_int64(s, 2, lo);
+    sqlite3_bind_int64(s, 3, hi);
     while (sqlite3_step(s) == SQLITE_ROW) {
+        uint32_t rank = (uint32_t)u64(s, 0), step = (uint32_t)u64(s, 1);
+        uint64_t b = u64(s, 3), e = u64(s, 4);
+        if (rank >= MAX_RANKS)
+            continue;
+        GROW(d->es, d->nes, cap_es);
+        d->es[d->nes++] = (struct estep){.epoch = sqlite3_column_int64(s, 2), .rank = rank,
+                                         .step = step};
+        if (!b || e < b)
+            continue;
         GROW(d->s, d->ns, cap);
-        struct srow *r = &d->s[d->ns++];
-        memset(r, 0, sizeof(*r));
-        r->rank = (uint32_t)u64(s, 0), r->step = (uint32_t)u64(s, 1);
-        r->t_begin = u64(s, 2), r->t_end = u64(s, 3), r->qwi = u64(s, 4);
-        if (r->rank + 1 > d->n_ranks)
-            d->n_ranks = r->rank + 1;
+        d->s[d->ns++] = (struct cell){.rank = rank, .step = step, .t_begin = b, .t_end = e,
+                                      .qwi = u64(s, 5)};
+        note_rank(d, rank);
     }
     sqlite3_finalize(s);
     /* Ranks whose steps carry no times: a generation advance labelled K
      * starts decode step K (the runtimes raise it as step K begins, or as
      * step K - 1 ends), so step K - 1 lasts from the last advance labelled
      * K - 1 to the last labelled K. */
+    bool timed[MAX_RANKS / 8 + 1] = {0};
+    for (size_t i = 0; i < d->ns; i++)
+        timed[d->s[i].rank / 8] |= (uint8_t)(1u << (d->s[i].rank % 8));
     if (prep(d,
-             "SELECT e.rank, g.step, MAX(g.t_dev) FROM gens g JOIN epochs e ON e.id = g.epoch_id"
-             " WHERE e.job = ?1 AND g.t_dev > 0 GROUP BY e.rank, g.step ORDER BY e.rank, g.step",
+             "SELECT e.rank, g.step, MAX(g.t_dev), MIN(g.epoch_id), MAX(g.epoch_id) FROM gens g"
+             " JOIN epochs e ON e.id = g.epoch_id WHERE e.job = ?1 AND g.t_dev > 0 AND g.step"
+             " BETWEEN ?2 AND ?3 + 1 GROUP BY e.rank, g.step ORDER BY e.rank, g.step",
              &s))
         return -EIO;
-    size_t timed = d->ns;
+    sqlite3_bind_int64(s, 2, lo);
+    sqlite3_bind_int64(s, 3, hi);
     uint32_t prev_rank = UINT32_MAX, prev_step = 0;
     uint64_t prev_t = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
         uint32_t rank = (uint32_t)u64(s, 0), step = (uint32_t)u64(s, 1);
         uint64_t t = u64(s, 2);
-        bool has_times = false;
-        for (size_t i = 0; i < timed && !has_times; i++)
-            has_times = d->s[i].rank == rank;
-        if (!has_times && rank == prev_rank && step == prev_step + 1 && t >= prev_t) {
+        if (rank >= MAX_RANKS || (timed[rank / 8] >> (rank % 8) & 1))
+            continue;
+        if (rank == prev_rank && step == prev_step + 1 && t >= prev_t && prev_step >= lo &&
+            prev_step <= hi) {
             GROW(d->s, d->ns, cap);
-            struct srow *r = &d->s[d->ns++];
-            memset(r, 0, sizeof(*r));
-            r->rank = rank, r->step = prev_step, r->t_begin = prev_t, r->t_end = t;
-            if (r->rank + 1 > d->n_ranks)
-                d->n_ranks = r->rank + 1;
+            d->s[d->ns++] = (struct cell){.rank = rank, .step = prev_step, .t_begin = prev_t,
+                                          .t_end = t};
+            note_rank(d, rank);
+            /* the epochs that carried the advances carry the step's rows */
+            for (int k = 3; k <= 4; k++) {
+                GROW(d->es, d->nes, cap_es);
+                d->es[d->nes++] = (struct estep){.epoch = sqlite3_column_int64(s, k),
+                                                 .rank = rank, .step = prev_step};
+            }
         }
         prev_rank = rank, prev_step = step, prev_t = t;
     }
     sqlite3_finalize(s);
     if (d->ns > 1)
-        qsort(d->s, d->ns, sizeof(*d->s), cmp_srow);
-    /* Coverage of the epochs that carried each step. */
-    if (prep(d,
-             "SELECT e.rank, st.step, SUM(c.eligible), SUM(c.ran), SUM(c.throttled), SUM(c.lost)"
-             " FROM coverage c JOIN epochs e ON e.id = c.epoch_id JOIN (SELECT DISTINCT epoch_id,"
-             " step FROM steps) st ON st.epoch_id = e.id WHERE e.job = ?1 GROUP BY e.rank, st.step",
-             &s))
-        return -EIO;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        struct srow *r = srow_at(d, (uint32_t)u64(s, 0), (uint32_t)u64(s, 1));
-        if (r) {
-            r->elig = (double)u64(s, 2), r->ran = (double)u64(s, 3);
-            r->thr = (double)u64(s, 4), r->lost = (double)u64(s, 5);
+        qsort(d->s, d->ns, sizeof(*d->s), cmp_cell);
+    /* merge a step's rows of several epochs */
+    size_t m = 0;
+    for (size_t i = 0; i < d->ns; i++) {
+        if (m && d->s[m - 1].rank == d->s[i].rank && d->s[m - 1].step == d->s[i].step) {
+            struct cell *p = &d->s[m - 1];
+            if (d->s[i].t_begin < p->t_begin)
+                p->t_begin = d->s[i].t_begin;
+            if (d->s[i].t_end > p->t_end)
+                p->t_end = d->s[i].t_end;
+            if (d->s[i].qwi > p->qwi)
+                p->qwi = d->s[i].qwi;
+            continue;
         }
+        d->s[m++] = d->s[i];
     }
+    d->ns = m;
+    if (d->nes > 1)
+        qsort(d->es, d->nes, sizeof(*d->es), cmp_estep);
+    m = 0;
+    for (size_t i = 0; i < d->nes; i++)
+        if (!m || cmp_estep(&d->es[m - 1], &d->es[i]))
+            d->es[m++] = d->es[i];
+    d->nes = m;
+    return 0;
+oom:
     sqlite3_finalize(s);
-    if (prep(d,
-             "SELECT e.rank, w.step, SUM(w.idle_ns) FROM workers w JOIN epochs e ON"
-             " e.id = w.epoch_id WHERE e.job = ?1 GROUP BY e.rank, w.step",
-             &s))
-        return -EIO;
+    return -ENOMEM;
+}
+
+static int prep_detail(struct diag *d)
+{
+    sqlite3 *db = mks_store_db(d->st);
+    const char *sql[] = {
+        /* the histograms only when no maximum was stored (read lazily) */
+        "SELECT class, step, count, CASE WHEN run_sum > 0 THEN run_sum ELSE sum_run_ns END,"
+        " run_max, CASE WHEN run_max > 0 THEN NULL ELSE run_hist END, queue_sum, queue_count,"
+        " queue_max, CASE WHEN queue_max > 0 THEN NULL ELSE queue_hist END FROM task_stats"
+        " WHERE epoch_id = ?1",
+        "SELECT step, peer_rank, waiter_class, comm_gen, t_begin_dev, t_end_dev FROM waits"
+        " WHERE epoch_id = ?1 AND t_begin_dev > 0 AND t_end_dev >= t_begin_dev",
+        "SELECT step, consumer_rank, class, comm_gen, t_ready, t_start, t_end, t_comm_begin,"
+        " t_comm_end, t_release FROM releases WHERE epoch_id = ?1",
+        "SELECT SUM(eligible), SUM(ran), SUM(throttled), SUM(lost) FROM coverage WHERE"
+        " epoch_id = ?1",
+        "SELECT step, SUM(idle_ns), SUM(busy_ns) FROM workers WHERE epoch_id = ?1 GROUP BY step",
+    };
+    sqlite3_stmt **q[] = {&d->q_cls, &d->q_wait, &d->q_rel, &d->q_cov, &d->q_work};
+    for (int i = 0; i < 5; i++)
+        if (sqlite3_prepare_v2(db, sql[i], -1, q[i], NULL) != SQLITE_OK)
+            return -EIO;
+    return 0;
+}
+
+/* The rows of one epoch (rank `rank`, carrying es[0..n) of its steps):
+ * task rows of a known step go to that step; rows of no known step (the
+ * agent folds steps it could not keep apart into step 0) are spread evenly
+ * over the epoch's steps that got no rows of their own. */
+static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct estep *es,
+                      size_t n)
+{
+    sqlite3_stmt *s = d->q_cls;
+    size_t first = d->nc;
+    bool carries0 = false;
+    for (size_t i = 0; i < n; i++)
+        carries0 |= es[i].step == 0;
+    sqlite3_reset(s);
+    sqlite3_bind_int64(s, 1, epoch);
+    struct crow unknown[64];
+    size_t nu = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
-        struct srow *r = srow_at(d, (uint32_t)u64(s, 0), (uint32_t)u64(s, 1));
-        if (r) {
-            r->idle = (double)u64(s, 2);
-            r->has_workers = true;
+        struct crow r = {.rank = rank, .cls = (uint32_t)u64(s, 0), .step = (uint32_t)u64(s, 1)};
+        r.count = (double)u64(s, 2), r.run = (double)u64(s, 3);
+        r.rmax = u64(s, 4) ? (double)u64(s, 4) : hist_floor(s, 5);
+        r.q = (double)u64(s, 6), r.qn = (double)u64(s, 7);
+        r.qmax = u64(s, 8) ? (double)u64(s, 8) : hist_floor(s, 9);
+        if (r.count <= 0)
+            continue;
+        if (r.step == 0 && !carries0) {
+            if (nu < 64)
+                unknown[nu++] = r;
+            continue;
         }
+        GROW(d->c, d->nc, d->cap_c);
+        d->c[d->nc++] = r;
     }
-    sqlite3_finalize(s);
-    cap = 0;
-    if (sqlite3_create_function(mks_store_db(d->st), "mks_hist_floor", 1,
-                                SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, hist_floor_fn, NULL,
-                                NULL) != SQLITE_OK)
-        return -EIO;
-    if (prep(d,
-             "SELECT e.rank, t.step, t.class, SUM(t.count), SUM(CASE WHEN t.run_sum > 0 THEN"
-             " t.run_sum ELSE t.sum_run_ns END), MAX(CASE WHEN t.run_max > 0 THEN t.run_max"
-             " ELSE mks_hist_floor(t.run_hist) END), SUM(t.queue_sum), SUM(t.queue_count),"
-             " MAX(CASE WHEN t.queue_max > 0 THEN t.queue_max ELSE"
-             " mks_hist_floor(t.queue_hist) END) FROM task_stats t JOIN epochs e ON"
-             " e.id = t.epoch_id WHERE e.job = ?1 GROUP BY e.rank, t.step, t.class",
-             &s))
-        return -EIO;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        GROW(d->c, d->nc, cap);
-        struct crow *r = &d->c[d->nc++];
-        r->rank = (uint32_t)u64(s, 0), r->step = (uint32_t)u64(s, 1), r->cls = (uint32_t)u64(s, 2);
-        r->count = (double)u64(s, 3), r->run_sum = (double)u64(s, 4);
-        r->run_max = (double)u64(s, 5), r->queue_sum = (double)u64(s, 6);
-        r->queue_count = (double)u64(s, 7), r->queue_max = (double)u64(s, 8);
-    }
-    sqlite3_finalize(s);
-    /* Per-epoch class statistics and which steps each epoch carried: when an
-     * epoch spans more steps than the agent keeps apart, task statistics
-     * exist per epoch only. */
-    cap = 0;
-    if (prep(d,
-             "SELECT e.rank, t.epoch_id, t.class, SUM(t.count), SUM(CASE WHEN t.run_sum > 0 THEN"
-             " t.run_sum ELSE t.sum_run_ns END), SUM(t.queue_sum), SUM(t.queue_count) FROM"
-             " task_stats t JOIN epochs e ON e.id = t.epoch_id WHERE e.job = ?1"
-             " GROUP BY t.epoch_id, t.class",
-             &s))
-        return -EIO;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        GROW(d->ec, d->nec, cap);
-        struct erow *r = &d->ec[d->nec++];
-        r->rank = (uint32_t)u64(s, 0), r->epoch_id = sqlite3_column_int64(s, 1);
-        r->cls = (uint32_t)u64(s, 2), r->count = (double)u64(s, 3);
-        r->run_sum = (double)u64(s, 4), r->queue_sum = (double)u64(s, 5);
-        r->queue_count = (double)u64(s, 6);
-    }
-    sqlite3_finalize(s);
-    cap = 0;
-    if (prep(d,
-             "SELECT DISTINCT e.rank, s.epoch_id, s.step FROM steps s JOIN epochs e ON"
-             " e.id = s.epoch_id WHERE e.job = ?1",
-             &s))
-        return -EIO;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        GROW(d->es, d->nes, cap);
-        struct estep *r = &d->es[d->nes++];
-        r->rank = (uint32_t)u64(s, 0), r->epoch_id = sqlite3_column_int64(s, 1);
-        r->step = (uint32_t)u64(s, 2);
-    }
-    sqlite3_finalize(s);
-    cap = 0;
-    if (prep(d,
-             "SELECT e.rank, w.step, w.peer_rank, w.waiter_class, w.comm_gen, w.t_begin_dev,"
-             " w.t_end_dev FROM waits w JOIN epochs e ON e.id = w.epoch_id WHERE e.job = ?1"
-             " AND w.t_begin_dev > 0 AND w.t_end_dev >= w.t_begin_dev",
-             &s))
-        return -EIO;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        GROW(d->w, d->nw, cap);
-        struct wrow *r = &d->w[d->nw++];
-        r->rank = (uint32_t)u64(s, 0), r->step = (uint32_t)u64(s, 1), r->peer = (uint32_t)u64(s, 2);
-        r->cls = (uint32_t)u64(s, 3), r->gen = u64(s, 4), r->t_begin = u64(s, 5);
-        r->t_end = u64(s, 6);
-    }
-    sqlite3_finalize(s);
-    /* One release may be reported in parts by consecutive epochs (its
-     * notification postponed past the epoch's end): merge them per key. */
-    cap = 0;
-    if (prep(d,
-             "SELECT e.rank, MAX(r.step), r.consumer_rank, MAX(r.class), r.comm_gen,"
-             " MAX(r.t_ready), MAX(r.t_start), MAX(r.t_end), MAX(r.t_comm_begin),"
-             " MAX(r.t_comm_end), MAX(r.t_release) FROM releases r JOIN epochs e"
-             " ON e.id = r.epoch_id WHERE e.job = ?1 GROUP BY e.rank, r.comm_gen, r.consumer_rank",
-             &s))
-        return -EIO;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        GROW(d->r, d->nr, cap);
-        struct rrow *r = &d->r[d->nr++];
-        r->rank = (uint32_t)u64(s, 0), r->step = (uint32_t)u64(s, 1);
-        r->consumer = (uint32_t)u64(s, 2), r->cls = (uint32_t)u64(s, 3), r->gen = u64(s, 4);
-        r->t_ready = u64(s, 5), r->t_start = u64(s, 6), r->t_end = u64(s, 7);
-        r->t_cb = u64(s, 8), r->t_ce = u64(s, 9), r->t_rel = u64(s, 10);
-    }
-    sqlite3_finalize(s);
-    for (size_t i = 0; i < d->nw; i++)
-        if (d->w[i].peer + 1 > d->n_ranks && d->w[i].peer < 4096)
-            d->n_ranks = d->w[i].peer + 1;
-    d->n_workers = calloc(d->n_ranks ? d->n_ranks : 1, sizeof(uint32_t));
-    if (!d->n_workers)
-        return -ENOMEM;
-    if (prep(d, "SELECT DISTINCT id FROM task_classes WHERE job = ?1 AND comm AND id < 256", &s))
-        return -EIO;
-    while (sqlite3_step(s) == SQLITE_ROW)
-        d->comm_class[u64(s, 0) & 255] = 1;
-    sqlite3_finalize(s);
-    /* Families of classes: one operator's instances named "<op>.<n>" (MoE
-     * experts).  An instance that runs only now and then has no norm of its
-     * own; its family's is the next best. */
-    for (int i = 0; i < 256; i++)
-        d->family[i] = -1;
-    if (prep(d,
-             "SELECT id, MIN(name) FROM task_classes WHERE job = ?1 AND id < 256 AND"
-             " instr(name, '.') > 1 GROUP BY id ORDER BY id",
-             &s))
-        return -EIO;
-    {
-        char fam_name[256][64];
-        int fam_id[256], nf = 0;
-        while (sqlite3_step(s) == SQLITE_ROW) {
-            int id = sqlite3_column_int(s, 0);
-            const char *nm = (const char *)sqlite3_column_text(s, 1);
-            const char *dot = nm ? strchr(nm, '.') : NULL;
-            if (!dot || dot - nm >= 64 || id < 0 || id > 255)
+    if (nu && n) {
+        /* steps of the epoch without rows of their own */
+        size_t targets = 0;
+        for (size_t i = 0; i < n; i++) {
+            bool own = false;
+            for (size_t k = first; k < d->nc && !own; k++)
+                own = d->c[k].step == es[i].step;
+            targets += !own;
+        }
+        for (size_t i = 0; i < n && targets; i++) {
+            bool own = false;
+            for (size_t k = first; k < d->nc && !own; k++)
+                own = d->c[k].step == es[i].step && !d->c[k].coarse;
+            if (own)
                 continue;
-            int k;
-            for (k = 0; k < nf; k++)
-                if (strlen(fam_name[k]) == (size_t)(dot - nm) &&
-                    !strncmp(fam_name[k], nm, (size_t)(dot - nm)))
-                    break;
-            if (k == nf && nf < 256) {
-                memcpy(fam_name[nf], nm, (size_t)(dot - nm));
-                fam_name[nf][dot - nm] = 0;
-                fam_id[nf++] = id;
+            for (size_t u = 0; u < nu; u++) {
+                GROW(d->c, d->nc, d->cap_c);
+                struct crow r = unknown[u];
+                r.step = es[i].step, r.coarse = true;
+                r.count /= (double)targets, r.run /= (double)targets;
+                r.q /= (double)targets, r.qn /= (double)targets;
+                r.rmax = r.qmax = 0; /* an epoch's maximum is no step's */
+                d->c[d->nc++] = r;
             }
-            if (k < nf)
-                d->family[id] = (int16_t)fam_id[k];
         }
     }
-    sqlite3_finalize(s);
+    s = d->q_wait;
+    sqlite3_reset(s);
+    sqlite3_bind_int64(s, 1, epoch);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        GROW(d->w, d->nw, d->cap_w);
+        struct wrow *w = &d->w[d->nw++];
+        w->rank = rank, w->step = (uint32_t)u64(s, 0), w->peer = (uint32_t)u64(s, 1);
+        w->cls = (uint32_t)u64(s, 2), w->gen = u64(s, 3), w->t_begin = u64(s, 4);
+        w->t_end = u64(s, 5);
+        if (w->peer < MAX_RANKS)
+            note_rank(d, w->peer);
+    }
+    s = d->q_rel;
+    sqlite3_reset(s);
+    sqlite3_bind_int64(s, 1, epoch);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        GROW(d->r, d->nr, d->cap_r);
+        struct rrow *r = &d->r[d->nr++];
+        r->rank = rank, r->step = (uint32_t)u64(s, 0), r->consumer = (uint32_t)u64(s, 1);
+        r->cls = (uint32_t)u64(s, 2), r->gen = u64(s, 3), r->t_ready = u64(s, 4);
+        r->t_start = u64(s, 5), r->t_end = u64(s, 6), r->t_cb = u64(s, 7);
+        r->t_ce = u64(s, 8), r->t_rel = u64(s, 9);
+    }
+    s = d->q_cov;
+    sqlite3_reset(s);
+    sqlite3_bind_int64(s, 1, epoch);
+    if (sqlite3_step(s) == SQLITE_ROW)
+        for (size_t i = 0; i < n; i++) {
+            struct cell *c = cell_at(d, rank, es[i].step);
+            if (c) {
+                c->elig += (double)u64(s, 0), c->ran += (double)u64(s, 1);
+                c->thr += (double)u64(s, 2), c->lost += (double)u64(s, 3);
+            }
+        }
+    s = d->q_work;
+    sqlite3_reset(s);
+    sqlite3_bind_int64(s, 1, epoch);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        struct cell *c = cell_at(d, rank, (uint32_t)u64(s, 0));
+        /* agents that measure no idle time send zeros: not a measurement */
+        if (c && (u64(s, 1) || u64(s, 2))) {
+            c->idle += (double)u64(s, 1);
+            c->has_workers = true;
+        }
+    }
+    return 0;
+oom:
+    return -ENOMEM;
+}
+
+static int cmp_crow(const void *a, const void *b)
+{
+    const struct crow *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    if (x->cls != y->cls)
+        return x->cls < y->cls ? -1 : 1;
+    return (int)x->coarse - (int)y->coarse;
+}
+static int cmp_wrow(const void *a, const void *b)
+{
+    const struct wrow *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return x->t_begin < y->t_begin ? -1 : x->t_begin > y->t_begin;
+}
+static int cmp_rrow_key(const void *a, const void *b)
+{
+    const struct rrow *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    if (x->gen != y->gen)
+        return x->gen < y->gen ? -1 : 1;
+    return x->consumer < y->consumer ? -1 : x->consumer > y->consumer;
+}
+static int cmp_rrow(const void *a, const void *b)
+{
+    const struct rrow *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return x->gen < y->gen ? -1 : x->gen > y->gen;
+}
+
+#define MAXU(a, b) ((a) > (b) ? (a) : (b))
+
+/* Merge rows of one key reported by several epochs, sort everything by
+ * (rank, step) and give each cell its rows. */
+static void index_rows(struct diag *d)
+{
+    if (d->nc > 1)
+        qsort(d->c, d->nc, sizeof(*d->c), cmp_crow);
+    size_t m = 0;
+    for (size_t i = 0; i < d->nc; i++) {
+        struct crow *p = m ? &d->c[m - 1] : NULL, *x = &d->c[i];
+        if (p && p->rank == x->rank && p->step == x->step && p->cls == x->cls) {
+            if (p->coarse != x->coarse) {
+                /* a step with rows of its own keeps them */
+                if (p->coarse)
+                    *p = *x;
+                continue;
+            }
+            p->count += x->count, p->run += x->run, p->q += x->q, p->qn += x->qn;
+            p->rmax = MAXU(p->rmax, x->rmax), p->qmax = MAXU(p->qmax, x->qmax);
+            continue;
+        }
+        d->c[m++] = *x;
+    }
+    d->nc = m;
+    /* One release may be reported in parts by consecutive epochs (its
+     * notification postponed past the epoch's end). */
+    if (d->nr > 1)
+        qsort(d->r, d->nr, sizeof(*d->r), cmp_rrow_key);
+    m = 0;
+    for (size_t i = 0; i < d->nr; i++) {
+        struct rrow *p = m ? &d->r[m - 1] : NULL, *x = &d->r[i];
+        if (p && p->rank == x->rank && p->gen == x->gen && p->consumer == x->consumer) {
+            p->step = MAXU(p->step, x->step), p->cls = MAXU(p->cls, x->cls);
+            p->t_ready = MAXU(p->t_ready, x->t_ready), p->t_start = MAXU(p->t_start, x->t_start);
+            p->t_end = MAXU(p->t_end, x->t_end), p->t_cb = MAXU(p->t_cb, x->t_cb);
+            p->t_ce = MAXU(p->t_ce, x->t_ce), p->t_rel = MAXU(p->t_rel, x->t_rel);
+            continue;
+        }
+        d->r[m++] = *x;
+    }
+    d->nr = m;
+    if (d->nr > 1)
+        qsort(d->r, d->nr, sizeof(*d->r), cmp_rrow);
+    if (d->nw > 1)
+        qsort(d->w, d->nw, sizeof(*d->w), cmp_wrow);
+    size_t ic = 0, iw = 0, ir = 0;
+    for (size_t k = 0; k < d->ns; k++) {
+        struct cell *c = &d->s[k];
+#define RANGE(arr, n, i, first, cnt)                                                               \
+    while (i < n && (arr[i].rank < c->rank || (arr[i].rank == c->rank && arr[i].step < c->step)))  \
+        i++;                                                                                       \
+    c->first = (uint32_t)i;                                                                        \
+    while (i < n && arr[i].rank == c->rank && arr[i].step == c->step)                              \
+        i++;                                                                                       \
+    c->cnt = (uint32_t)(i - c->first);
+        RANGE(d->c, d->nc, ic, c0, nc)
+        RANGE(d->w, d->nw, iw, w0, nw)
+        RANGE(d->r, d->nr, ir, r0, nr)
+#undef RANGE
+        c->coarse = false;
+        for (uint32_t j = 0; j < c->nc; j++)
+            c->coarse |= d->c[c->c0 + j].coarse;
+    }
+}
+
+/* Detail rows for the cells with want[k] (all when want is NULL).  Cells
+ * already loaded are skipped; a second call (straggler edges) adds to the
+ * rows and indexes them again. */
+static int load_detail(struct diag *d, const bool *want)
+{
+    /* the epochs that carried a wanted step, every one of them: a long
+     * step is reported in parts by several epochs */
+    size_t i = 0;
+    while (i < d->nes) {
+        size_t j = i;
+        bool need = false;
+        while (j < d->nes && d->es[j].epoch == d->es[i].epoch) {
+            struct cell *c = cell_at(d, d->es[j].rank, d->es[j].step);
+            if (c && !d->es[j].loaded && (!want || want[c - d->s]))
+                need = true;
+            j++;
+        }
+        if (need) {
+            int rc = load_epoch(d, d->es[i].epoch, d->es[i].rank, &d->es[i], j - i);
+            if (rc)
+                return rc;
+            for (size_t k = i; k < j; k++)
+                d->es[k].loaded = true;
+        }
+        i = j;
+    }
+    /* a cell has its detail when every epoch that carried it is loaded */
+    for (size_t k = 0; k < d->ns; k++)
+        d->s[k].detail = true;
+    for (size_t k = 0; k < d->nes; k++)
+        if (!d->es[k].loaded) {
+            struct cell *c = cell_at(d, d->es[k].rank, d->es[k].step);
+            if (c)
+                c->detail = false;
+        }
+    index_rows(d);
+    for (size_t k = 0; k < d->nw; k++)
+        d->waiter_cls[d->w[k].cls & 255] |= d->w[k].cls < 256;
+    for (size_t k = 0; k < d->nr; k++)
+        d->xfer_cls[d->r[k].cls & 255] |= d->r[k].cls < 256 && d->r[k].t_cb > 0;
+    return 0;
+}
+
+/* Ranks' workers, communication classes and class families (one operator's
+ * instances named "<op>.<n>", as MoE experts: an instance that runs only
+ * now and then has no norm of its own; its family's is the next best). */
+static int load_meta(struct diag *d)
+{
+    sqlite3_stmt *s;
+    d->n_workers = calloc(d->n_ranks ? d->n_ranks : 1, sizeof(uint32_t));
+    d->rank_cells = calloc(d->n_ranks ? d->n_ranks : 1, sizeof(size_t));
+    if (!d->n_workers || !d->rank_cells)
+        return -ENOMEM;
     if (prep(d, "SELECT rank, n_workers FROM ranks WHERE job = ?1", &s))
         return -EIO;
     while (sqlite3_step(s) == SQLITE_ROW) {
@@ -413,10 +766,41 @@ static int load(struct diag *d)
             d->n_workers[rk] = (uint32_t)u64(s, 1);
     }
     sqlite3_finalize(s);
-    return 0;
-oom:
+    if (prep(d, "SELECT DISTINCT id FROM task_classes WHERE job = ?1 AND comm AND id < 256", &s))
+        return -EIO;
+    while (sqlite3_step(s) == SQLITE_ROW)
+        d->comm_class[u64(s, 0) & 255] = 1;
     sqlite3_finalize(s);
-    return -ENOMEM;
+    for (int i = 0; i < 256; i++)
+        d->family[i] = -1;
+    if (prep(d,
+             "SELECT id, MIN(name) FROM task_classes WHERE job = ?1 AND id < 256 AND"
+             " instr(name, '.') > 1 GROUP BY id ORDER BY id",
+             &s))
+        return -EIO;
+    char fam_name[256][64];
+    int fam_id[256], nf = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int id = sqlite3_column_int(s, 0);
+        const char *nm = (const char *)sqlite3_column_text(s, 1);
+        const char *dot = nm ? strchr(nm, '.') : NULL;
+        if (!dot || dot - nm >= 64 || id < 0 || id > 255)
+            continue;
+        int k;
+        for (k = 0; k < nf; k++)
+            if (strlen(fam_name[k]) == (size_t)(dot - nm) &&
+                !strncmp(fam_name[k], nm, (size_t)(dot - nm)))
+                break;
+        if (k == nf && nf < 256) {
+            memcpy(fam_name[nf], nm, (size_t)(dot - nm));
+            fam_name[nf][dot - nm] = 0;
+            fam_id[nf++] = id;
+        }
+        if (k < nf)
+            d->family[id] = (int16_t)fam_id[k];
+    }
+    sqlite3_finalize(s);
+    return 0;
 }
 
 /* Clock model from the epochs' host/device anchor pairs.  The agent reads
@@ -457,171 +841,367 @@ static void build_clock(struct diag *d)
     }
 }
 
-/* ---- norms, computed once per key ------------------------------------------ */
+/* ---- norms, computed once by sorting ------------------------------------------------ */
 
-struct memo {
-    uint64_t key;
-    double v[4];
-    uint8_t used;
-};
-
-enum { K_CLASS = 1, K_WAIT, K_RELEASE, K_EPOCH_CLASS, K_RANK };
-
-static uint64_t memo_key(uint64_t tag, uint32_t rank, uint32_t peer, uint32_t cls)
+static uint64_t nkey(uint64_t tag, uint32_t rank, uint32_t peer, uint32_t cls, uint32_t op)
 {
-    return tag << 60 | (uint64_t)(rank & 0xffff) << 44 | (uint64_t)(peer & 0xfff) << 32 | cls;
+    return tag << 59 | (uint64_t)(rank & 0xfff) << 47 | (uint64_t)(peer & 0xfff) << 35 |
+           (uint64_t)(cls > 0xffff ? 0xffff : cls) << 19 | (op & 0x7ffff);
 }
 
-/* The slot of key; *fresh tells the caller to fill v.  NULL when full (the
- * caller then computes without caching). */
-static struct memo *memo_get(struct diag *d, uint64_t key, bool *fresh)
+static struct norm *norm_find(struct norm *tab, size_t cap, uint64_t key, bool add)
 {
-    if (!d->memo_cap)
-        return NULL;
-    size_t mask = d->memo_cap - 1, i = (size_t)(key * 0x9e3779b97f4a7c15ull) & mask;
-    for (size_t n = 0; n < d->memo_cap; n++, i = (i + 1) & mask) {
-        struct memo *m = &d->memo[i];
-        if (m->used && m->key == key) {
-            *fresh = false;
+    size_t mask = cap - 1, i = (size_t)(key * 0x9e3779b97f4a7c15ull >> 20) & mask;
+    for (size_t n = 0; n < cap; n++, i = (i + 1) & mask) {
+        struct norm *m = &tab[i];
+        if (m->used && m->key == key)
             return m;
-        }
         if (!m->used) {
-            m->used = 1, m->key = key;
-            *fresh = true;
+            if (!add)
+                return NULL;
+            m->used = true, m->key = key;
             return m;
         }
     }
     return NULL;
 }
 
-/* The memo of a norm per (rank, peer, class, transfer place): class and
- * place share the key's low 32 bits, so a class id above 255 is not cached. */
-static struct memo *memo_place(struct diag *d, uint64_t tag, uint32_t rank, uint32_t peer,
-                               uint32_t cls, uint32_t op, bool *fresh)
+/* The norm of key (added when asked, the table doubling at half full);
+ * NULL when absent, or out of memory. */
+static struct norm *norm_slot(struct diag *d, uint64_t key, bool add)
 {
-    *fresh = true;
-    return cls < 256 ? memo_get(d, memo_key(tag, rank, peer, cls | op << 8), fresh) : NULL;
+    if (add && 2 * (d->norm_used + 1) > d->norm_cap) {
+        size_t cap = d->norm_cap ? 2 * d->norm_cap : 1024;
+        struct norm *t = calloc(cap, sizeof(*t));
+        if (!t)
+            return NULL;
+        for (size_t i = 0; i < d->norm_cap; i++)
+            if (d->norms[i].used)
+                *norm_find(t, cap, d->norms[i].key, true) = d->norms[i];
+        free(d->norms);
+        d->norms = t, d->norm_cap = cap;
+    }
+    if (!d->norm_cap)
+        return NULL;
+    struct norm *m = norm_find(d->norms, d->norm_cap, key, add);
+    return m;
 }
 
-/* ---- statistics helpers ------------------------------------------------------------ */
-
-static int cmp_d(const void *a, const void *b)
+static const struct norm *norm_get(const struct diag *d, uint64_t key)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    return norm_slot((struct diag *)d, key, false);
 }
 
-/* Median of v[0..n) (reorders v); 0 for n == 0. */
-static double median(double *v, size_t n)
+struct sample {
+    uint64_t key;
+    double v[4];
+};
+
+/* Medians of each measure (NAN: not measured) per key: samples grouped by
+ * their key's slot in the norm table (counted, placed, then a median each
+ * by selection), no sort. */
+static int add_norms(struct diag *d, const struct sample *sm, size_t n)
 {
-    if (!n)
-        return 0;
-    if (n > 1)
-        qsort(v, n, sizeof(*v), cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    for (size_t i = 0; i < n; i++) {
+        struct norm *nm = norm_slot(d, sm[i].key, true);
+        if (!nm)
+            return -ENOMEM;
+        if (!nm->n++)
+            d->norm_used++;
+    }
+    size_t total = 0, most = 0;
+    for (size_t i = 0; i < d->norm_cap; i++)
+        if (d->norms[i].used) {
+            d->norms[i].off = (uint32_t)total;
+            total += d->norms[i].n;
+            if (d->norms[i].n > most)
+                most = d->norms[i].n;
+            d->norms[i].n = 0;
+        }
+    double *vals = malloc((total + 1) * 4 * sizeof(double));
+    double *b = scratch(d, most + 1);
+    if (!vals || !b) {
+        free(vals);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct norm *nm = norm_slot(d, sm[i].key, false);
+        memcpy(&vals[(size_t)(nm->off + nm->n++) * 4], sm[i].v, sizeof(sm[i].v));
+    }
+    for (size_t i = 0; i < d->norm_cap; i++) {
+        struct norm *nm = &d->norms[i];
+        if (!nm->used)
+            continue;
+        for (int f = 0; f < 4; f++) {
+            size_t k = 0;
+            for (size_t x = nm->off; x < (size_t)nm->off + nm->n; x++)
+                if (!isnan(vals[x * 4 + f]))
+                    b[k++] = vals[x * 4 + f];
+            nm->v[f] = k ? median(b, k) : NAN;
+        }
+    }
+    free(vals);
+    return 0;
 }
 
-static double step_dur(const struct srow *r)
+static double cell_busy(const struct diag *d, const struct cell *c)
 {
-    return (double)(r->t_end - r->t_begin);
+    double run = 0;
+    for (uint32_t j = 0; j < c->nc; j++)
+        run += d->c[c->c0 + j].run;
+    return run;
 }
 
-/* Median over the rank's steps of f(row). */
-static double f_qwi(const struct srow *r);
-
-static double rank_median(struct diag *d, uint32_t rank, double (*f)(const struct srow *),
-                          double *buf)
+static double workers_of(const struct diag *d, uint32_t rank)
 {
-    bool fresh = true;
-    struct memo *mm = memo_get(d, memo_key(K_RANK, rank, f == f_qwi, 0), &fresh);
-    if (!fresh)
-        return mm->v[0];
+    return rank < d->n_ranks && d->n_workers[rank] ? d->n_workers[rank] : 1;
+}
+
+/* Idle worker time of a cell: the agent's, else the workers' time in the
+ * step not spent in tasks (NAN when the cell's task rows are not its own). */
+static double cell_idle(const struct diag *d, const struct cell *c)
+{
+    if (c->has_workers)
+        return c->idle;
+    if (!c->detail || c->coarse || !c->nc)
+        return NAN;
+    double idle = workers_of(d, c->rank) * step_dur(c) - cell_busy(d, c);
+    return idle > 0 ? idle : 0;
+}
+
+static int build_norms(struct diag *d)
+{
+    size_t cap = d->nc * 2 + d->nw + d->nr + d->ns + 16;
+    struct sample *sm = malloc(cap * sizeof(*sm));
+    if (!sm)
+        return -ENOMEM;
     size_t n = 0;
-    for (size_t i = 0; i < d->ns; i++)
-        if (d->s[i].rank == rank)
-            buf[n++] = f(&d->s[i]);
-    double v = median(buf, n);
-    if (mm)
-        mm->v[0] = v;
-    return v;
+    /* per rank and class; every rank's (a class or family seen now and then) */
+    for (size_t k = 0; k < d->ns; k++) {
+        const struct cell *c = &d->s[k];
+        if (!c->detail)
+            continue;
+        if (c->rank < d->n_ranks)
+            d->rank_cells[c->rank]++;
+        for (uint32_t j = 0; j < c->nc; j++) {
+            const struct crow *r = &d->c[c->c0 + j];
+            double v[4] = {r->run / r->count, r->coarse ? NAN : r->rmax,
+                           r->qn > 0 ? r->q / r->qn : NAN, r->coarse || r->qn <= 0 ? NAN : r->qmax};
+            sm[n].key = nkey(K_CLASS, r->rank, 0, r->cls, 0);
+            memcpy(sm[n++].v, v, sizeof(v));
+            if (r->step == 0)
+                continue;
+            int fam = r->cls < 256 ? d->family[r->cls] : -1;
+            sm[n].key = fam >= 0 ? nkey(K_FAMILY, 0, 0, (uint32_t)fam, 0)
+                                 : nkey(K_CLASS_ALL, 0, 0, r->cls, 0);
+            memcpy(sm[n++].v, v, sizeof(v));
+        }
+    }
+    /* waits per (rank, peer, class, place), releases per (rank, consumer,
+     * class, place) */
+    for (size_t i = 0; i < d->nw; i++) {
+        const struct wrow *w = &d->w[i];
+        sm[n++] = (struct sample){nkey(K_WAIT, w->rank, w->peer, w->cls, op_key(w->gen)),
+                                  {(double)(w->t_end - w->t_begin), NAN, NAN, NAN}};
+    }
+    for (size_t i = 0; i < d->nr; i++) {
+        const struct rrow *r = &d->r[i];
+        sm[n++] = (struct sample){nkey(K_RELEASE, r->rank, r->consumer, r->cls, op_key(r->gen)),
+                                  {xfer_time(r), notify_gap(r), NAN, NAN}};
+    }
+    for (size_t k = 0; k < d->ns; k++) {
+        const struct cell *c = &d->s[k];
+        sm[n++] = (struct sample){nkey(K_RANK, c->rank, 0, 0, 0),
+                                  {cell_idle(d, c), c->qwi ? (double)c->qwi : NAN, step_dur(c),
+                                   NAN}};
+    }
+    int rc = add_norms(d, sm, n);
+    free(sm);
+    return rc;
 }
 
-static double f_qwi(const struct srow *r) { return (double)r->qwi; }
+/* ---- what one rank did: a step (against its norms) or a run of steps
+ * (against its peers) ------------------------------------------------------------------ */
 
-static size_t rank_steps(const struct diag *d, uint32_t rank)
+struct pcls { /* a task class */
+    uint32_t cls;
+    double count, run, rmax, q, qn, qmax;
+    double r_mean, r_max, q_mean, q_max; /* reference: per task, longest (NAN unknown) */
+    double wait_ex, wait_max_ex;          /* remote waits inside its tasks beyond their norm */
+    double xfer_ex, xfer_max_ex;          /* its transfers beyond their norm */
+    double ex, ex_max;                    /* run-time excess in all, of the longest */
+    bool has_xfer;                        /* its tasks' transfers were measured */
+};
+struct pent { /* a wait or a release */
+    const struct wrow *w;
+    const struct rrow *r;
+    uint32_t peer, op, cls;
+    double a, b; /* excess of wait or transfer (a), notification (b); NAN unmeasured */
+    double norm_a, norm_b;
+    bool no_end; /* the producing task's end is unknown: the notification is
+                    timed from the transfer's end, the task's rest included */
+};
+struct prof {
+    uint32_t rank;
+    double W, need;
+    struct pcls *cls;
+    size_t ncls, cap_cls;
+    struct pent *w, *r;
+    size_t nw, nr, cap_w, cap_r;
+    double idle_ex;  /* NAN unknown */
+    double qwi_ex;   /* NAN unknown */
+    bool peers;      /* references are the peers' (a straggler run) */
+};
+
+static void prof_reset(struct prof *p, uint32_t rank, double W)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < d->ns; i++)
-        n += d->s[i].rank == rank;
-    return n;
+    p->rank = rank, p->W = W, p->need = 0;
+    p->ncls = p->nw = p->nr = 0;
+    p->idle_ex = p->qwi_ex = NAN;
+    p->peers = false;
 }
-static double f_idle(const struct srow *r) { return r->idle; }
+
+static void prof_free(struct prof *p)
+{
+    free(p->cls);
+    free(p->w);
+    free(p->r);
+}
+
+static struct pcls *prof_cls(struct prof *p)
+{
+    if (p->ncls == p->cap_cls) {
+        size_t cap = p->cap_cls ? 2 * p->cap_cls : 32;
+        struct pcls *n = realloc(p->cls, cap * sizeof(*n));
+        if (!n)
+            return NULL;
+        p->cls = n, p->cap_cls = cap;
+    }
+    struct pcls *c = &p->cls[p->ncls++];
+    memset(c, 0, sizeof(*c));
+    c->r_mean = c->r_max = c->q_mean = c->q_max = NAN;
+    return c;
+}
+
+static struct pent *prof_ent(struct pent **arr, size_t *n, size_t *cap)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 64;
+        struct pent *e = realloc(*arr, nc * sizeof(*e));
+        if (!e)
+            return NULL;
+        *arr = e, *cap = nc;
+    }
+    struct pent *e = &(*arr)[(*n)++];
+    memset(e, 0, sizeof(*e));
+    e->a = e->b = e->norm_a = e->norm_b = NAN;
+    return e;
+}
+
+/* A class's usual per-task run and queue times on `rank`: its own median
+ * when it ran in at least half of the rank's steps, else every rank's, or
+ * its family's (ranks run the same program; a class chosen now and then
+ * may have only faulted steps of its own). */
+static const struct norm *class_norm(const struct diag *d, uint32_t rank, uint32_t cls)
+{
+    const struct norm *own = norm_get(d, nkey(K_CLASS, rank, 0, cls, 0));
+    size_t steps = rank < d->n_ranks ? d->rank_cells[rank] : 0;
+    if (own && 2 * (size_t)own->n >= steps)
+        return own;
+    int fam = cls < 256 ? d->family[cls] : -1;
+    const struct norm *all = norm_get(d, fam >= 0 ? nkey(K_FAMILY, 0, 0, (uint32_t)fam, 0)
+                                                  : nkey(K_CLASS_ALL, 0, 0, cls, 0));
+    return all ? all : own;
+}
+
+/* The profile of one cell against the rank's norms.  gen: the remote wait
+ * that led here (0 none): at a producer only the releases toward that
+ * consumer count, and the local records. */
+static int prof_cell(struct diag *d, const struct cell *c, uint64_t gen, const bool *visited,
+                     struct prof *p)
+{
+    prof_reset(p, c->rank, workers_of(d, c->rank));
+    for (uint32_t j = 0; j < c->nc; j++) {
+        const struct crow *r = &d->c[c->c0 + j];
+        struct pcls *pc = prof_cls(p);
+        if (!pc)
+            return -ENOMEM;
+        pc->cls = r->cls, pc->count = r->count, pc->run = r->run, pc->rmax = r->rmax;
+        pc->q = r->q, pc->qn = r->qn, pc->qmax = r->qmax;
+        const struct norm *nm = class_norm(d, c->rank, r->cls);
+        if (nm)
+            pc->r_mean = nm->v[0], pc->r_max = nm->v[1], pc->q_mean = nm->v[2],
+            pc->q_max = nm->v[3];
+    }
+    for (uint32_t j = 0; j < c->nw; j++) {
+        const struct wrow *w = &d->w[c->w0 + j];
+        const struct norm *nm =
+            norm_get(d, nkey(K_WAIT, w->rank, w->peer, w->cls, op_key(w->gen)));
+        struct pent *e = prof_ent(&p->w, &p->nw, &p->cap_w);
+        if (!e)
+            return -ENOMEM;
+        e->w = w, e->peer = w->peer, e->op = op_key(w->gen), e->cls = w->cls;
+        e->norm_a = nm ? nm->v[0] : 0;
+        e->a = (double)(w->t_end - w->t_begin) - e->norm_a;
+        /* a wait on a rank already in the chain cannot explain it (in an
+         * all-reduce every rank waits on every other) */
+        if (visited && w->peer < MAX_RANKS && visited[w->peer])
+            e->peer = UINT32_MAX;
+    }
+    const bool graph = gen && op_key(gen);
+    const uint32_t consumer = graph ? mks_commid_dst_rank(gen) : UINT32_MAX;
+    for (uint32_t j = 0; j < c->nr; j++) {
+        const struct rrow *r = &d->r[c->r0 + j];
+        if (!local_release(r->gen) && consumer != UINT32_MAX && r->consumer != consumer)
+            continue;
+        const struct norm *nm =
+            norm_get(d, nkey(K_RELEASE, r->rank, r->consumer, r->cls, op_key(r->gen)));
+        struct pent *e = prof_ent(&p->r, &p->nr, &p->cap_r);
+        if (!e)
+            return -ENOMEM;
+        e->r = r, e->peer = r->consumer, e->op = op_key(r->gen), e->cls = r->cls;
+        e->no_end = !r->t_end;
+        e->norm_a = nm ? nm->v[0] : NAN, e->norm_b = nm ? nm->v[1] : NAN;
+        double x = xfer_time(r), g = notify_gap(r);
+        e->a = isnan(x) || isnan(e->norm_a) ? NAN : x - e->norm_a;
+        e->b = isnan(g) || isnan(e->norm_b) ? NAN : g - e->norm_b;
+    }
+    const struct norm *rn = norm_get(d, nkey(K_RANK, c->rank, 0, 0, 0));
+    double idle = cell_idle(d, c);
+    if (rn && !isnan(idle) && !isnan(rn->v[0]))
+        p->idle_ex = (idle - rn->v[0]) / p->W;
+    if (rn && !isnan(rn->v[1]))
+        p->qwi_ex = (double)c->qwi - rn->v[1];
+    return 0;
+}
+
+/* ---- scoring ---------------------------------------------------------------------------- */
 
 static const char *cause_name[] = {"remote_stall", "local_imbalance", "slow_task",
-                                   "notify_delay", "slow_transfer"};
-enum { C_REMOTE, C_IMBALANCE, C_SLOW_TASK, C_NOTIFY, C_TRANSFER, C_N };
+                                   "slow_rank",    "notify_delay",    "slow_transfer"};
+enum { C_REMOTE, C_IMBALANCE, C_SLOW_TASK, C_SLOW_RANK, C_NOTIFY, C_TRANSFER, C_N };
 
 struct verdict {
     double score[C_N];
-    int64_t cls[C_N];       /* task class behind each score, -1 none */
-    const struct wrow *wait; /* the remote wait behind C_REMOTE: the longest of its peer */
-    double wait_ex;          /* that wait's own excess (the score sums the peer's) */
-    const struct rrow *rel;  /* the release behind C_NOTIFY / C_TRANSFER */
-    double detail[C_N];     /* the norm the score is measured against */
+    int64_t cls[C_N];          /* task class behind each score, -1 none */
+    double norm[C_N];          /* the usual value of what was late (0 unknown) */
+    const struct wrow *wait;   /* the remote wait behind C_REMOTE: the longest of its peer */
+    uint32_t peer;             /* the peer of C_REMOTE */
+    double wait_ex;            /* that wait's own excess (the score sums the peer's) */
+    const struct rrow *rel;    /* the release behind C_NOTIFY / C_TRANSFER */
+    /* evidence of the class behind slow_task / local_imbalance */
+    double run_ex, run_max_ex, queue_ex, queue_behind, queue_max_ex, count;
+    int64_t ev_cls;
+    double idle_ex;
+    uint32_t classes_slower, classes_seen; /* slow_rank: classes longer than usual */
+    double top_share;                      /* slow_rank: the largest class's share */
 };
-
-/* When a release was due: the later of the data's arrival and the end of
- * the task that produced it.  What comes after is notification delay. */
-static uint64_t release_base(const struct rrow *r)
-{
-    return r->t_ce > r->t_end ? r->t_ce : r->t_end;
-}
-
-/* A local release record (docs/wire.md, Release): comm-ids' kind bits
- * 63..62 are 0, bit 61 set; its step and class are the row's. */
-static bool local_release(uint64_t gen)
-{
-    return (gen >> 61) == 1u;
-}
-
-/* Where a transfer sits in its step's graph: channel and op of a graph id,
- * the same for that transfer in every step and between any two ranks; 0 for
- * ids that carry no place (NCCL's, local releases). */
-static uint32_t op_key(uint64_t gen)
-{
-    struct mks_commid_fields f;
-    uint32_t k = mks_commid_kind(gen);
-    if (local_release(gen) || (k != MKS_COMMID_STEP && k != MKS_COMMID_REQ) ||
-        mks_commid_decode(gen, &f))
-        return 0;
-    return 1 + (f.channel << 12 | f.op);
-}
-
-/* One wait or release of the step being scored, with its excess over the
- * norm of the same transfer in other steps (NAN: not measured). */
-struct ex_ent {
-    size_t idx;
-    uint32_t peer, op;
-    double a, b, norm_a, norm_b;
-};
-
-static struct ex_ent *ex_next(struct diag *d, size_t n)
-{
-    if (n == d->ex_cap) {
-        size_t cap = d->ex_cap ? 2 * d->ex_cap : 64;
-        struct ex_ent *p = realloc(d->ex, cap * sizeof(*p));
-        if (!p)
-            return NULL;
-        d->ex = p, d->ex_cap = cap;
-    }
-    return &d->ex[n];
-}
 
 /* Whether entry i carries the largest value (field a or b) of its group:
  * entries of one peer (or any peer, peer_too false) and one transfer place
  * run side by side, so only the largest counts; other places follow one
  * another and add up.  Entries with no place are their own group. */
-static bool ex_leads(const struct ex_ent *e, size_t n, size_t i, bool use_b, bool peer_too)
+static bool ent_leads(const struct pent *e, size_t n, size_t i, bool use_b, bool peer_too)
 {
     double x = use_b ? e[i].b : e[i].a;
     if (isnan(x))
@@ -638,337 +1218,284 @@ static bool ex_leads(const struct ex_ent *e, size_t n, size_t i, bool use_b, boo
     return true;
 }
 
-/* The releases of the step on this rank: all of them, or those toward the
- * consumer whose wait (gen) led here.  Notification delay and slow transfer
- * each score the sum over the step's transfers, one after another (each
- * all-reduce of each layer), of the latest one's excess over the norm of the
- * same transfer in other steps; a late local release adds its own.  The
- * release with the largest single excess is the one named. */
-static void score_releases(struct diag *d, uint32_t rank, uint32_t step, uint64_t gen,
-                           struct verdict *v, double *buf)
+static struct pcls *find_cls(struct prof *p, uint32_t cls)
 {
-    const bool graph = gen && op_key(gen);
-    const uint32_t consumer = graph ? mks_commid_dst_rank(gen) : UINT32_MAX;
-    size_t n = 0;
-    for (size_t i = 0; i < d->nr; i++) {
-        const struct rrow *r = &d->r[i];
-        if (r->rank != rank)
-            continue;
-        if (local_release(r->gen) || !gen || graph) {
-            if (r->step != step ||
-                (!local_release(r->gen) && consumer != UINT32_MAX && r->consumer != consumer))
-                continue;
-        } else if (r->gen != gen) {
-            continue;
-        }
-        const uint32_t op = op_key(r->gen);
-        /* Norms over the same (consumer, class, place) releases of other steps. */
-        bool fresh = true;
-        struct memo *mm = memo_place(d, K_RELEASE, rank, r->consumer, r->cls, op, &fresh);
-        double nx_med, nn_med;
-        if (fresh) {
-            size_t nn = 0, nx = 0;
-            double *bn = buf, *bx = buf + d->nr;
-            for (size_t k = 0; k < d->nr; k++) {
-                const struct rrow *o = &d->r[k];
-                if (o->rank != rank || o->consumer != r->consumer || o->cls != r->cls ||
-                    op_key(o->gen) != op)
-                    continue;
-                if (o->t_cb && o->t_ce >= o->t_cb)
-                    bx[nx++] = (double)(o->t_ce - o->t_cb);
-                uint64_t base = release_base(o);
-                if (base && o->t_rel >= base) {
-                    double g = (double)(o->t_rel - base);
-                    if (o->t_end && o->t_cb && o->t_cb >= o->t_end)
-                        g += (double)(o->t_cb - o->t_end); /* waiting for the transfer to start */
-                    bn[nn++] = g;
-                }
-            }
-            nx_med = median(bx, nx), nn_med = median(bn, nn);
-            if (mm)
-                mm->v[0] = nx_med, mm->v[1] = nn_med;
-        } else {
-            nx_med = mm->v[0], nn_med = mm->v[1];
-        }
-        struct ex_ent *e = ex_next(d, n);
-        if (!e)
-            break; /* out of memory: what was gathered still counts */
-        *e = (struct ex_ent){.idx = i,
-                             .peer = r->consumer,
-                             .op = op,
-                             .a = NAN,
-                             .b = NAN,
-                             .norm_a = nx_med,
-                             .norm_b = nn_med};
-        if (r->t_cb && r->t_ce >= r->t_cb)
-            e->a = (double)(r->t_ce - r->t_cb) - nx_med;
-        uint64_t base = release_base(r);
-        if (base && r->t_rel >= base) {
-            double g = (double)(r->t_rel - base);
-            if (r->t_end && r->t_cb && r->t_cb >= r->t_end)
-                g += (double)(r->t_cb - r->t_end);
-            e->b = g - nn_med;
-        }
-        n++;
-    }
-    double xfer = 0, notify = 0;
-    const struct ex_ent *bx = NULL, *bn = NULL;
-    for (size_t i = 0; i < n; i++) {
-        const struct ex_ent *e = &d->ex[i];
-        if (ex_leads(d->ex, n, i, false, false))
-            xfer += e->a;
-        if (ex_leads(d->ex, n, i, true, false))
-            notify += e->b;
-        if (!isnan(e->a) && (!bx || e->a > bx->a))
-            bx = e;
-        if (!isnan(e->b) && (!bn || e->b > bn->b))
-            bn = e;
-    }
-    if (bx && xfer > v->score[C_TRANSFER]) {
-        v->score[C_TRANSFER] = xfer, v->cls[C_TRANSFER] = d->r[bx->idx].cls;
-        v->detail[C_TRANSFER] = bx->norm_a, v->rel = &d->r[bx->idx];
-    }
-    if (bn && notify > v->score[C_NOTIFY]) {
-        v->score[C_NOTIFY] = notify, v->cls[C_NOTIFY] = d->r[bn->idx].cls;
-        v->detail[C_NOTIFY] = bn->norm_b;
-        if (!v->rel || v->score[C_NOTIFY] >= v->score[C_TRANSFER])
-            v->rel = &d->r[bn->idx];
-    }
+    for (size_t i = 0; i < p->ncls; i++)
+        if (p->cls[i].cls == cls)
+            return &p->cls[i];
+    return NULL;
 }
 
-/* Task classes from the statistics of the epochs that carried the step,
- * when the agent could not keep steps apart.  The norm of a class is the
- * median of its mean over every rank's epochs (ranks run the same program;
- * a rank's own few epochs may all hold the fault), and an epoch's excess is
- * spread evenly over the steps it carried. */
-static void score_epoch_classes(struct diag *d, uint32_t rank, uint32_t step, double nw,
-                                struct verdict *v, double *queue_ex, double *best_q, double *buf)
+static bool is_comm(const struct diag *d, uint32_t cls)
 {
-    for (size_t k = 0; k < d->nes; k++) {
-        const struct estep *es = &d->es[k];
-        if (es->rank != rank || es->step != step)
-            continue;
-        double steps_in = 0;
-        for (size_t j = 0; j < d->nes; j++)
-            if (d->es[j].epoch_id == es->epoch_id)
-                steps_in++;
-        if (steps_in < 1)
-            steps_in = 1;
-        for (size_t i = 0; i < d->nec; i++) {
-            const struct erow *c = &d->ec[i];
-            if (c->epoch_id != es->epoch_id || c->count <= 0)
-                continue;
-            bool fresh = true;
-            struct memo *mm = memo_get(d, memo_key(K_EPOCH_CLASS, 0, 0, c->cls), &fresh);
-            double norm_mean, norm_q;
-            if (fresh) {
-                size_t n = 0, q = 0;
-                double *bm = buf, *bq = buf + d->nec;
-                for (size_t j = 0; j < d->nec; j++) {
-                    const struct erow *o = &d->ec[j];
-                    if (o->cls != c->cls || o->count <= 0)
-                        continue;
-                    bm[n++] = o->run_sum / o->count;
-                    if (o->queue_count > 0)
-                        bq[q++] = o->queue_sum / o->queue_count;
-                }
-                norm_mean = median(bm, n), norm_q = median(bq, q);
-                if (mm)
-                    mm->v[0] = norm_mean, mm->v[1] = norm_q;
-            } else {
-                norm_mean = mm->v[0], norm_q = mm->v[1];
-            }
-            double per_step = c->count / steps_in;
-            double ex = per_step * (c->run_sum / c->count - norm_mean) / nw;
-            if (ex > v->score[C_SLOW_TASK]) {
-                v->score[C_SLOW_TASK] = ex, v->cls[C_SLOW_TASK] = c->cls;
-                v->detail[C_SLOW_TASK] = norm_mean;
-            }
-            if (c->queue_count > 0) {
-                double qe = per_step * (c->queue_sum / c->queue_count - norm_q) / nw;
-                if (qe > 0)
-                    *queue_ex += qe;
-                if (qe > *best_q)
-                    *best_q = qe, v->cls[C_IMBALANCE] = c->cls;
-            }
-        }
-    }
+    return cls < 256 && d->comm_class[cls];
 }
 
-static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t gen,
-                       const bool *visited, struct verdict *v, double *buf)
+/* How much of a class's run-time excess its own queueing may owe to it:
+ * W workers running n tasks each of a class late by x make the tasks behind
+ * them wait (n - 1) / 2 x each on average (at least x in all once a worker
+ * runs two); with one task a worker, none of the class waits behind
+ * another. */
+static double behind_factor(double waves)
+{
+    if (waves <= 1)
+        return 0;
+    return waves > 3 ? (waves - 1) / 2 : 1;
+}
+
+static void score_prof(const struct diag *d, struct prof *p, struct verdict *v)
 {
     memset(v, 0, sizeof(*v));
     for (int i = 0; i < C_N; i++)
         v->cls[i] = -1;
-    double nw = d->n_workers && rank < d->n_ranks && d->n_workers[rank] ? d->n_workers[rank] : 1;
-    /* Remote waits.  A step waits on a peer once for each transfer of its
+    v->ev_cls = -1;
+    v->idle_ex = p->idle_ex;
+    const double W = p->W;
+    /* Remote waits: a step waits on a peer once for each transfer of its
      * graph (each all-reduce of each layer), one after another, so what a
-     * peer costs the step is the sum of those waits' excess, each over the
-     * norm of the same (peer, class, place) wait in other steps.  The chain
-     * follows the peer of the largest sum; its longest wait names the
-     * generation.  Waits happen inside a task of the waiting class, so their
-     * excess is kept per class, to be taken out of that class's run time
-     * below. */
-    double wait_sum[256] = {0}, wait_max[256] = {0};
-    size_t nex = 0;
-    for (size_t i = 0; i < d->nw; i++) {
-        const struct wrow *w = &d->w[i];
-        if (w->rank != rank || w->step != step)
-            continue;
-        const uint32_t op = op_key(w->gen);
-        bool fresh = true;
-        struct memo *mm = memo_place(d, K_WAIT, rank, w->peer, w->cls, op, &fresh);
-        double norm;
-        if (fresh) {
-            size_t n = 0;
-            for (size_t k = 0; k < d->nw; k++) {
-                const struct wrow *o = &d->w[k];
-                if (o->rank == rank && o->peer == w->peer && o->cls == w->cls &&
-                    op_key(o->gen) == op)
-                    buf[n++] = (double)(o->t_end - o->t_begin);
-            }
-            norm = median(buf, n);
-            if (mm)
-                mm->v[0] = norm;
-        } else {
-            norm = mm->v[0];
+     * peer costs the step is the sum of those waits' excess.  Waits happen
+     * inside a task of the waiting class: their excess is taken out of that
+     * class's run time. */
+    for (size_t i = 0; i < p->nw; i++) {
+        const struct pent *e = &p->w[i];
+        struct pcls *pc = find_cls(p, e->cls);
+        if (pc && e->a > 0) {
+            pc->wait_ex += e->a;
+            if (e->a > pc->wait_max_ex)
+                pc->wait_max_ex = e->a;
         }
-        double ex = (double)(w->t_end - w->t_begin) - norm;
-        if (ex > 0 && w->cls < 256) {
-            wait_sum[w->cls] += ex;
-            if (ex > wait_max[w->cls])
-                wait_max[w->cls] = ex;
-        }
-        /* A wait on a rank already in the chain cannot explain it (in an
-         * all-reduce every rank waits on every other). */
-        if (visited && w->peer < 4096 && visited[w->peer])
-            continue;
-        struct ex_ent *e = ex_next(d, nex);
-        if (!e) /* out of memory: what was gathered still counts */
-            continue;
-        *e =
-            (struct ex_ent){.idx = i, .peer = w->peer, .op = op, .a = ex, .b = NAN, .norm_a = norm};
-        nex++;
     }
-    for (size_t i = 0; i < nex; i++) {
-        const struct ex_ent *e = &d->ex[i];
+    for (size_t i = 0; i < p->nw; i++) {
+        const struct pent *e = &p->w[i];
+        if (e->peer == UINT32_MAX)
+            continue;
         bool seen = false; /* each peer once, at its first entry */
         for (size_t j = 0; j < i && !seen; j++)
-            seen = d->ex[j].peer == e->peer;
+            seen = p->w[j].peer == e->peer;
         if (seen)
             continue;
         double sum = 0;
-        const struct ex_ent *top = e;
-        for (size_t j = i; j < nex; j++) {
-            const struct ex_ent *f = &d->ex[j];
+        const struct pent *top = e;
+        for (size_t j = i; j < p->nw; j++) {
+            const struct pent *f = &p->w[j];
             if (f->peer != e->peer)
                 continue;
-            if (ex_leads(d->ex, nex, j, false, true))
+            if (ent_leads(p->w, p->nw, j, false, true))
                 sum += f->a;
             if (f->a > top->a)
                 top = f;
         }
         if (sum > v->score[C_REMOTE]) {
-            v->score[C_REMOTE] = sum, v->wait = &d->w[top->idx];
-            v->cls[C_REMOTE] = d->w[top->idx].cls, v->detail[C_REMOTE] = top->norm_a;
+            v->score[C_REMOTE] = sum, v->wait = top->w, v->peer = top->peer;
+            v->cls[C_REMOTE] = top->cls, v->norm[C_REMOTE] = top->norm_a;
             v->wait_ex = top->a;
         }
     }
-    /* Task classes: run time (slow task) and queueing (imbalance). */
-    double queue_ex = 0, best_q = 0, queue_max_ex = 0;
-    bool have_step_rows = false;
-    for (size_t i = 0; i < d->nc; i++) {
-        const struct crow *c = &d->c[i];
-        if (c->rank != rank || c->step != step || c->count <= 0)
+    /* Releases: transfers and notifications of the step, one after another;
+     * the side-by-side sends of one transfer count once.  A transfer inside
+     * a task is part of its run time. */
+    double xfer = 0, notify = 0;
+    const struct pent *bx = NULL, *bn = NULL;
+    for (size_t i = 0; i < p->nr; i++) {
+        const struct pent *e = &p->r[i];
+        struct pcls *pc = find_cls(p, e->cls);
+        if (ent_leads(p->r, p->nr, i, false, false)) {
+            xfer += e->a;
+            if (pc && e->a > 0) {
+                pc->xfer_ex += e->a;
+                if (e->a > pc->xfer_max_ex)
+                    pc->xfer_max_ex = e->a;
+            }
+        }
+        if (!isnan(e->a) && pc)
+            pc->has_xfer = true;
+        if (!isnan(e->a) && (!bx || e->a > bx->a))
+            bx = e;
+    }
+    /* Task classes' run-time excess, less the waits and transfers inside
+     * their tasks. */
+    for (size_t i = 0; i < p->ncls; i++) {
+        struct pcls *pc = &p->cls[i];
+        pc->ex = pc->ex_max = 0;
+        if (pc->count <= 0 || isnan(pc->r_mean))
             continue;
-        have_step_rows = true;
-        bool fresh = true;
-        struct memo *mm = memo_get(d, memo_key(K_CLASS, rank, 0, c->cls), &fresh);
-        double norm_mean, norm_max, norm_q, norm_qmax;
-        if (fresh) {
-            size_t n = 0, m = 0, q = 0;
-            double *bmean = buf, *bmax = buf + d->nc, *bq = buf + 2 * d->nc;
-            double *bqmax = buf + 3 * d->nc;
-            for (size_t k = 0; k < d->nc; k++) {
-                const struct crow *o = &d->c[k];
-                if (o->rank != rank || o->cls != c->cls || o->count <= 0)
-                    continue;
-                bmean[n++] = o->run_sum / o->count;
-                bmax[m++] = o->run_max;
-                if (o->queue_count > 0)
-                    bqmax[q] = o->queue_max, bq[q++] = o->queue_sum / o->queue_count;
-            }
-            /* A class seen in fewer than half of the rank's steps (an
-             * expert chosen now and then, or steps the agent could not keep
-             * apart under load): its own median may be all faulted steps.
-             * Ranks run the same program: take the class's median over
-             * every rank, or its family's when it has one. */
-            int fam = c->cls < 256 ? d->family[c->cls] : -1;
-            if (2 * n < rank_steps(d, rank)) {
-                n = m = q = 0;
-                for (size_t k = 0; k < d->nc; k++) {
-                    const struct crow *o = &d->c[k];
-                    if (o->count <= 0 || o->step == 0)
-                        continue;
-                    if (fam >= 0 ? o->cls >= 256 || d->family[o->cls] != fam : o->cls != c->cls)
-                        continue;
-                    bmean[n++] = o->run_sum / o->count;
-                    bmax[m++] = o->run_max;
-                    if (o->queue_count > 0)
-                        bqmax[q] = o->queue_max, bq[q++] = o->queue_sum / o->queue_count;
-                }
-            }
-            norm_mean = median(bmean, n), norm_max = median(bmax, m), norm_q = median(bq, q);
-            norm_qmax = median(bqmax, q);
-            if (mm)
-                mm->v[0] = norm_mean, mm->v[1] = norm_max, mm->v[2] = norm_q, mm->v[3] = norm_qmax;
-        } else {
-            norm_mean = mm->v[0], norm_max = mm->v[1], norm_q = mm->v[2], norm_qmax = mm->v[3];
-        }
-        double ws = c->cls < 256 ? wait_sum[c->cls] : 0, wm = c->cls < 256 ? wait_max[c->cls] : 0;
-        double ex_total = (c->run_sum - c->count * norm_mean - ws) / nw;
-        double ex_max = c->run_max > 0 ? c->run_max - norm_max - wm : 0;
-        double ex = ex_total > ex_max ? ex_total : ex_max;
-        if (ex > v->score[C_SLOW_TASK]) {
-            v->score[C_SLOW_TASK] = ex, v->cls[C_SLOW_TASK] = c->cls;
-            v->detail[C_SLOW_TASK] = norm_mean;
-        }
-        if (c->queue_count > 0) {
-            double qe = (c->queue_sum - c->queue_count * norm_q) / nw;
-            double qm = c->queue_max > 0 ? c->queue_max - norm_qmax : 0;
-            if (qe > 0)
-                queue_ex += qe;
-            if (qm > queue_max_ex)
-                queue_max_ex = qm;
-            if ((qe > qm ? qe : qm) > best_q)
-                best_q = qe > qm ? qe : qm, v->cls[C_IMBALANCE] = c->cls;
+        pc->ex = pc->run - pc->count * pc->r_mean - pc->wait_ex - pc->xfer_ex;
+        if (pc->rmax > 0 && !isnan(pc->r_max) && pc->r_max > 0)
+            pc->ex_max = pc->rmax - pc->r_max - pc->wait_max_ex - pc->xfer_max_ex;
+    }
+    /* A release timed from its transfer's end (the task's end unknown) is
+     * late by whatever the task still ran after the transfer: a task late
+     * by x makes each of its releases late by x, which is the slow task's,
+     * not the notification's. */
+    for (size_t i = 0; i < p->nr; i++) {
+        struct pent *e = &p->r[i];
+        struct pcls *pc = e->no_end ? find_cls(p, e->cls) : NULL;
+        if (pc && !isnan(e->b) && pc->ex > 0 && pc->count > 0) {
+            double per = pc->ex / pc->count > pc->ex_max ? pc->ex / pc->count : pc->ex_max;
+            e->b = e->b > per ? e->b - per : (e->b > 0 ? 0 : e->b);
         }
     }
-    if (!have_step_rows)
-        score_epoch_classes(d, rank, step, nw, v, &queue_ex, &best_q, buf);
-    /* Imbalance needs both halves: tasks waiting in queues and workers with
-     * nothing to do.  The agent's queued_while_idle measures exactly that;
-     * without it, queueing excess is capped by idle excess. */
-    struct srow *sr = srow_at(d, rank, step);
-    bool have_qwi = false;
-    for (size_t i = 0; i < d->ns; i++)
-        if (d->s[i].rank == rank && d->s[i].qwi)
-            have_qwi = true;
-    if (sr && have_qwi) {
-        v->score[C_IMBALANCE] = (double)sr->qwi - rank_median(d, rank, f_qwi, buf);
-    } else if (sr && sr->has_workers) {
-        double idle_ex = (sr->idle - rank_median(d, rank, f_idle, buf)) / nw;
-        v->score[C_IMBALANCE] = queue_ex < idle_ex ? queue_ex : idle_ex;
-    } else {
-        /* Queueing alone: a task held in a queue (passed over, or behind
-         * one worker's backlog) while the step waits for it; one such task
-         * among many workers costs the step its own wait. */
-        v->score[C_IMBALANCE] = queue_ex > queue_max_ex ? queue_ex : queue_max_ex;
+    for (size_t i = 0; i < p->nr; i++) {
+        const struct pent *e = &p->r[i];
+        if (ent_leads(p->r, p->nr, i, true, false))
+            notify += e->b;
+        if (!isnan(e->b) && (!bn || e->b > bn->b))
+            bn = e;
     }
-    if (v->score[C_IMBALANCE] < 0)
-        v->score[C_IMBALANCE] = 0;
-    score_releases(d, rank, step, gen, v, buf);
+    if (bx && xfer > 0) {
+        v->score[C_TRANSFER] = xfer, v->cls[C_TRANSFER] = bx->cls, v->norm[C_TRANSFER] = bx->norm_a;
+        v->rel = bx->r;
+    }
+    if (bn && notify > 0) {
+        v->score[C_NOTIFY] = notify, v->cls[C_NOTIFY] = bn->cls, v->norm[C_NOTIFY] = bn->norm_b;
+        if (!v->rel || notify >= xfer)
+            v->rel = bn->r;
+    }
+    /* Task classes.  Run-time excess is a slow task; queueing excess is
+     * imbalance only where the run-time excess of the tasks ahead cannot
+     * explain it: W workers running n tasks each of a class late by x make
+     * the tasks behind them wait (n - 1) / 2 x on average, so a class's own
+     * run-time excess explains that much of its queueing. */
+    double q_sum = 0, q_best = 0, run_total = 0, run_top = 0, norm_total = 0, run_all = 0;
+    int64_t q_cls = -1;
+    uint32_t seen = 0, slower = 0;
+    const struct pcls *top = NULL;
+    for (size_t i = 0; i < p->ncls; i++) {
+        struct pcls *pc = &p->cls[i];
+        if (pc->count <= 0 || isnan(pc->r_mean))
+            continue;
+        double inside = pc->wait_ex + pc->xfer_ex;
+        double ex = pc->ex, ex_max = pc->ex_max;
+        double st = ex / W > ex_max ? ex / W : ex_max;
+        /* A communication task that runs long, with no transfer measured
+         * inside it and no remote wait (a reduce waits, it does not
+         * transfer), is a slow transfer. */
+        bool as_xfer = is_comm(d, pc->cls) && !d->xfer_cls[pc->cls & 255] &&
+                       !d->waiter_cls[pc->cls & 255];
+        int cause = as_xfer ? C_TRANSFER : C_SLOW_TASK;
+        if (st > v->score[cause]) {
+            v->score[cause] = st, v->cls[cause] = pc->cls, v->norm[cause] = pc->r_mean;
+            if (cause == C_TRANSFER)
+                v->rel = NULL;
+        }
+        if (!is_comm(d, pc->cls)) {
+            seen++;
+            run_all += pc->run - inside;
+            norm_total += pc->count * pc->r_mean;
+            if (ex > 0) {
+                run_total += ex;
+                if (ex > 0.1 * pc->count * pc->r_mean)
+                    slower++;
+                if (ex > run_top)
+                    run_top = ex, top = pc;
+            }
+        }
+        /* tasks one worker runs of the class in the step (an upper bound:
+         * the step's operators of the class add up) */
+        double waves = ceil(pc->count / W);
+        double behind = (ex > 0 ? ex : 0) * behind_factor(waves);
+        if (pc->qn > 0 && !isnan(pc->q_mean)) {
+            double qe = pc->q - pc->qn * pc->q_mean;
+            double qu = qe - behind;
+            double qm = 0;
+            /* the longest wait in a queue, less the longest tasks that can
+             * be ahead of it on its worker */
+            if (pc->qmax > 0 && !isnan(pc->q_max))
+                qm = pc->qmax - pc->q_max - (ex_max > 0 ? ex_max * (waves - 1) : 0);
+            if (qu > 0)
+                q_sum += qu;
+            double here = qu / W > qm ? qu / W : qm;
+            if (here > q_best)
+                q_best = here, q_cls = pc->cls;
+        }
+    }
+    double q_score = q_sum / W > q_best ? q_sum / W : q_best;
+    if (!isnan(p->qwi_ex))
+        q_score = p->qwi_ex; /* the agent measured it */
+    else if (!isnan(p->idle_ex) && p->idle_ex < q_score)
+        q_score = p->idle_ex; /* imbalance needs idle workers */
+    v->score[C_IMBALANCE] = q_score > 0 ? q_score : 0;
+    v->cls[C_IMBALANCE] = q_cls;
+    /* A rank slow in everything: run-time excess over most classes, none
+     * holding most of it, or every other class as much slower in
+     * proportion as the slowest. */
+    v->classes_seen = seen, v->classes_slower = slower;
+    v->top_share = run_total > 0 ? run_top / run_total : 0;
+    if (top && seen >= 3 && run_total > 0) {
+        double top_norm = top->count * top->r_mean;
+        double rest_ratio = norm_total - top_norm > 0
+                                ? (run_all - (top->run - top->wait_ex - top->xfer_ex)) /
+                                      (norm_total - top_norm)
+                                : 1;
+        double top_ratio = top_norm > 0 ? (top->run - top->wait_ex - top->xfer_ex) / top_norm : 1;
+        bool spread = (run_top <= SPREAD_TOP * run_total && slower >= 3) ||
+                      (rest_ratio >= 1.1 && rest_ratio - 1 >= 0.5 * (top_ratio - 1));
+        if (spread)
+            v->score[C_SLOW_RANK] = run_total / W;
+    }
+    /* evidence: the class behind the slow task, or the imbalance */
+    int64_t ec = v->score[C_SLOW_TASK] >= v->score[C_IMBALANCE] ? v->cls[C_SLOW_TASK] : q_cls;
+    struct pcls *pc = ec >= 0 ? find_cls(p, (uint32_t)ec) : NULL;
+    if (pc) {
+        double inside = pc->wait_ex + pc->xfer_ex;
+        v->ev_cls = ec, v->count = pc->count;
+        v->run_ex = isnan(pc->r_mean) ? 0 : pc->run - pc->count * pc->r_mean - inside;
+        v->run_max_ex = pc->rmax > 0 && pc->r_max > 0 ? pc->rmax - pc->r_max : 0;
+        v->queue_ex = pc->qn > 0 && !isnan(pc->q_mean) ? pc->q - pc->qn * pc->q_mean : 0;
+        double waves = ceil(pc->count / p->W);
+        v->queue_behind = (v->run_ex > 0 ? v->run_ex : 0) * behind_factor(waves);
+        if (v->queue_behind > v->queue_ex)
+            v->queue_behind = v->queue_ex > 0 ? v->queue_ex : 0;
+        v->queue_max_ex = pc->qmax > 0 && !isnan(pc->q_max) ? pc->qmax - pc->q_max : 0;
+    }
+}
+
+/* The decision: the largest cause, when it explains enough of `need` and
+ * no other comes close.  Returns the cause, or -1 (undecided) with *second
+ * the runner-up; *share the part of need the best explains. */
+struct decision {
+    int best, second;
+    double share, second_share;
+    bool close; /* undecided because the runner-up is too close */
+    bool weak;  /* undecided because nothing explains enough */
+};
+
+static struct decision decide(const struct diag *d, const struct verdict *v, double need)
+{
+    struct decision k = {.best = 0, .second = -1};
+    for (int c = 1; c < C_N; c++)
+        if (v->score[c] > v->score[k.best])
+            k.best = c;
+    for (int c = 0; c < C_N; c++)
+        if (c != k.best && v->score[c] > 0 && (k.second < 0 || v->score[c] > v->score[k.second]))
+            k.second = c;
+    /* slow_rank is the sum of the classes' excess: the largest class is
+     * part of it, not a rival */
+    if (k.best == C_SLOW_RANK && k.second == C_SLOW_TASK) {
+        k.second = -1;
+        for (int c = 0; c < C_N; c++)
+            if (c != C_SLOW_RANK && c != C_SLOW_TASK && v->score[c] > 0 &&
+                (k.second < 0 || v->score[c] > v->score[k.second]))
+                k.second = c;
+    }
+    double best = v->score[k.best], second = k.second >= 0 ? v->score[k.second] : 0;
+    need = need > 0 ? need : best;
+    k.share = need > 0 ? best / need : 0;
+    k.second_share = need > 0 ? second / need : 0;
+    double floor_ns = (double)d->o.min_excess_ns / 4;
+    double thresh = DIAG_SHARE * need > floor_ns ? DIAG_SHARE * need : floor_ns;
+    /* Slow tasks and queueing are scored per class by the longest one (or
+     * the excess spread over the workers): a lower bound when the class is
+     * late in several operators of the step (each layer's), so a class
+     * that stands well above every other cause is named with a smaller
+     * share of the delay. */
+    if (second * DIAG_DOMINANT <= best && DIAG_DOMINANT_SHARE * need < thresh)
+        thresh = DIAG_DOMINANT_SHARE * need > floor_ns ? DIAG_DOMINANT_SHARE * need : floor_ns;
+    if (best < thresh || best <= 0)
+        k.weak = true;
+    else if (second >= DIAG_CLOSE * best)
+        k.close = true;
+    return k;
 }
 
 /* ---- chains ----------------------------------------------------------------------------- */
@@ -976,12 +1503,15 @@ static void score_rank(struct diag *d, uint32_t rank, uint32_t step, uint64_t ge
 struct link {
     uint32_t rank;
     int cause; /* C_*, or -1 undecided */
-    double lateness;
+    double lateness, share, second_share;
+    int second; /* runner-up cause, -1 none */
     int64_t cls;
     uint64_t gen;
     uint32_t peer;
     double cov_ratio; /* -1 unknown */
     double norm;      /* the rank's usual value of what was late (0 unknown) */
+    bool has_verdict;
+    struct verdict v;
 };
 
 struct chain {
@@ -996,10 +1526,13 @@ static double aligned_lateness(struct diag *d, const struct wrow *w, double fall
     /* Releases of that generation on its producer, joined by comm-ids. */
     struct mks_release_rec rel[8];
     size_t n = 0;
-    for (size_t i = 0; i < d->nr && n < 8; i++)
-        if (d->r[i].gen == w->gen && d->r[i].rank != w->rank && d->r[i].t_rel)
-            rel[n++] = (struct mks_release_rec){.rank = d->r[i].rank, .task_class = d->r[i].cls,
-                                                .comm_gen = w->gen, .t_release = d->r[i].t_rel};
+    struct cell *pc = cell_at(d, w->peer, w->step);
+    for (uint32_t j = 0; pc && j < pc->nr && n < 8; j++) {
+        const struct rrow *r = &d->r[pc->r0 + j];
+        if (r->gen == w->gen && r->t_rel)
+            rel[n++] = (struct mks_release_rec){.rank = r->rank, .task_class = r->cls,
+                                                .comm_gen = w->gen, .t_release = r->t_rel};
+    }
     if (!n)
         return fallback;
     struct mks_wait_rec wr = {.rank = w->rank, .task_class = w->cls, .comm_gen = w->gen,
@@ -1014,47 +1547,52 @@ static double aligned_lateness(struct diag *d, const struct wrow *w, double fall
     return late;
 }
 
-static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double excess,
-                        struct chain *ch, double *buf)
+static void set_link(struct link *L, const struct verdict *v, const struct decision *k)
+{
+    L->has_verdict = true;
+    L->v = *v;
+    L->share = k->share;
+    L->second = k->second;
+    L->second_share = k->second_share;
+}
+
+static void undecided_reason(struct chain *ch, const struct link *L, const struct verdict *v,
+                             const struct decision *k, double need)
+{
+    if (k->close)
+        snprintf(ch->reason, sizeof(ch->reason),
+                 "rank %u: %s (%.0f us, %.0f%% of the delay) and %s (%.0f us, %.0f%%) are too"
+                 " close to tell apart",
+                 L->rank, cause_name[k->best], v->score[k->best] / 1e3, 100 * k->share,
+                 cause_name[k->second], v->score[k->second] / 1e3, 100 * k->second_share);
+    else
+        snprintf(ch->reason, sizeof(ch->reason),
+                 "rank %u: no observed cause explains %.0f us of delay (largest: %s, %.0f us)",
+                 L->rank, need / 1e3, cause_name[k->best], v->score[k->best] / 1e3);
+}
+
+static int build_chain(struct diag *d, uint32_t rank, uint32_t step, double excess,
+                       struct chain *ch, struct prof *p)
 {
     memset(ch, 0, sizeof(*ch));
     uint64_t gen = 0;
     double need = excess;
-    bool visited[4096] = {false};
+    bool visited[MAX_RANKS] = {false};
     while (ch->n < MAX_CHAIN) {
         struct link *L = &ch->l[ch->n++];
-        L->rank = rank, L->cls = -1, L->cause = -1, L->cov_ratio = -1;
-        struct srow *sr = srow_at(d, rank, step);
-        if (!sr) {
+        L->rank = rank, L->cls = -1, L->cause = -1, L->cov_ratio = -1, L->second = -1;
+        struct cell *c = cell_at(d, rank, step);
+        if (!c || !c->detail) {
             snprintf(ch->reason, sizeof(ch->reason),
                      "rank %u sent no step %u in its summaries: is its agent running?", rank, step);
             break;
         }
-        if (sr->elig > 0) {
-            L->cov_ratio = sr->ran / sr->elig;
-            ch->elig += sr->elig, ch->ran += sr->ran, ch->thr += sr->thr, ch->lost += sr->lost;
+        if (c->elig > 0) {
+            L->cov_ratio = c->ran / c->elig;
+            ch->elig += c->elig, ch->ran += c->ran, ch->thr += c->thr, ch->lost += c->lost;
         }
-        if (rank < 4096)
+        if (rank < MAX_RANKS)
             visited[rank] = true;
-        struct verdict v;
-        score_rank(d, rank, step, gen, visited, &v, buf);
-        int best = 0;
-        for (int c = 1; c < C_N; c++)
-            if (v.score[c] > v.score[best])
-                best = c;
-        double second = 0;
-        for (int c = 0; c < C_N; c++)
-            if (c != best && v.score[c] > second)
-                second = v.score[c];
-        double floor_ns = (double)d->o.min_excess_ns / 4;
-        double thresh = 0.2 * need > floor_ns ? 0.2 * need : floor_ns;
-        /* Slow tasks and queueing are scored per class by the longest one
-         * (or the excess spread over the workers): a lower bound when the
-         * class is late in several operators of the step (each layer's), so
-         * a class that stands well above every other cause is named with a
-         * smaller share of the delay. */
-        if (second * DIAG_DOMINANT <= v.score[best] && DIAG_DOMINANT_SHARE * need < thresh)
-            thresh = DIAG_DOMINANT_SHARE * need > floor_ns ? DIAG_DOMINANT_SHARE * need : floor_ns;
         if (L->cov_ratio >= 0 && L->cov_ratio < d->o.min_coverage) {
             snprintf(ch->reason, sizeof(ch->reason),
                      "coverage on rank %u in step %u is %.0f%% (below %.0f%%): lower the"
@@ -1062,23 +1600,25 @@ static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double exc
                      rank, step, 100 * L->cov_ratio, 100 * d->o.min_coverage);
             break;
         }
-        if (v.score[best] < thresh) {
-            snprintf(ch->reason, sizeof(ch->reason),
-                     "rank %u: no observed cause explains %.0f us of delay (largest: %s, %.0f us)",
-                     rank, need / 1e3, cause_name[best], v.score[best] / 1e3);
+        int rc = prof_cell(d, c, gen, visited, p);
+        if (rc)
+            return rc;
+        struct verdict v;
+        score_prof(d, p, &v);
+        struct decision k = decide(d, &v, need);
+        set_link(L, &v, &k);
+        if (k.weak || k.close) {
+            undecided_reason(ch, L, &v, &k, need);
+            L->lateness = v.score[k.best];
             break;
         }
-        /* A communication task that runs long is a slow transfer. */
-        if (best == C_SLOW_TASK && v.cls[best] >= 0 && v.cls[best] < 256 &&
-            d->comm_class[v.cls[best]])
-            best = C_TRANSFER, v.score[C_TRANSFER] = v.score[C_SLOW_TASK],
-            v.cls[C_TRANSFER] = v.cls[C_SLOW_TASK], v.detail[C_TRANSFER] = v.detail[C_SLOW_TASK];
+        int best = k.best;
         L->cause = best;
-        L->cls = v.cls[best];
+        L->cls = best == C_SLOW_RANK ? -1 : v.cls[best];
         L->lateness = v.score[best];
-        L->norm = v.detail[best];
+        L->norm = v.norm[best];
         if (best != C_REMOTE) {
-            if (v.rel) {
+            if (v.rel && (best == C_NOTIFY || best == C_TRANSFER)) {
                 L->gen = local_release(v.rel->gen) ? 0 : v.rel->gen;
                 L->peer = v.rel->consumer;
             }
@@ -1090,7 +1630,7 @@ static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double exc
         /* the longest wait's lateness on aligned clocks, plus the excess of
          * the peer's other waits in the step */
         L->lateness = aligned_lateness(d, w, v.wait_ex) + (v.score[best] - v.wait_ex);
-        if (w->peer >= 4096 || visited[w->peer]) {
+        if (w->peer >= MAX_RANKS || visited[w->peer]) {
             snprintf(ch->reason, sizeof(ch->reason),
                      "wait cycle: rank %u waits on rank %u, already in the chain", rank, w->peer);
             L->cause = -1;
@@ -1100,6 +1640,433 @@ static void build_chain(struct diag *d, uint32_t rank, uint32_t step, double exc
         need = v.score[best];
         rank = w->peer;
     }
+    return 0;
+}
+
+/* ---- stragglers: one rank its peers wait on, step after step ---------------------------- */
+
+struct segment {
+    uint32_t rank, first, last; /* steps first..last */
+    double blame;               /* median over the run: what its peers wait on it, a step */
+    double frac;                /* share of the run's steps with positive blame */
+    size_t n;                   /* steps with a blame */
+};
+
+struct blame {
+    uint32_t n_steps;
+    uint32_t *step;   /* [n_steps] distinct steps with waits, ascending */
+    double *in, *out; /* [n_steps * R]: peers' mean wait on r; r's mean wait on its peers */
+    uint32_t R;
+};
+
+static void blame_free(struct blame *b)
+{
+    free(b->step);
+    free(b->in);
+    free(b->out);
+    memset(b, 0, sizeof(*b));
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static size_t step_index(const struct blame *b, uint32_t step)
+{
+    uint32_t *p = bsearch(&step, b->step, b->n_steps, sizeof(*b->step), cmp_u32);
+    return p ? (size_t)(p - b->step) : SIZE_MAX;
+}
+
+/* Per step and rank: the mean over its peers of the time each waited on it
+ * (their waits summed over the step's transfers), and the mean over its
+ * peers of the time it waited on each. */
+static int build_blame(struct diag *d, struct blame *b)
+{
+    memset(b, 0, sizeof(*b));
+    uint32_t R = d->n_ranks;
+    if (R < 2 || R > 256 || !d->nw)
+        return 0;
+    uint32_t *steps = malloc(d->nw * sizeof(*steps));
+    if (!steps)
+        return -ENOMEM;
+    for (size_t i = 0; i < d->nw; i++)
+        steps[i] = d->w[i].step;
+    qsort(steps, d->nw, sizeof(*steps), cmp_u32);
+    size_t n = 0;
+    for (size_t i = 0; i < d->nw; i++)
+        if (!n || steps[n - 1] != steps[i])
+            steps[n++] = steps[i];
+    b->step = steps, b->n_steps = (uint32_t)n, b->R = R;
+    double *sum = calloc(n * R * R, sizeof(double));
+    b->in = calloc(n * R, sizeof(double));
+    b->out = calloc(n * R, sizeof(double));
+    if (!sum || !b->in || !b->out) {
+        free(sum);
+        blame_free(b);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < d->nw; i++) {
+        const struct wrow *w = &d->w[i];
+        if (w->rank >= R || w->peer >= R || w->peer == w->rank)
+            continue;
+        /* a step whose epochs are not all loaded has only some of its waits */
+        const struct cell *c = cell_at(d, w->rank, w->step);
+        if (c && !c->detail)
+            continue;
+        size_t k = step_index(b, w->step);
+        sum[(k * R + w->rank) * R + w->peer] += (double)(w->t_end - w->t_begin);
+    }
+    for (size_t k = 0; k < n; k++)
+        for (uint32_t r = 0; r < R; r++) {
+            double in = 0, out = 0;
+            uint32_t nin = 0, nout = 0;
+            for (uint32_t q = 0; q < R; q++) {
+                if (q == r)
+                    continue;
+                double a = sum[(k * R + q) * R + r], o = sum[(k * R + r) * R + q];
+                /* a peer that reported no waits this step is not counted */
+                bool q_any = false, r_any = false;
+                for (uint32_t x = 0; x < R && !(q_any && r_any); x++) {
+                    q_any |= sum[(k * R + q) * R + x] > 0;
+                    r_any |= sum[(k * R + r) * R + x] > 0;
+                }
+                if (q_any)
+                    in += a, nin++;
+                if (r_any)
+                    out += o, nout++;
+            }
+            b->in[k * R + r] = nin && nout ? in / nin : NAN;
+            b->out[k * R + r] = nin && nout ? out / nout : NAN;
+        }
+    free(sum);
+    return 0;
+}
+
+static double blame_at(const struct blame *b, size_t k, uint32_t r)
+{
+    double in = b->in[k * b->R + r], out = b->out[k * b->R + r];
+    return isnan(in) || isnan(out) ? NAN : in - out;
+}
+
+/* Runs of steps where one rank's blame stays above tau: the rolling median
+ * over SEG_WIN steps at or above tau, for SEG_MIN steps or more, its median
+ * blame above tau and positive in SEG_FRAC of the steps. */
+static int find_segments(struct diag *d, const struct blame *b, double tau, struct segment **out,
+                         size_t *n_out)
+{
+    *out = NULL, *n_out = 0;
+    size_t cap = 0, n = b->n_steps;
+    if (n < SEG_MIN)
+        return 0;
+    double *z = malloc(n * sizeof(double)), *win = malloc(SEG_WIN * sizeof(double));
+    bool *hi = calloc(n, sizeof(bool));
+    if (!z || !win || !hi) {
+        free(z), free(win), free(hi);
+        return -ENOMEM;
+    }
+    for (uint32_t r = 0; r < b->R; r++) {
+        for (size_t k = 0; k < n; k++)
+            z[k] = blame_at(b, k, r);
+        for (size_t k = 0; k < n; k++) {
+            size_t lo = k >= SEG_WIN / 2 ? k - SEG_WIN / 2 : 0;
+            size_t up = k + SEG_WIN / 2 + 1 < n ? k + SEG_WIN / 2 + 1 : n;
+            size_t m = 0;
+            for (size_t x = lo; x < up; x++)
+                if (!isnan(z[x]))
+                    win[m++] = z[x];
+            /* at the run's ends the window is short: ask for most of it */
+            hi[k] = m >= (SEG_WIN + 1) / 2 && median(win, m) >= tau;
+        }
+        /* runs of hi, their edges taken out to the neighbours above tau (a
+         * step function's rolling median turns at its edge, a ramp's a
+         * little inside), runs less than two windows apart joined: a
+         * straggler near the noise dips now and then */
+        size_t k = 0, ra = 0, re = 0;
+        bool open = false;
+        while (k <= n) {
+            bool at_end = k == n;
+            if (!at_end && !hi[k]) {
+                k++;
+                continue;
+            }
+            size_t a = k, e = k;
+            if (!at_end) {
+                while (e + 1 < n && hi[e + 1])
+                    e++;
+                while (a > 0 && !isnan(z[a - 1]) && z[a - 1] >= tau)
+                    a--;
+                while (e + 1 < n && !isnan(z[e + 1]) && z[e + 1] >= tau)
+                    e++;
+                k = e + 1;
+            }
+            if (open && !at_end && a <= re + 2 * SEG_WIN) {
+                re = e; /* join */
+                continue;
+            }
+            if (open) {
+                /* validate the run ra..re */
+                size_t m = 0, pos = 0;
+                double *v = scratch(d, re - ra + 1);
+                if (!v)
+                    goto oom;
+                for (size_t x = ra; x <= re; x++)
+                    if (!isnan(z[x])) {
+                        v[m++] = z[x];
+                        pos += z[x] > 0;
+                    }
+                double med = m ? median(v, m) : 0, frac = m ? (double)pos / (double)m : 0;
+                if (m >= SEG_MIN && b->step[re] - b->step[ra] + 1 >= SEG_MIN &&
+                    med >= tau * (1 + SEG_SHORT / (double)m) && frac >= SEG_FRAC) {
+                    if (*n_out == cap) {
+                        size_t nc = cap ? 2 * cap : 8;
+                        struct segment *ns = realloc(*out, nc * sizeof(*ns));
+                        if (!ns)
+                            goto oom;
+                        *out = ns, cap = nc;
+                    }
+                    (*out)[(*n_out)++] = (struct segment){.rank = r, .first = b->step[ra],
+                                                          .last = b->step[re], .blame = med,
+                                                          .frac = frac, .n = m};
+                }
+            }
+            if (at_end)
+                break;
+            open = true, ra = a, re = e;
+        }
+    }
+    free(z), free(win), free(hi);
+    return 0;
+oom:
+    free(z), free(win), free(hi);
+    return -ENOMEM;
+}
+
+/* Class key across ranks: an expert's family (each rank owns its own). */
+static uint32_t xclass(const struct diag *d, uint32_t cls)
+{
+    int fam = cls < 256 ? d->family[cls] : -1;
+    return fam >= 0 ? (uint32_t)fam : cls;
+}
+
+/* The first cell of `rank` at or after `step`. */
+static size_t cell_from(const struct diag *d, uint32_t rank, uint32_t step)
+{
+    struct cell key = {.rank = rank, .step = step};
+    size_t lo = 0, hi = d->ns;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cmp_cell(&d->s[mid], &key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* A straggler's profile uses at most this many steps of its run, evenly
+ * spread: medians over them are as good as over all. */
+#define SEG_PROFILE_STEPS 512
+#define SEG_MAX_KEYS 256
+
+/* The straggler's profile over the steps of a segment against its peers:
+ * per class (experts by family) its run, count, longest task and queueing,
+ * and per release place its transfer and notification: its median over the
+ * steps, against the median over the steps of its peers' median.  Values of
+ * one rank, key and step add up (a family's members); releases of one place
+ * (the sends to each peer) count by their largest.  A class's peers are
+ * compared per task: their counts differ from rank to rank. */
+static int prof_segment(struct diag *d, const struct segment *sg, struct prof *p)
+{
+    const uint32_t R = d->n_ranks;
+    prof_reset(p, sg->rank, workers_of(d, sg->rank));
+    p->peers = true;
+    uint32_t span = sg->last - sg->first + 1;
+    uint32_t stride = span > SEG_PROFILE_STEPS ? (span + SEG_PROFILE_STEPS - 1) / SEG_PROFILE_STEPS
+                                               : 1;
+    size_t max_steps = span / stride + 2;
+    uint64_t keys[SEG_MAX_KEYS];
+    double *kv[SEG_MAX_KEYS] = {0}; /* per key: per step me[5], peers[5] */
+    size_t kn[SEG_MAX_KEYS] = {0}, nk = 0;
+    bool noend[SEG_MAX_KEYS] = {0};
+    double *acc = calloc((size_t)R * SEG_MAX_KEYS * 5, sizeof(double));
+    bool *set = calloc((size_t)R * SEG_MAX_KEYS, sizeof(bool));
+    double *tmp = malloc((R + 1) * sizeof(double));
+    double *med = malloc((max_steps + 1) * sizeof(double));
+    int rc = -ENOMEM;
+    if (!acc || !set || !tmp || !med)
+        goto out;
+    for (uint32_t s = sg->first; s <= sg->last; s += stride) {
+        memset(set, 0, (size_t)R * SEG_MAX_KEYS * sizeof(bool));
+        for (uint32_t r = 0; r < R; r++) {
+            const struct cell *ce = cell_at(d, r, s);
+            if (!ce || !ce->detail || ce->coarse)
+                continue;
+            for (uint32_t j = 0; j < ce->nc + ce->nr; j++) {
+                bool is_cls = j < ce->nc;
+                const struct crow *cr = is_cls ? &d->c[ce->c0 + j] : NULL;
+                const struct rrow *rr = is_cls ? NULL : &d->r[ce->r0 + j - ce->nc];
+                uint64_t key = is_cls ? nkey(K_CLASS, 0, 0, xclass(d, cr->cls), 0)
+                                      : nkey(K_RELEASE, 0, 0, rr->cls, op_key(rr->gen));
+                size_t k;
+                for (k = 0; k < nk && keys[k] != key; k++)
+                    ;
+                if (k == nk) {
+                    if (nk == SEG_MAX_KEYS)
+                        continue;
+                    keys[nk++] = key;
+                }
+                double *a = &acc[((size_t)r * SEG_MAX_KEYS + k) * 5];
+                bool *st = &set[(size_t)r * SEG_MAX_KEYS + k];
+                if (is_cls) {
+                    if (!*st)
+                        memset(a, 0, 5 * sizeof(double));
+                    a[0] += cr->count, a[1] += cr->run, a[2] = MAXU(a[2], cr->rmax);
+                    a[3] += cr->q, a[4] += cr->qn;
+                } else {
+                    double v[2] = {xfer_time(rr), notify_gap(rr)};
+                    noend[k] |= !rr->t_end;
+                    if (!*st)
+                        a[0] = a[1] = NAN;
+                    for (int f = 0; f < 2; f++)
+                        if (!isnan(v[f]) && (isnan(a[f]) || v[f] > a[f]))
+                            a[f] = v[f];
+                }
+                *st = true;
+            }
+        }
+        for (size_t k = 0; k < nk; k++) {
+            if (!set[(size_t)sg->rank * SEG_MAX_KEYS + k])
+                continue;
+            const bool is_cls = keys[k] >> 59 == K_CLASS;
+            const double *me = &acc[((size_t)sg->rank * SEG_MAX_KEYS + k) * 5];
+            double row[10];
+            size_t peers = 0;
+            for (int f = 0; f < 5; f++) {
+                size_t q = 0;
+                for (uint32_t r = 0; r < R; r++) {
+                    if (r == sg->rank || !set[(size_t)r * SEG_MAX_KEYS + k])
+                        continue;
+                    const double *a = &acc[((size_t)r * SEG_MAX_KEYS + k) * 5];
+                    double val = is_cls ? NAN : (f < 2 ? a[f] : NAN);
+                    if (is_cls && f == 0)
+                        val = a[0];
+                    if (is_cls && f == 1)
+                        val = a[0] > 0 ? a[1] / a[0] : NAN; /* per task */
+                    if (is_cls && f == 2)
+                        val = a[2] > 0 ? a[2] : NAN;
+                    if (is_cls && f == 3)
+                        val = a[4] > 0 ? a[3] / a[4] : NAN; /* per task */
+                    if (!isnan(val))
+                        tmp[q++] = val;
+                }
+                if (f == 0)
+                    peers = q;
+                row[5 + f] = q ? median(tmp, q) : NAN;
+                row[f] = is_cls || f < 2 ? me[f] : NAN;
+            }
+            if (!peers && is_cls)
+                continue;
+            if (!kv[k] && !(kv[k] = malloc(max_steps * 10 * sizeof(double))))
+                goto out;
+            if (kn[k] < max_steps)
+                memcpy(&kv[k][kn[k]++ * 10], row, sizeof(row));
+        }
+    }
+    for (size_t k = 0; k < nk; k++) {
+        if (!kn[k])
+            continue;
+        double mm[10];
+        for (int f = 0; f < 10; f++) {
+            size_t q = 0;
+            for (size_t i = 0; i < kn[k]; i++)
+                if (!isnan(kv[k][i * 10 + f]))
+                    med[q++] = kv[k][i * 10 + f];
+            mm[f] = q ? median(med, q) : NAN;
+        }
+        if (keys[k] >> 59 == K_CLASS) {
+            if (!(mm[0] > 0))
+                continue;
+            struct pcls *pc = prof_cls(p);
+            if (!pc)
+                goto out;
+            pc->cls = (uint32_t)(keys[k] >> 19 & 0xffff);
+            pc->count = mm[0], pc->run = mm[1], pc->rmax = mm[2], pc->q = mm[3], pc->qn = mm[4];
+            pc->r_mean = mm[6], pc->r_max = mm[7], pc->q_mean = mm[8];
+        } else {
+            struct pent *e = prof_ent(&p->r, &p->nr, &p->cap_r);
+            if (!e)
+                goto out;
+            e->cls = (uint32_t)(keys[k] >> 19 & 0xffff);
+            e->op = (uint32_t)(keys[k] & 0x7ffff);
+            e->peer = UINT32_MAX;
+            e->no_end = noend[k];
+            e->norm_a = mm[5], e->norm_b = mm[6];
+            e->a = isnan(mm[0]) || isnan(mm[5]) ? NAN : mm[0] - mm[5];
+            e->b = isnan(mm[1]) || isnan(mm[6]) ? NAN : mm[1] - mm[6];
+        }
+    }
+    rc = 0;
+out:
+    for (size_t k = 0; k < nk; k++)
+        free(kv[k]);
+    free(acc), free(set), free(tmp), free(med);
+    return rc;
+}
+
+/* The member of a class family (an expert) behind the straggler's excess:
+ * the one whose tasks ran longest over the family's usual per-task time. */
+static int64_t family_member(const struct diag *d, const struct segment *sg, uint32_t fam)
+{
+    const struct norm *fn = norm_get(d, nkey(K_FAMILY, 0, 0, fam, 0));
+    double norm = fn && !isnan(fn->v[0]) ? fn->v[0] : 0;
+    double ex[256] = {0};
+    for (size_t k = cell_from(d, sg->rank, sg->first);
+         k < d->ns && d->s[k].rank == sg->rank && d->s[k].step <= sg->last; k++) {
+        const struct cell *c = &d->s[k];
+        for (uint32_t j = 0; j < c->nc; j++) {
+            const struct crow *r = &d->c[c->c0 + j];
+            if (r->cls < 256 && xclass(d, r->cls) == fam)
+                ex[r->cls] += r->run - r->count * norm;
+        }
+    }
+    int64_t who = fam;
+    for (int c = 0; c < 256; c++)
+        if (ex[c] > ex[who])
+            who = c;
+    return who;
+}
+
+/* How long rank q waited on rank p in each step of the segment beyond how
+ * long p waited on q: the straggler's cost to q; its median over steps. */
+static double pair_excess(struct diag *d, const struct segment *sg, uint32_t q)
+{
+    size_t n = sg->last - sg->first + 1;
+    double *qp = calloc(2 * n, sizeof(double));
+    if (!qp)
+        return 0;
+    double *pq = qp + n;
+    for (int side = 0; side < 2; side++) {
+        uint32_t who = side ? sg->rank : q, on = side ? q : sg->rank;
+        for (size_t k = cell_from(d, who, sg->first);
+             k < d->ns && d->s[k].rank == who && d->s[k].step <= sg->last; k++) {
+            const struct cell *c = &d->s[k];
+            for (uint32_t j = 0; j < c->nw; j++) {
+                const struct wrow *w = &d->w[c->w0 + j];
+                if (w->peer == on)
+                    (side ? pq : qp)[c->step - sg->first] += (double)(w->t_end - w->t_begin);
+            }
+        }
+    }
+    double *v = scratch(d, n);
+    size_t m = 0;
+    for (size_t i = 0; v && i < n; i++)
+        if (qp[i] > 0 || pq[i] > 0)
+            v[m++] = qp[i] - pq[i];
+    double med = v && m ? median(v, m) : 0;
+    free(qp);
+    return med;
 }
 
 /* ---- output ------------------------------------------------------------------------------- */
@@ -1136,9 +2103,6 @@ static const char *chain_cause(const struct chain *ch)
     return cause_name[root->cause];
 }
 
-/* Steps belong to one group when their chains end at the same root: same
- * cause, rank and task class.  The paths that led there (which rank saw the
- * stall first) vary from step to step and are shown for the worst step. */
 static bool same_root(const struct chain *a, const struct chain *b)
 {
     const struct link *x = &a->l[a->n - 1], *y = &b->l[b->n - 1];
@@ -1161,6 +2125,8 @@ static json_t *chain_json(struct diag *d, const struct chain *ch)
             json_object_set_new(o, "comm_gen", gen_json(L->gen));
             json_object_set_new(o, "comm", comm_text(L->gen));
         }
+        if (L->has_verdict)
+            json_object_set_new(o, "share", json_real(round(1000 * fmin(1, L->share)) / 1000));
         json_object_set_new(o, "coverage",
                             L->cov_ratio >= 0 ? json_real(L->cov_ratio) : json_null());
         json_array_append_new(chain, o);
@@ -1168,11 +2134,125 @@ static json_t *chain_json(struct diag *d, const struct chain *ch)
     return chain;
 }
 
+static void fmt_ns(char *buf, size_t len, double ns)
+{
+    double a = fabs(ns);
+    if (a >= 1e9)
+        snprintf(buf, len, "%.2f s", ns / 1e9);
+    else if (a >= 1e6)
+        snprintf(buf, len, "%.2f ms", ns / 1e6);
+    else if (a >= 1e3)
+        snprintf(buf, len, "%.1f us", ns / 1e3);
+    else
+        snprintf(buf, len, "%.0f ns", ns);
+}
+
+/* What the root's cause rests on, for people (text) and tools (the rest):
+ * every cause's score, and for a task class its run-time against its
+ * queueing excess (what queued behind what). */
+static json_t *evidence_json(struct diag *d, const struct link *L, bool peers)
+{
+    if (!L->has_verdict)
+        return json_null();
+    const struct verdict *v = &L->v;
+    json_t *ev = json_object(), *sc = json_object();
+    for (int c = 0; c < C_N; c++)
+        json_object_set_new(sc, cause_name[c],
+                            json_integer((json_int_t)(v->score[c] > 0 ? v->score[c] : 0)));
+    json_object_set_new(ev, "reference",
+                        json_string(peers ? "the rank's peers in the same steps"
+                                          : "the rank's own other steps"));
+    json_object_set_new(ev, "scores_ns", sc);
+    char text[512], a[32], b[32], c2[32];
+    size_t off = 0;
+    text[0] = 0;
+    if (v->ev_cls >= 0) {
+        char name[128];
+        mks_store_class_name(d->st, d->job, L->rank, (uint32_t)v->ev_cls, name, sizeof(name));
+        json_object_set_new(
+            ev, "class",
+            json_pack("{s:s, s:f, s:I, s:I, s:I, s:I, s:I}", "task_class", name, "tasks",
+                      v->count, "run_excess_ns", (json_int_t)v->run_ex, "longest_run_excess_ns",
+                      (json_int_t)v->run_max_ex, "queue_excess_ns", (json_int_t)v->queue_ex,
+                      "queued_behind_slow_ns", (json_int_t)v->queue_behind,
+                      "longest_queue_excess_ns", (json_int_t)v->queue_max_ex));
+        fmt_ns(a, sizeof(a), v->run_ex);
+        fmt_ns(b, sizeof(b), v->queue_ex);
+        fmt_ns(c2, sizeof(c2), v->queue_behind);
+        off += (size_t)snprintf(text + off, sizeof(text) - off,
+                                "%s: run time %s%s over %.0f tasks, queueing %s%s (%s of it"
+                                " behind slower tasks ahead)",
+                                name, v->run_ex >= 0 ? "+" : "", a, v->count,
+                                v->queue_ex >= 0 ? "+" : "", b, c2);
+    }
+    if (!isnan(v->idle_ex)) {
+        json_object_set_new(ev, "idle_excess_ns", json_integer((json_int_t)v->idle_ex));
+        fmt_ns(a, sizeof(a), v->idle_ex);
+        if (off < sizeof(text))
+            off += (size_t)snprintf(text + off, sizeof(text) - off, "%sworkers idle %s%s",
+                                    off ? "; " : "", v->idle_ex >= 0 ? "+" : "", a);
+    }
+    json_object_set_new(ev, "classes_slower", json_integer(v->classes_slower));
+    json_object_set_new(ev, "classes_seen", json_integer(v->classes_seen));
+    json_object_set_new(ev, "top_class_share", json_real(round(1000 * v->top_share) / 1000));
+    if (L->cause == C_SLOW_RANK && off < sizeof(text))
+        off += (size_t)snprintf(text + off, sizeof(text) - off,
+                                "%s%u of %u task classes ran longer, the largest holding %.0f%% of"
+                                " the excess",
+                                off ? "; " : "", v->classes_slower, v->classes_seen,
+                                100 * v->top_share);
+    if (L->cause == C_REMOTE && off < sizeof(text)) {
+        fmt_ns(a, sizeof(a), v->score[C_REMOTE]);
+        off += (size_t)snprintf(text + off, sizeof(text) - off, "%swaited %s more on rank %u",
+                                off ? "; " : "", a, v->peer);
+    }
+    if ((L->cause == C_NOTIFY || L->cause == C_TRANSFER) && off < sizeof(text)) {
+        fmt_ns(a, sizeof(a), v->score[L->cause]);
+        off += (size_t)snprintf(text + off, sizeof(text) - off, "%s%s %s later than usual",
+                                off ? "; " : "",
+                                L->cause == C_NOTIFY ? "releases came" : "transfers ended", a);
+    }
+    json_object_set_new(ev, "text", json_string(text));
+    return ev;
+}
+
+/* The shared fields of a group: cause, share, runner-up, evidence. */
+static void verdict_fields(struct diag *d, json_t *g, const struct link *root, bool peers)
+{
+    json_object_set_new(g, "share", root->has_verdict
+                                        ? json_real(round(1000 * fmin(1, root->share)) / 1000)
+                                        : json_null());
+    if (root->has_verdict && root->second >= 0)
+        json_object_set_new(g, "runner_up",
+                            json_pack("{s:s, s:f}", "cause", cause_name[root->second], "share",
+                                      round(1000 * fmin(1, root->second_share)) / 1000));
+    else
+        json_object_set_new(g, "runner_up", json_null());
+    if (root->cause < 0 && root->has_verdict) {
+        json_t *cand = json_array();
+        int best = 0;
+        for (int c = 1; c < C_N; c++)
+            if (root->v.score[c] > root->v.score[best])
+                best = c;
+        if (root->v.score[best] > 0)
+            json_array_append_new(cand, json_string(cause_name[best]));
+        if (root->second >= 0 && root->second != best)
+            json_array_append_new(cand, json_string(cause_name[root->second]));
+        json_object_set_new(g, "candidates", cand);
+    }
+    json_object_set_new(g, "evidence", evidence_json(d, root, peers));
+}
+
 /* The other ranks of step `step` that a remote stall ties to the same root:
  * in an all-reduce every rank waits on the slow one, and the chain shown
  * starts at the slowest rank only (often the root itself). */
-static json_t *stalled_json(struct diag *d, const struct chain *ch, uint32_t step, double med,
-                            double *buf, struct chain *first)
+/* The other ranks that a remote stall ties to the same root rank in the
+ * group's steps (the worst first): in an all-reduce every rank waits on the
+ * slow one, and the chain shown starts at the slowest rank only (often the
+ * root itself).  first gets the first such chain that reaches the root's
+ * cause. */
+static json_t *stalled_json(struct diag *d, const struct chain *ch, const uint32_t *steps,
+                            size_t n_steps, double med, struct chain *first, struct prof *p)
 {
     first->n = 0;
     json_t *arr = json_array();
@@ -1183,40 +2263,38 @@ static json_t *stalled_json(struct diag *d, const struct chain *ch, uint32_t ste
     for (uint32_t r = 0; r < d->n_ranks; r++) {
         if (r == root->rank || r == ch->l[0].rank)
             continue;
-        struct srow *sr = srow_at(d, r, step);
-        if (!sr)
-            continue;
-        double ex = step_dur(sr) - med;
-        build_chain(d, r, step, ex > 0 ? ex : step_dur(sr), o, buf);
-        const struct link *ro = &o->l[o->n - 1];
-        if (o->n < 2 || o->l[0].cause != C_REMOTE || ro->rank != root->rank ||
-            ro->cause != root->cause)
-            continue;
-        json_array_append_new(arr, json_pack("{s:I, s:o}", "rank", (json_int_t)r, "chain",
-                                             chain_json(d, o)));
-        if (!first->n)
-            *first = *o;
+        for (size_t i = 0; i < n_steps && i < 5; i++) {
+            struct cell *c = cell_at(d, r, steps[i]);
+            if (!c)
+                continue;
+            double ex = step_dur(c) - med;
+            if (build_chain(d, r, steps[i], ex > 0 ? ex : step_dur(c), o, p))
+                continue;
+            const struct link *ro = &o->l[o->n - 1];
+            if (o->n < 2 || o->l[0].cause != C_REMOTE || ro->rank != root->rank)
+                continue;
+            json_array_append_new(arr, json_pack("{s:I, s:o}", "rank", (json_int_t)r, "chain",
+                                                 chain_json(d, o)));
+            if (!first->n && ro->cause == root->cause)
+                *first = *o;
+            break;
+        }
     }
     free(o);
     return arr;
 }
 
-static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank, uint32_t step,
-                          json_t *steps, double worst, double med, double *buf)
+static json_t *coverage_json(const struct chain *ch)
 {
-    json_t *stalled = NULL;
-    struct chain *first = NULL;
-    if (ch->l[ch->n - 1].cause >= 0 && (first = malloc(sizeof(*first)))) {
-        stalled = stalled_json(d, ch, step, med, buf, first);
-        /* The slowest rank was the root itself: show the story from a
-         * rank that waited on it (remote stall, then the root's cause). */
-        if (ch->n == 1 && first->n > 1) {
-            ch = first;
-            rank = first->l[0].rank;
-        }
-    }
+    return json_pack("{s:o, s:I, s:I, s:I, s:I}", "ratio",
+                     ch->elig > 0 ? json_real(ch->ran / ch->elig) : json_null(), "eligible",
+                     (json_int_t)ch->elig, "ran", (json_int_t)ch->ran, "throttled",
+                     (json_int_t)ch->thr, "lost", (json_int_t)ch->lost);
+}
+
+static json_t *root_json(struct diag *d, const struct chain *ch)
+{
     const struct link *root = &ch->l[ch->n - 1];
-    json_t *chain = chain_json(d, ch);
     /* The generation that leads to the root: the last remote link's. */
     uint64_t gen = root->gen;
     if (ch->n > 1 && ch->l[ch->n - 2].cause == C_REMOTE)
@@ -1225,20 +2303,151 @@ static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank,
     json_object_set_new(rootj, "task_class", class_json(d, root->rank, root->cls));
     json_object_set_new(rootj, "comm_gen", gen_json(gen));
     json_object_set_new(rootj, "comm", comm_text(gen));
-    json_t *cov = json_pack("{s:o, s:I, s:I, s:I, s:I}", "ratio",
-                            ch->elig > 0 ? json_real(ch->ran / ch->elig) : json_null(), "eligible",
-                            (json_int_t)ch->elig, "ran", (json_int_t)ch->ran, "throttled",
-                            (json_int_t)ch->thr, "lost", (json_int_t)ch->lost);
+    return rootj;
+}
+
+static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank,
+                          const uint32_t *gsteps, size_t n_gsteps, json_t *steps, double worst,
+                          double med, struct prof *p)
+{
+    json_t *stalled = NULL;
+    struct chain *first = NULL;
+    if (ch->l[ch->n - 1].cause >= 0 && (first = malloc(sizeof(*first)))) {
+        stalled = stalled_json(d, ch, gsteps, n_gsteps, med, first, p);
+        /* The slowest rank was the root itself: show the story from a
+         * rank that waited on it (remote stall, then the root's cause). */
+        if (ch->n == 1 && first->n > 1) {
+            ch = first;
+            rank = first->l[0].rank;
+        }
+    }
+    const struct link *root = &ch->l[ch->n - 1];
     json_t *g = json_pack("{s:s, s:o, s:o, s:o, s:I, s:o, s:I, s:I, s:I}", "cause",
-                          chain_cause(ch), "root", rootj, "chain", chain, "coverage", cov, "rank",
-                          (json_int_t)rank, "steps", steps, "step_ns", (json_int_t)worst,
-                          "median_step_ns", (json_int_t)med, "excess_ns",
-                          (json_int_t)(worst - med));
+                          chain_cause(ch), "root", root_json(d, ch), "chain", chain_json(d, ch),
+                          "coverage", coverage_json(ch), "rank", (json_int_t)rank, "steps", steps,
+                          "step_ns", (json_int_t)worst, "median_step_ns", (json_int_t)med,
+                          "excess_ns", (json_int_t)(worst - med));
+    json_object_set_new(g, "straggler", json_false());
+    verdict_fields(d, g, root, false);
     json_object_set_new(g, "reason", *ch->reason ? json_string(ch->reason) : json_null());
     if (stalled)
         json_object_set_new(g, "stalled", stalled);
     free(first);
     return g;
+}
+
+/* A straggler's group: the rank, its cause against its peers, the peers
+ * that waited on it (each with its remote stall), since when. */
+static json_t *segment_json(struct diag *d, const struct segment *sg, json_t *steps, double step_ns, double med, struct prof *p,
+                            const char **cause_out, bool *weak_out)
+{
+    struct chain *ch = calloc(1, sizeof(*ch));
+    if (!ch)
+        return NULL;
+    int rc = prof_segment(d, sg, p);
+    struct verdict v;
+    score_prof(d, p, &v);
+    /* a straggler waits on nobody: only its own causes compete */
+    v.score[C_REMOTE] = 0;
+    struct decision k = decide(d, &v, sg->blame);
+    /* the peers that waited on it, the one that waited most first in the chain */
+    uint32_t who = UINT32_MAX;
+    double most = 0;
+    json_t *stalled = json_array();
+    for (uint32_t q = 0; q < d->n_ranks; q++) {
+        if (q == sg->rank)
+            continue;
+        double ex = pair_excess(d, sg, q);
+        if (ex < 0.5 * sg->blame)
+            continue;
+        json_t *sc = json_array();
+        json_array_append_new(sc, json_pack("{s:I, s:s, s:I, s:I}", "rank", (json_int_t)q, "cause",
+                                            "remote_stall", "lateness_ns", (json_int_t)ex, "peer",
+                                            (json_int_t)sg->rank));
+        json_array_append_new(stalled, json_pack("{s:I, s:o}", "rank", (json_int_t)q, "chain", sc));
+        if (ex > most)
+            most = ex, who = q;
+    }
+    ch->n = 0;
+    if (who != UINT32_MAX) {
+        struct link *L = &ch->l[ch->n++];
+        *L = (struct link){.rank = who, .cause = C_REMOTE, .lateness = most, .cls = -1,
+                           .peer = sg->rank, .cov_ratio = -1, .second = -1};
+    }
+    struct link *R = &ch->l[ch->n++];
+    *R = (struct link){.rank = sg->rank, .cause = -1, .cls = -1, .cov_ratio = -1, .second = -1};
+    set_link(R, &v, &k);
+    for (size_t k2 = cell_from(d, sg->rank, sg->first);
+         k2 < d->ns && d->s[k2].rank == sg->rank && d->s[k2].step <= sg->last; k2++) {
+        const struct cell *c = &d->s[k2];
+        if (c->elig > 0)
+            ch->elig += c->elig, ch->ran += c->ran, ch->thr += c->thr, ch->lost += c->lost;
+    }
+    if (ch->elig > 0)
+        R->cov_ratio = ch->ran / ch->elig;
+    if (rc || k.weak || k.close) {
+        undecided_reason(ch, R, &v, &k, sg->blame);
+        R->lateness = v.score[k.best];
+    } else {
+        R->cause = k.best;
+        R->cls = k.best == C_SLOW_RANK ? -1 : v.cls[k.best];
+        if (R->cls >= 0 && R->cls < 256 && d->family[R->cls] == R->cls)
+            R->cls = family_member(d, sg, (uint32_t)R->cls);
+        R->lateness = v.score[k.best];
+        R->norm = v.norm[k.best];
+    }
+    if (ch->elig > 0 && ch->ran / ch->elig < d->o.min_coverage) {
+        snprintf(ch->reason, sizeof(ch->reason),
+                 "coverage on rank %u in steps %u-%u is %.0f%% (below %.0f%%): lower the"
+                 " sampling or raise the budget",
+                 sg->rank, sg->first, sg->last, 100 * ch->ran / ch->elig, 100 * d->o.min_coverage);
+        R->cause = -1;
+    }
+    json_t *g = json_pack("{s:s, s:o, s:o, s:o, s:I, s:o, s:I, s:I, s:I}", "cause",
+                          chain_cause(ch), "root", root_json(d, ch), "chain", chain_json(d, ch),
+                          "coverage", coverage_json(ch), "rank",
+                          (json_int_t)(who != UINT32_MAX ? who : sg->rank), "steps", steps,
+                          "step_ns", (json_int_t)step_ns, "median_step_ns", (json_int_t)med,
+                          "excess_ns", (json_int_t)sg->blame);
+    json_object_set_new(g, "straggler", json_true());
+    json_object_set_new(g, "since_step", json_integer(sg->first));
+    json_object_set_new(g, "until_step", json_integer(sg->last));
+    json_object_set_new(g, "blame_positive", json_real(round(1000 * sg->frac) / 1000));
+    verdict_fields(d, g, R, true);
+    json_object_set_new(g, "reason", *ch->reason ? json_string(ch->reason) : json_null());
+    json_object_set_new(g, "stalled", stalled);
+    *cause_out = R->cause >= 0 ? cause_name[R->cause] : "undecided";
+    *weak_out = k.weak;
+    free(ch);
+    return g;
+}
+
+/* ---- the diagnosis ------------------------------------------------------------------------ */
+
+struct tgroup { /* slow steps of one root, none further than DIAG_GROUP_GAP from the last */
+    size_t first, worst; /* step indexes */
+    uint32_t last_step, first_step;
+    json_t *steps;
+    size_t n;
+    double total;
+    bool absorbed;
+};
+
+struct gout { /* a group on its way out, with what orders it */
+    json_t *g;
+    bool decided;
+    size_t n;
+    double total;
+};
+
+static int cmp_gout(const void *a, const void *b)
+{
+    const struct gout *x = a, *y = b;
+    if (x->decided != y->decided)
+        return x->decided ? -1 : 1;
+    if (x->n != y->n)
+        return x->n > y->n ? -1 : 1;
+    return x->total > y->total ? -1 : x->total < y->total;
 }
 
 int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_opts *opts,
@@ -1258,74 +2467,80 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             d.o.min_coverage = opts->min_coverage;
         if (opts->sz >= offsetof(struct mks_diag_opts, min_steps) + sizeof(opts->min_steps))
             d.o.min_steps = opts->min_steps;
+        if (opts->sz >= offsetof(struct mks_diag_opts, last) + sizeof(opts->last)) {
+            d.o.range = opts->range, d.o.step_lo = opts->step_lo, d.o.step_hi = opts->step_hi;
+            d.o.last = opts->last;
+        }
         d.o.only_step = opts->only_step;
     }
-    int rc = load(&d);
-    double *buf = NULL;
+    struct prof prof = {0};
     struct chain *chains = NULL;
-    uint32_t *steps = NULL;
+    uint32_t *steps = NULL, *srank = NULL;
+    double *stime = NULL, *exs = NULL;
+    bool *slow = NULL, *want = NULL;
+    size_t *order = NULL, *cell_step = NULL;
+    struct tgroup *tg = NULL;
+    struct segment *seg = NULL;
+    size_t n_seg = 0, n_tg = 0;
+    struct blame bl = {0};
+    struct gout *go = NULL;
     json_t *groups = json_array();
+    uint32_t lo, hi;
+    int rc = step_range(&d, &lo, &hi);
+    if (!rc)
+        rc = load_cells(&d, lo, hi);
+    if (!rc)
+        rc = load_meta(&d);
+    if (!rc)
+        rc = prep_detail(&d);
     if (rc) {
-        mks_serve_fail(err, errlen, rc, "diagnose: cannot read the store: %s",
-                       sqlite3_errmsg(mks_store_db(st)));
+        rc = mks_serve_fail(err, errlen, rc == -ENOMEM ? -ENOMEM : -EIO,
+                            rc == -ENOMEM ? "diagnose: out of memory"
+                                          : "diagnose: cannot read the store: %s",
+                            sqlite3_errmsg(mks_store_db(st)));
         goto out;
     }
     build_clock(&d);
-    d.memo_cap = 64;
-    while (d.memo_cap < 2 * (d.nc + d.nw + d.nr + d.nec + d.ns) + 64)
-        d.memo_cap *= 2;
-    d.memo = calloc(d.memo_cap, sizeof(*d.memo));
-    if (!d.memo)
-        d.memo_cap = 0; /* no cache: slower, same answers */
-    size_t bufn = 4 * (d.nc + d.nw + d.nr + d.ns + d.nec) + 16;
-    buf = malloc(bufn * sizeof(double));
-    /* Distinct steps and their times (slowest rank). */
-    steps = malloc((d.ns + 1) * sizeof(uint32_t));
-    double *stime = malloc((d.ns + 1) * sizeof(double));
-    uint32_t *srank = malloc((d.ns + 1) * sizeof(uint32_t));
-    chains = calloc(d.ns + 1, sizeof(*chains));
-    if (!buf || !steps || !stime || !srank || !chains) {
-        free(stime);
-        free(srank);
-        rc = mks_serve_fail(err, errlen, -ENOMEM, "diagnose: out of memory");
-        goto out;
-    }
+    /* Distinct steps and their times (slowest rank), in step order. */
+    steps = malloc((d.ns + 1) * sizeof(*steps));
+    stime = malloc((d.ns + 1) * sizeof(*stime));
+    srank = malloc((d.ns + 1) * sizeof(*srank));
+    cell_step = malloc((d.ns + 1) * sizeof(*cell_step));
+    if (!steps || !stime || !srank || !cell_step)
+        goto oom;
     size_t n_steps = 0;
+    for (size_t i = 0; i < d.ns; i++)
+        steps[n_steps++] = d.s[i].step;
+    if (n_steps > 1)
+        qsort(steps, n_steps, sizeof(*steps), cmp_u32);
+    size_t m = 0;
+    for (size_t i = 0; i < n_steps; i++)
+        if (!m || steps[m - 1] != steps[i])
+            steps[m++] = steps[i];
+    n_steps = m;
+    for (size_t k = 0; k < n_steps; k++)
+        stime[k] = -1, srank[k] = 0;
     for (size_t i = 0; i < d.ns; i++) {
-        size_t k;
-        for (k = 0; k < n_steps; k++)
-            if (steps[k] == d.s[i].step)
-                break;
-        if (k == n_steps) {
-            steps[n_steps] = d.s[i].step, stime[n_steps] = -1, n_steps++;
-        }
+        uint32_t *p = bsearch(&d.s[i].step, steps, n_steps, sizeof(*steps), cmp_u32);
+        size_t k = (size_t)(p - steps);
+        cell_step[i] = k;
         double dur = step_dur(&d.s[i]);
         if (dur > stime[k])
             stime[k] = dur, srank[k] = d.s[i].rank;
     }
+    double *tmp = scratch(&d, n_steps + 1);
+    if (!tmp)
+        goto oom;
     for (size_t k = 0; k < n_steps; k++)
-        buf[k] = stime[k];
-    double med = median(buf, n_steps);
+        tmp[k] = stime[k];
+    double med = median(tmp, n_steps);
+    slow = calloc(n_steps + 1, sizeof(bool));
+    exs = calloc(n_steps + 1, sizeof(double));
+    chains = calloc(n_steps + 1, sizeof(*chains));
+    if (!slow || !exs || !chains)
+        goto oom;
     size_t n_slow = 0;
-    bool *used = calloc(n_steps + 1, sizeof(bool));
-    bool *slow = calloc(n_steps + 1, sizeof(bool));
-    size_t *order = malloc((n_steps + 1) * sizeof(size_t));
-    if (!used || !slow || !order) {
-        free(used), free(slow), free(stime), free(srank), free(order);
-        rc = mks_serve_fail(err, errlen, -ENOMEM, "diagnose: out of memory");
-        goto out;
-    }
-    /* Steps in step order (insertion sort: they come nearly sorted). */
     for (size_t k = 0; k < n_steps; k++) {
-        size_t j = k;
-        while (j > 0 && steps[order[j - 1]] > steps[k]) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = k;
-    }
-    for (size_t p = 0; p < n_steps; p++) {
-        size_t k = order[p];
         if (d.o.only_step >= 0 && steps[k] != (uint32_t)d.o.only_step)
             continue;
         /* A step is judged against its neighbours on each side (up to
@@ -1338,18 +2553,23 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         double ex = -1;
         bool is_slow = true, asked = false;
         for (int side = 0; side < 2; side++) {
-            size_t lo = side ? p + 1 : (p > DIAG_WINDOW ? p - DIAG_WINDOW : 0);
-            size_t hi = side ? (p + 1 + DIAG_WINDOW < n_steps ? p + 1 + DIAG_WINDOW : n_steps) : p;
-            if (hi < lo + 3)
+            size_t a = side ? k + 1 : (k > DIAG_WINDOW ? k - DIAG_WINDOW : 0);
+            size_t b = side ? (k + 1 + DIAG_WINDOW < n_steps ? k + 1 + DIAG_WINDOW : n_steps) : k;
+            if (b < a + 3)
                 continue;
             double wb[DIAG_WINDOW];
             size_t nwb = 0;
-            for (size_t q = lo; q < hi; q++)
-                wb[nwb++] = stime[order[q]];
+            for (size_t q = a; q < b; q++)
+                wb[nwb++] = stime[q];
             double smed = median(wb, nwb);
             for (size_t q = 0; q < nwb; q++)
                 wb[q] = fabs(wb[q] - smed);
             double noise = 4 * 1.4826 * median(wb, nwb);
+            /* A side in a burst of the machine's load (its noise above its
+             * own median) says nothing about this step: the other side
+             * decides.  A change of load moves the median, not the noise. */
+            if (noise > smed)
+                continue;
             double sex = stime[k] - smed;
             asked = true;
             if (stime[k] <= smed * (1 + d.o.slow_frac) || sex < (double)d.o.min_excess_ns ||
@@ -1358,99 +2578,275 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             if (ex < 0 || sex < ex)
                 ex = sex;
         }
-        if (!asked) /* a run of a few steps: the run's median */
+        if (!asked) /* a run of a few steps, or noise both sides: the run's median */
             ex = stime[k] - med, is_slow = stime[k] > med * (1 + d.o.slow_frac) &&
                                           ex >= (double)d.o.min_excess_ns;
         if (d.o.only_step < 0 && !is_slow)
             continue;
-        slow[k] = true;
+        slow[k] = true, exs[k] = ex > 0 ? ex : stime[k];
         n_slow++;
-        build_chain(&d, srank[k], steps[k], ex > 0 ? ex : stime[k], &chains[k], buf);
     }
-    /* Group slow steps with the same root; the group shows the chain of
-     * its worst step. */
-    for (size_t k = 0; k < n_steps; k++) {
-        if (!slow[k] || used[k])
+    /* Detail rows: every step, or in a long run an even sample and the
+     * slow steps. */
+    size_t stride = 1;
+    if (n_steps > DIAG_DETAIL_MAX && d.o.only_step < 0) {
+        stride = (n_steps + DIAG_SAMPLE - 1) / DIAG_SAMPLE;
+        want = calloc(d.ns + 1, sizeof(bool));
+        if (!want)
+            goto oom;
+        for (size_t i = 0; i < d.ns; i++)
+            want[i] = slow[cell_step[i]] || cell_step[i] % stride == 0;
+    }
+    if ((rc = load_detail(&d, want)))
+        goto fail_rc;
+    /* Stragglers: the blame per rank and step, its runs above the noise;
+     * in a sampled run the edges of each run are then loaded step by
+     * step and the runs found again. */
+    double tau = 2.0 * (double)d.o.min_excess_ns;
+    if (SEG_REL * med > tau)
+        tau = SEG_REL * med;
+    for (int pass = 0; d.o.only_step < 0 && pass < (want ? 2 : 1); pass++) {
+        blame_free(&bl);
+        free(seg), seg = NULL, n_seg = 0;
+        if ((rc = build_blame(&d, &bl)) || (rc = find_segments(&d, &bl, tau, &seg, &n_seg)))
+            goto fail_rc;
+        if (!want || pass || !n_seg)
+            break;
+        memset(want, 0, (d.ns + 1) * sizeof(bool));
+        for (size_t i = 0; i < d.ns; i++)
+            for (size_t g = 0; g < n_seg; g++) {
+                uint32_t s = d.s[i].step, span = (uint32_t)(2 * stride * SEG_WIN);
+                if ((s + span >= seg[g].first && s <= seg[g].first + span) ||
+                    (s + span >= seg[g].last && s <= seg[g].last + span))
+                    want[i] = true;
+            }
+        if ((rc = load_detail(&d, want)))
+            goto fail_rc;
+    }
+    /* Steps where peers waited on one rank well beyond their usual wait on
+     * it: a fault whose step time a burst of the machine's load hides (the
+     * load slows every rank alike, the blame stays put). */
+    for (size_t i = 0; d.o.only_step < 0 && i < bl.n_steps; i++) {
+        uint32_t *ps = bsearch(&bl.step[i], steps, n_steps, sizeof(*steps), cmp_u32);
+        if (!ps)
             continue;
-        json_t *sl = json_array();
-        size_t worst = k;
-        for (size_t j = k; j < n_steps; j++) {
-            if (!slow[j] || used[j] || !same_root(&chains[k], &chains[j]))
-                continue;
-            used[j] = true;
-            json_array_append_new(sl, json_integer(steps[j]));
-            if (stime[j] > stime[worst])
-                worst = j;
+        size_t k = (size_t)(ps - steps);
+        for (uint32_t r = 0; r < bl.R; r++) {
+            double z = blame_at(&bl, i, r), worst = -1;
+            bool stands = !isnan(z), asked = false;
+            for (int side = 0; stands && side < 2; side++) {
+                size_t a = side ? i + 1 : (i > DIAG_WINDOW ? i - DIAG_WINDOW : 0);
+                size_t b = side ? (i + 1 + DIAG_WINDOW < bl.n_steps ? i + 1 + DIAG_WINDOW
+                                                                   : bl.n_steps)
+                                : i;
+                double wb[DIAG_WINDOW];
+                size_t nwb = 0;
+                for (size_t q = a; q < b; q++) {
+                    double x = blame_at(&bl, q, r);
+                    if (!isnan(x))
+                        wb[nwb++] = x;
+                }
+                if (nwb < 3)
+                    continue;
+                double smed = median(wb, nwb);
+                for (size_t q = 0; q < nwb; q++)
+                    wb[q] = fabs(wb[q] - smed);
+                double noise = 4 * 1.4826 * median(wb, nwb), ex = z - smed;
+                asked = true;
+                if (ex < tau || ex <= noise)
+                    stands = false;
+                if (worst < 0 || ex < worst)
+                    worst = ex;
+            }
+            if (stands && asked && !slow[k]) {
+                slow[k] = true, exs[k] = worst;
+                n_slow++;
+            }
         }
-        json_array_append_new(groups, group_json(&d, &chains[worst], srank[worst], steps[worst],
-                                                 sl, stime[worst], med, buf));
+    }
+    if ((rc = build_norms(&d)))
+        goto fail_rc;
+    for (size_t k = 0; k < n_steps; k++)
+        if (slow[k] && (rc = build_chain(&d, srank[k], steps[k], exs[k], &chains[k], &prof)))
+            goto fail_rc;
+    /* Group slow steps with the same root, near one another. */
+    tg = calloc(n_slow + 1, sizeof(*tg));
+    if (!tg)
+        goto oom;
+    for (size_t k = 0; k < n_steps; k++) {
+        if (!slow[k])
+            continue;
+        size_t g;
+        for (g = n_tg; g-- > 0;)
+            if (same_root(&chains[tg[g].first], &chains[k]) &&
+                steps[k] - tg[g].last_step <= DIAG_GROUP_GAP)
+                break;
+        if (g == SIZE_MAX) {
+            g = n_tg++;
+            tg[g] = (struct tgroup){.first = k, .worst = k, .first_step = steps[k],
+                                    .steps = json_array()};
+        }
+        json_array_append_new(tg[g].steps, json_integer(steps[k]));
+        tg[g].last_step = steps[k], tg[g].n++, tg[g].total += exs[k];
+        if (stime[k] > stime[tg[g].worst])
+            tg[g].worst = k;
+    }
+    /* Slow steps of a straggler inside its run belong to it. */
+    for (size_t g = 0; g < n_tg; g++) {
+        const struct link *root = &chains[tg[g].first].l[chains[tg[g].first].n - 1];
+        for (size_t s = 0; s < n_seg; s++)
+            if (root->rank == seg[s].rank && tg[g].first_step + DIAG_WINDOW >= seg[s].first &&
+                tg[g].last_step <= seg[s].last + DIAG_WINDOW)
+                tg[g].absorbed = true;
+    }
+    go = calloc(n_tg + n_seg + 1, sizeof(*go));
+    if (!go)
+        goto oom;
+    size_t ng = 0, hidden_weak = 0;
+    for (size_t g = 0; g < n_tg; g++) {
+        if (tg[g].absorbed)
+            continue;
+        size_t w = tg[g].worst;
+        /* the group's steps, its worst first */
+        uint32_t gs[5];
+        size_t ngs = 0;
+        gs[ngs++] = steps[w];
+        for (size_t k = tg[g].first; k < n_steps && steps[k] <= tg[g].last_step && ngs < 5; k++)
+            if (slow[k] && k != w && same_root(&chains[k], &chains[w]))
+                gs[ngs++] = steps[k];
+        json_t *gj = group_json(&d, &chains[w], srank[w], gs, ngs, tg[g].steps, stime[w], med,
+                                &prof);
+        tg[g].steps = NULL;
+        if (!gj)
+            goto oom;
+        go[ng++] = (struct gout){.g = gj, .decided = chains[w].l[chains[w].n - 1].cause >= 0,
+                                 .n = tg[g].n, .total = tg[g].total};
+    }
+    for (size_t s = 0; s < n_seg; s++) {
+        json_t *sl = json_array();
+        size_t n_in = 0, a = SIZE_MAX;
+        for (size_t k = 0; k < n_steps; k++)
+            if (steps[k] >= seg[s].first && steps[k] <= seg[s].last) {
+                json_array_append_new(sl, json_integer(steps[k]));
+                if (a == SIZE_MAX)
+                    a = k;
+                n_in++;
+            }
+        double *v = scratch(&d, n_in + 1);
+        if (!v) {
+            json_decref(sl);
+            goto oom;
+        }
+        for (size_t k = 0; k < n_in; k++)
+            v[k] = stime[a + k];
+        double step_ns = median(v, n_in);
+        const char *cause = NULL;
+        bool weak = false;
+        json_t *gj = segment_json(&d, &seg[s], sl, step_ns, med, &prof, &cause, &weak);
+        if (!gj)
+            goto oom;
+        if (weak) {
+            /* peers waited on it, but nothing on the rank explains why: the
+             * machine's noise in the waits, not a straggler */
+            json_decref(gj);
+            hidden_weak++;
+            continue;
+        }
+        go[ng++] = (struct gout){.g = gj, .decided = strcmp(cause, "undecided") != 0, .n = n_in,
+                                 .total = seg[s].blame * (double)n_in};
     }
     /* Groups of fewer slow steps than asked for are left out, counted: a
-     * loaded machine stalls single steps now and then. */
-    size_t hidden = 0;
-    for (size_t gi = json_array_size(groups); gi-- > 0;)
-        if (json_array_size(json_object_get(json_array_get(groups, gi), "steps")) <
-            d.o.min_steps) {
-            json_array_remove(groups, gi);
+     * loaded machine stalls single steps now and then.  Decided groups
+     * first, longer first: they are what the run is about; undecided ones
+     * are often noise of a loaded machine. */
+    if (ng > 1)
+        qsort(go, ng, sizeof(*go), cmp_gout);
+    size_t hidden = hidden_weak;
+    for (size_t g = 0; g < ng; g++) {
+        if (go[g].n < d.o.min_steps) {
+            json_decref(go[g].g);
             hidden++;
+        } else {
+            json_array_append_new(groups, go[g].g);
         }
-    /* Decided groups first, larger first: they are what the run is about;
-     * undecided ones are often noise of a loaded machine. */
-    size_t ng = json_array_size(groups);
-    for (size_t a = 1; a < ng; a++)
-        for (size_t b = a; b > 0; b--) {
-            json_t *x = json_array_get(groups, b - 1), *y = json_array_get(groups, b);
-            size_t kx = json_array_size(json_object_get(x, "steps")) +
-                        (strcmp(json_string_value(json_object_get(x, "cause")), "undecided")
-                             ? 1000000
-                             : 0);
-            size_t ky = json_array_size(json_object_get(y, "steps")) +
-                        (strcmp(json_string_value(json_object_get(y, "cause")), "undecided")
-                             ? 1000000
-                             : 0);
-            if (ky <= kx)
-                break;
-            json_incref(x);
-            json_array_set(groups, b - 1, y);
-            json_array_set_new(groups, b, x);
-        }
-    free(used);
-    free(slow);
-    free(order);
-    free(stime);
-    free(srank);
+        go[g].g = NULL;
+    }
     const char *reason = NULL;
     if (!d.ns)
         reason = "no step times stored yet: are agents running with the standard monitors?";
-    else if (!n_slow)
-        reason = "no step is slower than the median by the threshold";
+    else if (!n_slow && !n_seg)
+        reason = "no step is slower than the median by the threshold, and no rank lags its peers";
     else if (!json_array_size(groups))
         reason = "every group of slow steps is shorter than --min-steps";
-    *out = json_pack("{s:s, s:I, s:I, s:I, s:o, s:I, s:o}", "job", job, "median_step_ns",
+    *out = json_pack("{s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:o}", "job", job, "median_step_ns",
                      (json_int_t)med, "steps", (json_int_t)n_steps, "slow_steps",
                      (json_int_t)n_slow, "groups", groups, "hidden_groups", (json_int_t)hidden,
-                     "reason", reason ? json_string(reason) : json_null());
+                     "stragglers", (json_int_t)n_seg, "reason",
+                     reason ? json_string(reason) : json_null());
+    json_object_set_new(*out, "first_step", n_steps ? json_integer(steps[0]) : json_null());
+    json_object_set_new(*out, "last_step",
+                        n_steps ? json_integer(steps[n_steps - 1]) : json_null());
     groups = NULL;
     rc = 0;
+    goto out;
+oom:
+    rc = -ENOMEM;
+fail_rc:
+    rc = mks_serve_fail(err, errlen, rc, rc == -ENOMEM ? "diagnose: out of memory"
+                                                       : "diagnose: cannot read the store: %s",
+                        sqlite3_errmsg(mks_store_db(st)));
 out:
     json_decref(groups);
-    free(buf);
+    for (size_t g = 0; tg && g < n_tg; g++)
+        json_decref(tg[g].steps);
+    for (size_t g = 0; go && g < n_tg + n_seg; g++)
+        json_decref(go[g].g);
+    free(go);
+    free(tg);
+    free(seg);
+    blame_free(&bl);
+    prof_free(&prof);
     free(chains);
     free(steps);
+    free(stime);
+    free(srank);
+    free(exs);
+    free(slow);
+    free(want);
+    free(order);
+    free(cell_step);
+    sqlite3_finalize(d.q_cls);
+    sqlite3_finalize(d.q_wait);
+    sqlite3_finalize(d.q_rel);
+    sqlite3_finalize(d.q_cov);
+    sqlite3_finalize(d.q_work);
     free(d.s);
     free(d.c);
-    free(d.ec);
-    free(d.es);
     free(d.w);
     free(d.r);
+    free(d.es);
     free(d.n_workers);
-    free(d.memo);
-    free(d.ex);
+    free(d.rank_cells);
+    free(d.norms);
+    free(d.buf);
     mks_clock_model_destroy(d.clock);
     return rc;
 }
 
 /* ---- the CLI verbs ------------------------------------------------------------------------ */
+
+static int parse_u32(const char *a, uint32_t *v)
+{
+    char *end;
+    if (!*a || *a == '-' || *a == '+')
+        return -1;
+    errno = 0;
+    unsigned long long x = strtoull(a, &end, 10);
+    if (errno || *end || x > UINT32_MAX)
+        return -1;
+    *v = (uint32_t)x;
+    return 0;
+}
 
 int mks_serve_diagnose(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                        json_t **out, char *err, size_t errlen)
@@ -1481,11 +2877,30 @@ int mks_serve_diagnose(const struct mks_serve_env *env, const Mkscope__V1__CliRe
                                   "--min-coverage wants a ratio in (0, 1]");
     }
     if ((a = mks_serve_arg(req, "min-steps"))) {
-        unsigned long v = strtoul(a, &end, 10);
-        if (*end || !*a || *a == '-' || v < 1 || v > 1000000)
+        uint32_t v;
+        if (parse_u32(a, &v) || v < 1 || v > 1000000)
             return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
                                   "--min-steps wants a number of steps, 1 or more");
-        o.min_steps = (uint32_t)v;
+        o.min_steps = v;
+    }
+    if ((a = mks_serve_arg(req, "last"))) {
+        if (parse_u32(a, &o.last) || o.last < 1)
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "--last wants a number of steps, 1 or more");
+    }
+    if ((a = mks_serve_arg(req, "steps"))) {
+        char lo[16], hi[16];
+        const char *dash = strchr(a, '-');
+        size_t l = dash ? (size_t)(dash - a) : strlen(a);
+        if (l >= sizeof(lo) || (dash && strlen(dash + 1) >= sizeof(hi)))
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "--steps wants A-B (or A): a range of step numbers");
+        memcpy(lo, a, l), lo[l] = 0;
+        strcpy(hi, dash ? dash + 1 : lo);
+        if (parse_u32(lo, &o.step_lo) || parse_u32(hi, &o.step_hi) || o.step_lo > o.step_hi)
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "--steps wants A-B with A <= B (step numbers)");
+        o.range = 1;
     }
     if (mks_diagnose(env->st, job, &o, out, err, errlen))
         return MKS_EXIT_ERROR;

@@ -390,10 +390,16 @@ static int spread_reset(void **s)
 static void test_comm_class_is_transfer(void **s)
 {
     (void)s;
-    /* A communication task class that runs long is a slow transfer. */
+    /* A communication task class that runs long, with no transfer measured
+     * inside it, is a slow transfer ... */
     gens_only = false;
-    tweak = "UPDATE task_classes SET comm = 1 WHERE name = 'attn'";
+    tweak = "UPDATE task_classes SET comm = 1 WHERE name = 'attn';"
+            " UPDATE releases SET t_comm_begin = 0, t_comm_end = 0";
     expect_root(SLOW_TASK, "slow_transfer", "attn");
+    /* ... but when its transfers were measured and on time, the task's own
+     * work was slow. */
+    tweak = "UPDATE task_classes SET comm = 1 WHERE name = 'attn'";
+    expect_root(SLOW_TASK, "slow_task", "attn");
     tweak = NULL;
 }
 
