@@ -17,7 +17,10 @@ usage: deploy/demo.sh [--ranks N] [--steps N] [--fault SPEC]... [-f text|json] [
   --ranks N      megakernel ranks, one agent each (default 4)
   --steps N      decode steps (default 200)
   --fault SPEC   inject a fault as mkscope-bench does (repeatable), e.g.
-                 task-delay:rank=1,class=attention,magnitude=20000,steps=50-54;
+                 task-delay:rank=1,class=attention,magnitude=20000,steps=50-54.
+                 Types: task-delay, moe-skew, notify-delay, queue-oversub,
+                 comm-delay, tile-starve, slow-rank (docs/bench.md).  Without
+                 steps=, or with steps=all, every step (persistent).
                  --fault none: a clean run.  Default: queue-oversub on rank 2
                  (the last rank when fewer), 50 ms on each of 5 steps from
                  the middle of the run
