@@ -29,7 +29,8 @@ usage: bench/accuracy.sh [OPTIONS]
   --steps N        steps of a run [40]; windowed faults hit 5 steps from N/3
   --long-steps N   steps of the long clean runs [10000]; 0: none
   --fresh          forget earlier results in OUT
-  --keep           keep each run's directory (store, logs) in OUT/work
+  --keep           keep each run's directory (store, logs) in OUT/failed, as
+                   for every run that was wrong
   --assert         exit 1 when a target is missed
   --report         only print the matrix of the runs done so far
   --list           print the plan (one run a line) and exit
@@ -181,7 +182,7 @@ if [ "$list" = 1 ]; then plan; exit 0; fi
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-[ "$fresh" = 1 ] && rm -rf "$out/runs" "$out/work" "$out"/base-*
+[ "$fresh" = 1 ] && rm -rf "$out/runs" "$out/work" "$out/failed" "$out"/base-*
 mkdir -p "$out/runs" "$out/work"
 
 # ---- one run ----------------------------------------------------------------
@@ -243,7 +244,15 @@ run_one() {
     -f "$here/score.jq" | jq -c --arg id "$id" --arg spec "$spec" '. + {id: $id, spec: $spec}' \
     >"$score.tmp"
   mv "$score.tmp" "$score"
-  [ "$keep" = 1 ] || rm -rf "$d"
+  # a wrong or confident-wrong answer keeps its store and logs for a look
+  if [ "$keep" = 1 ] || jq -e '.false_conf or (.clean == false and .correct == false)' "$score" \
+      >/dev/null; then
+    mkdir -p "$out/failed"
+    rm -rf "$out/failed/$id"
+    mv "$d" "$out/failed/$id"
+  else
+    rm -rf "$d"
+  fi
 }
 
 if [ -n "$one" ]; then

@@ -84,7 +84,8 @@
 /* Stragglers: blame above tau = max(2 min_excess, SEG_REL x median step) in
  * the rolling median of SEG_WIN steps, for SEG_MIN steps or more, positive
  * in SEG_FRAC of them, the run's median blame above tau (1 + SEG_SHORT / n)
- * for n steps: a loaded machine slows one rank for a while now and then,
+ * for n steps (tau for a run over every step asked about): a loaded machine
+ * slows one rank for a while now and then,
  * by a fifth of a step for forty steps here, a fault stays. */
 #define SEG_WIN 9
 #define SEG_MIN 10
@@ -1817,8 +1818,12 @@ static int find_segments(struct diag *d, const struct blame *b, double tau, stru
                         pos += z[x] > 0;
                     }
                 double med = m ? median(v, m) : 0, frac = m ? (double)pos / (double)m : 0;
-                if (m >= SEG_MIN && b->step[re] - b->step[ra] + 1 >= SEG_MIN &&
-                    med >= tau * (1 + SEG_SHORT / (double)m) && frac >= SEG_FRAC) {
+                /* a run over every step asked about may be longer than
+                 * what was asked: no penalty for its length */
+                bool whole = ra == 0 && re + 1 == n;
+                double need = whole ? tau : tau * (1 + SEG_SHORT / (double)m);
+                if (m >= SEG_MIN && b->step[re] - b->step[ra] + 1 >= SEG_MIN && med >= need &&
+                    frac >= SEG_FRAC) {
                     if (*n_out == cap) {
                         size_t nc = cap ? 2 * cap : 8;
                         struct segment *ns = realloc(*out, nc * sizeof(*ns));
@@ -2350,6 +2355,35 @@ static json_t *segment_json(struct diag *d, const struct segment *sg, json_t *st
     /* a straggler waits on nobody: only its own causes compete */
     v.score[C_REMOTE] = 0;
     struct decision k = decide(d, &v, sg->blame);
+    /* A fault stays what it is for as long as it lasts: neither half of
+     * the run may find another cause or class, or the straggler is the
+     * machine's (a loaded machine starves one rank now of one thing, now
+     * of another). */
+    int half_cause[2] = {-1, -1};
+    int64_t half_cls[2] = {-1, -1};
+    bool halves_agree = true;
+    if (!rc && !k.weak && !k.close && sg->last - sg->first + 1 >= 2 * SEG_MIN) {
+        uint32_t mid = sg->first + (sg->last - sg->first) / 2;
+        for (int h = 0; h < 2 && !rc; h++) {
+            struct segment part = *sg;
+            if (h)
+                part.first = mid + 1;
+            else
+                part.last = mid;
+            rc = prof_segment(d, &part, p);
+            struct verdict hv;
+            score_prof(d, p, &hv);
+            hv.score[C_REMOTE] = 0;
+            struct decision hk = decide(d, &hv, sg->blame);
+            half_cause[h] = hk.weak || hk.close ? -1 : hk.best;
+            half_cls[h] = hk.best == C_SLOW_RANK ? -1 : hv.cls[hk.best];
+            /* a half too noisy to decide does not speak against it */
+            if (half_cause[h] >= 0 &&
+                (half_cause[h] != k.best ||
+                 (k.best != C_SLOW_RANK && half_cls[h] != v.cls[k.best])))
+                halves_agree = false;
+        }
+    }
     /* the peers that waited on it, the one that waited most first in the chain */
     uint32_t who = UINT32_MAX;
     double most = 0;
@@ -2387,6 +2421,14 @@ static json_t *segment_json(struct diag *d, const struct segment *sg, json_t *st
         R->cov_ratio = ch->ran / ch->elig;
     if (rc || k.weak || k.close) {
         undecided_reason(ch, R, &v, &k, sg->blame);
+        R->lateness = v.score[k.best];
+    } else if (!halves_agree) {
+        snprintf(ch->reason, sizeof(ch->reason),
+                 "rank %u: the cause changes within steps %u-%u (%s overall; first half %s,"
+                 " second half %s): no fault stays, the machine's load",
+                 sg->rank, sg->first, sg->last, cause_name[k.best],
+                 half_cause[0] >= 0 ? cause_name[half_cause[0]] : "undecided",
+                 half_cause[1] >= 0 ? cause_name[half_cause[1]] : "undecided");
         R->lateness = v.score[k.best];
     } else {
         R->cause = k.best;

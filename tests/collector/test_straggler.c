@@ -1,0 +1,268 @@
+/*
+ * Stragglers on synthetic summaries: four ranks in an all-reduce (every rank
+ * waits on every other twice a step), a hundred steps, and from step 20 on
+ * rank 1 late in every step, by 150 us an all-reduce (a quarter of a step).  No step is slower than its neighbours, so only the
+ * comparison of ranks finds it: the diagnosis must name a straggler at rank
+ * 1 since about step 20, its cause against its peers (a slow task class,
+ * the whole rank slower, a held queue), and the other ranks stalled on it.
+ * A clean run names nothing.
+ */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "diagnose.h"
+#include "fake_agent.h"
+#include "mkscope/commid.h"
+#include "mkscope/store.h"
+
+#define R     4
+#define STEPS 100
+#define FROM  20
+#define NW    4
+#define US    1000ull
+#define OPS   2 /* all-reduces a step */
+#define LATE  (150 * US) /* the straggler's lateness an all-reduce */
+
+enum fault { NONE, SLOW_CLASS, SLOW_RANK, HELD_QUEUE };
+enum { C_NORM, C_GEMM, C_ATTN, C_SEND, C_REDUCE, N_CLS };
+static const char *const names[] = {"norm", "gemm", "attn", "send", "reduce"};
+/* tasks a step and their usual run time */
+static const uint64_t tasks[] = {4, 16, 16, 6, 2}, run_us[] = {5, 20, 30, 6, 3};
+
+static uint64_t jitter(uint32_t r, uint32_t s, uint32_t k)
+{
+    uint64_t x = (uint64_t)r * 1000003u + s * 7919u + k * 104729u + 12345u;
+    x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
+    return x % (3 * US);
+}
+
+static void put_hist(uint64_t *b, uint64_t v, uint64_t n)
+{
+    int k = 0;
+    while (k < 63 && (1ull << k) <= v)
+        k++;
+    b[k] += n;
+}
+
+/* How much later than its peers rank r's contribution is ready for each
+ * all-reduce of step s. */
+static uint64_t late(enum fault f, uint32_t r, uint32_t s)
+{
+    return f != NONE && r == 1 && s >= FROM ? LATE : 0;
+}
+
+static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
+{
+    memset(sum, 0, sizeof(*sum));
+    const bool hit = f != NONE && r == 1 && s >= FROM;
+    const uint64_t base = 1000000000ull + s * 2000 * US;
+    sum->epoch = s;
+    for (uint32_t c = 0; c < N_CLS; c++) {
+        struct fa_taskstat *t = &sum->ts[sum->n_ts++];
+        uint64_t each = run_us[c] * US + jitter(r, s, c) / 10;
+        /* the slow class: 8 tasks an all-reduce on 4 workers, each LATE / 2
+         * longer; the slow rank: each compute class twice as long and more */
+        if (hit && f == SLOW_CLASS && c == C_ATTN)
+            each += LATE / 2;
+        if (hit && f == SLOW_RANK && c != C_SEND && c != C_REDUCE)
+            each += each + 15 * US;
+        if (c == C_REDUCE) /* a reduce's run holds its waits */
+            each += 50 * US;
+        t->cls = c, t->step = s, t->count = tasks[c], t->sum_run = tasks[c] * each;
+        put_hist(t->run_b, each, tasks[c]);
+        uint64_t q = 8 * US + jitter(r, s, c + 10) / 5;
+        t->queue_sum = tasks[c] * q;
+        put_hist(t->queue_b, q, tasks[c]);
+        if (hit && f == HELD_QUEUE && c == C_GEMM) {
+            /* one worker's four gemm tasks held LATE each, a second time
+             * in the step's other operator */
+            t->queue_sum += 2 * 4 * LATE;
+            put_hist(t->queue_b, q, -4ull);
+            put_hist(t->queue_b, q + LATE, 4);
+        }
+    }
+    uint64_t slowest = 0;
+    for (uint32_t p = 0; p < R; p++)
+        if (late(f, p, s) > slowest)
+            slowest = late(f, p, s);
+    sum->steps[0].step = s;
+    sum->steps[0].t_begin = base;
+    sum->steps[0].t_end = base + 1000 * US + OPS * slowest + jitter(r, s, 99);
+    sum->n_steps = 1;
+    for (uint32_t k = 0; k < OPS; k++) {
+        uint64_t tk = base + 300 * US + k * (400 * US + slowest);
+        for (uint32_t p = 0; p < R; p++) {
+            if (p == r)
+                continue;
+            uint64_t mine = tk + late(f, r, s), theirs = tk + late(f, p, s);
+            struct fa_wait *w = &sum->waits[sum->n_waits++];
+            w->comm_gen = mks_commid_for_transfer(1, p, r, s, k, 0);
+            w->peer = p, w->waiter_class = C_REDUCE, w->step = s, w->worker = 1;
+            w->t_begin = mine;
+            w->t_end = (theirs > mine ? theirs : mine) + 2 * US + jitter(r, s, 20 + p + k * R);
+            struct fa_release *rl = &sum->rels[sum->n_rels++];
+            rl->comm_gen = mks_commid_for_transfer(1, r, p, s, k, 0);
+            rl->consumer = p, rl->cls = C_SEND, rl->step = s, rl->worker = 2;
+            rl->t_start = rl->t_comm_begin = mine - 6 * US;
+            rl->t_comm_end = mine - 1 * US;
+            rl->t_release = mine;
+        }
+    }
+    sum->cov_eligible = sum->cov_ran = 1000;
+}
+
+static struct mks_store *fill(enum fault f)
+{
+    struct mks_store_opts o = {.sz = sizeof(o), .path = ":memory:"};
+    struct mks_store *st;
+    char err[256];
+    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    for (uint32_t r = 0; r < R; r++) {
+        mks_envelope env;
+        Mkscope__V1__Register reg = MKSCOPE__V1__REGISTER__INIT;
+        Mkscope__V1__TaskSchema sch = MKSCOPE__V1__TASK_SCHEMA__INIT;
+        Mkscope__V1__TaskClass cls[N_CLS], *cp[N_CLS];
+        for (int i = 0; i < N_CLS; i++) {
+            mkscope__v1__task_class__init(&cls[i]);
+            cls[i].id = (uint32_t)i;
+            cls[i].name = (char *)names[i];
+            cls[i].comm = i == C_SEND || i == C_REDUCE;
+            cp[i] = &cls[i];
+        }
+        sch.classes = cp, sch.n_classes = N_CLS;
+        reg.n_ranks = R, reg.hook_abi_version = 1, reg.n_workers = NW, reg.schema = &sch;
+        mks_wire_init(&env, "strag", r, 0);
+        env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
+        env.register_ = &reg;
+        uint64_t seq;
+        assert_int_equal(mks_store_ingest(st, &env, 1, &seq, err, sizeof(err)), 0);
+        for (uint32_t s = 0; s < STEPS; s++) {
+            struct fa_summary *sum = calloc(1, sizeof(*sum));
+            make(sum, r, s, f);
+            uint8_t *buf;
+            size_t len;
+            assert_int_equal(fa_encode_summary("strag", r, 1, s + 1, sum, &buf, &len), 0);
+            mks_envelope *e = NULL;
+            assert_int_equal(mks_wire_decode(buf, len, NULL, &e, err, sizeof(err)), 0);
+            if (mks_store_ingest(st, e, 2, &seq, err, sizeof(err)))
+                fail_msg("ingest: %s", err);
+            mks_wire_free(e);
+            free(buf);
+            free(sum);
+        }
+    }
+    return st;
+}
+
+static json_t *diagnose(struct mks_store *st, uint32_t last)
+{
+    json_t *out = NULL;
+    char err[256];
+    struct mks_diag_opts o = {.sz = sizeof(o), .only_step = -1, .last = last};
+    if (mks_diagnose(st, "strag", &o, &out, err, sizeof(err)))
+        fail_msg("diagnose: %s", err);
+    return out;
+}
+
+static const char *js(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "(null)";
+}
+
+/* The first group must be the straggler: cause at rank 1 (class cls or
+ * none), since about FROM, every other rank stalled on it. */
+static void expect_straggler(enum fault f, const char *cause, const char *cls)
+{
+    struct mks_store *st = fill(f);
+    json_t *d = diagnose(st, 0);
+    json_t *g = json_array_get(json_object_get(d, "groups"), 0);
+    if (!g || !json_is_true(json_object_get(g, "straggler")) || strcmp(js(g, "cause"), cause))
+        fail_msg("want a %s straggler: %s", cause, json_dumps(d, 0));
+    json_t *root = json_object_get(g, "root");
+    assert_int_equal(json_integer_value(json_object_get(root, "rank")), 1);
+    if (cls)
+        assert_string_equal(js(root, "task_class"), cls);
+    else
+        assert_true(json_is_null(json_object_get(root, "task_class")));
+    json_int_t since = json_integer_value(json_object_get(g, "since_step"));
+    if (since < FROM - 2 || since > FROM + 2)
+        fail_msg("since step %lld, want about %d", (long long)since, FROM);
+    assert_int_equal(json_integer_value(json_object_get(g, "until_step")), STEPS - 1);
+    /* what its peers lose: the two all-reduces' lateness */
+    json_int_t ex = json_integer_value(json_object_get(g, "excess_ns"));
+    if (ex < (json_int_t)(3 * LATE / 2) || ex > (json_int_t)(5 * LATE / 2))
+        fail_msg("excess %lld", (long long)ex);
+    json_t *stalled = json_object_get(g, "stalled");
+    assert_int_equal(json_array_size(stalled), R - 1);
+    /* the evidence: against the peers, and a share and runner-up */
+    json_t *ev = json_object_get(g, "evidence");
+    assert_non_null(strstr(js(ev, "reference"), "peers"));
+    assert_true(json_real_value(json_object_get(g, "share")) > 0.2);
+    /* no step stands out from its neighbours: the straggler is all there is */
+    for (size_t i = 1; i < json_array_size(json_object_get(d, "groups")); i++) {
+        json_t *o = json_array_get(json_object_get(d, "groups"), i);
+        if (strcmp(js(o, "cause"), "undecided") && json_array_size(json_object_get(o, "steps")) >= 3)
+            fail_msg("a second group names a cause: %s", json_dumps(o, 0));
+    }
+    json_decref(d);
+    /* the last 30 steps alone: straggler all along */
+    d = diagnose(st, 30);
+    g = json_array_get(json_object_get(d, "groups"), 0);
+    if (!g || strcmp(js(g, "cause"), cause))
+        fail_msg("--last 30: %s", json_dumps(d, 0));
+    assert_int_equal(json_integer_value(json_object_get(g, "since_step")), STEPS - 30);
+    assert_int_equal(json_integer_value(json_object_get(d, "steps")), 30);
+    json_decref(d);
+    mks_store_close(st);
+}
+
+static void test_slow_class(void **s)
+{
+    (void)s;
+    expect_straggler(SLOW_CLASS, "slow_task", "attn");
+}
+
+static void test_slow_rank(void **s)
+{
+    (void)s;
+    expect_straggler(SLOW_RANK, "slow_rank", NULL);
+}
+
+static void test_held_queue(void **s)
+{
+    (void)s;
+    expect_straggler(HELD_QUEUE, "local_imbalance", "gemm");
+}
+
+static void test_clean(void **s)
+{
+    (void)s;
+    struct mks_store *st = fill(NONE);
+    json_t *d = diagnose(st, 0);
+    if (json_array_size(json_object_get(d, "groups")))
+        fail_msg("clean run: %s", json_dumps(d, 0));
+    assert_int_equal(json_integer_value(json_object_get(d, "stragglers")), 0);
+    json_decref(d);
+    mks_store_close(st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_slow_class),
+        cmocka_unit_test(test_slow_rank),
+        cmocka_unit_test(test_held_queue),
+        cmocka_unit_test(test_clean),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
