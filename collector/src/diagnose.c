@@ -102,6 +102,8 @@ struct cell { /* (rank, step) */
     uint64_t t_begin, t_end, qwi;
     double elig, ran, thr, lost, idle;
     uint32_t c0, nc, w0, nw, r0, nr; /* this cell's rows in d->c, d->w, d->r */
+    uint8_t tier; /* the lowest detail tier of its epochs (2 full: waits and
+                     releases; 1 histograms; 0 counts); 255 none read */
     bool has_workers, detail, coarse;
 };
 struct crow { /* (rank, step, class) */
@@ -158,7 +160,7 @@ struct diag {
     struct mks_clock_model *clock;
     double *buf; /* scratch for medians */
     size_t buf_cap;
-    sqlite3_stmt *q_cls, *q_wait, *q_rel, *q_cov, *q_work;
+    sqlite3_stmt *q_cls, *q_wait, *q_rel, *q_cov, *q_work, *q_tier;
 };
 
 #define GROW(arr, n, cap)                                                                          \
@@ -396,7 +398,7 @@ static int load_cells(struct diag *d, uint32_t lo, uint32_t hi)
             continue;
         GROW(d->s, d->ns, cap);
         d->s[d->ns++] = (struct cell){.rank = rank, .step = step, .t_begin = b, .t_end = e,
-                                      .qwi = u64(s, 5)};
+                                      .qwi = u64(s, 5), .tier = 255};
         note_rank(d, rank);
     }
     sqlite3_finalize(s);
@@ -426,7 +428,7 @@ static int load_cells(struct diag *d, uint32_t lo, uint32_t hi)
             prev_step <= hi) {
             GROW(d->s, d->ns, cap);
             d->s[d->ns++] = (struct cell){.rank = rank, .step = prev_step, .t_begin = prev_t,
-                                          .t_end = t};
+                                          .t_end = t, .tier = 255};
             note_rank(d, rank);
             /* the epochs that carried the advances carry the step's rows */
             for (int k = 3; k <= 4; k++) {
@@ -485,9 +487,10 @@ static int prep_detail(struct diag *d)
         "SELECT SUM(eligible), SUM(ran), SUM(throttled), SUM(lost) FROM coverage WHERE"
         " epoch_id = ?1",
         "SELECT step, SUM(idle_ns), SUM(busy_ns) FROM workers WHERE epoch_id = ?1 GROUP BY step",
+        "SELECT detail_tier FROM epochs WHERE id = ?1",
     };
-    sqlite3_stmt **q[] = {&d->q_cls, &d->q_wait, &d->q_rel, &d->q_cov, &d->q_work};
-    for (int i = 0; i < 5; i++)
+    sqlite3_stmt **q[] = {&d->q_cls, &d->q_wait, &d->q_rel, &d->q_cov, &d->q_work, &d->q_tier};
+    for (int i = 0; i < 6; i++)
         if (sqlite3_prepare_v2(db, sql[i], -1, q[i], NULL) != SQLITE_OK)
             return -EIO;
     return 0;
@@ -528,24 +531,32 @@ static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct
     if (nu && n) {
         /* steps of the epoch without rows of their own */
         size_t targets = 0;
+        double total = 0;
         for (size_t i = 0; i < n; i++) {
             bool own = false;
             for (size_t k = first; k < d->nc && !own; k++)
                 own = d->c[k].step == es[i].step;
             targets += !own;
+            const struct cell *c = cell_at(d, rank, es[i].step);
+            if (!own && c)
+                total += step_dur(c);
         }
+        /* tasks evenly, their run and queueing time by each step's length:
+         * the long step of the epoch is where its time went */
         for (size_t i = 0; i < n && targets; i++) {
             bool own = false;
             for (size_t k = first; k < d->nc && !own; k++)
                 own = d->c[k].step == es[i].step && !d->c[k].coarse;
             if (own)
                 continue;
+            const struct cell *c = cell_at(d, rank, es[i].step);
+            double w = total > 0 ? (c ? step_dur(c) : 0) / total : 1.0 / (double)targets;
             for (size_t u = 0; u < nu; u++) {
                 GROW(d->c, d->nc, d->cap_c);
                 struct crow r = unknown[u];
                 r.step = es[i].step, r.coarse = true;
-                r.count /= (double)targets, r.run /= (double)targets;
-                r.q /= (double)targets, r.qn /= (double)targets;
+                r.count /= (double)targets, r.qn /= (double)targets;
+                r.run *= w, r.q *= w;
                 r.rmax = r.qmax = 0; /* an epoch's maximum is no step's */
                 d->c[d->nc++] = r;
             }
@@ -573,6 +584,17 @@ static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct
         r->cls = (uint32_t)u64(s, 2), r->gen = u64(s, 3), r->t_ready = u64(s, 4);
         r->t_start = u64(s, 5), r->t_end = u64(s, 6), r->t_cb = u64(s, 7);
         r->t_ce = u64(s, 8), r->t_rel = u64(s, 9);
+    }
+    s = d->q_tier;
+    sqlite3_reset(s);
+    sqlite3_bind_int64(s, 1, epoch);
+    int tier = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL
+                   ? sqlite3_column_int(s, 0)
+                   : 2;
+    for (size_t i = 0; i < n; i++) {
+        struct cell *c = cell_at(d, rank, es[i].step);
+        if (c && tier < c->tier)
+            c->tier = (uint8_t)(tier < 0 ? 0 : tier);
     }
     s = d->q_cov;
     sqlite3_reset(s);
@@ -1052,6 +1074,7 @@ struct prof {
     double idle_ex;  /* NAN unknown */
     double qwi_ex;   /* NAN unknown */
     bool peers;      /* references are the peers' (a straggler run) */
+    bool no_waits;   /* summaries below the full tier: no waits or releases */
 };
 
 static void prof_reset(struct prof *p, uint32_t rank, double W)
@@ -1059,7 +1082,7 @@ static void prof_reset(struct prof *p, uint32_t rank, double W)
     p->rank = rank, p->W = W, p->need = 0;
     p->ncls = p->nw = p->nr = 0;
     p->idle_ex = p->qwi_ex = NAN;
-    p->peers = false;
+    p->peers = p->no_waits = false;
 }
 
 static void prof_free(struct prof *p)
@@ -1122,6 +1145,7 @@ static int prof_cell(struct diag *d, const struct cell *c, uint64_t gen, const b
                      struct prof *p)
 {
     prof_reset(p, c->rank, workers_of(d, c->rank));
+    p->no_waits = c->tier < 2;
     for (uint32_t j = 0; j < c->nc; j++) {
         const struct crow *r = &d->c[c->c0 + j];
         struct pcls *pc = prof_cls(p);
@@ -1373,6 +1397,10 @@ static void score_prof(const struct diag *d, struct prof *p, struct verdict *v)
          * transfer), is a slow transfer. */
         bool as_xfer = is_comm(d, pc->cls) && !d->xfer_cls[pc->cls & 255] &&
                        !d->waiter_cls[pc->cls & 255];
+        /* without wait records a waiting class's run time is waits and
+         * work in unknown parts: no slow task can be read from it */
+        if (p->no_waits && d->waiter_cls[pc->cls & 255])
+            st = 0;
         int cause = as_xfer ? C_TRANSFER : C_SLOW_TASK;
         if (st > v->score[cause]) {
             v->score[cause] = st, v->cls[cause] = pc->cls, v->norm[cause] = pc->r_mean;
@@ -1610,6 +1638,11 @@ static int build_chain(struct diag *d, uint32_t rank, uint32_t step, double exce
         set_link(L, &v, &k);
         if (k.weak || k.close) {
             undecided_reason(ch, L, &v, &k, need);
+            if (c->tier < 2)
+                snprintf(ch->reason, sizeof(ch->reason),
+                         "rank %u sent step %u without wait and release records (detail tier"
+                         " %u: the budget, or a busy collector): no cause can be followed",
+                         rank, step, c->tier);
             L->lateness = v.score[k.best];
             break;
         }
@@ -2862,6 +2895,7 @@ out:
     sqlite3_finalize(d.q_rel);
     sqlite3_finalize(d.q_cov);
     sqlite3_finalize(d.q_work);
+    sqlite3_finalize(d.q_tier);
     free(d.s);
     free(d.c);
     free(d.w);

@@ -237,6 +237,16 @@ int mks_lost_ranks(struct mks_store *st, const char *job, uint64_t now_ns, json_
         n_lost += r->lost;
     }
     sqlite3_finalize(s);
+    /* A job none of whose ranks runs any more has ended: its ranks exited
+     * (or went silent) with it, none of them is lost to the others. */
+    bool any_running = false;
+    for (size_t i = 0; i < n; i++)
+        any_running |= !rs[i].lost;
+    if (!any_running) {
+        for (size_t i = 0; i < n; i++)
+            rs[i].lost = false;
+        n_lost = 0;
+    }
     json_t *groups = json_array();
     int *queue = rc ? NULL : calloc(n ? n : 1, sizeof(*queue));
     if (!rc && !queue)
