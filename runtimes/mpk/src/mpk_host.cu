@@ -88,110 +88,18 @@ template <typename T> static int dev_copy(T **d, const T *src, size_t n)
     return 0;
 }
 
-/* "A-B" or "A" */
-static int parse_steps(const char *v, uint32_t *lo, uint32_t *hi)
-{
-    char *end;
-    unsigned long a = strtoul(v, &end, 10), b = a;
-    if (end == v)
-        return -EINVAL;
-    if (*end == '-') {
-        const char *s = end + 1;
-        b = strtoul(s, &end, 10);
-        if (end == s)
-            return -EINVAL;
-    }
-    if (*end || b < a || b > 0xfffffffful)
-        return -EINVAL;
-    *lo = (uint32_t)a;
-    *hi = (uint32_t)b;
-    return 0;
-}
-
-/* MKS_MPK_FAULTS: the fault plan of this run (ground truth is the plan; the
- * diagnosis never sees it). */
+/* The plan in spec (MKS_MPK_FAULTS or the control file's line) against
+ * this kernel's graph; one line on stderr when it is refused. */
 static int parse_faults(const char *spec)
 {
-    char buf[1024], *save = NULL;
-    if (!spec || !*spec)
-        return 0;
-    if (strlen(spec) >= sizeof(buf)) {
-        fprintf(stderr, "mkscope: MPK: MKS_MPK_FAULTS longer than %zu bytes\n", sizeof(buf) - 1);
-        return -EINVAL;
+    char err[256];
+    uint32_t n = 0;
+    int rc = mks_mpk_faults_parse(H.g, spec, H.faults, MKS_MPK_MAX_FAULTS, &n, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "mkscope: MPK: fault plan: %s\n", err);
+        return rc;
     }
-    snprintf(buf, sizeof(buf), "%s", spec);
-    for (char *f = strtok_r(buf, ";", &save); f; f = strtok_r(NULL, ";", &save)) {
-        struct mks_mpk_fault x;
-        char *colon = strchr(f, ':'), *save2 = NULL;
-        int have_key = 0, have_steps = 0, have_ns = 0;
-        memset(&x, 0, sizeof(x));
-        if (H.n_faults == MKS_MPK_MAX_FAULTS) {
-            fprintf(stderr, "mkscope: MPK: MKS_MPK_FAULTS: at most %d faults\n",
-                    MKS_MPK_MAX_FAULTS);
-            return -E2BIG;
-        }
-        if (!colon) {
-            fprintf(stderr, "mkscope: MPK: MKS_MPK_FAULTS: '%s': expected "
-                            "task-delay:class=C,steps=A-B,ns=N or notify-delay:event=E,...\n", f);
-            return -EINVAL;
-        }
-        *colon = 0;
-        if (!strcmp(f, "task-delay"))
-            x.kind = MKS_MPK_FAULT_TASK_DELAY;
-        else if (!strcmp(f, "notify-delay"))
-            x.kind = MKS_MPK_FAULT_NOTIFY_DELAY;
-        else {
-            fprintf(stderr, "mkscope: MPK: MKS_MPK_FAULTS: unknown fault '%s'; expected task-delay "
-                            "or notify-delay\n", f);
-            return -EINVAL;
-        }
-        for (char *kv = strtok_r(colon + 1, ",", &save2); kv; kv = strtok_r(NULL, ",", &save2)) {
-            char *eq = strchr(kv, '='), *end;
-            const char *v = eq ? eq + 1 : "";
-            if (!eq)
-                goto bad;
-            *eq = 0;
-            if (!strcmp(kv, "class") && x.kind == MKS_MPK_FAULT_TASK_DELAY) {
-                int c = mks_mpk_graph_class(H.g, v);
-                if (c < 0) {
-                    fprintf(stderr, "mkscope: MPK: MKS_MPK_FAULTS: no class '%s' in the task "
-                                    "graph (mkscope-mpk-schema lists them)\n", v);
-                    return -EINVAL;
-                }
-                x.cls = (uint32_t)c;
-                have_key = 1;
-            } else if (!strcmp(kv, "event") && x.kind == MKS_MPK_FAULT_NOTIFY_DELAY) {
-                unsigned long e = strtoul(v, &end, 10);
-                if (end == v || *end || e >= H.g->n_events)
-                    goto bad;
-                x.event = (uint32_t)e;
-                have_key = 1;
-            } else if (!strcmp(kv, "steps")) {
-                if (parse_steps(v, &x.step_lo, &x.step_hi))
-                    goto bad;
-                have_steps = 1;
-            } else if (!strcmp(kv, "ns")) {
-                unsigned long long n = strtoull(v, &end, 10);
-                if (end == v || *end || n == 0 || n > 10000000000ull)
-                    goto bad;
-                x.ns = n;
-                have_ns = 1;
-            } else {
-                goto bad;
-            }
-            continue;
-        bad:
-            fprintf(stderr, "mkscope: MPK: MKS_MPK_FAULTS: bad '%s' in a %s fault\n", kv,
-                    x.kind == MKS_MPK_FAULT_TASK_DELAY ? "task-delay" : "notify-delay");
-            return -EINVAL;
-        }
-        if (!have_key || !have_steps || !have_ns) {
-            fprintf(stderr, "mkscope: MPK: MKS_MPK_FAULTS: a fault needs %s, steps=A-B and ns=N\n",
-                    x.kind == MKS_MPK_FAULT_TASK_DELAY ? "class=C" : "event=E");
-            return -EINVAL;
-        }
-        H.faults[H.n_faults++] = x;
-    }
+    H.n_faults = n;
     return 0;
 }
 

@@ -190,6 +190,68 @@ static void test_errors(void **state)
     assert_non_null(strstr(err, "\"outputs\" is not an array"));
 }
 
+static void test_fault_plans(void **state)
+{
+    (void)state;
+    struct mks_mpk_graph *g = load_saved();
+    struct mks_mpk_fault f[MKS_MPK_MAX_FAULTS];
+    uint32_t n = 99;
+    char err[256];
+    int silu = mks_mpk_graph_class(g, "silu_mul_hopper.silu_mul_out");
+    assert_int_equal(mks_mpk_faults_parse(g, "task-delay:class=silu_mul_hopper.silu_mul_out,"
+                                          "steps=300-304,ns=20000;notify-delay:event=7,steps=9,"
+                                          "ns=5",
+                                          f, MKS_MPK_MAX_FAULTS, &n, err, sizeof(err)),
+                     0);
+    assert_int_equal(n, 2);
+    assert_int_equal(f[0].kind, MKS_MPK_FAULT_TASK_DELAY);
+    assert_int_equal(f[0].cls, silu);
+    assert_int_equal(f[0].step_lo, 300);
+    assert_int_equal(f[0].step_hi, 304);
+    assert_int_equal(f[0].ns, 20000);
+    assert_int_equal(f[1].kind, MKS_MPK_FAULT_NOTIFY_DELAY);
+    assert_int_equal(f[1].event, 7);
+    assert_int_equal(f[1].step_lo, 9);
+    assert_int_equal(f[1].step_hi, 9);
+    /* a task type name means its first class */
+    assert_int_equal(mks_mpk_faults_parse(g, "task-delay:class=TASK_LINEAR_HOPPER,steps=1,ns=1",
+                                          f, MKS_MPK_MAX_FAULTS, &n, err, sizeof(err)),
+                     0);
+    assert_int_equal(f[0].cls, mks_mpk_graph_class(g, "linear_hopper.attn_in"));
+    assert_int_equal(mks_mpk_faults_parse(g, "", f, MKS_MPK_MAX_FAULTS, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 0);
+    static const struct {
+        const char *spec, *says;
+        int rc;
+    } bad[] = {
+        {"task-delay:class=nope,steps=1,ns=1", "no class 'nope'", -EINVAL},
+        {"notify-delay:event=23,steps=1,ns=1", "expected an index below 23", -EINVAL},
+        {"task-delay:class=begin_task_graph,steps=5-4,ns=1", "A <= B", -EINVAL},
+        {"task-delay:class=begin_task_graph,steps=-1,ns=1", "steps '-1'", -EINVAL},
+        {"task-delay:class=begin_task_graph,steps=1,ns=0", "ns '0'", -EINVAL},
+        {"task-delay:class=begin_task_graph,steps=1,ns=20000000000", "ns '2", -EINVAL},
+        {"task-delay:class=begin_task_graph,steps=1", "needs class=C, steps=A-B and ns=N", -EINVAL},
+        {"task-delay:event=3,steps=1,ns=1", "unknown key 'event'", -EINVAL},
+        {"slow:class=x", "unknown fault 'slow'", -EINVAL},
+        {"task-delay", "expected task-delay:class=C", -EINVAL},
+        {"task-delay:class", "'class' is not key=value", -EINVAL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = 0;
+        assert_int_equal(mks_mpk_faults_parse(g, bad[i].spec, f, MKS_MPK_MAX_FAULTS, &n, err,
+                                              sizeof(err)),
+                         bad[i].rc);
+        if (!strstr(err, bad[i].says))
+            fail_msg("'%s': error '%s' lacks '%s'", bad[i].spec, err, bad[i].says);
+    }
+    /* more faults than the table holds */
+    assert_int_equal(mks_mpk_faults_parse(g, "notify-delay:event=1,steps=1,ns=1;"
+                                          "notify-delay:event=2,steps=1,ns=1",
+                                          f, 1, &n, err, sizeof(err)),
+                     -E2BIG);
+    mks_mpk_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -197,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_tiles),
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_fault_plans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

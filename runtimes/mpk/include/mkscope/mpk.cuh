@@ -51,24 +51,11 @@
 
 #include "mkscope/devhook_gring.cuh"
 #include "mkscope/hook_abi.h"
+#include "mkscope/mpk_graph.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define MKS_MPK_MAX_FAULTS 8
-enum mks_mpk_fault_kind {
-    MKS_MPK_FAULT_TASK_DELAY = 1,   /* tasks of one class run `ns` longer */
-    MKS_MPK_FAULT_NOTIFY_DELAY = 2, /* releases of one event come `ns` late */
-};
-struct mks_mpk_fault {
-    uint32_t kind;
-    uint32_t cls;   /* TASK_DELAY: class id */
-    uint32_t event; /* NOTIFY_DELAY: event index (position in all_events) */
-    uint32_t step_lo, step_hi;
-    uint32_t pad;
-    uint64_t ns;
-};
 
 /* What the scheduler knew when it assigned a task, for the worker to raise
  * TASK_READY and TASK_ASSIGN with the scheduler's times.  One per task

@@ -12,6 +12,8 @@
  * folds the layers of a model together as the reference megakernel's
  * classes do ("linear_hopper.attn_in" is every layer's QKV projection).
  * Every task but TERMINATE runs once per iteration (decode step).
+ * Fault plans for testing the diagnosis name classes and events of it, so
+ * they are parsed against it here too.
  */
 #ifndef MKSCOPE_MPK_GRAPH_H
 #define MKSCOPE_MPK_GRAPH_H
@@ -63,6 +65,31 @@ int mks_mpk_graph_schema(const struct mks_mpk_graph *g, uint8_t **buf_p, size_t 
 /* Class id by name or by MPK task type name (the first class of that type);
  * -ENOENT. */
 int mks_mpk_graph_class(const struct mks_mpk_graph *g, const char *name);
+
+/* Faults inside MPK's hooked loop, for testing the diagnosis (docs/mpk.md):
+ * the plan is the ground truth, which the diagnosis never reads. */
+#define MKS_MPK_MAX_FAULTS 8
+enum mks_mpk_fault_kind {
+    MKS_MPK_FAULT_TASK_DELAY = 1,   /* tasks of one class run `ns` longer */
+    MKS_MPK_FAULT_NOTIFY_DELAY = 2, /* releases of one event come `ns` late */
+};
+struct mks_mpk_fault {
+    uint32_t kind;
+    uint32_t cls;   /* TASK_DELAY: class id */
+    uint32_t event; /* NOTIFY_DELAY: event index (position in all_events) */
+    uint32_t step_lo, step_hi;
+    uint32_t pad;
+    uint64_t ns;
+};
+
+/* Parse a plan, ';'-separated faults:
+ *   task-delay:class=NAME,steps=A[-B],ns=N     (NAME: a class or MPK task type)
+ *   notify-delay:event=E,steps=A[-B],ns=N      (E: an event index of the graph)
+ * into out[0..max); 0 and *n_p, or -EINVAL / -E2BIG with one line in err.
+ * An empty or NULL spec is no fault. */
+int mks_mpk_faults_parse(const struct mks_mpk_graph *g, const char *spec,
+                         struct mks_mpk_fault *out, uint32_t max, uint32_t *n_p, char *err,
+                         size_t err_len);
 
 /* MPK's name of a task type number, or NULL. */
 const char *mks_mpk_task_type_name(uint32_t type);
