@@ -72,7 +72,8 @@ enum {
     MODE_OLD = 4,
     MODE_GATE = 5,
     MODE_GATE_INL = 6,
-    MODE_GATE_OLD = 7
+    MODE_GATE_OLD = 7,
+    MODE_GATE_DRAIN = 8 /* MODE_GATE, the second warp only frees the ring's slots */
 };
 
 struct raw_rec {
@@ -152,6 +153,25 @@ static __device__ __forceinline__ uint64_t hook_queue(struct mks_dev_queue *q, u
         mks_dev_queue_push(q);
     }
     return now;
+}
+
+/* MODE_GATE_DRAIN's second warp: frees every published slot, runs nothing,
+ * so the worker's cost of writing records is seen without a monitor. */
+static __device__ void drain_ring(struct mks_dev_ring *r)
+{
+    if ((threadIdx.x & 31u) != 0)
+        return;
+    for (;;) {
+        uint32_t head;
+        const uint32_t a = (uint32_t)__cvta_generic_to_shared(&r->head);
+        const int stop = *(volatile uint32_t *)&r->stop != 0;
+        asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(head) : "r"(a) : "memory");
+        if (head != *(volatile uint32_t *)&r->tail)
+            *(volatile uint32_t *)&r->tail = head;
+        else if (stop)
+            return;
+        __nanosleep(64);
+    }
 }
 
 /* The scheduler's state carried between its fast and hooked loops. */
@@ -236,7 +256,10 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
          * ptxas knows its result is warp-uniform. */
         if (MODE == MODE_GATE_OLD ? threadIdx.x >= 32
                                   : __all_sync(0xffffffffu, threadIdx.x >= 32)) {
-            mks_dev_monitor_warp(&rt, &ring, w);
+            if (MODE == MODE_GATE_DRAIN)
+                drain_ring(&ring);
+            else
+                mks_dev_monitor_warp(&rt, &ring, w);
             return;
         }
     }
@@ -294,7 +317,7 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
         }
         if (MODE >= MODE_GATE && mks_dev_gate_on(qv)) {
             struct sched_state s = {acc, qv, i, next};
-            if (MODE == MODE_GATE)
+            if (MODE == MODE_GATE || MODE == MODE_GATE_DRAIN)
                 s = hooked_loop_call(s, my, T, K, qw, &ring, w);
             else
                 s = hooked_loop(s, my, T, K, qw, &ring, w);
@@ -352,6 +375,7 @@ static void launch(struct bench *b, int mode)
     case MODE_GATE: LAUNCH(MODE_GATE); break;
     case MODE_GATE_INL: LAUNCH(MODE_GATE_INL); break;
     case MODE_GATE_OLD: LAUNCH(MODE_GATE_OLD); break;
+    case MODE_GATE_DRAIN: LAUNCH(MODE_GATE_DRAIN); break;
     default: LAUNCH(MODE_RAW); break;
     }
     CHECK(cudaGetLastError());
@@ -452,6 +476,10 @@ static uint64_t sum_waits(struct bench *b)
  * coverage and totals; then the warp's throughput with the task body
  * removed (K = 0), where the worker outruns the warp and waits on the full
  * ring: events per second per SM. */
+/* The worker with records and no monitor (MODE_GATE_DRAIN), timed beside
+ * the hist warp. */
+static float t_drain;
+
 static int measure_warp(struct bench *b, struct monitor_state *m, int counting, const char *name,
                         uint64_t fired, float *t, double *per_sm)
 {
@@ -473,6 +501,10 @@ static int measure_warp(struct bench *b, struct monitor_state *m, int counting, 
     }
     if (m->lost)
         printf("NOTE: %s monitor warp lost %llu events\n", name, (unsigned long long)m->lost);
+    if (counting) { /* the same records with no monitor: what writing them costs */
+        t_drain = time_mode(b, MODE_GATE_DRAIN, NULL, NULL);
+        advance(m);
+    }
     b->K = 0;
     CHECK(cudaMemset(b->waits, 0, b->n_sm * sizeof(uint32_t)));
     m->counted = m->eligible = m->ran = m->lost = m->snaps = 0;
@@ -739,6 +771,7 @@ int main(int argc, char **argv)
     ROW("monitor-nop", t_queue_nop);
     ROW("warp", t_warp);
     ROW("warp-nop", t_warp_nop);
+    ROW("warp-drain", t_drain);
     ROW("out-again", t_out2);
     printf("(ns/event: extra time on one worker's critical path per event, vs hooks compiled "
            "out; events the monitor thread ran: hist %.1f%%, nop %.1f%%, the rest counted lost)\n",

@@ -843,63 +843,79 @@ static __device__ __forceinline__ void run_task(const struct bg_dev &D, uint32_t
 #ifdef MKS_HOOKS_DISABLED
     (void)w;
 #endif
+    /* Thread 0's fields of the task, loaded together up front (one L2 round
+     * trip; the loads would otherwise wait on each other). */
+    uint64_t hold = 0, run_delay = 0, notify_delay = 0, comm_delay = 0;
+    uint32_t cls = 0, trig_ev = 0;
+#ifndef MKS_HOOKS_DISABLED
+    /* The emitter in registers while thread 0 writes the task's records (h
+     * lives in memory: its address goes to the bodies); back into h around
+     * the body, whose transfers and waits emit through it. */
+    struct mks_dev_emit em;
+    if (HK)
+        em = h->em;
+#define RT_EMIT(call)                                                                              \
+    do {                                                                                           \
+        if (HK)                                                                                    \
+            call;                                                                                  \
+    } while (0)
+#else
+#define RT_EMIT(call) ((void)0)
+#endif
     if (threadIdx.x == 0) {
-#ifndef MKS_HOOKS_DISABLED
-        if (HK) {
-            struct mks_dev_emit *e = &h->em;
-            e->mask = h->mask;
-            /* the task, with the scheduler's TASK_ASSIGN as it stored it */
-            mks_dev_emit_task(e, t->flags, t->cls, t->t_ready, t->gen, t->req_gen, t->step,
-                              t->tile_x, t->tile_y, t->assign_defer, t->assign_t,
-                              t->assign_depth, w);
-            if (t->pressure_defer)
-                mks_dev_emit_event(e, MKS_EV_QUEUE_PRESSURE, t->pressure_t, 0,
-                                   D.m.cfg.queue_pressure, D.m.cfg.queue_pressure, 0, 0, 0);
-        }
-#endif
-        if (t->hold | t->run_delay | t->notify_delay | t->comm_delay)
+        hold = t->hold;
+        run_delay = t->run_delay;
+        notify_delay = t->notify_delay;
+        comm_delay = t->comm_delay;
+        cls = t->cls;
+        trig_ev = t->trig_ev;
+        /* the task, with the scheduler's TASK_ASSIGN as it stored it */
+        RT_EMIT(em.mask = h->mask);
+        RT_EMIT(mks_dev_emit_task(&em, t->flags, cls, t->t_ready, t->gen, t->req_gen, t->step,
+                                  t->tile_x, t->tile_y, t->assign_defer, t->assign_t,
+                                  t->assign_depth, w));
+        if (HK && t->pressure_defer)
+            RT_EMIT(mks_dev_emit_event(&em, MKS_EV_QUEUE_PRESSURE, t->pressure_t, 0,
+                                       D.m.cfg.queue_pressure, D.m.cfg.queue_pressure, 0, 0, 0));
+        if (hold | run_delay | notify_delay | comm_delay)
             atomicAdd(D.faulted, 1ull);
-        if (t->hold) {
-            w_flush<HK>(h);
-            spin_ns(t->hold);
+        if (hold) {
+            RT_EMIT(mks_dev_emit_flush(&em));
+            spin_ns(hold);
         }
-#ifndef MKS_HOOKS_DISABLED
-        if (HK)
-            mks_dev_emit_start(&h->em, now_ns(), h->depth);
-#endif
+        RT_EMIT(mks_dev_emit_start(&em, now_ns(), h->depth));
+        RT_EMIT(h->em = em);
         prof_rec(D, w, BR_PROF_BEGIN, t);
     }
     bg_sync();
     run_body<HK>(D, t, h, sh);
     bg_sync();
     if (threadIdx.x == 0) {
-        if (t->run_delay) {
-            w_flush<HK>(h);
-            spin_ns(t->run_delay);
+        RT_EMIT(em = h->em);
+        if (run_delay) {
+            RT_EMIT(mks_dev_emit_flush(&em));
+            spin_ns(run_delay);
         }
-#ifndef MKS_HOOKS_DISABLED
-        if (HK)
-            mks_dev_emit_end(&h->em, now_ns());
-#endif
+        RT_EMIT(mks_dev_emit_end(&em, now_ns()));
         prof_rec(D, w, BR_PROF_END, t);
-        atomicAdd(&D.class_counts[t->cls], 1ull);
-        if (t->notify_delay) {
-            w_flush<HK>(h);
-            spin_ns(t->notify_delay);
+        atomicAdd(&D.class_counts[cls], 1ull);
+        if (notify_delay) {
+            RT_EMIT(mks_dev_emit_flush(&em));
+            spin_ns(notify_delay);
         }
-        if (t->cls == BC_AR_SEND)
+        if (cls == BC_AR_SEND) {
+            RT_EMIT(h->em = em);
             release_send<HK>(D, t, h);
-        __threadfence(); /* the task's writes before its release */
-        unsigned long long v = atomicAdd(&D.ev_count[t->trig_ev], 1ull) + 1;
-#ifndef MKS_HOOKS_DISABLED
-        if (HK) {
-            mks_dev_emit_release(&h->em, now_ns(), MKS_DEP_LOCAL, v, t->trig_ev);
-            mks_dev_emit_flush(&h->em);
+            RT_EMIT(em = h->em);
         }
-#else
+        __threadfence(); /* the task's writes before its release */
+        unsigned long long v = atomicAdd(&D.ev_count[trig_ev], 1ull) + 1;
+        RT_EMIT(mks_dev_emit_release(&em, now_ns(), MKS_DEP_LOCAL, v, trig_ev));
+        RT_EMIT(mks_dev_emit_flush(&em));
+        RT_EMIT(h->em = em);
         (void)v;
-#endif
     }
+#undef RT_EMIT
 }
 
 #ifndef MKS_HOOKS_DISABLED
@@ -1042,6 +1058,44 @@ static __device__ void sched_plan(const struct bg_dev &D, const struct sched *S,
     plan(D, S->faults, S->n_faults, t, idx, n_op, k, S->gain.gain, force, starve);
 }
 
+#ifndef MKS_HOOKS_DISABLED
+/* The inline exceptions, out of line so that the dispatch loop keeps its
+ * registers: a CONTROL program's hint at TASK_ASSIGN (the worker the task
+ * goes to) and at TASK_READY (its priority). */
+static __device__ __noinline__ uint32_t assign_hint(const struct bg_dev &D, struct sched *S,
+                                                    const struct bg_task *t, uint32_t w,
+                                                    uint32_t depth, int32_t force)
+{
+    struct mks_hook_ctx c;
+    ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
+    c.value = w;
+    c.queue_depth = depth;
+    if (s_run(D, &S->h, &c) > 0 && force < 0) {
+        /* Device queues are rings the worker consumes from the front, so a
+         * task cannot jump one; a hint sends it to the shortest queue. */
+        uint32_t best = depth;
+        for (uint32_t i = 0; i < D.W && best; i++) {
+            uint32_t d = D.queues[i].tail - vload32(&D.queues[i].head);
+            if (d < best) {
+                best = d;
+                w = i;
+            }
+        }
+    }
+    return w;
+}
+
+static __device__ __noinline__ int32_t ready_hint(const struct bg_dev &D, struct sched *S,
+                                                  const struct bg_task *t, uint32_t ev)
+{
+    struct mks_hook_ctx c;
+    ctx_fill(D, D.W, t, MKS_EV_TASK_READY, 0, &c);
+    c.dep_event = ev;
+    c.dep_class = MKS_DEP_LOCAL;
+    return s_run(D, &S->h, &c);
+}
+#endif
+
 template <bool HK>
 static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t idx, int32_t force)
 {
@@ -1062,22 +1116,9 @@ static __device__ void assign(const struct bg_dev &D, struct sched *S, uint32_t 
             t->assign_depth = tail - head;
             t->assign_defer = 1;
         } else {
-            struct mks_hook_ctx c;
-            ctx_fill(D, w, t, MKS_EV_TASK_ASSIGN, 0, &c);
-            c.value = w;
-            c.queue_depth = tail - head;
-            if (s_run(D, &S->h, &c) > 0 && force < 0) {
-                /* Device queues are rings the worker consumes from the
-                 * front, so a task cannot jump one; a hint sends it to the
-                 * shortest queue. */
-                uint32_t best = c.queue_depth;
-                for (uint32_t i = 0; i < D.W && best; i++) {
-                    uint32_t d = D.queues[i].tail - vload32(&D.queues[i].head);
-                    if (d < best) {
-                        best = d;
-                        w = i;
-                    }
-                }
+            uint32_t w2 = assign_hint(D, S, t, w, tail - head, force);
+            if (w2 != w) {
+                w = w2;
                 q = &D.queues[w];
                 tail = q->tail;
                 head = vload32(&q->head);
@@ -1136,11 +1177,7 @@ static __device__ void dispatch_t(const struct bg_dev &D, struct sched *S, uint3
         if (s_on<HK>(D, &S->h, MKS_EV_TASK_READY)) {
 #ifndef MKS_HOOKS_DISABLED
             if (S->h.hint & (1u << MKS_EV_TASK_READY)) {
-                struct mks_hook_ctx c;
-                ctx_fill(D, D.W, t, MKS_EV_TASK_READY, 0, &c);
-                c.dep_event = ev;
-                c.dep_class = MKS_DEP_LOCAL;
-                p = s_run(D, &S->h, &c);
+                p = ready_hint(D, S, t, ev);
             } else {
                 /* to block 0's monitor warp: the task, then its event */
                 mks_dev_emit_task(&S->h.em, t->flags, t->cls, now, t->gen, t->req_gen, t->step,

@@ -402,7 +402,7 @@ if os.path.exists(cost):
           "ns/event on one worker vs compiled out)")
     for line in open(cost):
         w = line.split()
-        if (w and w[0] in ("variant", "out", "detached-gate", "raw", "warp", "warp-nop", "out-again")
+        if (w and w[0] in ("variant", "out", "detached-gate", "raw", "warp", "warp-nop", "warp-drain", "out-again")
                 or "saturated" in line or "FAIL" in line or "NOTE" in line):
             print("  " + line.rstrip())
 PY

@@ -225,12 +225,11 @@ extern "C" __device__ void mks_dev_monitor(const struct mks_dev_rt *rt, struct m
 
 #define MKS_DEV_FULL 0xffffffffu
 
-/* Add the lanes' coverage into the block's counters of (bank, worker), one
- * event kind at a time (a batch mostly holds one or two kinds); lane 0
- * writes, the monitor warp being the only writer of this worker's
- * counters. */
-static __device__ void dev_warp_cov(struct mks_cb *cb, uint32_t bank, uint32_t worker,
-                                    uint32_t ev, const struct mks_cb_cov *cov, uint32_t lane)
+/* The lanes' coverage of a batch, summed per event kind with warp
+ * reductions into the counters lane e keeps for kind e while the warp stays
+ * inside the epoch (a batch mostly holds one or two kinds). */
+static __device__ void dev_warp_cov(uint32_t ev, const struct mks_cb_cov *cov, uint32_t lane,
+                                    struct mks_cb_cov *mine_p)
 {
     uint32_t todo = __ballot_sync(MKS_DEV_FULL, ev < MKS_EV_COUNT && cov->eligible);
     while (todo) {
@@ -240,15 +239,29 @@ static __device__ void dev_warp_cov(struct mks_cb *cb, uint32_t bank, uint32_t w
         uint32_t ran = __reduce_add_sync(MKS_DEV_FULL, mine ? (uint32_t)cov->ran : 0u);
         uint32_t thr = __reduce_add_sync(MKS_DEV_FULL, mine ? (uint32_t)cov->throttled : 0u);
         uint32_t lost = __reduce_add_sync(MKS_DEV_FULL, mine ? (uint32_t)cov->lost : 0u);
-        if (lane == 0) {
-            volatile uint64_t *g = (volatile uint64_t *)mks_cb_cov(cb, bank, worker, e);
-            g[0] = g[0] + el;
-            g[1] = g[1] + ran;
-            g[2] = g[2] + thr;
-            g[3] = g[3] + lost;
+        if (lane == e) {
+            mine_p->eligible += el;
+            mine_p->ran += ran;
+            mine_p->throttled += thr;
+            mine_p->lost += lost;
         }
         todo &= ~__ballot_sync(MKS_DEV_FULL, mine);
     }
+}
+
+/* Lane e's counters into the block's counters of (bank, worker, e), then
+ * zero; the monitor warp is the only writer of this worker's counters. */
+static __device__ void dev_warp_cov_flush(struct mks_cb *cb, uint32_t bank, uint32_t worker,
+                                          uint32_t lane, struct mks_cb_cov *c)
+{
+    if (lane < MKS_EV_COUNT && (c->eligible | c->ran | c->throttled | c->lost)) {
+        volatile uint64_t *g = (volatile uint64_t *)mks_cb_cov(cb, bank, worker, lane);
+        g[0] = g[0] + c->eligible;
+        g[1] = g[1] + c->ran;
+        g[2] = g[2] + c->throttled;
+        g[3] = g[3] + c->lost;
+    }
+    c->eligible = c->ran = c->throttled = c->lost = 0;
 }
 
 /* The events a record holds, in order, as up to three 4-bit event kinds
@@ -310,41 +323,67 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     uint32_t tail = *(volatile uint32_t *)&r->tail, skip = 0, seen = 0, waits = 0, nap = 64;
     /* Lane e (< MKS_EV_COUNT) keeps event e's lost count already reported,
-     * the hook word and generation last read with acquire (while neither
-     * moves, the programs they name are unchanged, so no acquire and no L1
-     * invalidation is needed per event), and the event kinds whose
-     * programs share a per-worker map with its own: registers, not an
-     * indexed local array. */
-    uint64_t word = 0, gen = ~0ull, pw = 0;
-    uint32_t conf = 0;
+     * its hook word, read with acquire at each entry into the epoch (the
+     * pump bumps its change word after every change of hooks, so while the
+     * warp stays inside, the programs the words name are unchanged: no
+     * acquire and no L1 invalidation per batch), the event kinds whose
+     * programs share a per-worker map with its own, and its coverage since
+     * the entry: registers, not an indexed local array. */
+    uint64_t word = 0, pw = 0, epoch = 0;
+    uint32_t conf = 0, inside = 0, at_gen = 0;
+    struct mks_cb_cov mine = {0, 0, 0, 0}; /* lane e: kind e's coverage since the entry */
     if (lane < MKS_EV_COUNT)
         seen = *(volatile uint32_t *)&r->lost[lane];
     for (;;) {
-        uint32_t head = 0, wt = 0;
+        uint32_t head = 0, wt = 0, g = 0;
         int stopping = 0;
         if (lane == 0) {
-            /* stop, then head and the wait count: once stop is seen, every
+            /* the pump's change word first (its latency behind the rest),
+             * then stop, head and the wait count: once stop is seen, every
              * record and every loss the worker counted before it is too. */
             uint32_t a = (uint32_t)__cvta_generic_to_shared(&r->head);
+            g = rt->gen ? mks_dev_ld_gpu(rt->gen) : 0u;
             stopping = *(volatile uint32_t *)&r->stop != 0;
             asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(head) : "r"(a) : "memory");
             wt = *(volatile uint32_t *)&r->waits;
         }
         head = __shfl_sync(MKS_DEV_FULL, head, 0);
         wt = __shfl_sync(MKS_DEV_FULL, wt, 0);
+        g = __shfl_sync(MKS_DEV_FULL, g, 0);
         stopping = __shfl_sync(MKS_DEV_FULL, stopping, 0) && head == tail;
+        /* Stay inside the epoch while there is work and the pump's word is
+         * still: one entry, one read of the hook words and one write of the
+         * coverage for many batches.  Leave when idle, when the word moved
+         * (a flip's grace period waits for it: a batch at most) or to
+         * return. */
+        if (inside && (head == tail || g != at_gen)) {
+            dev_warp_cov_flush(cb, (uint32_t)(epoch & 1u), worker, lane, &mine);
+            __syncwarp();
+            if (lane == 0) {
+                __threadfence(); /* every lane's map and counter writes before the leave */
+                mksi_hook_leave(cb, worker, epoch);
+            }
+            inside = 0;
+        }
         /* Losses follow a wait: sweep them when the worker's wait count
          * moved (also while the ring stays busy) and before returning. */
         if (stopping || wt != waits) {
             uint32_t d;
             __syncwarp(); /* lane 0's acquire before every lane's loads */
             d = lane < MKS_EV_COUNT ? *(volatile uint32_t *)&r->lost[lane] : seen;
-            /* Lane 0 reports them all: one party enters the worker's epoch
-             * at a time. */
-            for (uint32_t e = 0; e < MKS_EV_COUNT; e++) {
-                uint32_t k = __shfl_sync(MKS_DEV_FULL, d - seen, e);
-                if (lane == 0 && k)
-                    mks_dev_hook_lost(rt, worker, e, k);
+            if (inside) {
+                if (lane < MKS_EV_COUNT) {
+                    mine.eligible += d - seen;
+                    mine.lost += d - seen;
+                }
+            } else {
+                /* Lane 0 reports them all: one party enters the worker's
+                 * epoch at a time. */
+                for (uint32_t e = 0; e < MKS_EV_COUNT; e++) {
+                    uint32_t k = __shfl_sync(MKS_DEV_FULL, d - seen, e);
+                    if (lane == 0 && k)
+                        mks_dev_hook_lost(rt, worker, e, k);
+                }
             }
             seen = d;
             waits = wt;
@@ -359,30 +398,23 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
             continue;
         }
         nap = 64;
-        uint64_t epoch = 0;
-        if (lane == 0)
-            epoch = mksi_hook_enter(cb, worker);
-        epoch = __shfl_sync(MKS_DEV_FULL, epoch, 0);
-        const uint32_t bank = (uint32_t)(epoch & 1u);
-        /* The hook words: lane e re-reads event e's with acquire only when
-         * its word or generation moved, and then what conflicts with what. */
-        int moved = 0;
-        if (lane < MKS_EV_COUNT) {
-            uint64_t hw = *(volatile uint64_t *)&cb->hooks[lane].progs;
-            uint64_t hg = *(volatile uint64_t *)&cb->hooks[lane].gen;
-            if (hw != word || hg != gen) {
-                __threadfence();
-                gen = hg;
+        if (!inside) {
+            if (lane == 0)
+                epoch = mksi_hook_enter(cb, worker);
+            epoch = __shfl_sync(MKS_DEV_FULL, epoch, 0);
+            at_gen = g;
+            inside = 1;
+            /* The hook words, with acquire (the programs, tables and maps
+             * they name were published before them), and what conflicts
+             * with what. */
+            if (lane < MKS_EV_COUNT) {
                 word = MKS_A_LOAD_ACQ64(&cb->hooks[lane].progs);
                 pw = dev_word_pw_maps(cb, word);
-                moved = 1;
             }
-        }
-        if (__any_sync(MKS_DEV_FULL, moved)) {
             conf = 0;
             for (uint32_t f = 0; f < MKS_EV_COUNT; f++) {
                 uint64_t pf = __shfl_sync(MKS_DEV_FULL, pw, f);
-                if (pw & pf)
+                if (lane < MKS_EV_COUNT && (pw & pf))
                     conf |= 1u << f;
             }
         }
@@ -545,11 +577,7 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
         if (w)
             mksi_hook_exec_cov(cb, rt->rank, &r->ctx[lane], epoch, w, &cov);
         __syncwarp();
-        dev_warp_cov(cb, bank, worker, w ? ev : MKS_EV_COUNT, &cov, lane);
-        if (lane == 0) {
-            __threadfence(); /* every lane's map writes before the leave */
-            mksi_hook_leave(cb, worker, epoch);
-        }
+        dev_warp_cov(w ? ev : MKS_EV_COUNT, &cov, lane, &mine);
     }
 }
 

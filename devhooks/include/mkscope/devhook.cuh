@@ -368,13 +368,13 @@ static __device__ __forceinline__ void mks_dev_ring_stop(struct mks_dev_ring *r)
 /* The worker's side: one per worker thread, in registers. */
 struct mks_dev_emit {
     struct mks_dev_ring *r;
-    uint32_t head;       /* next slot to write */
-    uint32_t pub;        /* head last published */
-    uint32_t room;       /* slots known free from head on */
-    uint32_t mask;       /* the events attached (the gate's mask) */
-    uint32_t pend;       /* MKS_DEV_DONE_START / _END held for the next DONE record */
-    uint32_t depth;      /* the held START's queue depth */
-    uint32_t lost_task;  /* the current task's TASK record was lost */
+    uint32_t head;           /* next slot to write */
+    uint32_t pub;            /* head last published */
+    uint32_t room;           /* slots known free from head on */
+    uint32_t mask;           /* the events attached (the gate's mask) */
+    uint32_t pend;           /* MKS_DEV_DONE_START / _END held for the next DONE record */
+    uint32_t depth;          /* the held START's queue depth */
+    uint32_t lost_task;      /* the current task's TASK record was lost */
     uint64_t t_start, t_end; /* the current task's, 0 until known */
 };
 
@@ -397,20 +397,17 @@ static __device__ __forceinline__ void mks_dev_emit_publish(struct mks_dev_emit 
     }
 }
 
-/* Out of line: the ring ran full.  Publish, then wait (bounded) for the
+/* Out of line, and taking no pointer to the emitter, so that the emitter
+ * stays in registers: the ring is full up to head; wait (bounded) for the
  * monitor warp; returns the slots free, 0 when the wait ran out. */
-static __device__ __noinline__ uint32_t mks_dev_emit_wait(struct mks_dev_emit *e)
+static __device__ __noinline__ uint32_t mks_dev_ring_wait(struct mks_dev_ring *r, uint32_t head)
 {
-    struct mks_dev_ring *r = e->r;
-    uint32_t room = MKS_DEV_RING_SLOTS - (e->head - *(volatile uint32_t *)&r->tail);
-    if (room)
-        return room;
-    mks_dev_emit_publish(e);
+    uint32_t room;
     *(volatile uint32_t *)&r->waits = r->waits + 1u;
 #pragma unroll 1
     for (uint32_t n = 0; n < MKS_DEV_RING_SPINS; n++) {
         __nanosleep(256);
-        room = MKS_DEV_RING_SLOTS - (e->head - *(volatile uint32_t *)&r->tail);
+        room = MKS_DEV_RING_SLOTS - (head - *(volatile uint32_t *)&r->tail);
         if (room)
             return room;
     }
@@ -418,14 +415,19 @@ static __device__ __noinline__ uint32_t mks_dev_emit_wait(struct mks_dev_emit *e
 }
 
 /* Count events lost (ev < MKS_EV_COUNT); the monitor warp reports them. */
-static __device__ __noinline__ void mks_dev_emit_lose(struct mks_dev_emit *e, uint32_t ev,
+static __device__ __noinline__ void mks_dev_ring_lose(struct mks_dev_ring *r, uint32_t ev,
                                                       uint32_t n)
 {
-    struct mks_dev_ring *r = e->r;
     if (ev < MKS_EV_COUNT) {
         *(volatile uint32_t *)&r->lost[ev] = r->lost[ev] + n;
         *(volatile uint32_t *)&r->waits = r->waits + 1u; /* the monitor sweeps losses then */
     }
+}
+
+static __device__ __forceinline__ void mks_dev_emit_lose(struct mks_dev_emit *e, uint32_t ev,
+                                                         uint32_t n)
+{
+    mks_dev_ring_lose(e->r, ev, n);
 }
 
 /* The next slot, or NULL when the ring stayed full (the caller counts its
@@ -433,9 +435,14 @@ static __device__ __noinline__ void mks_dev_emit_lose(struct mks_dev_emit *e, ui
 static __device__ __forceinline__ uint4 *mks_dev_emit_slot(struct mks_dev_emit *e)
 {
     if (__builtin_expect(e->room == 0, 0)) {
-        e->room = mks_dev_emit_wait(e);
-        if (!e->room)
-            return 0;
+        e->room = MKS_DEV_RING_SLOTS - (e->head - *(volatile uint32_t *)&e->r->tail);
+        if (!e->room) {
+            /* full: publish (the monitor sees only what is published) and wait */
+            mks_dev_emit_publish(e);
+            e->room = mks_dev_ring_wait(e->r, e->head);
+            if (!e->room)
+                return 0;
+        }
     }
     uint4 *s = e->r->slot[e->head % MKS_DEV_RING_SLOTS].c;
     e->head++;
@@ -443,8 +450,27 @@ static __device__ __forceinline__ uint4 *mks_dev_emit_slot(struct mks_dev_emit *
     return s;
 }
 
-static __device__ __forceinline__ uint32_t mks_dev_lo(uint64_t v) { return (uint32_t)v; }
-static __device__ __forceinline__ uint32_t mks_dev_hi(uint64_t v) { return (uint32_t)(v >> 32); }
+/* A 16-byte shared store that the compiler does not count as a memory
+ * access (no "memory" clobber): it need not keep the worker's loads of its
+ * own task data in order with the record's stores, which it would have to
+ * through a generic pointer that may alias them.  The release store of the
+ * head, which has the clobber, orders the records before it. */
+static __device__ __forceinline__ void mks_dev_sts128(uint4 *p, uint4 v)
+{
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :
+                 : "r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
+static __device__ __forceinline__ uint32_t mks_dev_lo(uint64_t v)
+{
+    return (uint32_t)v;
+}
+static __device__ __forceinline__ uint32_t mks_dev_hi(uint64_t v)
+{
+    return (uint32_t)(v >> 32);
+}
 
 /* The DONE record of the held START / END and, when rel, a DEP_RELEASE. */
 static __device__ __forceinline__ void mks_dev_emit_done(struct mks_dev_emit *e, uint32_t rel,
@@ -465,21 +491,23 @@ static __device__ __forceinline__ void mks_dev_emit_done(struct mks_dev_emit *e,
             mks_dev_emit_lose(e, MKS_EV_DEP_RELEASE, 1);
         return;
     }
-    const uint64_t te = (bits & MKS_DEV_DONE_END) ? e->t_end : 0u;
-    s[0] = make_uint4(MKS_DEV_REC_DONE | bits << 8 | dep_class << 16, e->depth,
-                      mks_dev_lo(e->t_start), mks_dev_hi(e->t_start));
-    s[1] = make_uint4(mks_dev_lo(te), mks_dev_hi(te), mks_dev_lo(t_now), mks_dev_hi(t_now));
+    const uint64_t te = e->t_end; /* the task's end, 0 until it ended */
+    mks_dev_sts128(&s[0], make_uint4(MKS_DEV_REC_DONE | bits << 8 | dep_class << 16, e->depth,
+                                     mks_dev_lo(e->t_start), mks_dev_hi(e->t_start)));
+    mks_dev_sts128(
+        &s[1], make_uint4(mks_dev_lo(te), mks_dev_hi(te), mks_dev_lo(t_now), mks_dev_hi(t_now)));
     if (rel)
-        s[2] = make_uint4(mks_dev_lo(value), mks_dev_hi(value), mks_dev_lo(dep_event),
-                          mks_dev_hi(dep_event));
+        mks_dev_sts128(&s[2], make_uint4(mks_dev_lo(value), mks_dev_hi(value),
+                                         mks_dev_lo(dep_event), mks_dev_hi(dep_event)));
 }
 
 /* A new task: its TASK record, with its TASK_ASSIGN when `assign` (and
  * attached).  The events that follow, up to the next call, are its. */
-static __device__ __forceinline__ void mks_dev_emit_task(
-    struct mks_dev_emit *e, uint32_t flags, uint32_t task_class, uint64_t t_ready,
-    uint64_t task_gen, uint64_t req_gen, uint32_t step, uint32_t tile_x, uint32_t tile_y,
-    int assign, uint64_t t_assign, uint32_t assign_depth, uint32_t assign_value)
+static __device__ __forceinline__ void
+mks_dev_emit_task(struct mks_dev_emit *e, uint32_t flags, uint32_t task_class, uint64_t t_ready,
+                  uint64_t task_gen, uint64_t req_gen, uint32_t step, uint32_t tile_x,
+                  uint32_t tile_y, int assign, uint64_t t_assign, uint32_t assign_depth,
+                  uint32_t assign_value)
 {
     if (e->pend)
         mks_dev_emit_done(e, 0, 0, 0, 0, 0);
@@ -492,13 +520,15 @@ static __device__ __forceinline__ void mks_dev_emit_task(
             mks_dev_emit_lose(e, MKS_EV_TASK_ASSIGN, 1);
         return;
     }
-    s[0] = make_uint4(MKS_DEV_REC_TASK | (assign ? MKS_DEV_REC_ASSIGN << 8 : 0u) | flags << 16,
-                      task_class, mks_dev_lo(t_ready), mks_dev_hi(t_ready));
-    s[1] = make_uint4(mks_dev_lo(task_gen), mks_dev_hi(task_gen), mks_dev_lo(req_gen),
-                      mks_dev_hi(req_gen));
-    s[2] = make_uint4(step, tile_x, tile_y, assign_value);
+    mks_dev_sts128(
+        &s[0], make_uint4(MKS_DEV_REC_TASK | (assign ? MKS_DEV_REC_ASSIGN << 8 : 0u) | flags << 16,
+                          task_class, mks_dev_lo(t_ready), mks_dev_hi(t_ready)));
+    mks_dev_sts128(&s[1], make_uint4(mks_dev_lo(task_gen), mks_dev_hi(task_gen),
+                                     mks_dev_lo(req_gen), mks_dev_hi(req_gen)));
+    mks_dev_sts128(&s[2], make_uint4(step, tile_x, tile_y, assign_value));
     if (assign)
-        s[3] = make_uint4(mks_dev_lo(t_assign), mks_dev_hi(t_assign), assign_depth, 0u);
+        mks_dev_sts128(&s[3],
+                       make_uint4(mks_dev_lo(t_assign), mks_dev_hi(t_assign), assign_depth, 0u));
 }
 
 /* TASK_START at t (its queue depth): held, to go with the task's end
@@ -540,13 +570,14 @@ static __device__ __forceinline__ void mks_dev_emit_event(struct mks_dev_emit *e
         return;
     }
     const uint32_t chunks = 0x7u;
-    s[0] = make_uint4(ev | chunks << 8 | dep_class << 16, queue_depth, mks_dev_lo(t_now),
-                      mks_dev_hi(t_now));
-    s[1] = make_uint4(mks_dev_lo(value), mks_dev_hi(value), mks_dev_lo(dep_event),
-                      mks_dev_hi(dep_event));
-    s[2] = make_uint4(mks_dev_lo(comm_gen), mks_dev_hi(comm_gen), peer_rank, 0xffffffffu);
-    s[3] = make_uint4(mks_dev_lo(e->t_start), mks_dev_hi(e->t_start), mks_dev_lo(e->t_end),
-                      mks_dev_hi(e->t_end));
+    mks_dev_sts128(&s[0], make_uint4(ev | chunks << 8 | dep_class << 16, queue_depth,
+                                     mks_dev_lo(t_now), mks_dev_hi(t_now)));
+    mks_dev_sts128(&s[1], make_uint4(mks_dev_lo(value), mks_dev_hi(value), mks_dev_lo(dep_event),
+                                     mks_dev_hi(dep_event)));
+    mks_dev_sts128(&s[2],
+                   make_uint4(mks_dev_lo(comm_gen), mks_dev_hi(comm_gen), peer_rank, 0xffffffffu));
+    mks_dev_sts128(&s[3], make_uint4(mks_dev_lo(e->t_start), mks_dev_hi(e->t_start),
+                                     mks_dev_lo(e->t_end), mks_dev_hi(e->t_end)));
 }
 
 /* A DEP_RELEASE of the current task: with the held START / END in one
@@ -556,8 +587,7 @@ static __device__ __forceinline__ void mks_dev_emit_release(struct mks_dev_emit 
                                                             uint32_t dep_class, uint64_t value,
                                                             uint64_t dep_event)
 {
-    mks_dev_emit_done(e, (e->mask >> MKS_EV_DEP_RELEASE) & 1u, t_now, dep_class, value,
-                      dep_event);
+    mks_dev_emit_done(e, (e->mask >> MKS_EV_DEP_RELEASE) & 1u, t_now, dep_class, value, dep_event);
 }
 
 /* Write what is held and publish: at a task's end and before the worker
@@ -577,8 +607,8 @@ static __device__ __forceinline__ void mks_dev_emit_flush(struct mks_dev_emit *e
  * ring.  worker: the hook slot whose events the ring carries (the epoch
  * entry and coverage are its; programs see ctx->worker, which an EV record
  * may name differently). */
-extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
-                                                struct mks_dev_ring *r, uint32_t worker);
+extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt, struct mks_dev_ring *r,
+                                                uint32_t worker);
 
 static __device__ __forceinline__ void mks_dev_worker_refresh(const struct mks_dev_rt *rt,
                                                               struct mks_dev_worker *w)
