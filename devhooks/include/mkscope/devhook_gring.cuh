@@ -34,7 +34,8 @@
  * Nothing is lost silently: a producer that finds its ring full publishes
  * what it holds and waits, bounded (MKS_DEV_GRING_SPINS polls 256 ns apart);
  * when the wait runs out the event counts as eligible and lost, so ran +
- * lost = eligible.  Each ring ends when its producer stops it
+ * lost = eligible, and until the consumer moves again further events of a
+ * full ring are counted lost without a wait.  Each ring ends when its producer stops it
  * (mks_dev_gring_stop) and its consumer has drained it; the kernel returns
  * when every ring it serves has ended.
  */
@@ -80,6 +81,7 @@ struct mks_dev_gprod {
     uint32_t head;      /* events committed (published or not) */
     uint32_t published; /* head last stored */
     uint32_t tail;      /* the consumer's tail as last read */
+    uint32_t starved;   /* a wait ran out and the ring has not moved since */
 };
 
 static __device__ __forceinline__ void mks_dev_gprod_init(struct mks_dev_gprod *p,
@@ -87,6 +89,7 @@ static __device__ __forceinline__ void mks_dev_gprod_init(struct mks_dev_gprod *
 {
     p->r = r;
     p->head = p->published = p->tail = *(volatile uint32_t *)&r->head;
+    p->starved = 0;
 }
 
 static __device__ __forceinline__ uint32_t mks_dev_gring_ld(const uint32_t *a)
@@ -122,20 +125,26 @@ static __device__ __forceinline__ void mks_dev_gring_publish(struct mks_dev_gpro
 }
 
 /* The ring was full: publish, then wait (bounded) for room; NULL when the
- * wait ran out, the event then counted lost for ev. */
+ * wait ran out, the event then counted lost for ev.  After a wait ran out
+ * the producer does not wait again until the consumer has moved: a monitor
+ * kernel that is not running (no SM left for it) costs lost events, not a
+ * millisecond per event. */
 static __device__ __noinline__ struct mks_hook_ctx *mks_dev_gring_wait(struct mks_dev_gprod *p,
                                                                        uint32_t ev)
 {
     struct mks_dev_gring *r = p->r;
+    const uint32_t spins = p->starved ? 0u : MKS_DEV_GRING_SPINS;
     mks_dev_gring_publish(p);
-    mks_dev_gring_st(&r->waits, *(volatile uint32_t *)&r->waits + 1u);
+    if (!p->starved)
+        mks_dev_gring_st(&r->waits, *(volatile uint32_t *)&r->waits + 1u);
 #pragma unroll 1
-    for (uint32_t n = 0; n < MKS_DEV_GRING_SPINS; n++) {
+    for (uint32_t n = 0; n < spins; n++) {
         __nanosleep(256);
         p->tail = mks_dev_gring_ld(&r->tail);
         if (p->head - p->tail < MKS_DEV_GRING_SLOTS)
             return &r->slot[p->head % MKS_DEV_GRING_SLOTS];
     }
+    p->starved = 1;
     if (ev < MKS_EV_COUNT) {
         mks_dev_gring_st(&r->lost[ev], *(volatile uint32_t *)&r->lost[ev] + 1u);
         __threadfence(); /* the loss before the wait count the consumer sweeps on */
@@ -153,6 +162,7 @@ static __device__ __forceinline__ struct mks_hook_ctx *mks_dev_gring_next(struct
         p->tail = mks_dev_gring_ld(&p->r->tail);
         if (p->head - p->tail >= MKS_DEV_GRING_SLOTS)
             return mks_dev_gring_wait(p, ev);
+        p->starved = 0;
     }
     return &p->r->slot[p->head % MKS_DEV_GRING_SLOTS];
 }
