@@ -228,8 +228,8 @@ extern "C" __device__ void mks_dev_monitor(const struct mks_dev_rt *rt, struct m
 /* The lanes' coverage of a batch, summed per event kind with warp
  * reductions into the counters lane e keeps for kind e while the warp stays
  * inside the epoch (a batch mostly holds one or two kinds). */
-static __device__ void dev_warp_cov(uint32_t ev, const struct mks_cb_cov *cov, uint32_t lane,
-                                    struct mks_cb_cov *mine_p)
+static __device__ void dev_warp_cov_acc(uint32_t ev, const struct mks_cb_cov *cov, uint32_t lane,
+                                        struct mks_cb_cov *mine_p)
 {
     uint32_t todo = __ballot_sync(MKS_DEV_FULL, ev < MKS_EV_COUNT && cov->eligible);
     while (todo) {
@@ -246,6 +246,23 @@ static __device__ void dev_warp_cov(uint32_t ev, const struct mks_cb_cov *cov, u
             mine_p->lost += lost;
         }
         todo &= ~__ballot_sync(MKS_DEV_FULL, mine);
+    }
+}
+
+/* The lanes' coverage of one batch straight into the block's counters of
+ * (bank, worker), one event kind at a time: for a warp that enters and
+ * leaves the epoch around every batch (gmon.cuh). */
+static __device__ void dev_warp_cov(struct mks_cb *cb, uint32_t bank, uint32_t worker,
+                                    uint32_t ev, const struct mks_cb_cov *cov, uint32_t lane)
+{
+    struct mks_cb_cov mine = {0, 0, 0, 0};
+    dev_warp_cov_acc(ev, cov, lane, &mine);
+    if (lane < MKS_EV_COUNT && (mine.eligible | mine.ran | mine.throttled | mine.lost)) {
+        volatile uint64_t *g = (volatile uint64_t *)mks_cb_cov(cb, bank, worker, lane);
+        g[0] = g[0] + mine.eligible;
+        g[1] = g[1] + mine.ran;
+        g[2] = g[2] + mine.throttled;
+        g[3] = g[3] + mine.lost;
     }
 }
 
@@ -392,9 +409,14 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
             if (stopping)
                 return;
             /* Idle: back off up to ~2 us, so a warp with nothing to do takes
-             * few issue slots and shared-memory cycles from the worker. */
+             * few issue slots and shared-memory cycles from the worker; and
+             * while nothing is attached at all (no record can come but the
+             * worker's last), to ~32 us. */
             __nanosleep(nap);
-            nap = nap < 2048u ? 2 * nap : 2048u;
+            if (nap < 2048u)
+                nap *= 2;
+            else
+                nap = *(const volatile uint32_t *)rt->mask ? 2048u : 32768u;
             continue;
         }
         nap = 64;
@@ -577,7 +599,7 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
         if (w)
             mksi_hook_exec_cov(cb, rt->rank, &r->ctx[lane], epoch, w, &cov);
         __syncwarp();
-        dev_warp_cov(w ? ev : MKS_EV_COUNT, &cov, lane, &mine);
+        dev_warp_cov_acc(w ? ev : MKS_EV_COUNT, &cov, lane, &mine);
     }
 }
 
