@@ -66,7 +66,8 @@ class Proc:
                        MKS_MPK_REPORT=os.path.join(self.dir, "report.jsonl"),
                        MKS_MPK_CONTROL=os.path.join(self.dir, "control"))
         requests = batch * (1 if prof else a.groups)
-        cmd = [sys.executable, os.path.join(here, "serve.py"), "--name", name, "--batch",
+        serve = os.environ.get("MKS_MPK_SERVE", os.path.join(here, "serve.py"))  # tests: a stand-in
+        cmd = [sys.executable, serve, "--name", name, "--batch",
                str(batch), "--layers", str(a.layers), "--seq", str(a.seq), "--out", self.dir,
                "--requests", str(batch * a.groups * (a.seq - 1) if prof else requests)]
         if prof:
@@ -336,18 +337,15 @@ if m and left() > 60:
     lo = it // 2
     silu = [n for n in classes if n.startswith("silu_mul")][0]
     qkv = [n for n in classes if n.endswith(".attn_in")][0]
-    # notify-delay: the event the layer-(L/2) QKV projection's tiles release
+    # notify-delay: the event the middle layer's QKV projection tiles release
     tasks = graph["all_tasks"]
-    opi = 0
-    ev = None
-    prev = None
+    evs, prev = [], None
     for t in tasks[1:]:
         key = (t["task_type"], (t.get("outputs") or [{}])[0].get("base_ptr"))
         if key != prev and key[1] == "attn_in":
-            opi += 1
-            if opi == max(1, a.layers // 2):
-                ev = t["trigger_event"] & 0xffffffff
+            evs.append(t["trigger_event"] & 0xffffffff)
         prev = key
+    ev = evs[len(evs) // 2] if evs else 1
     plan = [("task-delay", "class=%s" % silu, 20000, silu),
             ("notify-delay", "event=%d" % ev, 200000, qkv)]
     for kind, key, ns, cls in plan:
