@@ -19,6 +19,30 @@
 
 #define COLLECT_NS (120ull * 1000000000ull)
 
+/* SIGTERM, SIGINT, SIGHUP: every rank stops at its next wait, as when a
+ * rank fails, so that each one removes its control block and rank 0 (or the
+ * parent) the shared segment: a job stopped from outside leaves nothing in
+ * /dev/shm.  The handler only stores to the segment's abort word. */
+static _Atomic uint32_t *stop_word;
+static volatile sig_atomic_t stop_sig;
+
+static void on_stop(int sig)
+{
+    stop_sig = sig;
+    if (stop_word)
+        atomic_store(stop_word, 1);
+}
+
+static void catch_stop(struct bs_shm *shm)
+{
+    stop_word = bs_abort(shm);
+    struct sigaction sa = {.sa_handler = on_stop};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 static void layout_of(const struct mks_bench_config *cfg, struct bs_layout *lay)
 {
     memset(lay, 0, sizeof(*lay));
@@ -71,6 +95,7 @@ int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults
     rc = bs_create(cfg->job, &lay, &shm);
     if (rc)
         return bb_err(err, err_len, rc, "shared memory /mksbench.%s: %s", cfg->job, strerror(-rc));
+    catch_stop(shm);
     uint64_t t0 = bb_now_ns();
     pid_t pids[MKS_BENCH_MAX_RANKS];
     uint32_t started = 0;
@@ -121,6 +146,8 @@ int bb_launch(const struct mks_bench_config *cfg, const struct mks_fault *faults
             cause_sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
         }
     }
+    if (!rc && stop_sig)
+        rc = bb_err(err, err_len, -EINTR, "stopped by signal %d", (int)stop_sig);
     if (!rc && any_bad) {
         if (cause_sig)
             rc = bb_err(err, err_len, -ECHILD, "rank %d died of signal %d", cause_rank, cause_sig);
@@ -157,8 +184,11 @@ int bb_launch_rank(const struct mks_bench_config *cfg, const struct mks_fault *f
         if (rc)
             return rc;
     }
+    catch_stop(shm);
     uint64_t t0 = bb_now_ns();
     rc = rank_main(shm, cfg, faults, n_faults, rank, err, err_len);
+    if (stop_sig)
+        rc = bb_err(err, err_len, -EINTR, "stopped by signal %d", (int)stop_sig);
     bs_result_set_done(shm, rank, rc ? 2 : 1);
     if (rc) {
         atomic_store(bs_abort(shm), 1);

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -554,6 +555,19 @@ static int setup(void **state)
     return 0;
 }
 
+/* Whatever a test left of its job in /dev/shm (a child application killed
+ * with SIGKILL cannot remove its control block): tests leave nothing. */
+static int teardown(void **state)
+{
+    (void)state;
+    for (int r = 0; r < 4; r++) {
+        char name[96];
+        snprintf(name, sizeof(name), "/mkscope.%s.%d", job, r);
+        shm_unlink(name);
+    }
+    return 0;
+}
+
 static void check_in_order(const struct fake_collector *fc)
 {
     for (int i = 0; i < fc->n_seqs; i++)
@@ -995,15 +1009,15 @@ int main(int argc, char **argv)
     if (!mkdtemp(tmpdir))
         return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_counts_equal_hooks_fired, setup),
-        cmocka_unit_test_setup(test_outage_replays_in_order, setup),
-        cmocka_unit_test_setup(test_overflow_is_reported_as_lost, setup),
-        cmocka_unit_test_setup(test_budget_bounds_bytes_and_says_so, setup),
-        cmocka_unit_test_setup(test_commands_are_verified_and_answered, setup),
-        cmocka_unit_test_setup(test_escalation_raw_trace_of_one_class, setup),
-        cmocka_unit_test_setup(test_escalation_over_ucx, setup),
-        cmocka_unit_test_setup(test_restart_is_followed, setup),
-        cmocka_unit_test_setup(test_agent_death_detaches_hooks, setup),
+        cmocka_unit_test_setup_teardown(test_counts_equal_hooks_fired, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outage_replays_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_overflow_is_reported_as_lost, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_budget_bounds_bytes_and_says_so, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commands_are_verified_and_answered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_escalation_raw_trace_of_one_class, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_escalation_over_ucx, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_is_followed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_agent_death_detaches_hooks, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];

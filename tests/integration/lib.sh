@@ -15,6 +15,7 @@ while [ $# -gt 0 ]; do
     --bench) export MKS_BENCH_BIN=$2 ;;
     --countcheck) MKS_COUNTCHECK=$2 ;;
     --monitors) export MKS_MONITORS_DIR=$2 ;;
+    --build) MKS_BUILD_DIR=$2 ;;
     --proxy) MKS_PROXY_BIN=$2 ;;
     *) echo "$(basename "$0"): unknown argument $1" >&2; exit 2 ;;
   esac
@@ -23,6 +24,7 @@ done
 
 dir=$(mktemp -d "/tmp/mks-it-$(basename "$0" .sh).XXXXXX")
 groups=()
+it_jobs=() # jobs whose /dev/shm objects (control blocks, bench segment) the test made
 it_cleanup() {
   local rc=$? p
   trap - EXIT
@@ -34,6 +36,15 @@ it_cleanup() {
     sleep 0.1
   done
   for p in "${groups[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done
+  # Programs stopped by a signal remove their shared memory themselves; what
+  # is left (a process killed outright) is removed here and named.
+  local j left=()
+  for j in "${it_jobs[@]}"; do
+    for p in /dev/shm/mkscope."$j".* /dev/shm/mksbench."$j"; do
+      [ -e "$p" ] && { left+=("${p#/dev/shm/}"); rm -f "$p"; }
+    done
+  done
+  [ ${#left[@]} -eq 0 ] || echo "note: removed ${#left[@]} shared memory objects left behind: ${left[*]}" >&2
   if pgrep -f "$dir" >/dev/null; then
     echo "FAIL: processes left behind:" >&2
     pgrep -af "$dir" >&2
@@ -70,6 +81,7 @@ cli() { "$MKS_CLI_BIN" --collector "ipc://$dir/cli" "$@"; }
 # counts cover the whole run
 bench_argv() {
   local job=$1; shift
+  it_jobs+=("$job")
   bench_cmd=("$MKS_BENCH_BIN" run --job "$job" --wait-agents 10000 "$@")
 }
 
