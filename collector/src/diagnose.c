@@ -77,7 +77,7 @@
 #define DIAG_CLOSE 0.75
 /* Slow steps of one root further apart than this are separate groups: a
  * fault hits steps one after another, a loaded machine here and there. */
-#define DIAG_GROUP_GAP 3
+#define DIAG_GROUP_GAP 2
 /* Above this many steps, detail rows are loaded for a sample of steps. */
 #define DIAG_DETAIL_MAX 4096
 #define DIAG_SAMPLE 1024
@@ -1380,11 +1380,23 @@ static void score_prof(const struct diag *d, struct prof *p, struct verdict *v)
      * imbalance only where the run-time excess of the tasks ahead cannot
      * explain it: W workers running n tasks each of a class late by x make
      * the tasks behind them wait (n - 1) / 2 x on average, so a class's own
-     * run-time excess explains that much of its queueing. */
+     * run-time excess explains that much of its queueing, and the other
+     * classes' run-time excess once more. */
     double q_sum = 0, q_best = 0, run_total = 0, run_top = 0, norm_total = 0, run_all = 0;
     int64_t q_cls = -1;
     uint32_t seen = 0, slower = 0;
     const struct pcls *top = NULL;
+    /* Tasks of one class also queue behind the slow tasks of another on
+     * their worker (sends behind a router that runs long): every class's
+     * queueing may owe up to the others' run-time excess, once, and its
+     * longest wait the longest task of any other class. */
+    double ex_all = 0, ex_max_all = 0;
+    for (size_t i = 0; i < p->ncls; i++) {
+        if (p->cls[i].ex > 0)
+            ex_all += p->cls[i].ex;
+        if (p->cls[i].ex_max > ex_max_all)
+            ex_max_all = p->cls[i].ex_max;
+    }
     for (size_t i = 0; i < p->ncls; i++) {
         struct pcls *pc = &p->cls[i];
         if (pc->count <= 0 || isnan(pc->r_mean))
@@ -1422,15 +1434,20 @@ static void score_prof(const struct diag *d, struct prof *p, struct verdict *v)
         /* tasks one worker runs of the class in the step (an upper bound:
          * the step's operators of the class add up) */
         double waves = ceil(pc->count / W);
-        double behind = (ex > 0 ? ex : 0) * behind_factor(waves);
+        double own = ex > 0 ? ex : 0;
+        double behind = own * behind_factor(waves) + (ex_all - own);
         if (pc->qn > 0 && !isnan(pc->q_mean)) {
             double qe = pc->q - pc->qn * pc->q_mean;
             double qu = qe - behind;
             double qm = 0;
             /* the longest wait in a queue, less the longest tasks that can
              * be ahead of it on its worker */
+            double ahead = ex_max > 0 ? ex_max * (waves - 1) : 0;
+            for (size_t j = 0; j < p->ncls; j++)
+                if (j != i && p->cls[j].ex_max > ahead)
+                    ahead = p->cls[j].ex_max;
             if (pc->qmax > 0 && !isnan(pc->q_max))
-                qm = pc->qmax - pc->q_max - (ex_max > 0 ? ex_max * (waves - 1) : 0);
+                qm = pc->qmax - pc->q_max - ahead;
             if (qu > 0)
                 q_sum += qu;
             double here = qu / W > qm ? qu / W : qm;
@@ -1471,8 +1488,8 @@ static void score_prof(const struct diag *d, struct prof *p, struct verdict *v)
         v->run_ex = isnan(pc->r_mean) ? 0 : pc->run - pc->count * pc->r_mean - inside;
         v->run_max_ex = pc->rmax > 0 && pc->r_max > 0 ? pc->rmax - pc->r_max : 0;
         v->queue_ex = pc->qn > 0 && !isnan(pc->q_mean) ? pc->q - pc->qn * pc->q_mean : 0;
-        double waves = ceil(pc->count / p->W);
-        v->queue_behind = (v->run_ex > 0 ? v->run_ex : 0) * behind_factor(waves);
+        double waves = ceil(pc->count / p->W), own = v->run_ex > 0 ? v->run_ex : 0;
+        v->queue_behind = own * behind_factor(waves) + (ex_all - (pc->ex > 0 ? pc->ex : 0));
         if (v->queue_behind > v->queue_ex)
             v->queue_behind = v->queue_ex > 0 ? v->queue_ex : 0;
         v->queue_max_ex = pc->qmax > 0 && !isnan(pc->q_max) ? pc->qmax - pc->q_max : 0;

@@ -24,8 +24,8 @@
 
 #include <cmocka.h>
 
+#include "diag_fill.h"
 #include "diagnose.h"
-#include "fake_agent.h"
 #include "mkscope/commid.h"
 #include "mkscope/store.h"
 
@@ -204,35 +204,13 @@ static struct mks_store *fill(enum fault f)
     assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
     for (uint32_t r = 0; r < R; r++) {
         /* Register through the store as the collector does. */
-        mks_envelope env;
-        Mkscope__V1__Register reg = MKSCOPE__V1__REGISTER__INIT;
-        Mkscope__V1__TaskSchema sch = MKSCOPE__V1__TASK_SCHEMA__INIT;
-        Mkscope__V1__TaskClass cls[3], *cp[3];
-        for (int i = 0; i < 3; i++) {
-            mkscope__v1__task_class__init(&cls[i]);
-            cls[i].id = (uint32_t)i;
-            cls[i].name = (char *)names[i];
-            cp[i] = &cls[i];
-        }
-        sch.classes = cp, sch.n_classes = 3;
-        reg.n_ranks = R, reg.hook_abi_version = 1, reg.n_workers = NW, reg.schema = &sch;
-        mks_wire_init(&env, "diag", r, 0);
-        env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
-        env.register_ = &reg;
-        uint64_t seq;
-        assert_int_equal(mks_store_ingest(st, &env, 1, &seq, err, sizeof(err)), 0);
+        if (df_register(st, "diag", r, R, NW, names, NULL, 3, err, sizeof(err)))
+            fail_msg("register: %s", err);
         for (uint32_t s = 1; s <= STEPS; s++) {
             struct fa_summary *sum = calloc(1, sizeof(*sum));
             make(sum, r, s, f);
-            uint8_t *buf;
-            size_t len;
-            assert_int_equal(fa_encode_summary("diag", r, 1, s, sum, &buf, &len), 0);
-            mks_envelope *e = NULL;
-            assert_int_equal(mks_wire_decode(buf, len, NULL, &e, err, sizeof(err)), 0);
-            if (mks_store_ingest(st, e, 2, &seq, err, sizeof(err)))
+            if (df_summary(st, "diag", r, s, sum, err, sizeof(err)))
                 fail_msg("ingest: %s", err);
-            mks_wire_free(e);
-            free(buf);
             free(sum);
         }
     }

@@ -19,8 +19,8 @@
 
 #include <cmocka.h>
 
+#include "diag_fill.h"
 #include "diagnose.h"
-#include "fake_agent.h"
 #include "mkscope/commid.h"
 #include "mkscope/store.h"
 
@@ -126,37 +126,15 @@ static struct mks_store *fill(enum fault f)
     struct mks_store *st;
     char err[256];
     assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    static const int comm[] = {0, 0, 0, 1, 1};
     for (uint32_t r = 0; r < R; r++) {
-        mks_envelope env;
-        Mkscope__V1__Register reg = MKSCOPE__V1__REGISTER__INIT;
-        Mkscope__V1__TaskSchema sch = MKSCOPE__V1__TASK_SCHEMA__INIT;
-        Mkscope__V1__TaskClass cls[N_CLS], *cp[N_CLS];
-        for (int i = 0; i < N_CLS; i++) {
-            mkscope__v1__task_class__init(&cls[i]);
-            cls[i].id = (uint32_t)i;
-            cls[i].name = (char *)names[i];
-            cls[i].comm = i == C_SEND || i == C_REDUCE;
-            cp[i] = &cls[i];
-        }
-        sch.classes = cp, sch.n_classes = N_CLS;
-        reg.n_ranks = R, reg.hook_abi_version = 1, reg.n_workers = NW, reg.schema = &sch;
-        mks_wire_init(&env, "strag", r, 0);
-        env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
-        env.register_ = &reg;
-        uint64_t seq;
-        assert_int_equal(mks_store_ingest(st, &env, 1, &seq, err, sizeof(err)), 0);
+        if (df_register(st, "strag", r, R, NW, names, comm, N_CLS, err, sizeof(err)))
+            fail_msg("register: %s", err);
         for (uint32_t s = 0; s < STEPS; s++) {
             struct fa_summary *sum = calloc(1, sizeof(*sum));
             make(sum, r, s, f);
-            uint8_t *buf;
-            size_t len;
-            assert_int_equal(fa_encode_summary("strag", r, 1, s + 1, sum, &buf, &len), 0);
-            mks_envelope *e = NULL;
-            assert_int_equal(mks_wire_decode(buf, len, NULL, &e, err, sizeof(err)), 0);
-            if (mks_store_ingest(st, e, 2, &seq, err, sizeof(err)))
+            if (df_summary(st, "strag", r, s + 1, sum, err, sizeof(err)))
                 fail_msg("ingest: %s", err);
-            mks_wire_free(e);
-            free(buf);
             free(sum);
         }
     }
