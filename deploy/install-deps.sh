@@ -49,6 +49,7 @@ pkgs=(
   patch                           # the MPK hook sites onto a Mirage checkout (runtimes/mpk)
   curl                            # tests read /metrics and /healthz
   python3-yaml                    # tests parse the Kubernetes manifests and alert rules
+  python3-kubernetes              # its API models: the schema the manifests are checked against
 )
 
 missing=()

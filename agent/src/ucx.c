@@ -11,6 +11,7 @@
 #include <ucp/api/ucp.h>
 
 #include "log.h"
+#include "mkscope/netif.h"
 
 struct agt_ucx {
     ucp_context_h ctx;
@@ -72,7 +73,16 @@ int agt_ucx_connect(const char *endpoint, struct agt_ucx **u_p, char *err, size_
         return -ENOMEM;
     }
     ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_STREAM};
-    ucs_status_t st = ucp_init(&p, NULL, &u->ctx);
+    /* UCX's transports listen on every interface otherwise: keep them on
+     * the one the collector is reached through (UCX_NET_DEVICES wins). */
+    ucp_config_t *cfg = NULL;
+    char ifname[64];
+    if (!getenv("UCX_NET_DEVICES") && mks_netif_toward(ai->ai_addr, ifname, sizeof(ifname)) &&
+        ucp_config_read(NULL, NULL, &cfg) == UCS_OK)
+        ucp_config_modify(cfg, "NET_DEVICES", ifname);
+    ucs_status_t st = ucp_init(&p, cfg, &u->ctx);
+    if (cfg)
+        ucp_config_release(cfg);
     if (st == UCS_OK) {
         ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                                   .thread_mode = UCS_THREAD_MODE_SINGLE};

@@ -21,6 +21,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "mkscope/netif.h"
 #include "mkscope/wire.h"
 
 /* Connections at once: one per escalating rank; more are refused. */
@@ -109,7 +110,18 @@ int mks_ucxrx_create(const char *host, uint16_t port, struct mks_ucxrx **rx_p, c
     const char *what = "init";
     ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                       .features = UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP};
-    ucs_status_t st = ucp_init(&p, NULL, &rx->ctx);
+    /* UCX's transports open listening sockets of their own on every
+     * interface; keep them on the interface of the address we listen on
+     * (the one the log names), unless UCX_NET_DEVICES says otherwise. */
+    ucp_config_t *cfg = NULL;
+    char ifname[64];
+    if (!getenv("UCX_NET_DEVICES") &&
+        mks_netif_of_addr(ai->ai_addr, ifname, sizeof(ifname)) &&
+        ucp_config_read(NULL, NULL, &cfg) == UCS_OK)
+        ucp_config_modify(cfg, "NET_DEVICES", ifname);
+    ucs_status_t st = ucp_init(&p, cfg, &rx->ctx);
+    if (cfg)
+        ucp_config_release(cfg);
     if (st == UCS_OK) {
         what = "worker";
         ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE |

@@ -7,6 +7,8 @@
  * arrives.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <unistd.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -206,6 +208,65 @@ static void test_frames(void **state)
     mks_ucxrx_destroy(NULL);
 }
 
+/* Every TCP socket this process listens on, as "a.b.c.d:port" lines. */
+static size_t own_listeners(char out[][32], size_t max)
+{
+    /* Our sockets' inodes, from /proc/self/fd. */
+    unsigned long inodes[256];
+    size_t n_ino = 0, n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) && n_ino < 256) {
+        char path[300], link[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t l = readlink(path, link, sizeof(link) - 1);
+        if (l <= 0)
+            continue;
+        link[l] = 0;
+        unsigned long ino;
+        if (sscanf(link, "socket:[%lu]", &ino) == 1)
+            inodes[n_ino++] = ino;
+    }
+    closedir(d);
+    FILE *f = fopen("/proc/self/net/tcp", "r");
+    assert_non_null(f);
+    char line[512];
+    while (fgets(line, sizeof(line), f) && n < max) {
+        unsigned a, port, st;
+        unsigned long ino;
+        if (sscanf(line, " %*d: %8X:%4X %*8X:%*4X %2X %*s %*s %*s %*d %*d %lu", &a, &port, &st,
+                   &ino) != 4 || st != 0x0A)
+            continue;
+        for (size_t i = 0; i < n_ino; i++)
+            if (inodes[i] == ino) {
+                struct in_addr ia = {.s_addr = a};
+                snprintf(out[n++], 32, "%s:%u", inet_ntoa(ia), port);
+            }
+    }
+    fclose(f);
+    return n;
+}
+
+/* Listening on 127.0.0.1, the process listens on loopback only: UCX's own
+ * transport sockets (it opens one per interface unless told) stay on the
+ * interface of that address, where the collector's log says it listens. */
+static void test_listens_where_asked(void **state)
+{
+    (void)state;
+    struct mks_ucxrx *rx;
+    char err[256];
+    assert_int_equal(mks_ucxrx_create("127.0.0.1", 0, &rx, err, sizeof(err)), 0);
+    mks_ucxrx_progress(rx, NULL, NULL);
+    char l[64][32];
+    size_t n = own_listeners(l, 64);
+    assert_true(n >= 1);
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(l[i], "127.", 4))
+            fail_msg("listening on %s, asked for 127.0.0.1", l[i]);
+    mks_ucxrx_destroy(rx);
+}
+
 static void test_bad_address(void **state)
 {
     (void)state;
@@ -221,6 +282,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_frames),
         cmocka_unit_test(test_bad_address),
+        cmocka_unit_test(test_listens_where_asked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

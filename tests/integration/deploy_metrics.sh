@@ -8,7 +8,9 @@
 # installed (deploy/install-deps.sh --with-promtool; skipped with a message
 # otherwise).
 source "$(dirname "$0")/lib.sh"
-command -v python3 >/dev/null && python3 -c 'import yaml' 2>/dev/null ||
+# Debian's python3, whose modules deploy/install-deps.sh installs.
+python3() { if [ -x /usr/bin/python3 ]; then /usr/bin/python3 "$@"; else command python3 "$@"; fi; }
+python3 -c 'import yaml' 2>/dev/null ||
   { echo "FAIL: python3 with yaml is missing: run deploy/install-deps.sh" >&2; exit 1; }
 
 job="dm$$"
