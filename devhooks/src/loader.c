@@ -195,6 +195,15 @@ static int elf_check(const char *name, const uint8_t *buf, size_t len, char *err
             return ld_err(err, elen, -ENOEXEC, "%s: truncated: section '%s' (%llu bytes at %llu) ends beyond the %zu-byte file",
                           name, elf_secname(&ev, &sh), (unsigned long long)sh.sh_size,
                           (unsigned long long)sh.sh_offset, len);
+        /* Global data becomes a map whose value is the section: libbpf
+         * allocates and copies that much before we see the map (a .bss of
+         * 1.5 GB in an 8 KB file took that much memory). */
+        const char *sn = elf_secname(&ev, &sh);
+        if ((sh.sh_type == SHT_NOBITS || strncmp(sn, ".data", 5) == 0 || strncmp(sn, ".rodata", 7) == 0 ||
+             strncmp(sn, ".bss", 4) == 0) &&
+            sh.sh_size > MKS_MAP_MAX_VALUE)
+            return ld_err(err, elen, -E2BIG, "%s: section '%s' is %llu bytes; expected global data of at most %u bytes",
+                          name, sn, (unsigned long long)sh.sh_size, MKS_MAP_MAX_VALUE);
         if (sh.sh_type == SHT_SYMTAB) {
             n_symtab++;
             symtab_idx = i;

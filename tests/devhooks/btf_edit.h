@@ -90,6 +90,25 @@ static inline void btf_edit_xset(struct btf_edit *e, uint32_t id, uint32_t w, ui
     memcpy(e->types + e->off[id] + 12 + 4 * w, &v, 4);
 }
 
+/* Offset of the section header named `name` in a well-formed object, 0 if
+ * there is none (edit it with memcpy: the file need not be aligned). */
+static inline size_t elf_edit_section(const uint8_t *elf, size_t len, const char *name)
+{
+    Elf64_Ehdr eh;
+    Elf64_Shdr sh, strsh;
+    if (len < sizeof(eh))
+        return 0;
+    memcpy(&eh, elf, sizeof(eh));
+    memcpy(&strsh, elf + eh.e_shoff + (size_t)eh.e_shstrndx * sizeof(sh), sizeof(sh));
+    for (size_t i = 0; i < eh.e_shnum; i++) {
+        size_t at = eh.e_shoff + i * sizeof(sh);
+        memcpy(&sh, elf + at, sizeof(sh));
+        if (strcmp((const char *)elf + strsh.sh_offset + sh.sh_name, name) == 0)
+            return at;
+    }
+    return 0;
+}
+
 /* Index the .BTF section of a well-formed object; 0 on success. */
 static inline int btf_edit_open(uint8_t *elf, size_t len, struct btf_edit *e)
 {

@@ -537,6 +537,32 @@ static void test_hostile_btf(void **state)
     assert_true(ran >= (int)(sizeof(btf_cases) / sizeof(btf_cases[0])));
 }
 
+/* A .bss (or .data) far larger than its file: refused before libbpf, which
+ * allocated all of it (1.5 GB for an 8 KB object; found by fuzz_loader). */
+static void test_huge_global_data(void **state)
+{
+    (void)state;
+    static const char *const secs[] = {".bss", ".data", ".rodata"};
+    size_t len;
+    uint8_t *orig = read_obj("multi.bpf.o", &len), *buf = malloc(len);
+    for (size_t k = 0; k < sizeof(secs) / sizeof(secs[0]); k++) {
+        memcpy(buf, orig, len);
+        size_t at = elf_edit_section(buf, len, secs[k]);
+        assert_true(at > 0);
+        Elf64_Shdr sh;
+        memcpy(&sh, buf + at, sizeof(sh));
+        sh.sh_type = SHT_NOBITS; /* no bytes in the file to bound it */
+        sh.sh_size = 0x5b000000;
+        memcpy(buf + at, &sh, sizeof(sh));
+        struct mks_obj *obj = NULL;
+        char err[512];
+        assert_int_equal(mks_obj_open_mem(buf, len, "big.bpf.o", &obj, err, sizeof(err)), -E2BIG);
+        assert_non_null(strstr(err, "is 1526726656 bytes; expected global data of at most 1048576 bytes"));
+    }
+    free(buf);
+    free(orig);
+}
+
 /* Runs fn in a child where the bpf() system call kills the process;
  * returns the wait status. */
 static int run_without_bpf(int (*fn)(void))
@@ -672,6 +698,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_truncated),     cmocka_unit_test(test_flipped_bytes),
         cmocka_unit_test(test_no_bpf_syscall), cmocka_unit_test(test_sections),
         cmocka_unit_test(test_hostile_btf),
+        cmocka_unit_test(test_huge_global_data),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
