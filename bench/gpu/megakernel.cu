@@ -786,9 +786,14 @@ static __device__ void body_sample(const struct bg_dev &D, const struct bg_task 
         D.logit_sum[st] = lsum;
 }
 
-template <bool HK>
-static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h,
-                                float *sh)
+/* The bodies without hook sites, out of line and shared by the hooked and
+ * the detached task code (and the compiled-out build), so that a body's
+ * machine code is one and the same whatever surrounds it: compiled into
+ * each task instantiation, the bodies got that function's registers and
+ * scheduling, and the medium model's steps moved by a few percent between
+ * builds and paths of the same source (docs/PERF.md, "overhead"). */
+static __device__ __noinline__ void run_compute(const struct bg_dev &D, const struct bg_task *t,
+                                                float *sh)
 {
     switch (t->cls) {
     case BC_NORM:
@@ -802,15 +807,6 @@ static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t,
         break;
     case BC_OPROJ:
         body_oproj(D, t);
-        break;
-    case BC_AR_SEND:
-        body_send<HK>(D, t, h);
-        break;
-    case BC_AR_REDUCE:
-        if (t->relay)
-            body_relay<HK>(D, t, h);
-        else
-            body_reduce<HK>(D, t, h);
         break;
     case BC_ROUTER:
         body_router(D, t, sh);
@@ -826,6 +822,26 @@ static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t,
         break;
     default:
         body_expert(D, t, sh);
+        break;
+    }
+}
+
+template <bool HK>
+static __device__ void run_body(const struct bg_dev &D, const struct bg_task *t, struct bg_hw *h,
+                                float *sh)
+{
+    switch (t->cls) {
+    case BC_AR_SEND:
+        body_send<HK>(D, t, h);
+        break;
+    case BC_AR_REDUCE:
+        if (t->relay)
+            body_relay<HK>(D, t, h);
+        else
+            body_reduce<HK>(D, t, h);
+        break;
+    default:
+        run_compute(D, t, sh);
         break;
     }
 }
