@@ -6,7 +6,7 @@
 # (count latency depwait queue genprog, through an agent at 100 ms epochs),
 # all five, and a 30-instruction histogram on every event
 # (bench/gpu/hist_all.bpf.c); over a sweep of task sizes (the small model,
-# and the medium one with 8, 32 and 128 tiles per operator), in
+# and the medium one with 8, 32 and 64 tiles per operator), in
 # interleaved rounds.  Per run: median step of steps 5 onward, tasks and
 # events per step, the agent's bytes sent and the coverage the collector
 # stored (eligible, lost), the profiler's trace.  Then the device cost
@@ -16,7 +16,7 @@
 # warp, and the table, printed last.  CSVs: OUT/runs.csv (every run),
 # OUT/points.csv (medians per point and variant), OUT/resources.csv.
 #
-#   bench/gpu/overhead.sh [--out DIR] [--rounds N] [--points "small m8 m32 m128"]
+#   bench/gpu/overhead.sh [--out DIR] [--rounds N] [--points "small m8 m32 m64"]
 #                         [--main m32] [--budget S] [--timeout S] [--no-cost]
 #
 # --points: sweep points (small: the bench's default model; mT: the medium
@@ -41,8 +41,8 @@ set -uo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$PWD/overhead-out}
-rounds=3 points="small m8 m32 m128" main=m32 budget=420 tmo=60 cost=1
-usage="usage: $0 [--out DIR] [--rounds N] [--points \"small m8 m32 m128\"] [--main m32] [--budget S] [--timeout S] [--no-cost]"
+rounds=3 points="small m8 m32 m64" main=m32 budget=420 tmo=60 cost=1
+usage="usage: $0 [--out DIR] [--rounds N] [--points \"small m8 m32 m64\"] [--main m32] [--budget S] [--timeout S] [--no-cost]"
 while [ $# -gt 0 ]; do
     if [ "$1" = --no-cost ]; then cost=0; shift; continue; fi
     [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
@@ -59,7 +59,15 @@ while [ $# -gt 0 ]; do
 done
 case "$rounds$budget$tmo" in *[!0-9]* | '') echo "$0: numbers expected; $usage" >&2; exit 2 ;; esac
 for p in $points $main; do
-    case $p in small | m[0-9]*) ;; *) echo "$0: point '$p': small or mT (T tiles)" >&2; exit 2 ;; esac
+    case $p in
+    small) ;;
+    m[0-9]*)
+        t=${p#m}
+        case $t in *[!0-9]*) echo "$0: point '$p': small or mT (T tiles)" >&2; exit 2 ;; esac
+        [ "$t" -ge 1 ] && [ "$t" -le 64 ] ||
+            { echo "$0: point '$p': T tiles in 1..64 (the bench's limit)" >&2; exit 2; } ;;
+    *) echo "$0: point '$p': small or mT (T tiles)" >&2; exit 2 ;;
+    esac
 done
 case " $points " in *" $main "*) ;; *) echo "$0: --main $main is not among --points" >&2; exit 2 ;; esac
 
@@ -301,11 +309,13 @@ if [ "$cost" = 1 ] && [ $((SECONDS - t0)) -lt "$budget" ]; then
 fi
 wait "$res_pid" 2>/dev/null
 
-python3 - "$out" "$main" "$(head -n1 "$work/gpu.txt")" "$(git -C "$root" rev-parse --short HEAD 2>/dev/null)" \
+# the binaries' commit: overhead_prep.sh's, else the tree's
+commit=$(head -c 12 "$bin/../commit" 2>/dev/null || git -C "$root" rev-parse --short HEAD 2>/dev/null)
+python3 - "$out" "$main" "$(head -n1 "$work/gpu.txt")" "$commit" \
     <<'PY' | tee "$out/summary.txt"
 import csv, os, statistics, sys
 out, main = sys.argv[1], sys.argv[2]
-print("GPU: %s; tree %s" % (sys.argv[3], sys.argv[4] or "?"))
+print("GPU: %s; binaries of %s" % (sys.argv[3], sys.argv[4] or "?"))
 rows = list(csv.DictReader(open(os.path.join(out, "runs.csv"))))
 def num(x):
     try:
