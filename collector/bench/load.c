@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,7 +93,7 @@ struct phase {
     uint64_t bytes, lost0, lost1, backlog_end, backlog_max;
     uint32_t *lat_send, *lat_due; /* microseconds */
     size_t n_lat, cap_lat;
-    double cpu_s, wall_s;
+    double cpu_s, wall_s, self_cpu_s;
     long rss_kb, hwm_kb;
     json_t *series;
     bool kept_up;
@@ -110,7 +111,7 @@ struct load {
     struct tmpl *tm;
     uint32_t n_src;
     struct sim *sims;
-    int socks[16], rcvfd[16];
+    int socks[16], rcvfd[16], sndfd[16];
     int sigfd;
     /* agents waiting for the link (a send nanomsg could not take yet) */
     uint32_t *queue, q_head, q_len;
@@ -704,6 +705,15 @@ static void proc_mem(int pid, long *rss_kb, long *hwm_kb)
     fclose(f);
 }
 
+/* This process's CPU time, every thread (nanomsg's own included). */
+static double self_cpu(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
 static long long file_size(const char *path)
 {
     struct stat st;
@@ -751,15 +761,20 @@ static void check_timeouts(struct load *L, uint64_t now)
     }
 }
 
-/* Poll the sockets and the signalfd for at most wait_ms. */
-static void wait_io(struct load *L, int wait_ms)
+/* Wait up to wait_ns for replies (and, while agents wait for nanomsg to
+ * take a request, for a socket to take more), then read them all. */
+static void wait_io(struct load *L, uint64_t wait_ns)
 {
-    struct pollfd pf[17];
+    struct pollfd pf[33];
     int n = 0;
     for (uint32_t k = 0; k < L->n_socks; k++)
         pf[n++] = (struct pollfd){L->rcvfd[k], POLLIN, 0};
+    for (uint32_t k = 0; L->q_len && k < L->n_socks; k++)
+        pf[n++] = (struct pollfd){L->sndfd[k], POLLIN, 0};
     pf[n++] = (struct pollfd){L->sigfd, POLLIN, 0};
-    if (poll(pf, (nfds_t)n, wait_ms) < 0)
+    struct timespec ts = {.tv_sec = (time_t)(wait_ns / 1000000000ull),
+                          .tv_nsec = (long)(wait_ns % 1000000000ull)};
+    if (ppoll(pf, (nfds_t)n, &ts, NULL) < 0)
         return;
     if (pf[n - 1].revents & POLLIN) {
         fprintf(stderr, "mkscope-load: stopping on a signal\n");
@@ -828,7 +843,7 @@ static void run_phase(struct load *L, struct phase *p)
         L->sims[i].phase_ns = (uint64_t)((double)p->period * i / N);
         L->sims[i].seq0 = L->sims[i].seq;
     }
-    double cpu0 = 0;
+    double cpu0 = 0, self0 = self_cpu();
     if (L->pid > 0)
         proc_cpu(L->pid, &cpu0);
     p->t0 = load_mono_ns();
@@ -859,12 +874,15 @@ static void run_phase(struct load *L, struct phase *p)
             series_point(L, p, now, &lp, &la, &lc);
             next_series += 1000000000ull;
         }
+        /* Epochs end every few tens of microseconds at a thousand agents:
+         * sleep at least 1 ms and make what came due meanwhile together (its
+         * due time, which the latency is measured from, stays exact). */
         uint64_t due = p->t0 + k * p->period + L->sims[cur].phase_ns;
-        int wait = due > now ? (int)((due - now) / 1000000) : 0;
-        if (wait > 10)
-            wait = 10;
-        if (L->q_len && wait > 1)
-            wait = 1;
+        uint64_t wait = due > now ? due - now : 0;
+        if (wait < 1000000ull)
+            wait = 1000000ull;
+        if (wait > 10000000ull)
+            wait = 10000000ull;
         wait_io(L, wait);
     }
     double cpu1 = cpu0;
@@ -872,6 +890,7 @@ static void run_phase(struct load *L, struct phase *p)
         proc_cpu(L->pid, &cpu1);
     uint64_t t1 = load_mono_ns();
     p->cpu_s = cpu1 - cpu0;
+    p->self_cpu_s = self_cpu() - self0;
     p->wall_s = (double)(t1 - p->t0) / 1e9;
     p->backlog_end = backlog(L);
     /* deliver what is buffered, counting it still as this phase's */
@@ -887,7 +906,7 @@ static void run_phase(struct load *L, struct phase *p)
             break;
         run_queue(L);
         check_timeouts(L, load_mono_ns());
-        wait_io(L, L->q_len ? 1 : 10);
+        wait_io(L, (L->q_len ? 1 : 10) * 1000000ull);
     }
     p->t_drained = load_mono_ns();
     p->lost1 = lost_total(L);
@@ -929,7 +948,7 @@ static json_t *phase_json(const struct load *L, const struct phase *p)
     uint64_t lost = p->lost1 - p->lost0;
     return json_pack(
         "{s:f, s:f, s:I, s:f, s:I, s:f, s:f, s:{s:f, s:f, s:f, s:f}, s:{s:f, s:f, s:f, s:f},"
-        " s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:b, s:o}",
+        " s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:b, s:o}",
         "rate", p->rate, "offered_per_s", (double)p->produced / secs, "produced",
         (json_int_t)p->produced, "acked_per_s", (double)p->acked_in_window / secs, "acked",
         (json_int_t)p->acked, "bytes_per_s", (double)p->bytes / secs, "drain_s",
@@ -944,7 +963,8 @@ static json_t *phase_json(const struct load *L, const struct phase *p)
         (json_int_t)p->send_fail, "coarsened", (json_int_t)p->coarsened, "lost",
         (json_int_t)lost, "backlog_end",
         (json_int_t)p->backlog_end, "backlog_max", (json_int_t)p->backlog_max, "collector_cpu",
-        L->pid > 0 ? p->cpu_s / p->wall_s : -1.0, "phase_s", p->wall_s, "collector_rss_kb",
+        L->pid > 0 ? p->cpu_s / p->wall_s : -1.0, "generator_cpu", p->self_cpu_s / p->wall_s,
+        "phase_s", p->wall_s, "collector_rss_kb",
         (json_int_t)p->rss_kb, "collector_hwm_kb", (json_int_t)p->hwm_kb, "kept_up", p->kept_up,
         "series", json_incref(p->series));
 }
@@ -985,15 +1005,15 @@ static void print_text(FILE *f, const struct load *L, json_t *rep)
     fprintf(f, "mkscope-load: %u agents (%u sources of %s), %u connections, summary %.0f B mean\n",
             L->n_ranks, L->n_src, json_string_value(json_object_get(rep, "recording")),
             L->n_conns, json_real_value(json_object_get(rep, "summary_bytes")));
-    fprintf(f, "%8s %9s %9s %9s %9s %9s %9s %8s %6s %6s %7s %8s %7s %s\n", "rate", "offered/s",
+    fprintf(f, "%8s %9s %9s %9s %9s %9s %9s %8s %6s %6s %7s %8s %8s %7s %s\n", "rate", "offered/s",
             "acked/s", "send p50", "send p99", "due p99", "due max", "backlog", "lost", "tmo",
-            "coarse", "cpu", "rss MB", "kept up");
+            "coarse", "cpu", "gen cpu", "rss MB", "kept up");
     size_t i;
     json_t *p;
     json_array_foreach(json_object_get(rep, "phases"), i, p)
     {
         json_t *sa = json_object_get(p, "send_to_ack_ms"), *da = json_object_get(p, "due_to_ack_ms");
-        fprintf(f, "%8g %9.0f %9.0f %7.1fms %7.1fms %7.1fms %7.0fms %8lld %6lld %6lld %7lld %7.0f%% %7.1f %s\n",
+        fprintf(f, "%8g %9.0f %9.0f %7.1fms %7.1fms %7.1fms %7.0fms %8lld %6lld %6lld %7lld %7.0f%% %7.0f%% %7.1f %s\n",
                 json_real_value(json_object_get(p, "rate")),
                 json_real_value(json_object_get(p, "offered_per_s")),
                 json_real_value(json_object_get(p, "acked_per_s")),
@@ -1006,6 +1026,7 @@ static void print_text(FILE *f, const struct load *L, json_t *rep)
                 (long long)json_integer_value(json_object_get(p, "timeouts")),
                 (long long)json_integer_value(json_object_get(p, "coarsened")),
                 100 * json_real_value(json_object_get(p, "collector_cpu")),
+                100 * json_real_value(json_object_get(p, "generator_cpu")),
                 (double)json_integer_value(json_object_get(p, "collector_rss_kb")) / 1024,
                 json_is_true(json_object_get(p, "kept_up")) ? "yes" : "no");
     }
@@ -1067,8 +1088,10 @@ static int setup_sockets(struct load *L)
     for (uint32_t k = 0; k < L->n_socks; k++) {
         int s = nn_socket(AF_SP_RAW, NN_REQ);
         size_t sz = sizeof(L->rcvfd[k]);
+        size_t sz2 = sizeof(L->sndfd[k]);
         if (s < 0 || nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz)) < 0 ||
-            nn_getsockopt(s, NN_SOL_SOCKET, NN_RCVFD, &L->rcvfd[k], &sz) < 0) {
+            nn_getsockopt(s, NN_SOL_SOCKET, NN_RCVFD, &L->rcvfd[k], &sz) < 0 ||
+            nn_getsockopt(s, NN_SOL_SOCKET, NN_SNDFD, &L->sndfd[k], &sz2) < 0) {
             fprintf(stderr, "mkscope-load: socket: %s\n", nn_strerror(nn_errno()));
             return -1;
         }
@@ -1093,7 +1116,7 @@ static bool register_all(struct load *L)
     while (!L->stop && L->regs_acked < L->n_ranks && load_mono_ns() < deadline) {
         run_queue(L);
         check_timeouts(L, load_mono_ns());
-        wait_io(L, L->q_len ? 1 : 10);
+        wait_io(L, (L->q_len ? 1 : 10) * 1000000ull);
     }
     if (L->regs_acked < L->n_ranks) {
         fprintf(stderr, "mkscope-load: only %" PRIu64 " of %u agents registered (is the collector"

@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
@@ -766,10 +767,18 @@ static void drain(struct collector *c, int sock, void (*fn)(struct collector *, 
 
 int main(int argc, char **argv)
 {
+    /* Every message decodes into many small allocations and its rows into
+     * a buffer that grows with the batch: glibc's default would hand the
+     * heap's top back to the kernel and ask for it again, batch after batch
+     * (thousands of brk calls a second under load).  The heap keeps what it
+     * grew to instead; a collector's peak is its steady state. */
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    mallopt(M_TOP_PAD, 16 << 20);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
     const char *ingest_url = DEFAULT_INGEST, *survey_url = DEFAULT_SURVEY, *cli_url = DEFAULT_CLI;
     const char *metrics = DEFAULT_METRICS, *db = DEFAULT_DB, *key_file = NULL;
     const char *ucx_host = "127.0.0.1", *ucx_port = DEFAULT_UCX_PORT_S;
-    struct mks_store_opts so = {.sz = sizeof(so)};
+    struct mks_store_opts so = {.sz = sizeof(so), .checkpoint_thread = 1};
     static const struct option longopts[] = {
         {"ingest", required_argument, NULL, 'i'},  {"survey", required_argument, NULL, 's'},
         {"cli", required_argument, NULL, 'c'},     {"metrics", required_argument, NULL, 'm'},

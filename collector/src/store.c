@@ -25,11 +25,14 @@
 #include "mkscope/store.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DEFAULT_MAX_EPOCHS     100000u
 #define DEFAULT_MAX_RAW_EVENTS 1000000u
@@ -69,6 +72,14 @@ struct trim {
     uint32_t rank;
 };
 
+/* What a rank's last heartbeat said of its programs: (job, rank) hash and
+ * programs hash, in a direct-mapped table (a collision only costs a
+ * rewrite). */
+#define PROGS_SEEN 4096u
+struct prog_seen {
+    uint64_t key, progs;
+};
+
 struct mks_store {
     sqlite3 *db;
     uint64_t max_epochs, max_age_ns, max_raw_events;
@@ -86,6 +97,8 @@ struct mks_store {
     struct trim *trims;
     size_t n_trims, cap_trims, trims_mark;
     uint64_t flush_now; /* the collector's time of the last message buffered */
+    struct checkpointer *ckpt;
+    struct prog_seen progs_seen[PROGS_SEEN];
     int raw_trim_due;
 };
 
@@ -256,6 +269,116 @@ static int add_missing_columns(sqlite3 *db, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- background checkpoints ------------------------------------------------ */
+
+/* WAL pages after which the writer wakes the checkpointer (16 MiB). */
+#define CKPT_PAGES 4096
+/* The checkpointer also runs at least this often. */
+#define CKPT_PERIOD_NS 1000000000ull
+
+struct checkpointer {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sqlite3 *db;   /* its own connection */
+    int due, stop;
+};
+
+/* The writer's commit hook: the WAL holds `pages`; wake the checkpointer
+ * once it is worth a pass.  Runs in the writer's thread, so it only
+ * signals. */
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    struct checkpointer *c = arg;
+    (void)db, (void)name;
+    if (pages >= CKPT_PAGES) {
+        pthread_mutex_lock(&c->mu);
+        if (!c->due) {
+            c->due = 1;
+            pthread_cond_signal(&c->cv);
+        }
+        pthread_mutex_unlock(&c->mu);
+    }
+    return SQLITE_OK;
+}
+
+static void *checkpoint_main(void *arg)
+{
+    struct checkpointer *c = arg;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        if (!c->due) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t t = (uint64_t)ts.tv_nsec + CKPT_PERIOD_NS;
+            ts.tv_sec += (time_t)(t / 1000000000ull);
+            ts.tv_nsec = (long)(t % 1000000000ull);
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            if (c->stop)
+                break;
+        }
+        c->due = 0;
+        pthread_mutex_unlock(&c->mu);
+        /* PASSIVE copies what no reader still needs and waits for no one;
+         * the writer starts the WAL over once a pass got through all of it. */
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static int checkpointer_start(struct mks_store *st, const char *path)
+{
+    struct checkpointer *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    /* the thread takes no signal: they are the opener's (a daemon reads
+     * SIGTERM from a signalfd; unblocked here it would kill the process) */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int started = sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                                  NULL) == SQLITE_OK &&
+                  pthread_create(&c->thread, NULL, checkpoint_main, c) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!started) {
+        sqlite3_close(c->db);
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return -EIO;
+    }
+    sqlite3_busy_timeout(c->db, 1000);
+    /* a connection finds the file in WAL mode when it first reads it: only
+     * then can it checkpoint */
+    sqlite3_exec(c->db, "SELECT COUNT(*) FROM sqlite_master", NULL, NULL, NULL);
+    st->ckpt = c;
+    sqlite3_wal_autocheckpoint(st->db, 0);
+    sqlite3_wal_hook(st->db, wal_hook, c);
+    return 0;
+}
+
+static void checkpointer_stop(struct mks_store *st)
+{
+    struct checkpointer *c = st->ckpt;
+    if (!c)
+        return;
+    sqlite3_wal_hook(st->db, NULL, NULL);
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    sqlite3_close(c->db);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    st->ckpt = NULL;
+}
+
 static int db_fail(struct mks_store *st, char *err, size_t errlen, const char *what)
 {
     return fail(err, errlen, -EIO, "store: %s: %s", what, sqlite3_errmsg(st->db));
@@ -310,8 +433,11 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
     }
     /* The writer's page cache holds the hot index pages of a thousand ranks
      * (the default 2 MiB makes it read them back); checkpoints every 32 MiB
-     * of WAL write a page rewritten many times over once. */
-    if (sqlite3_exec(st->db, "PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 8192;",
+     * of WAL write a page rewritten many times over once (with
+     * checkpoint_thread, that thread checkpoints every 16 MiB instead). */
+    if (sqlite3_exec(st->db,
+                     "PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 8192;"
+                     " PRAGMA journal_size_limit = 67108864;",
                      NULL, NULL, NULL) != SQLITE_OK ||
         sqlite3_exec(st->db, schema_sql, NULL, NULL, &msg) != SQLITE_OK) {
         fail(err, errlen, -EIO, "store: %s: schema: %s", o.path, msg ? msg : "?");
@@ -320,6 +446,11 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
         return -EIO;
     }
     if (add_missing_columns(st->db, err, errlen)) {
+        mks_store_close(st);
+        return -EIO;
+    }
+    if (o.checkpoint_thread && strcmp(o.path, ":memory:") && checkpointer_start(st, o.path)) {
+        fail(err, errlen, -EIO, "store: %s: cannot start the checkpoint thread", o.path);
         mks_store_close(st);
         return -EIO;
     }
@@ -333,6 +464,7 @@ void mks_store_close(struct mks_store *st)
         return;
     if (st->in_batch)
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    checkpointer_stop(st);
     for (unsigned i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(st->stmts[i].s);
     for (unsigned t = 0; t < T_COUNT; t++) {
@@ -688,6 +820,7 @@ static int txn_end(struct mks_store *st, int ok)
         ok = 0;
     if (!ok) {
         buf_truncate(st);
+        memset(st->progs_seen, 0, sizeof(st->progs_seen)); /* it may hold what rolls back */
         exec_stmt(st, "ROLLBACK TO msg", "");
         exec_stmt(st, "RELEASE msg", "");
         return -EIO;
@@ -719,11 +852,13 @@ int mks_store_batch_commit(struct mks_store *st, char *err, size_t errlen)
         return fail(err, errlen, -EINVAL, "store: no batch open");
     st->in_batch = 0;
     if (buf_flush(st, st->flush_now) != SQLITE_OK) {
+        memset(st->progs_seen, 0, sizeof(st->progs_seen));
         int rc = db_fail(st, err, errlen, "batch rows");
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
         return rc;
     }
     if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        memset(st->progs_seen, 0, sizeof(st->progs_seen));
         int rc = db_fail(st, err, errlen, "commit batch");
         if (!sqlite3_get_autocommit(st->db))
             sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
@@ -764,7 +899,11 @@ static int store_register(struct mks_store *st, const mks_envelope *env, uint64_
         " agent_version=excluded.agent_version, n_workers=excluded.n_workers,"
         " epoch_ns=excluded.epoch_ns, incarnation=excluded.incarnation,"
         " app_start_ns=excluded.app_start_ns, registered_ns=excluded.registered_ns,"
-        " last_seen_ns=excluded.last_seen_ns, app_alive=1",
+        " last_seen_ns=excluded.last_seen_ns,"
+        /* an agent registering again (a slow ack) for the application it
+         * said had ended does not bring that application back */
+        " app_alive = CASE WHEN incarnation = excluded.incarnation AND pid = excluded.pid AND"
+        " app_start_ns = excluded.app_start_ns THEN app_alive ELSE 1 END",
         "tiitititiuuuuuu", env->job, (int64_t)env->rank, (int64_t)r->n_ranks, r->host,
         (int64_t)r->pid, r->gpu_uuid, (int64_t)r->hook_abi_version, r->agent_version,
         (int64_t)r->n_workers, r->epoch_ns, env->incarnation, r->app_start_ns, now, now,
@@ -811,6 +950,16 @@ static int store_register(struct mks_store *st, const mks_envelope *env, uint64_
     return 0;
 }
 
+#define FNV_BASIS 14695981039346656037ull
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 static int store_heartbeat(struct mks_store *st, const mks_envelope *env, uint64_t now,
                            uint64_t *seq_p, char *err, size_t errlen)
 {
@@ -828,7 +977,20 @@ static int store_heartbeat(struct mks_store *st, const mks_envelope *env, uint64
                   h->unacked, h->lost_summaries, env->job, env->incarnation,
                   (int64_t)env->rank) != SQLITE_DONE)
         return db_fail(st, err, errlen, "heartbeat");
-    /* The heartbeat lists every attached program: it replaces what we knew. */
+    /* The heartbeat lists every attached program: it replaces what we knew,
+     * when it differs from what the rank's last heartbeat said (a thousand
+     * agents' heartbeats every second repeat the same list). */
+    uint64_t key = fnv(fnv(FNV_BASIS, env->job, strlen(env->job)), &env->rank, sizeof(env->rank));
+    uint64_t progs = FNV_BASIS;
+    for (size_t i = 0; i < h->n_programs; i++) {
+        const Mkscope__V1__ProgramState *p = h->programs[i];
+        uint64_t v[4] = {(uint64_t)p->hook, p->prog_gen, p->cost, (uint64_t)p->prog_type};
+        progs = fnv(fnv(progs, p->name, strlen(p->name) + 1), v, sizeof(v));
+    }
+    struct prog_seen *seen = &st->progs_seen[key % PROGS_SEEN];
+    if (seen->key == key && seen->progs == progs)
+        return 0;
+    seen->key = seen->progs = 0; /* until the rewrite below is done */
     exec_stmt(st, "DELETE FROM programs WHERE job=? AND rank=?", "ti", env->job,
               (int64_t)env->rank);
     for (size_t i = 0; i < h->n_programs; i++) {
@@ -838,6 +1000,8 @@ static int store_heartbeat(struct mks_store *st, const mks_envelope *env, uint64
                       p->cost, (int64_t)p->prog_type, now) != SQLITE_DONE)
             return db_fail(st, err, errlen, "heartbeat programs");
     }
+    seen->key = key;
+    seen->progs = progs;
     return 0;
 }
 

@@ -75,13 +75,31 @@ static const char *short_name(const ProtobufCMessageDescriptor *d)
     return d->short_name ? d->short_name : d->name;
 }
 
-static size_t limit_for(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,
-                        size_t dflt)
+static size_t limit_lookup(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,
+                           size_t dflt)
 {
     for (size_t i = 0; i < sizeof(field_limits) / sizeof(field_limits[0]); i++)
         if (!strcmp(field_limits[i].message, short_name(d)) && !strcmp(field_limits[i].field, f->name))
             return field_limits[i].max;
     return dflt;
+}
+
+/* The bound of field f: looked up by name once per field and thread, then
+ * by the descriptor's address (every value of every message asks). */
+static size_t limit_for(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,
+                        size_t dflt)
+{
+    static _Thread_local struct {
+        const ProtobufCFieldDescriptor *f;
+        size_t dflt, max;
+    } cache[128];
+    size_t h = ((uintptr_t)f >> 4) % (sizeof(cache) / sizeof(cache[0]));
+    if (cache[h].f != f || cache[h].dflt != dflt) {
+        cache[h].max = limit_lookup(d, f, dflt);
+        cache[h].f = f;
+        cache[h].dflt = dflt;
+    }
+    return cache[h].max;
 }
 
 /* Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
@@ -162,7 +180,7 @@ static int walk(const ProtobufCMessage *m, struct wpath *p, char *err, size_t er
 /* Bound of a 64-bit field by what it holds (see MKS_WIRE_MAX_COUNT): counts
  * and durations, times and sequence numbers, or an id (no bound).  Named by
  * field, so a counter added to the schema under a usual name is bounded. */
-static uint64_t u64_bound(const ProtobufCFieldDescriptor *f)
+static uint64_t u64_bound_lookup(const ProtobufCFieldDescriptor *f)
 {
     static const char *const counts[] = {
         "count",     "sum",       "max",         "buckets", "sum_run_ns",        "eligible",
@@ -185,6 +203,23 @@ static uint64_t u64_bound(const ProtobufCFieldDescriptor *f)
         if (!strcmp(n, stamps[i]))
             return MKS_WIRE_MAX_TIME;
     return UINT64_MAX;
+}
+
+/* u64_bound_lookup once per field and thread, then by the descriptor's
+ * address: each of the thousands of 64-bit values of a summary asked by
+ * name, which took a quarter of decoding one. */
+static uint64_t u64_bound(const ProtobufCFieldDescriptor *f)
+{
+    static _Thread_local struct {
+        const ProtobufCFieldDescriptor *f;
+        uint64_t max;
+    } cache[256];
+    size_t h = ((uintptr_t)f >> 4) % (sizeof(cache) / sizeof(cache[0]));
+    if (cache[h].f != f) {
+        cache[h].max = u64_bound_lookup(f);
+        cache[h].f = f;
+    }
+    return cache[h].max;
 }
 
 static int check_value(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f,

@@ -36,6 +36,11 @@ struct mks_store_opts {
      * the collector's request-serving threads each hold one such
      * connection, so that no request ever takes the writer's lock. */
     int read_only;
+    /* The writer's WAL is checkpointed by a thread of the store's own, on
+     * a connection of its own (PASSIVE: it never blocks the writer), instead
+     * of by the commit that fills it: a checkpoint's fsync then never
+     * delays an ingest batch and its acks.  File stores only. */
+    int checkpoint_thread;
 };
 
 int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, char *err,
