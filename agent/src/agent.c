@@ -66,6 +66,14 @@
 /* Wait between registration attempts the collector refused. */
 #define REGISTER_RETRY_NS 1000000000ull
 
+/* A spool entry's tag (spool.h): v[TAG_LOSSES] the losses its summary
+ * reports, v[TAG_EVENTS + hook] the events it accounts for (its own eligible
+ * events and the undelivered ones it reports: what the next summary must
+ * report again if it is lost), v[TAG_OWN + hook] its own eligible events
+ * (what was never delivered, for --stats). */
+enum { TAG_LOSSES = 0, TAG_EVENTS = 1, TAG_OWN = 1 + MKS_EV_COUNT };
+_Static_assert(TAG_OWN + MKS_EV_COUNT <= AGT_SPOOL_TAG_N, "spool tag too small");
+
 /* IF_REPLAY: a summary an earlier agent of this spool left behind (spool.h). */
 enum inflight { IF_NONE, IF_REGISTER, IF_SUMMARY, IF_HEARTBEAT, IF_REPLY, IF_REPLAY };
 
@@ -98,7 +106,13 @@ struct agent {
     uint64_t acked;    /* highest seq acknowledged */
     uint32_t refusals; /* consecutive refusals of the head summary */
     uint64_t refused;  /* summaries dropped because the collector refused them */
+    /* Losses reported so far: summaries (TAG_LOSSES) and per hook the
+     * eligible events they held (TAG_EVENTS), as the spool's lost_tags and
+     * lost counts stood when the last summary was made. */
     uint64_t lost_reported;
+    uint64_t undelivered_reported[MKS_EV_COUNT];
+    uint64_t elig_total[MKS_EV_COUNT]; /* eligible events of every epoch summarised */
+    uint64_t lost_logged, lost_log_ns; /* losses said in the log, and when */
     struct agt_budget budget;
     uint32_t sample_shift;            /* largest shift in force (reported in summaries) */
     uint32_t cmd_shift[MKS_EV_COUNT]; /* set by the collector's SetBudget */
@@ -280,7 +294,7 @@ static int send_heartbeat(struct agent *a, uint64_t now)
     hb.last_seq = a->seq;
     hb.app_alive = a->app_alive;
     hb.unacked = st.entries;
-    hb.lost_summaries = st.lost + st.stale + a->refused;
+    hb.lost_summaries = st.lost + st.stale;
     hb.programs = psp;
     hb.n_programs = fill_programs(a, ps, psp);
     mks_envelope env;
@@ -742,8 +756,11 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
                      was == IF_SUMMARY ? "summary" : "request", a->inflight_seq,
                      env->register_ack->reason);
         if (was == IF_SUMMARY && ++a->refusals >= 3) {
-            agt_log_err("dropping summary seq %" PRIu64 " the collector refuses", a->inflight_seq);
-            agt_spool_ack(a->spool, a->inflight_seq);
+            agt_log_err("dropping summary seq %" PRIu64 " the collector refuses; its events are"
+                        " reported as undelivered",
+                        a->inflight_seq);
+            if (agt_spool_drop(a->spool, a->inflight_seq))
+                agt_spool_ack(a->spool, a->inflight_seq);
             a->refused++;
             a->refusals = 0;
         } else if (was == IF_REPLAY && ++a->refusals >= 3) {
@@ -874,6 +891,24 @@ static int try_open(struct agent *a, uint64_t now)
     return 0;
 }
 
+/* Summaries the spool dropped since the log last said so: one line, at most
+ * once a second, so an overflow is never silent and never floods the log. */
+static void say_losses(struct agent *a, const struct agt_spool_stats *st)
+{
+    uint64_t lost = st->lost + st->stale, now = mono_ns();
+    if (lost == a->lost_logged || (a->lost_log_ns && now - a->lost_log_ns < 1000000000ull))
+        return;
+    uint64_t events = 0;
+    for (int ev = 0; ev < MKS_EV_COUNT; ev++)
+        events += st->lost_tags.v[TAG_OWN + ev];
+    agt_log_warn("dropped %" PRIu64 " summaries (%" PRIu64 " in all, %" PRIu64
+                 " events never delivered): %" PRIu64 " unacknowledged summaries filled the"
+                 " buffer (--buffer-bytes, --spool-dir); the next summary reports them",
+                 lost - a->lost_logged, lost, events, st->entries);
+    a->lost_logged = lost;
+    a->lost_log_ns = now;
+}
+
 /* Make a summary of `s` (possibly merged with held ones) and spool it. */
 static void emit(struct agent *a, struct agt_summary *s, int force)
 {
@@ -887,12 +922,22 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
     }
     struct agt_spool_stats st;
     agt_spool_stats(a->spool, &st);
+    say_losses(a, &st);
+    /* What this summary reports lost: the summaries dropped since the last
+     * one was made, and the reports those carried (lost_tags), so that a
+     * report lost in turn is made again; per hook the same for their
+     * events. */
+    uint64_t lost_total = st.lost + st.lost_tags.v[TAG_LOSSES] + st.stale;
+    uint64_t undelivered[MKS_EV_COUNT];
+    for (int ev = 0; ev < MKS_EV_COUNT; ev++)
+        undelivered[ev] = st.lost_tags.v[TAG_EVENTS + ev] - a->undelivered_reported[ev];
     struct agt_encode_meta meta = {
         .job = a->o.job,
         .rank = a->o.rank,
         .incarnation = a->incarnation,
         .seq = a->seq + 1,
-        .lost_summaries = st.lost + st.lost_tags + st.stale + a->refused - a->lost_reported,
+        .lost_summaries = lost_total - a->lost_reported,
+        .undelivered = undelivered,
         .sample_shift = a->sample_shift,
         .prog_names = (const char *const *)a->progs.names_by_id,
         .n_prog_names = sizeof(a->progs.names_by_id) / sizeof(a->progs.names_by_id[0])};
@@ -926,12 +971,17 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
         a->pending = s;
         s = NULL;
     } else if (!err) {
-        /* The tag is what this summary reports lost: if it is lost in
-         * turn, its report is made again by the next one. */
-        err = agt_spool_push(a->spool, meta.seq, bufs[tier], sizes[tier], meta.lost_summaries);
+        struct agt_spool_tag tag = {.v = {[TAG_LOSSES] = meta.lost_summaries}};
+        for (int ev = 0; ev < MKS_EV_COUNT; ev++) {
+            tag.v[TAG_EVENTS + ev] = s->cov[ev].eligible + undelivered[ev];
+            tag.v[TAG_OWN + ev] = s->cov[ev].eligible;
+        }
+        err = agt_spool_push(a->spool, meta.seq, bufs[tier], sizes[tier], &tag);
         if (!err) {
             a->seq = meta.seq;
-            a->lost_reported = st.lost + st.lost_tags + st.stale + a->refused;
+            a->lost_reported = lost_total;
+            for (int ev = 0; ev < MKS_EV_COUNT; ev++)
+                a->undelivered_reported[ev] = st.lost_tags.v[TAG_EVENTS + ev];
             agt_budget_charge(&a->budget, sizes[tier]);
             a->tiers[tier]++;
             a->n_summaries++;
@@ -984,6 +1034,8 @@ static void snapshot(struct agent *a, int force, int app_ended)
     }
     if (agt_steps_feed(a->steps, s, a->info.n_workers, app_ended))
         agt_log_err("epoch %" PRIu64 ": out of memory following decode steps", s->epoch_last);
+    for (int ev = 0; ev < MKS_EV_COUNT; ev++)
+        a->elig_total[ev] += s->cov[ev].eligible;
     s->t_host_begin = a->prev_host_ns;
     s->t_host_end = host;
     s->t_dev_begin = a->prev_dev_ns;
@@ -994,6 +1046,28 @@ static void snapshot(struct agent *a, int force, int app_ended)
     a->last_epoch = s->epoch_last;
     a->n_epochs++;
     emit(a, s, force);
+}
+
+static int unreported_losses(const struct agent *a, const struct agt_spool_stats *st)
+{
+    if (st->lost + st->lost_tags.v[TAG_LOSSES] + st->stale != a->lost_reported)
+        return 1;
+    for (int ev = 0; ev < MKS_EV_COUNT; ev++)
+        if (st->lost_tags.v[TAG_EVENTS + ev] != a->undelivered_reported[ev])
+            return 1;
+    return 0;
+}
+
+/* A summary of no epoch that carries only the losses still unreported. */
+static void report_losses(struct agent *a)
+{
+    struct agt_summary *s = agt_summary_new();
+    if (!s)
+        return;
+    s->epoch_first = s->epoch_last = a->last_epoch;
+    s->t_host_begin = s->t_host_end = a->prev_host_ns;
+    s->t_dev_begin = s->t_dev_end = a->prev_dev_ns;
+    emit(a, s, 1);
 }
 
 static void begin_stop(struct agent *a, const char *why)
@@ -1107,7 +1181,7 @@ static void on_survey(struct agent *a)
     r.ok = 1;
     r.epoch = a->last_epoch;
     r.last_seq = a->seq;
-    agt_coverage_fill(a->last_cov, cov, covp);
+    agt_coverage_fill(a->last_cov, NULL, cov, covp);
     r.coverage = covp;
     r.n_coverage = MKS_EV_COUNT;
     r.programs = psp;
@@ -1149,7 +1223,7 @@ static void write_stats(struct agent *a)
             ",\"pressured\":%" PRIu64
             ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "],\"class_counts\":{",
             a->o.rank, a->incarnation, secs, a->n_epochs, a->n_summaries, a->acked, a->seq,
-            st.entries, st.lost + st.stale + a->refused, a->n_held, a->budget.sent,
+            st.entries, st.lost + st.stale, a->n_held, a->budget.sent,
             (double)(a->last_send_ns - a->first_send_ns) / 1e9, a->n_sends, a->n_resends,
             a->n_attaches, a->raw_dropped, a->n_pressured, a->tiers[AGT_TIER_COUNTS],
             a->tiers[AGT_TIER_HIST],
@@ -1161,7 +1235,16 @@ static void write_stats(struct agent *a)
         fprintf(f, "%s\"%d\":%" PRIu64, first ? "" : ",", c, a->class_counts[c]);
         first = 0;
     }
-    fprintf(f, "}}\n");
+    /* Per hook: every eligible event the agent summarised, and those of
+     * the summaries it dropped (what the collector should count as
+     * eligible, and as undelivered). */
+    fprintf(f, "},\"refused\":%" PRIu64 ",\"eligible\":[", a->refused);
+    for (int ev = 0; ev < MKS_EV_COUNT; ev++)
+        fprintf(f, "%s%" PRIu64, ev ? "," : "", a->elig_total[ev]);
+    fprintf(f, "],\"undelivered\":[");
+    for (int ev = 0; ev < MKS_EV_COUNT; ev++)
+        fprintf(f, "%s%" PRIu64, ev ? "," : "", st.lost_tags.v[TAG_OWN + ev]);
+    fprintf(f, "]}\n");
     fclose(f);
 }
 
@@ -1324,6 +1407,13 @@ int agt_run(const struct agt_opts *opts)
         if (a->stopping) {
             struct agt_spool_stats st;
             agt_spool_stats(a->spool, &st);
+            /* Summaries dropped after the last one was made (the last
+             * pushes overflowed the buffer) are reported by one more, empty
+             * summary once the buffer has drained, so no loss goes unsaid. */
+            if (st.entries == 0 && !a->pending && unreported_losses(a, &st)) {
+                report_losses(a);
+                agt_spool_stats(a->spool, &st);
+            }
             int idle = st.entries == 0 && a->n_replies == 0 && !a->pending && !a->final_heartbeat &&
                        !agt_link_busy(a->link);
             if (idle || now >= a->stop_deadline_ns || !a->have_info)

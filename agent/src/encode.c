@@ -532,8 +532,8 @@ static int add_workers(struct arena *a, const struct agt_summary *s, Mkscope__V1
     return 0;
 }
 
-void agt_coverage_fill(const struct mks_coverage cov[MKS_EV_COUNT], Mkscope__V1__Coverage *out,
-                       Mkscope__V1__Coverage **outp)
+void agt_coverage_fill(const struct mks_coverage cov[MKS_EV_COUNT], const uint64_t *undelivered,
+                       Mkscope__V1__Coverage *out, Mkscope__V1__Coverage **outp)
 {
     for (uint32_t ev = 0; ev < MKS_EV_COUNT; ev++) {
         mkscope__v1__coverage__init(&out[ev]);
@@ -543,6 +543,7 @@ void agt_coverage_fill(const struct mks_coverage cov[MKS_EV_COUNT], Mkscope__V1_
         out[ev].throttled = cov[ev].throttled;
         out[ev].lost = cov[ev].lost;
         out[ev].prog_gen = cov[ev].prog_gen;
+        out[ev].undelivered = undelivered ? undelivered[ev] : 0;
         outp[ev] = &out[ev];
     }
 }
@@ -577,7 +578,7 @@ int agt_summary_encode(const struct agt_summary *s, enum agt_tier tier,
         err = add_rest(&a, s, &es);
 
     Mkscope__V1__Coverage cov[MKS_EV_COUNT], *covp[MKS_EV_COUNT];
-    agt_coverage_fill(s->cov, cov, covp);
+    agt_coverage_fill(s->cov, meta->undelivered, cov, covp);
     es.coverage = covp;
     es.n_coverage = MKS_EV_COUNT;
     if (a.oom)

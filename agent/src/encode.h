@@ -20,6 +20,9 @@ struct agt_encode_meta {
     uint64_t incarnation;
     uint64_t seq;
     uint64_t lost_summaries; /* since the previous summary */
+    /* per hook, eligible events of the summaries dropped since the previous
+     * one (NULL: none) */
+    const uint64_t *undelivered;
     uint32_t sample_shift;
     uint32_t pressure;       /* the collector's pressure that capped the tier (0 none) */
     const char *const *prog_names; /* indexed by prog_id, NULL entries allowed */
@@ -27,9 +30,10 @@ struct agt_encode_meta {
 };
 
 /* Coverage of every hook as wire messages (out and outp hold MKS_EV_COUNT;
- * ran is capped at eligible, which validation requires). */
-void agt_coverage_fill(const struct mks_coverage cov[MKS_EV_COUNT], Mkscope__V1__Coverage *out,
-                       Mkscope__V1__Coverage **outp);
+ * ran is capped at eligible, which validation requires); undelivered per
+ * hook, or NULL. */
+void agt_coverage_fill(const struct mks_coverage cov[MKS_EV_COUNT], const uint64_t *undelivered,
+                       Mkscope__V1__Coverage *out, Mkscope__V1__Coverage **outp);
 
 /* Wire value of detail_tier for an agent tier. */
 uint32_t agt_tier_wire(enum agt_tier tier);

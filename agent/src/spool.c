@@ -29,7 +29,8 @@
 #define SPOOL_MAX_FILE     (64u << 20) /* larger than any summary we write */
 
 struct entry {
-    uint64_t seq, tag;
+    uint64_t seq;
+    struct agt_spool_tag tag;
     size_t len;
     void *mem; /* NULL while the payload is on disk only */
     int file;  /* the payload is in its spool file too */
@@ -44,9 +45,10 @@ struct agt_spool {
     int lock_fd;       /* DIR/lock, held (flock) while this spool lives; -1 none */
     int write_through; /* every entry to its file when pushed (opts.spill_only 0) */
     int through_full;  /* the disk bound stopped writing through (logged once) */
-    uint64_t mem_used, disk_used, lost, lost_tags, stale, last_seq;
+    uint64_t mem_used, disk_used, lost, stale, last_seq;
+    struct agt_spool_tag lost_tags;
     int have_seq;
-    uint64_t last_tag; /* tag of the entry drop_head() removed last */
+    struct agt_spool_tag last_tag; /* tag of the entry drop_head() removed last */
     uint64_t pinned;   /* seq of the entry in flight, 0 for none */
     void *scratch;     /* head payload read back from disk */
     size_t scratch_cap;
@@ -242,6 +244,14 @@ int agt_spool_create(const struct agt_spool_opts *opts, struct agt_spool **sp_p)
     return 0;
 }
 
+/* The entry drop_head() removed last was lost. */
+static void count_lost(struct agt_spool *sp)
+{
+    sp->lost++;
+    for (int i = 0; i < AGT_SPOOL_TAG_N; i++)
+        sp->lost_tags.v[i] += sp->last_tag.v[i];
+}
+
 static void drop_head(struct agt_spool *sp)
 {
     struct entry *e = at(sp, 0);
@@ -283,8 +293,7 @@ static void drop_lost(struct agt_spool *sp)
     } else {
         drop_head(sp);
     }
-    sp->lost++;
-    sp->lost_tags += sp->last_tag;
+    count_lost(sp);
 }
 
 void agt_spool_pin(struct agt_spool *sp, uint64_t seq)
@@ -426,7 +435,8 @@ static void write_through(struct agt_spool *sp, struct entry *e)
     sp->disk_used += e->len;
 }
 
-int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t len, uint64_t tag)
+int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t len,
+                   const struct agt_spool_tag *tag)
 {
     if (!sp || (!buf && len))
         return -EINVAL;
@@ -442,7 +452,9 @@ int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t l
         return -ENOMEM;
     if (len)
         memcpy(copy, buf, len);
-    *at(sp, sp->n) = (struct entry){.seq = seq, .tag = tag, .len = len, .mem = copy};
+    *at(sp, sp->n) = (struct entry){.seq = seq, .len = len, .mem = copy};
+    if (tag)
+        at(sp, sp->n)->tag = *tag;
     if (sp->write_through)
         write_through(sp, at(sp, sp->n));
     sp->n++;
@@ -509,8 +521,7 @@ int agt_spool_head(struct agt_spool *sp, uint64_t *seq_p, const void **buf_p, si
         /* An unreadable spool file is a lost summary, reported as such. */
         agt_log_warn("spool: cannot read %s: %s; counting it as lost", path, strerror(-err));
         drop_head(sp);
-        sp->lost++;
-        sp->lost_tags += sp->last_tag;
+        count_lost(sp);
     }
     return -ENOENT;
 }
@@ -555,6 +566,17 @@ void agt_spool_replay_pop(struct agt_spool *sp, int delivered)
         sp->stale++;
     if (sp->replay_next == sp->n_replay)
         rmdir(sp->rdir);
+}
+
+int agt_spool_drop(struct agt_spool *sp, uint64_t seq)
+{
+    if (!sp || !sp->n || at(sp, 0)->seq != seq)
+        return -ENOENT;
+    if (sp->pinned == seq)
+        sp->pinned = 0;
+    drop_head(sp);
+    count_lost(sp);
+    return 0;
 }
 
 uint64_t agt_spool_ack(struct agt_spool *sp, uint64_t up_to)

@@ -33,12 +33,21 @@ struct agt_spool_opts {
                           1: only what overflows mem_bytes goes there */
 };
 
+/* The caller's numbers for an entry, added up over the entries dropped: the
+ * agent's are how many losses the summary reports (v[0]) and per hook the
+ * events it accounts for (v[1 + hook]: its own eligible events and those of
+ * lost summaries it reports), so that a report lost in turn is made again. */
+#define AGT_SPOOL_TAG_N 24
+struct agt_spool_tag {
+    uint64_t v[AGT_SPOOL_TAG_N];
+};
+
 struct agt_spool_stats {
     uint64_t entries;     /* unacknowledged entries held */
     uint64_t mem_bytes;   /* payload bytes in memory */
     uint64_t disk_bytes;  /* payload bytes on disk */
     uint64_t lost;        /* entries dropped on overflow since creation */
-    uint64_t lost_tags;   /* sum of the tags of those entries */
+    struct agt_spool_tag lost_tags; /* sum of the tags of those entries */
     uint64_t stale;       /* summaries of an earlier agent that could not be replayed */
     uint64_t replay_left; /* summaries of an earlier agent still to send */
     uint64_t replayed;    /* summaries of an earlier agent the collector stored */
@@ -51,10 +60,15 @@ void agt_spool_destroy(struct agt_spool *sp); /* accepts NULL; removes its files
 
 /* Append a copy of an encoded summary.  seq must be larger than every seq
  * pushed before (-EINVAL otherwise).  Overflow drops the oldest entries.
- * tag is the caller's number for the entry (the agent: how many losses the
- * summary reports); the tags of dropped entries add up in lost_tags, so a
- * loss report that is itself lost can be made again. */
-int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t len, uint64_t tag);
+ * tag (NULL: zeros) is the caller's numbers for the entry; the tags of
+ * dropped entries add up in lost_tags. */
+int agt_spool_push(struct agt_spool *sp, uint64_t seq, const void *buf, size_t len,
+                   const struct agt_spool_tag *tag);
+
+/* Give up on the oldest entry, seq (the collector refuses it): dropped and
+ * counted as lost like an overflow, its tag into lost_tags.  -ENOENT when
+ * the oldest entry is not seq. */
+int agt_spool_drop(struct agt_spool *sp, uint64_t seq);
 
 /* The oldest unacknowledged entry: -ENOENT when empty.  *buf_p stays valid
  * until the next call on the spool. */

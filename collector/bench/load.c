@@ -789,14 +789,15 @@ static void produce(struct load *L, struct sim *s, uint32_t idx, uint64_t due_mo
 {
     struct agt_spool_stats st;
     agt_spool_stats(s->spool, &st);
-    uint64_t lost = st.lost + st.lost_tags - s->lost_reported;
+    uint64_t lost = st.lost + st.lost_tags.v[0] - s->lost_reported;
     uint8_t *buf;
     size_t len;
     uint64_t due_real = load_real_ns() - (now - due_mono);
     if (make_summary(L, s, s->seq + 1, lost, due_mono, due_real, &buf, &len) == 0) {
-        if (agt_spool_push(s->spool, s->seq + 1, buf, len, lost) == 0) {
+        struct agt_spool_tag tag = {.v = {lost}};
+        if (agt_spool_push(s->spool, s->seq + 1, buf, len, &tag) == 0) {
             s->seq++;
-            s->lost_reported = st.lost + st.lost_tags;
+            s->lost_reported = st.lost + st.lost_tags.v[0];
             L->cur->produced++;
         }
         free(buf);

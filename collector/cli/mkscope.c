@@ -286,6 +286,7 @@ static void render_status(struct mks_cli *cli, json_t *a, bool detail)
             snprintf(buf, sizeof(buf), "%.1f%%", 100.0 * json_real_value(ratio));
         json_object_set_new(row, "coverage", json_string(buf));
         json_object_set_new(row, "lost", json_deep_copy(json_object_get(c, "lost")));
+        json_object_set_new(row, "undelivered", json_deep_copy(json_object_get(c, "undelivered")));
         json_array_append_new(rows, row);
     }
     json_t *cols = detail ? colnames("rank", "host", "pid", "agent", "state", "app_alive", "epochs",
@@ -293,7 +294,8 @@ static void render_status(struct mks_cli *cli, json_t *a, bool detail)
                                      "duplicates", "lost_summaries", "n_workers", "agent_version",
                                      NULL)
                           : colnames("rank", "host", "agent", "state", "epochs", "last_epoch", "tasks",
-                                     "coverage", "lost", "lost_summaries", "last_seen_s", NULL);
+                                     "coverage", "lost", "undelivered", "lost_summaries",
+                                     "last_seen_s", NULL);
     mks_cli_table(f, cols, rows);
     json_decref(cols);
     json_decref(rows);
@@ -313,6 +315,10 @@ static void render_query(struct mks_cli *cli, json_t *a)
         fprintf(cli->out, "%.1f%%, %lld throttled, %lld lost", 100.0 * json_real_value(ratio),
                 (long long)json_integer_value(json_object_get(c, "throttled")),
                 (long long)json_integer_value(json_object_get(c, "lost")));
+    long long undel = json_integer_value(json_object_get(c, "undelivered"));
+    long long lsum = json_integer_value(json_object_get(c, "lost_summaries"));
+    if (undel || lsum)
+        fprintf(cli->out, ", %lld in %lld summaries the agents dropped", undel, lsum);
     fprintf(cli->out, ")\n");
 }
 

@@ -153,7 +153,8 @@ struct mrank {
     size_t n_cls;
     struct mpeer *peers;
     size_t n_peers;
-    uint64_t cov[N_HOOKS][4]; /* eligible, ran, throttled, lost */
+    uint64_t cov[N_HOOKS][5]; /* eligible (undelivered included), ran, throttled, lost,
+                               * undelivered */
     uint64_t waits_dropped;
     /* Step times as the query language has them (query/src/plan.c): from
      * complete step rows, else from generation advances, a step lasting
@@ -339,10 +340,11 @@ void mks_metrics_observe(struct mks_metrics *m, const mks_envelope *env)
         const Mkscope__V1__Coverage *c = s->coverage[i];
         if (c->hook >= N_HOOKS)
             continue;
-        r->cov[c->hook][0] += c->eligible;
+        r->cov[c->hook][0] += c->eligible + c->undelivered;
         r->cov[c->hook][1] += c->ran;
         r->cov[c->hook][2] += c->throttled;
         r->cov[c->hook][3] += c->lost;
+        r->cov[c->hook][4] += c->undelivered;
     }
     r->waits_dropped += s->waits_dropped;
 out:
@@ -483,13 +485,16 @@ static void registry_render(FILE *f, struct mks_metrics *m, sqlite3 *db)
             fprintf(f, "} %llu\n", (unsigned long long)r->cls[k].tasks);
         }
     }
-    static const char *const cov_name[4] = {"eligible", "ran", "throttled", "lost"};
-    static const char *const cov_help[4] = {
-        "Events that reached an attached program's hook",
+    static const char *const cov_name[5] = {"eligible", "ran", "throttled", "lost",
+                                            "undelivered"};
+    static const char *const cov_help[5] = {
+        "Events that reached an attached program's hook (those of summaries the agent dropped"
+        " included)",
         "Events the programs ran on",
         "Events skipped by sampling or the instruction budget",
-        "Events lost (ring full, guard aborts)"};
-    for (int q = 0; q < 4; q++) {
+        "Events lost (ring full, guard aborts)",
+        "Eligible events of summaries the agent dropped (never delivered)"};
+    for (int q = 0; q < 5; q++) {
         fprintf(f, "# HELP mkscope_events_%s_total %s, per rank and hook\n"
                    "# TYPE mkscope_events_%s_total counter\n",
                 cov_name[q], cov_help[q], cov_name[q]);

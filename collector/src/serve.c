@@ -247,25 +247,25 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
     if (rc)
         return rc;
     sqlite3_stmt *s;
-    /* Coverage over every stored epoch of the rank; tasks from task_end
-     * counts in the summaries. */
+    /* Coverage over every stored epoch of the rank (eligible counts the
+     * events of summaries the agent dropped, undelivered says how many);
+     * tasks from task_end counts in the summaries.  One pass over each
+     * table for all ranks. */
     rc = prepare(env,
                  "SELECT r.rank, r.n_ranks, r.host, r.pid, r.gpu_uuid, r.agent_version,"
                  " r.n_workers, r.epoch_ns, r.incarnation, r.registered_ns, r.last_seen_ns,"
                  " r.last_heartbeat_ns, r.app_alive, r.summaries, r.duplicates,"
                  " r.lost_summaries, r.last_epoch, r.last_seq, r.acked_seq, r.unacked,"
-                 " r.heartbeat_ns,"
-                 " (SELECT COALESCE(SUM(c.eligible),0) FROM coverage c JOIN epochs e ON"
-                 "  e.id=c.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS eligible,"
-                 " (SELECT COALESCE(SUM(c.ran),0) FROM coverage c JOIN epochs e ON"
-                 "  e.id=c.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS ran,"
-                 " (SELECT COALESCE(SUM(c.throttled),0) FROM coverage c JOIN epochs e ON"
-                 "  e.id=c.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS throttled,"
-                 " (SELECT COALESCE(SUM(c.lost),0) FROM coverage c JOIN epochs e ON"
-                 "  e.id=c.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS lost,"
-                 " (SELECT COALESCE(SUM(t.count),0) FROM task_stats t JOIN epochs e ON"
-                 "  e.id=t.epoch_id WHERE e.job=r.job AND e.rank=r.rank) AS tasks"
-                 " FROM ranks r WHERE r.job=? ORDER BY r.rank",
+                 " r.heartbeat_ns, COALESCE(cv.eligible, 0), COALESCE(cv.ran, 0),"
+                 " COALESCE(cv.throttled, 0), COALESCE(cv.lost, 0), COALESCE(tk.tasks, 0),"
+                 " COALESCE(cv.undelivered, 0)"
+                 " FROM ranks r LEFT JOIN (SELECT e.rank AS rk, SUM(c.eligible) AS eligible,"
+                 "  SUM(c.ran) AS ran, SUM(c.throttled) AS throttled, SUM(c.lost) AS lost,"
+                 "  SUM(c.undelivered) AS undelivered FROM coverage c JOIN epochs e ON"
+                 "  e.id = c.epoch_id WHERE e.job = ?1 GROUP BY e.rank) cv ON cv.rk = r.rank"
+                 " LEFT JOIN (SELECT e.rank AS rk, SUM(t.count) AS tasks FROM task_stats t JOIN"
+                 "  epochs e ON e.id = t.epoch_id WHERE e.job = ?1 GROUP BY e.rank) tk"
+                 "  ON tk.rk = r.rank WHERE r.job = ?1 ORDER BY r.rank",
                  &s, err, errlen);
     if (rc)
         return rc;
@@ -300,10 +300,11 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
         json_object_set_new(r, "lost_summaries", json_integer(sqlite3_column_int64(s, 15)));
         json_object_set_new(r, "tasks", json_integer(sqlite3_column_int64(s, 25)));
         json_object_set_new(r, "coverage",
-                            json_pack("{s:I, s:I, s:I, s:I, s:o}", "eligible", (json_int_t)e,
-                                      "ran", (json_int_t)rn, "throttled",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "eligible",
+                                      (json_int_t)e, "ran", (json_int_t)rn, "throttled",
                                       (json_int_t)sqlite3_column_int64(s, 23), "lost",
-                                      (json_int_t)sqlite3_column_int64(s, 24), "ratio",
+                                      (json_int_t)sqlite3_column_int64(s, 24), "undelivered",
+                                      (json_int_t)sqlite3_column_int64(s, 26), "ratio",
                                       e ? json_real((double)rn / (double)e) : json_null()));
         if (detail) {
             json_object_set_new(r, "gpu_uuid", mks_serve_column(s, 4));

@@ -159,9 +159,13 @@ int mks_serve_query(const struct mks_serve_env *env, const Mkscope__V1__CliReque
     if (sqlite3_step(c) == SQLITE_ROW) {
         json_int_t elig = sqlite3_column_int64(c, 0), ran = sqlite3_column_int64(c, 1);
         epochs = sqlite3_column_int64(c, 4);
-        cov = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "epochs", epochs, "eligible", elig,
-                        "ran", ran, "throttled", (json_int_t)sqlite3_column_int64(c, 2), "lost",
-                        (json_int_t)sqlite3_column_int64(c, 3), "ratio",
+        /* eligible counts the events of summaries agents dropped
+         * (undelivered) too: the ratio says what share was observed. */
+        cov = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "epochs", epochs, "eligible",
+                        elig, "ran", ran, "throttled", (json_int_t)sqlite3_column_int64(c, 2),
+                        "lost", (json_int_t)sqlite3_column_int64(c, 3), "undelivered",
+                        (json_int_t)sqlite3_column_int64(c, 5), "lost_summaries",
+                        (json_int_t)sqlite3_column_int64(c, 6), "ratio",
                         elig ? json_real((double)ran / (double)elig) : json_null());
     }
     sqlite3_finalize(c);

@@ -183,7 +183,7 @@ static const char schema_sql[] =
     "CREATE INDEX IF NOT EXISTS maps_e ON maps(epoch_id);\n"
     "CREATE TABLE IF NOT EXISTS coverage(epoch_id INTEGER REFERENCES epochs(id) ON DELETE"
     " CASCADE, hook INTEGER, eligible INTEGER, ran INTEGER, throttled INTEGER, lost INTEGER,"
-    " prog_gen INTEGER);\n"
+    " prog_gen INTEGER, undelivered INTEGER DEFAULT 0);\n"
     "CREATE INDEX IF NOT EXISTS coverage_e ON coverage(epoch_id);\n"
     "CREATE TABLE IF NOT EXISTS raw_events(id INTEGER PRIMARY KEY, job TEXT, rank INTEGER,"
     " escalation_id INTEGER, event INTEGER, flags INTEGER, worker INTEGER, sm INTEGER,"
@@ -246,6 +246,7 @@ static const struct {
     {"triggers", "last_escalated_ns", "INTEGER"},
     {"triggers", "escalations", "INTEGER DEFAULT 0"},
     {"commands", "escalation_id", "INTEGER"},
+    {"coverage", "undelivered", "INTEGER DEFAULT 0"},
 };
 
 static int add_missing_columns(sqlite3 *db, char *err, size_t errlen)
@@ -596,7 +597,7 @@ static const struct {
     [T_WORKERS] = {"INSERT INTO workers VALUES", 9},
     [T_GENS] = {"INSERT INTO gens VALUES", 5},
     [T_MAPS] = {"INSERT INTO maps VALUES", 6},
-    [T_COVERAGE] = {"INSERT INTO coverage VALUES", 7},
+    [T_COVERAGE] = {"INSERT INTO coverage VALUES", 8},
     [T_RAW] = {"INSERT INTO raw_events(job, rank, escalation_id, event, flags, worker, sm, class,"
                " task_gen, req_gen, step, dep_class, tile_x, tile_y, dep_event, comm_gen,"
                " peer_rank, queue_depth, t_now, t_ready, t_start, value, received_ns) VALUES",
@@ -1115,8 +1116,11 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
     INS(T_COVERAGE, s->n_coverage);
     for (size_t i = 0; i < s->n_coverage; i++) {
         const Mkscope__V1__Coverage *c = s->coverage[i];
-        ROW("iiuuuuu", eid, (int64_t)c->hook, c->eligible, c->ran, c->throttled, c->lost,
-            c->prog_gen);
+        /* The events of summaries the agent dropped were eligible too: in
+         * eligible, so that every ratio of ran to eligible (queries,
+         * status, the diagnosis) counts them, and apart in undelivered. */
+        ROW("iiuuuuuu", eid, (int64_t)c->hook, c->eligible + c->undelivered, c->ran,
+            c->throttled, c->lost, c->prog_gen, c->undelivered);
     }
     ins_done(&in);
 #undef INS

@@ -389,7 +389,9 @@ int mks_query_plan_from(const struct mks_query *q, const char *job, uint64_t now
     sb_add(&cov,
            "WITH m AS MATERIALIZED (SELECT DISTINCT epoch_id FROM (%s) AS src%s)"
            " SELECT COALESCE(SUM(eligible), 0), COALESCE(SUM(ran), 0), COALESCE(SUM(throttled), 0),"
-           " COALESCE(SUM(lost), 0), (SELECT COUNT(*) FROM m) FROM coverage WHERE epoch_id IN m",
+           " COALESCE(SUM(lost), 0), (SELECT COUNT(*) FROM m), COALESCE(SUM(undelivered), 0),"
+           " (SELECT COALESCE(SUM(lost_summaries), 0) FROM epochs WHERE id IN m) FROM coverage"
+           " WHERE epoch_id IN m",
            source_sql[pl.src], where.s ? where.s : "");
     if (sel.oom || where.oom || sql.oom || cov.oom) {
         rc = -ENOMEM;
