@@ -1724,74 +1724,84 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static size_t step_index(const struct blame *b, uint32_t step)
-{
-    uint32_t *p = bsearch(&step, b->step, b->n_steps, sizeof(*b->step), cmp_u32);
-    return p ? (size_t)(p - b->step) : SIZE_MAX;
-}
-
 /* Per step and rank: the mean over its peers of the time each waited on it
  * (their waits summed over the step's transfers), and the mean over its
  * peers of the time it waited on each. */
+struct wref { /* a wait by its step */
+    uint32_t step;
+    uint32_t i;
+};
+
+static int cmp_wref(const void *a, const void *b)
+{
+    uint32_t x = ((const struct wref *)a)->step, y = ((const struct wref *)b)->step;
+    return x < y ? -1 : x > y;
+}
+
 static int build_blame(struct diag *d, struct blame *b)
 {
     memset(b, 0, sizeof(*b));
     uint32_t R = d->n_ranks;
     if (R < 2 || R > 256 || !d->nw)
         return 0;
+    /* the waits in step order, each step's summed in one R x R matrix */
+    struct wref *idx = d->nw < UINT32_MAX ? malloc(d->nw * sizeof(*idx)) : NULL;
     uint32_t *steps = malloc(d->nw * sizeof(*steps));
-    if (!steps)
+    double *sum = malloc((size_t)R * R * sizeof(double));
+    bool *any = malloc(R * sizeof(bool));
+    if (!idx || !steps || !sum || !any) {
+        free(idx), free(steps), free(sum), free(any);
         return -ENOMEM;
+    }
     for (size_t i = 0; i < d->nw; i++)
-        steps[i] = d->w[i].step;
-    qsort(steps, d->nw, sizeof(*steps), cmp_u32);
+        idx[i] = (struct wref){.step = d->w[i].step, .i = (uint32_t)i};
+    qsort(idx, d->nw, sizeof(*idx), cmp_wref);
     size_t n = 0;
     for (size_t i = 0; i < d->nw; i++)
-        if (!n || steps[n - 1] != steps[i])
-            steps[n++] = steps[i];
+        if (!n || steps[n - 1] != idx[i].step)
+            steps[n++] = idx[i].step;
     b->step = steps, b->n_steps = (uint32_t)n, b->R = R;
-    double *sum = calloc(n * R * R, sizeof(double));
-    b->in = calloc(n * R, sizeof(double));
-    b->out = calloc(n * R, sizeof(double));
-    if (!sum || !b->in || !b->out) {
-        free(sum);
+    b->in = malloc(n * R * sizeof(double));
+    b->out = malloc(n * R * sizeof(double));
+    if (!b->in || !b->out) {
+        free(idx), free(sum), free(any);
         blame_free(b);
         return -ENOMEM;
     }
-    for (size_t i = 0; i < d->nw; i++) {
-        const struct wrow *w = &d->w[i];
-        if (w->rank >= R || w->peer >= R || w->peer == w->rank)
-            continue;
-        /* a step whose epochs are not all loaded has only some of its waits */
-        const struct cell *c = cell_at(d, w->rank, w->step);
-        if (c && !c->detail)
-            continue;
-        size_t k = step_index(b, w->step);
-        sum[(k * R + w->rank) * R + w->peer] += (double)(w->t_end - w->t_begin);
-    }
-    for (size_t k = 0; k < n; k++)
+    size_t i = 0;
+    for (size_t k = 0; k < n; k++) {
+        memset(sum, 0, (size_t)R * R * sizeof(double));
+        for (; i < d->nw && idx[i].step == steps[k]; i++) {
+            const struct wrow *w = &d->w[idx[i].i];
+            if (w->rank >= R || w->peer >= R || w->peer == w->rank)
+                continue;
+            /* a step whose epochs are not all loaded has only some of its waits */
+            const struct cell *c = cell_at(d, w->rank, w->step);
+            if (c && !c->detail)
+                continue;
+            sum[(size_t)w->rank * R + w->peer] += (double)(w->t_end - w->t_begin);
+        }
+        /* a rank that reported no waits this step is not counted */
+        for (uint32_t x = 0; x < R; x++) {
+            any[x] = false;
+            for (uint32_t y = 0; y < R && !any[x]; y++)
+                any[x] = sum[(size_t)x * R + y] > 0;
+        }
         for (uint32_t r = 0; r < R; r++) {
             double in = 0, out = 0;
             uint32_t nin = 0, nout = 0;
-            for (uint32_t q = 0; q < R; q++) {
+            for (uint32_t q = 0; q < R && any[r]; q++) {
                 if (q == r)
                     continue;
-                double a = sum[(k * R + q) * R + r], o = sum[(k * R + r) * R + q];
-                /* a peer that reported no waits this step is not counted */
-                bool q_any = false, r_any = false;
-                for (uint32_t x = 0; x < R && !(q_any && r_any); x++) {
-                    q_any |= sum[(k * R + q) * R + x] > 0;
-                    r_any |= sum[(k * R + r) * R + x] > 0;
-                }
-                if (q_any)
-                    in += a, nin++;
-                if (r_any)
-                    out += o, nout++;
+                if (any[q])
+                    in += sum[(size_t)q * R + r], nin++;
+                out += sum[(size_t)r * R + q], nout++;
             }
             b->in[k * R + r] = nin && nout ? in / nin : NAN;
             b->out[k * R + r] = nin && nout ? out / nout : NAN;
         }
-    free(sum);
+    }
+    free(idx), free(sum), free(any);
     return 0;
 }
 
@@ -2570,7 +2580,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     uint32_t *steps = NULL, *srank = NULL;
     double *stime = NULL, *exs = NULL;
     bool *slow = NULL, *want = NULL;
-    size_t *order = NULL, *cell_step = NULL;
+    size_t *cell_step = NULL, *cidx = NULL;
     struct tgroup *tg = NULL;
     struct segment *seg = NULL;
     size_t n_seg = 0, n_tg = 0;
@@ -2628,8 +2638,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     double med = median(tmp, n_steps);
     slow = calloc(n_steps + 1, sizeof(bool));
     exs = calloc(n_steps + 1, sizeof(double));
-    chains = calloc(n_steps + 1, sizeof(*chains));
-    if (!slow || !exs || !chains)
+    if (!slow || !exs)
         goto oom;
     size_t n_slow = 0;
     for (size_t k = 0; k < n_steps; k++) {
@@ -2758,8 +2767,16 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     }
     if ((rc = build_norms(&d)))
         goto fail_rc;
+    /* a chain for each slow step (CH(k): step k's) */
+    cidx = malloc((n_steps + 1) * sizeof(*cidx));
+    chains = calloc(n_slow + 1, sizeof(*chains));
+    if (!cidx || !chains)
+        goto oom;
+    for (size_t k = 0, c = 0; k < n_steps; k++)
+        cidx[k] = slow[k] ? c++ : SIZE_MAX;
+#define CH(k) (&chains[cidx[k]])
     for (size_t k = 0; k < n_steps; k++)
-        if (slow[k] && (rc = build_chain(&d, srank[k], steps[k], exs[k], &chains[k], &prof)))
+        if (slow[k] && (rc = build_chain(&d, srank[k], steps[k], exs[k], CH(k), &prof)))
             goto fail_rc;
     /* Group slow steps with the same root, near one another. */
     tg = calloc(n_slow + 1, sizeof(*tg));
@@ -2770,7 +2787,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             continue;
         size_t g;
         for (g = n_tg; g-- > 0;)
-            if (same_root(&chains[tg[g].first], &chains[k]) &&
+            if (same_root(CH(tg[g].first), CH(k)) &&
                 steps[k] - tg[g].last_step <= DIAG_GROUP_GAP)
                 break;
         if (g == SIZE_MAX) {
@@ -2785,7 +2802,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     }
     /* Slow steps of a straggler inside its run belong to it. */
     for (size_t g = 0; g < n_tg; g++) {
-        const struct link *root = &chains[tg[g].first].l[chains[tg[g].first].n - 1];
+        const struct link *root = &CH(tg[g].first)->l[CH(tg[g].first)->n - 1];
         for (size_t s = 0; s < n_seg; s++)
             if (root->rank == seg[s].rank && tg[g].first_step + DIAG_WINDOW >= seg[s].first &&
                 tg[g].last_step <= seg[s].last + DIAG_WINDOW)
@@ -2804,14 +2821,14 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         size_t ngs = 0;
         gs[ngs++] = steps[w];
         for (size_t k = tg[g].first; k < n_steps && steps[k] <= tg[g].last_step && ngs < 5; k++)
-            if (slow[k] && k != w && same_root(&chains[k], &chains[w]))
+            if (slow[k] && k != w && same_root(CH(k), CH(w)))
                 gs[ngs++] = steps[k];
-        json_t *gj = group_json(&d, &chains[w], srank[w], gs, ngs, tg[g].steps, stime[w], med,
+        json_t *gj = group_json(&d, CH(w), srank[w], gs, ngs, tg[g].steps, stime[w], med,
                                 &prof);
         tg[g].steps = NULL;
         if (!gj)
             goto oom;
-        go[ng++] = (struct gout){.g = gj, .decided = chains[w].l[chains[w].n - 1].cause >= 0,
+        go[ng++] = (struct gout){.g = gj, .decided = CH(w)->l[CH(w)->n - 1].cause >= 0,
                                  .n = tg[g].n, .total = tg[g].total};
     }
     for (size_t s = 0; s < n_seg; s++) {
@@ -2898,14 +2915,15 @@ out:
     free(seg);
     blame_free(&bl);
     prof_free(&prof);
+#undef CH
     free(chains);
+    free(cidx);
     free(steps);
     free(stime);
     free(srank);
     free(exs);
     free(slow);
     free(want);
-    free(order);
     free(cell_step);
     sqlite3_finalize(d.q_cls);
     sqlite3_finalize(d.q_wait);
