@@ -78,6 +78,7 @@ static void usage(FILE *f)
             "  --stats FILE          write counters as one JSON line at exit\n"
             "  -v, --verbose         more log lines (twice: per summary)\n"
             "  -h, --help            this text\n"
+            "  --version             the version\n"
             "\n"
             "EXAMPLES\n"
             "  mkscope-agent --job llm --rank 0 --collector tcp://10.0.0.5:7400 --budget 20000\n"
@@ -117,6 +118,10 @@ static int valid_job(const char *s)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("mkscope-agent %s\n", MKS_VERSION);
+        return 0;
+    }
     enum {
         O_JOB = 256, O_RANK, O_COLLECTOR, O_SURVEY, O_EPOCH, O_BUDGET, O_BUFFER, O_SPOOL_DIR,
         O_SPOOL_BYTES, O_KEY, O_MONITORS, O_ATTACH, O_LEASE, O_HEARTBEAT, O_TIMEOUT, O_DRAIN,

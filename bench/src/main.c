@@ -66,6 +66,7 @@ static void usage(FILE *f)
             "  --check              compare tokens with the reference; exit 3 on mismatch\n"
             "  -q, --quiet          no summary on stdout\n"
             "  -h, --help\n"
+            "  --version            the version\n"
             "\n"
             "EXAMPLES\n"
             "  mkscope-bench run --ranks 4 --steps 20 --json out.json\n"
@@ -165,6 +166,10 @@ static int num(const char *opt, const char *v, uint64_t max, uint64_t *out)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("mkscope-bench %s\n", MKS_VERSION);
+        return 0;
+    }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -553,6 +553,13 @@ int mks_cli_trace(struct mks_cli *cli, char **args, size_t n)
     return 0;
 }
 
+static uint64_t mks_cli_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- top ------------------------------------------------------------------------------ */
 
 static volatile sig_atomic_t top_stop;
@@ -593,6 +600,25 @@ int mks_cli_top(struct mks_cli *cli, char **args, size_t n)
         json_t *q = NULL;
         char *qa[1] = {"p99(run), mean(queue), count(task) by rank where time > -5s"};
         mks_cli_call(cli, "query", qa, 1, NULL, 0, &q);
+        if (cli->json) {
+            /* One JSON object per refresh and line: the ranks' status and
+             * the last 5 s of latencies, as the text view shows them. */
+            json_t *o = json_pack("{s:I, s:O, s:O}", "time_ns", (json_int_t)mks_cli_now_ns(),
+                                  "status", a, "last_5s", q ? q : json_null());
+            char *text = json_dumps(o, JSON_COMPACT);
+            if (text)
+                fprintf(cli->out, "%s\n", text);
+            free(text);
+            json_decref(o);
+            json_decref(q);
+            json_decref(a);
+            fflush(cli->out);
+            if (iterations && k + 1 >= iterations)
+                break;
+            struct timespec ts = {(time_t)interval, (long)((interval - (time_t)interval) * 1e9)};
+            nanosleep(&ts, NULL);
+            continue;
+        }
         if (tty)
             fputs("\033[H\033[2J", cli->out);
         time_t now = time(NULL);
@@ -627,7 +653,17 @@ int mks_cli_top(struct mks_cli *cli, char **args, size_t n)
 int mks_cli_verify(struct mks_cli *cli, size_t argc, char **argv)
 {
 #ifdef MKS_HAVE_VERIFY
-    return mks_cmd_verify((int)argc, argv, cli->out, stderr);
+    /* The global -f (taken by mkscope's own parsing) goes to the verifier. */
+    char *av[70];
+    size_t n = 0;
+    for (size_t i = 0; i < argc && n < 66; i++) {
+        av[n++] = argv[i];
+        if (i == 0 && cli->json) {
+            av[n++] = "-f";
+            av[n++] = "json";
+        }
+    }
+    return mks_cmd_verify((int)n, av, cli->out, stderr);
 #else
     (void)cli, (void)argc, (void)argv;
     fprintf(stderr, "mkscope verify: this build has no verifier (configure with devhooks)\n");

@@ -28,6 +28,11 @@ static const struct cmd_help cmds[] = {
      "Per rank details: pid, agent version, workers, seq and acked seq, duplicates,\n"
      "summaries not yet acknowledged.",
      NULL, "  mkscope ranks\n  mkscope ranks -f json\n", " "},
+    {"jobs", "mkscope jobs",
+     "The jobs the collector has heard from, the latest first: ranks, agents up\n"
+     "(heard from within two heartbeats), summaries stored, when last heard from.\n"
+     "Another command asks about the latest unless given --job NAME.",
+     NULL, "  mkscope jobs\n  mkscope --job llama70b status\n", " "},
     {"programs", "mkscope programs",
      "Programs attached on each rank, from the agents' heartbeats: name, hook,\n"
      "program generation, worst-case cost.",

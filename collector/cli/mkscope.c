@@ -32,6 +32,7 @@ static void usage(FILE *f)
             "agents of a job reported, diagnose slow steps, attach monitors.\n"
             "\n"
             "COMMANDS\n"
+            "  jobs                        the jobs heard from, the latest first\n"
             "  status                      ranks, agents, epochs, coverage\n"
             "  ranks                       per-rank details (host, pid, versions, seq)\n"
             "  query QUERY                 aggregates over the summaries (docs/query.md)\n"
@@ -61,6 +62,7 @@ static void usage(FILE *f)
             "  --key FILE        shared MAC key, as given to the collector\n"
             "  -o FILE           write output to FILE\n"
             "  -h, --help        this text\n"
+            "  --version         the version\n"
             "\n"
             "EXIT STATUS\n"
             "  0 ok, 1 error, 2 usage, 3 no collector answered, 4 no data yet,\n"
@@ -214,6 +216,57 @@ void mks_cli_value(FILE *f, json_t *v, int width)
     fprintf(f, "%-*s", width, s);
 }
 
+/* Whether column col holds nanoseconds: an aggregate of a time metric of
+ * the query language (count() is a count), or a name ending in _ns. */
+static bool ns_column(const char *col)
+{
+    static const char *const aggs[] = {"sum(", "mean(", "avg(", "min(", "max(", "p50(", "p90(",
+                                       "p99("};
+    static const char *const metrics[] = {"run)", "queue)", "step)", "remote_wait)",
+                                          "local_wait)", "idle)", "busy)"};
+    size_t n = strlen(col);
+    if (n > 3 && !strcmp(col + n - 3, "_ns"))
+        return true;
+    for (size_t a = 0; a < sizeof(aggs) / sizeof(aggs[0]); a++) {
+        size_t al = strlen(aggs[a]);
+        if (strncmp(col, aggs[a], al))
+            continue;
+        for (size_t m = 0; m < sizeof(metrics) / sizeof(metrics[0]); m++)
+            if (!strcmp(col + al, metrics[m]))
+                return true;
+    }
+    return false;
+}
+
+/* A cell: nanoseconds with their unit (a duration in ns, us, ms or s; a
+ * wall-clock time, which no duration reaches, as local time), the rest as
+ * mks_cli_value prints it. */
+static void cell(FILE *f, const char *col, json_t *v, int width)
+{
+    if (!ns_column(col) || !json_is_number(v)) {
+        mks_cli_value(f, v, width);
+        return;
+    }
+    double ns = json_number_value(v);
+    char buf[64];
+    if (ns >= 1e18) { /* since 1970: after 2001-09 */
+        time_t t = (time_t)(ns / 1e9);
+        struct tm tm;
+        localtime_r(&t, &tm);
+        strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+    } else if (fabs(ns) < 1e3) {
+        snprintf(buf, sizeof(buf), "%.0f ns", ns);
+    } else if (fabs(ns) < 1e6) {
+        snprintf(buf, sizeof(buf), "%.4g \u00b5s", ns / 1e3);
+    } else if (fabs(ns) < 1e9) {
+        snprintf(buf, sizeof(buf), "%.4g ms", ns / 1e6);
+    } else {
+        snprintf(buf, sizeof(buf), "%.4g s", ns / 1e9);
+    }
+    /* width counts bytes; the micro sign takes two */
+    fprintf(f, "%-*s", width + (strstr(buf, "\u00b5") ? 1 : 0), buf);
+}
+
 /* A table of rows (objects) with the given columns; widths fit the data. */
 void mks_cli_table(FILE *f, json_t *cols, json_t *rows)
 {
@@ -228,8 +281,10 @@ void mks_cli_table(FILE *f, json_t *cols, json_t *rows)
             char *tmp = NULL;
             size_t tl = 0;
             FILE *m = open_memstream(&tmp, &tl);
-            mks_cli_value(m, json_object_get(row, json_string_value(col)), 0);
+            cell(m, json_string_value(col), json_object_get(row, json_string_value(col)), 0);
             fclose(m);
+            if (tmp && strstr(tmp, "\u00b5"))
+                tl--; /* one column on the screen, two bytes */
             if ((int)tl > w[k])
                 w[k] = (int)tl;
             free(tmp);
@@ -248,7 +303,8 @@ void mks_cli_table(FILE *f, json_t *cols, json_t *rows)
     {
         json_array_foreach(cols, k, col)
         {
-            mks_cli_value(f, json_object_get(row, json_string_value(col)), k + 1 < nc ? w[k] : 0);
+            cell(f, json_string_value(col), json_object_get(row, json_string_value(col)),
+                 k + 1 < nc ? w[k] : 0);
             fputs(k + 1 < nc ? "  " : "\n", f);
         }
     }
@@ -394,6 +450,8 @@ static int cmd_simple(struct mks_cli *cli, const char *verb, char **args, size_t
         render_rows(cli, json_object_get(a, "rows"));
     else if (!strcmp(verb, "programs"))
         render_rows(cli, json_object_get(a, "programs"));
+    else if (!strcmp(verb, "jobs"))
+        render_rows(cli, json_object_get(a, "jobs"));
     else if (!strcmp(verb, "trigger-list"))
         render_rows(cli, json_object_get(a, "triggers"));
     else if (!strcmp(verb, "trace-list"))
@@ -442,6 +500,10 @@ int main(int argc, char **argv)
     (!strcmp(a, opt) ? (i + 1 < argc ? (val = argv[++i], 1) : -1)                                  \
                      : (!strncmp(a, opt "=", strlen(opt) + 1) ? (val = a + strlen(opt) + 1, 1) : 0))
         int t;
+        if (!strcmp(a, "--version")) {
+            printf("mkscope %s\n", MKS_VERSION);
+            return 0;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             if (np > 0 && mks_cli_help(stdout, pos[0]) == 0)
                 return 0;
@@ -540,7 +602,7 @@ int main(int argc, char **argv)
     size_t npos = np - 1;
     int rc;
     if (!strcmp(cmd, "status") || !strcmp(cmd, "ranks") || !strcmp(cmd, "programs") ||
-        !strcmp(cmd, "metrics")) {
+        !strcmp(cmd, "metrics") || !strcmp(cmd, "jobs")) {
         rc = cmd_simple(&cli, cmd, args, na);
     } else if (!strcmp(cmd, "query") || !strcmp(cmd, "sql")) {
         rc = need_arg(cmd, npos, 1, !strcmp(cmd, "sql") ? "a SELECT statement" : "a query");

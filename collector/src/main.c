@@ -143,6 +143,7 @@ static void usage(FILE *f)
             "                   (90s, 5m, 1h; per trigger: trigger add --hold-off) [5m]\n"
             "  -v, --verbose    log every message\n"
             "  -h, --help\n"
+            "  --version        the version\n"
             "\n"
             "EXAMPLES\n"
             "  mkscope-collector --db /var/lib/mkscope/job.db\n"
@@ -767,6 +768,10 @@ static void drain(struct collector *c, int sock, void (*fn)(struct collector *, 
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("mkscope-collector %s\n", MKS_VERSION);
+        return 0;
+    }
     /* Every message decodes into many small allocations and its rows into
      * a buffer that grows with the batch: glibc's default would hand the
      * heap's top back to the kernel and ask for it again, batch after batch

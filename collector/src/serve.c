@@ -476,6 +476,26 @@ static int serve_programs(const struct mks_serve_env *env, const Mkscope__V1__Cl
     return 0;
 }
 
+/* Every job of the store, the latest heard from first. */
+static int serve_jobs(const struct mks_serve_env *env, json_t **out, char *err, size_t errlen)
+{
+    sqlite3_stmt *s;
+    int rc;
+    if ((rc = prepare(env,
+                      "SELECT job, COUNT(*) AS ranks, SUM(last_seen_ns > ?1 - 2 * MAX(COALESCE("
+                      "epoch_ns, 0), 1000000000)) AS agents_up, SUM(summaries) AS summaries,"
+                      " MIN(registered_ns) AS first_seen_ns, MAX(last_seen_ns) AS last_seen_ns"
+                      " FROM ranks GROUP BY job ORDER BY MAX(last_seen_ns) DESC",
+                      &s, err, errlen)))
+        return rc;
+    sqlite3_bind_int64(s, 1, (int64_t)env->now_ns);
+    json_t *rows;
+    if ((rc = mks_serve_rows(s, MAX_ROWS, &rows, NULL, err, errlen)))
+        return rc;
+    *out = json_pack("{s:o}", "jobs", rows);
+    return 0;
+}
+
 static int serve_metrics_text(const struct mks_serve_env *env, json_t **out, char *err,
                               size_t errlen)
 {
@@ -525,6 +545,8 @@ int mks_serve_cli(const struct mks_serve_env *env, const Mkscope__V1__CliRequest
         return serve_programs(env, req, out, err, errlen);
     if (!strcmp(v, "metrics"))
         return serve_metrics_text(env, out, err, errlen);
+    if (!strcmp(v, "jobs"))
+        return serve_jobs(env, out, err, errlen);
     if (!strcmp(v, "diagnose") || !strcmp(v, "waitchain"))
         return serve_diagnose(env, req, out, err, errlen);
     if (!strcmp(v, "attach") || !strcmp(v, "detach") || !strcmp(v, "commands"))

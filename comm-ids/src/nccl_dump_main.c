@@ -54,6 +54,9 @@ int main(int argc, char **argv)
                 fprintf(stderr, "mkscope-nccl-dump: --rank needs a non-negative integer\n");
                 return 2;
             }
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("mkscope-nccl-dump %s\n", MKS_VERSION);
+            return 0;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;

@@ -31,9 +31,13 @@ for f in bin/mkscope bin/mkscope-agent bin/mkscope-collector bin/mkscope-bench b
 done
 grep -q "ExecStart=$prefix/bin/mkscope-collector" "$prefix/lib/systemd/system/mkscope-collector.service" ||
   fail "the installed collector unit does not name $prefix/bin"
+version=$("$prefix/bin/mkscope" --version | awk '{print $2}')
+[ -n "$version" ] || fail "mkscope --version prints no version"
 for p in "$prefix"/bin/*; do
   "$p" --help >"$dir/help.out" 2>&1 || fail "$(basename "$p") --help failed: $(head -3 "$dir/help.out")"
   grep -q "usage" "$dir/help.out" || fail "$(basename "$p") --help prints no usage"
+  [ "$("$p" --version 2>&1)" = "$(basename "$p") $version" ] ||
+    fail "$(basename "$p") --version says '$("$p" --version 2>&1 | head -1)', want '$(basename "$p") $version'"
 done
 # The installed agent finds the installed monitors.
 "$prefix/bin/mkscope-agent" --help | grep "default $prefix/bin/../lib/mkscope/monitors" >/dev/null ||
