@@ -249,23 +249,6 @@ static __device__ void dev_warp_cov_acc(uint32_t ev, const struct mks_cb_cov *co
     }
 }
 
-/* The lanes' coverage of one batch straight into the block's counters of
- * (bank, worker), one event kind at a time: for a warp that enters and
- * leaves the epoch around every batch (gmon.cuh). */
-static __device__ void dev_warp_cov(struct mks_cb *cb, uint32_t bank, uint32_t worker,
-                                    uint32_t ev, const struct mks_cb_cov *cov, uint32_t lane)
-{
-    struct mks_cb_cov mine = {0, 0, 0, 0};
-    dev_warp_cov_acc(ev, cov, lane, &mine);
-    if (lane < MKS_EV_COUNT && (mine.eligible | mine.ran | mine.throttled | mine.lost)) {
-        volatile uint64_t *g = (volatile uint64_t *)mks_cb_cov(cb, bank, worker, lane);
-        g[0] = g[0] + mine.eligible;
-        g[1] = g[1] + mine.ran;
-        g[2] = g[2] + mine.throttled;
-        g[3] = g[3] + mine.lost;
-    }
-}
-
 /* Lane e's counters into the block's counters of (bank, worker, e), then
  * zero; the monitor warp is the only writer of this worker's counters. */
 static __device__ void dev_warp_cov_flush(struct mks_cb *cb, uint32_t bank, uint32_t worker,
@@ -279,6 +262,17 @@ static __device__ void dev_warp_cov_flush(struct mks_cb *cb, uint32_t bank, uint
         g[3] = g[3] + c->lost;
     }
     c->eligible = c->ran = c->throttled = c->lost = 0;
+}
+
+/* The lanes' coverage of one batch straight into the block's counters of
+ * (bank, worker): for a warp that enters and leaves the epoch around every
+ * batch (gmon.cuh). */
+static __device__ void dev_warp_cov(struct mks_cb *cb, uint32_t bank, uint32_t worker,
+                                    uint32_t ev, const struct mks_cb_cov *cov, uint32_t lane)
+{
+    struct mks_cb_cov mine = {0, 0, 0, 0};
+    dev_warp_cov_acc(ev, cov, lane, &mine);
+    dev_warp_cov_flush(cb, bank, worker, lane, &mine);
 }
 
 /* The events a record holds, in order, as up to three 4-bit event kinds

@@ -318,7 +318,7 @@ static __device__ __forceinline__ uint64_t mks_dev_gate_load(const uint64_t *p)
  *       c3 = t_start, t_end
  * DONE  c0 = kind | events << 8 | dep_class << 16, START's queue_depth,
  *            t_start (START's t_now)
- *       c1 = t_end (END's t_now), RELEASE's t_now
+ *       c1 = the task's t_end (END's t_now; 0 before it ended), RELEASE's t_now
  *       c2 = RELEASE's value, its dep_event
  * Times and 64-bit fields are two words, low first.  The context the
  * programs see is the event's: fields the record does not give are 0, as a
