@@ -867,9 +867,7 @@ static __device__ __forceinline__ void run_task(const struct bg_dev &D, uint32_t
     /* The emitter in registers while thread 0 writes the task's records (h
      * lives in memory: its address goes to the bodies); back into h around
      * the body, whose transfers and waits emit through it. */
-    struct mks_dev_emit em;
-    if (HK)
-        em = h->em;
+    struct mks_dev_emit em = {};
 #define RT_EMIT(call)                                                                              \
     do {                                                                                           \
         if (HK)                                                                                    \
@@ -886,6 +884,7 @@ static __device__ __forceinline__ void run_task(const struct bg_dev &D, uint32_t
         cls = t->cls;
         trig_ev = t->trig_ev;
         /* the task, with the scheduler's TASK_ASSIGN as it stored it */
+        RT_EMIT(em = h->em);
         RT_EMIT(em.mask = h->mask);
         RT_EMIT(mks_dev_emit_task(&em, t->flags, cls, t->t_ready, t->gen, t->req_gen, t->step,
                                   t->tile_x, t->tile_y, t->assign_defer, t->assign_t,
