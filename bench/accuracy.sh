@@ -27,7 +27,7 @@ usage: bench/accuracy.sh [OPTIONS]
   --jobs N         runs at once [1]
   --seeds N        seeds per cell [3]
   --ranks LIST     rank counts ["2 4 8"]
-  --steps N        steps of a run [40]; windowed faults hit 5 steps from N/3
+  --steps N        steps of a run [30]; windowed faults hit 5 steps from N/3
   --long-steps N   steps of the long clean runs [10000]; 0: none
   --calibrate      measure the clean step at each rank count (median of three
                    runs) instead of the fixed 800, 1200, 3000 us at 2, 4, 8 ranks
@@ -51,7 +51,7 @@ USAGE
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 here=$root/bench/accuracy
-build=$root/build out="" subset=full jobs=1 seeds=3 ranks_list="2 4 8" steps=40
+build=$root/build out="" subset=full jobs=1 seeds=3 ranks_list="2 4 8" steps=30
 long_steps=10000 fresh=0 calibrate=0 keep=0 assert=0 report_only=0 list=0 one="" ranks_given=""
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -2336,8 +2336,27 @@ static json_t *stalled_json(struct diag *d, const struct chain *ch, const uint32
             if (build_chain(d, r, steps[i], ex > 0 ? ex : step_dur(c), o, p))
                 continue;
             const struct link *ro = &o->l[o->n - 1];
-            if (o->n < 2 || o->l[0].cause != C_REMOTE || ro->rank != root->rank)
-                continue;
+            if (o->n < 2 || o->l[0].cause != C_REMOTE || ro->rank != root->rank) {
+                /* its own chain went elsewhere (the load blurs a step now
+                 * and then), but it waited on the root directly, a quarter
+                 * of the root's lateness or more: a remote stall on it */
+                if (prof_cell(d, c, 0, NULL, p))
+                    continue;
+                double on_root = 0;
+                for (size_t j = 0; j < p->nw; j++)
+                    if (p->w[j].peer == root->rank && p->w[j].a > 0 &&
+                        ent_leads(p->w, p->nw, j, false, true))
+                        on_root += p->w[j].a;
+                if (on_root <= 0 || on_root < 0.25 * root->lateness)
+                    continue;
+                memset(o, 0, sizeof(*o));
+                o->n = 2;
+                o->l[0] = (struct link){.rank = r, .cause = C_REMOTE, .lateness = on_root,
+                                        .cls = -1, .peer = root->rank, .cov_ratio = -1,
+                                        .second = -1};
+                o->l[1] = *root;
+                o->l[1].has_verdict = false;
+            }
             json_array_append_new(arr, json_pack("{s:I, s:o}", "rank", (json_int_t)r, "chain",
                                                  chain_json(d, o)));
             if (!first->n && ro->cause == root->cause)
@@ -2452,7 +2471,7 @@ static json_t *segment_json(struct diag *d, const struct segment *sg, json_t *st
         if (q == sg->rank)
             continue;
         double ex = pair_excess(d, sg, q);
-        if (ex < 0.5 * sg->blame)
+        if (ex < 0.25 * sg->blame)
             continue;
         json_t *sc = json_array();
         json_array_append_new(sc, json_pack("{s:I, s:s, s:I, s:I}", "rank", (json_int_t)q, "cause",
@@ -2526,9 +2545,10 @@ static json_t *segment_json(struct diag *d, const struct segment *sg, json_t *st
 
 /* ---- the diagnosis ------------------------------------------------------------------------ */
 
-struct tgroup { /* slow steps of one root, none further than DIAG_GROUP_GAP from the last */
+struct tgroup { /* slow steps of one root rank, none further than DIAG_GROUP_GAP from the last */
     size_t first, worst; /* step indexes */
     uint32_t last_step, first_step;
+    size_t *ks; /* its steps' indexes */
     json_t *steps;
     size_t n;
     double total;
@@ -2778,7 +2798,8 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     for (size_t k = 0; k < n_steps; k++)
         if (slow[k] && (rc = build_chain(&d, srank[k], steps[k], exs[k], CH(k), &prof)))
             goto fail_rc;
-    /* Group slow steps with the same root, near one another. */
+    /* Group slow steps whose chains end at the same rank, near one another;
+     * the group's cause is its steps' majority (below). */
     tg = calloc(n_slow + 1, sizeof(*tg));
     if (!tg)
         goto oom;
@@ -2787,7 +2808,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             continue;
         size_t g;
         for (g = n_tg; g-- > 0;)
-            if (same_root(CH(tg[g].first), CH(k)) &&
+            if (CH(tg[g].first)->l[CH(tg[g].first)->n - 1].rank == CH(k)->l[CH(k)->n - 1].rank &&
                 steps[k] - tg[g].last_step <= DIAG_GROUP_GAP)
                 break;
         if (g == SIZE_MAX) {
@@ -2795,6 +2816,10 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             tg[g] = (struct tgroup){.first = k, .worst = k, .first_step = steps[k],
                                     .steps = json_array()};
         }
+        size_t *ks = realloc(tg[g].ks, (tg[g].n + 1) * sizeof(*ks));
+        if (!ks)
+            goto oom;
+        tg[g].ks = ks, ks[tg[g].n] = k;
         json_array_append_new(tg[g].steps, json_integer(steps[k]));
         tg[g].last_step = steps[k], tg[g].n++, tg[g].total += exs[k];
         if (stime[k] > stime[tg[g].worst])
@@ -2815,21 +2840,83 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     for (size_t g = 0; g < n_tg; g++) {
         if (tg[g].absorbed)
             continue;
+        /* The cause most of the group's steps name (one step's chain may
+         * end in another cause when the load blurs it); without a majority
+         * the group is undecided, naming the two most named. */
+        int votes[C_N] = {0}, best = -1, second = -1;
+        for (size_t i = 0; i < tg[g].n; i++) {
+            const struct link *L = &CH(tg[g].ks[i])->l[CH(tg[g].ks[i])->n - 1];
+            if (L->cause >= 0)
+                votes[L->cause]++;
+        }
+        for (int c = 0; c < C_N; c++)
+            if (votes[c] && (best < 0 || votes[c] > votes[best]))
+                best = c;
+        for (int c = 0; c < C_N; c++)
+            if (c != best && votes[c] && (second < 0 || votes[c] > votes[second]))
+                second = c;
+        bool majority = best >= 0 && 2 * (size_t)votes[best] > tg[g].n;
+        /* its class: the one most of those steps name; the worst of them
+         * tells the story */
         size_t w = tg[g].worst;
-        /* the group's steps, its worst first */
+        if (majority) {
+            int64_t cls = -1;
+            size_t most = 0;
+            for (size_t i = 0; i < tg[g].n; i++) {
+                const struct link *L = &CH(tg[g].ks[i])->l[CH(tg[g].ks[i])->n - 1];
+                if (L->cause != best)
+                    continue;
+                size_t same = 0;
+                for (size_t j = 0; j < tg[g].n; j++) {
+                    const struct link *M = &CH(tg[g].ks[j])->l[CH(tg[g].ks[j])->n - 1];
+                    same += M->cause == best && M->cls == L->cls;
+                }
+                if (same > most)
+                    most = same, cls = L->cls;
+            }
+            w = SIZE_MAX;
+            for (size_t i = 0; i < tg[g].n; i++) {
+                size_t k = tg[g].ks[i];
+                const struct link *L = &CH(k)->l[CH(k)->n - 1];
+                if (L->cause == best && L->cls == cls && (w == SIZE_MAX || stime[k] > stime[w]))
+                    w = k;
+            }
+        }
+        struct chain *rep = CH(w);
+        if (!majority && best >= 0) {
+            /* a copy of the worst step's chain, its root undecided */
+            rep = malloc(sizeof(*rep));
+            if (!rep)
+                goto oom;
+            *rep = *CH(w);
+            struct link *R = &rep->l[rep->n - 1];
+            R->cause = -1, R->cls = -1;
+            if (second >= 0)
+                snprintf(rep->reason, sizeof(rep->reason),
+                         "rank %u: the group's steps name different causes (%s in %d of %zu, %s"
+                         " in %d)",
+                         R->rank, cause_name[best], votes[best], tg[g].n, cause_name[second],
+                         votes[second]);
+            else
+                snprintf(rep->reason, sizeof(rep->reason),
+                         "rank %u: only %d of the group's %zu steps name a cause (%s)", R->rank,
+                         votes[best], tg[g].n, cause_name[best]);
+        }
+        /* the group's steps, its representative first */
         uint32_t gs[5];
         size_t ngs = 0;
         gs[ngs++] = steps[w];
-        for (size_t k = tg[g].first; k < n_steps && steps[k] <= tg[g].last_step && ngs < 5; k++)
-            if (slow[k] && k != w && same_root(CH(k), CH(w)))
-                gs[ngs++] = steps[k];
-        json_t *gj = group_json(&d, CH(w), srank[w], gs, ngs, tg[g].steps, stime[w], med,
-                                &prof);
+        for (size_t i = 0; i < tg[g].n && ngs < 5; i++)
+            if (tg[g].ks[i] != w && same_root(CH(tg[g].ks[i]), rep))
+                gs[ngs++] = steps[tg[g].ks[i]];
+        json_t *gj = group_json(&d, rep, srank[w], gs, ngs, tg[g].steps, stime[w], med, &prof);
+        bool decided = rep->l[rep->n - 1].cause >= 0;
+        if (rep != CH(w))
+            free(rep);
         tg[g].steps = NULL;
         if (!gj)
             goto oom;
-        go[ng++] = (struct gout){.g = gj, .decided = CH(w)->l[CH(w)->n - 1].cause >= 0,
-                                 .n = tg[g].n, .total = tg[g].total};
+        go[ng++] = (struct gout){.g = gj, .decided = decided, .n = tg[g].n, .total = tg[g].total};
     }
     for (size_t s = 0; s < n_seg; s++) {
         json_t *sl = json_array();
@@ -2906,8 +2993,10 @@ fail_rc:
                         sqlite3_errmsg(mks_store_db(st)));
 out:
     json_decref(groups);
-    for (size_t g = 0; tg && g < n_tg; g++)
+    for (size_t g = 0; tg && g < n_tg; g++) {
         json_decref(tg[g].steps);
+        free(tg[g].ks);
+    }
     for (size_t g = 0; go && g < n_tg + n_seg; g++)
         json_decref(go[g].g);
     free(go);
