@@ -449,6 +449,22 @@ static int valid_name(const char *s)
     return 1;
 }
 
+/* What detach and replace may name: an attachment ("count") or one of its
+ * programs as `mkscope programs` lists it ("count/count"). */
+static int valid_prog_ref(const char *s)
+{
+    const char *slash = s ? strchr(s, '/') : NULL;
+    if (!slash)
+        return valid_name(s);
+    char head[64];
+    size_t l = (size_t)(slash - s);
+    if (l >= sizeof(head) || strchr(slash + 1, '/'))
+        return 0;
+    memcpy(head, s, l);
+    head[l] = 0;
+    return valid_name(head) && valid_name(slash + 1);
+}
+
 static void fill_install_reply(Mkscope__V1__CommandReply *r, int err,
                                const struct agt_install_result *res, char *log_buf)
 {
@@ -597,7 +613,7 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
         break;
     }
     case MKSCOPE__V1__COMMAND__KIND_REPLACE: {
-        if (!c->replace->program || !valid_name(c->replace->old_name)) {
+        if (!c->replace->program || !valid_prog_ref(c->replace->old_name)) {
             snprintf(msg, sizeof(msg), "replace: needs a program and the old program's name");
             r.error = msg;
             break;
@@ -609,7 +625,7 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
     case MKSCOPE__V1__COMMAND__KIND_DETACH: {
         uint64_t gen = 0;
         int32_t hook = c->detach->hook;
-        int n = valid_name(c->detach->name) && hook >= -1 && hook < MKS_EV_COUNT
+        int n = valid_prog_ref(c->detach->name) && hook >= -1 && hook < MKS_EV_COUNT
                     ? agt_progs_remove(&a->progs, a->ctl, c->detach->name, hook, &gen)
                     : -EINVAL;
         r.ok = n > 0;

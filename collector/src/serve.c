@@ -464,8 +464,15 @@ static int serve_programs(const struct mks_serve_env *env, const Mkscope__V1__Cl
         return rc;
     sqlite3_stmt *s;
     if ((rc = prepare(env,
-                      "SELECT rank, name, hook, prog_gen, cost, prog_type FROM programs WHERE"
-                      " job=? ORDER BY name, rank, hook",
+                      /* The hook by its name, as --hook takes it. */
+                      "SELECT rank, name, CASE hook WHEN 0 THEN 'task_ready' WHEN 1 THEN"
+                      " 'task_assign' WHEN 2 THEN 'task_start' WHEN 3 THEN 'task_end' WHEN 4"
+                      " THEN 'dep_wait_begin' WHEN 5 THEN 'dep_wait_end' WHEN 6 THEN"
+                      " 'dep_release' WHEN 7 THEN 'comm_begin' WHEN 8 THEN 'comm_end' WHEN 9"
+                      " THEN 'gen_advance' WHEN 10 THEN 'queue_pressure' ELSE 'hook' || hook"
+                      " END AS hook, prog_gen, cost, CASE prog_type WHEN 1 THEN 'observe' WHEN 2"
+                      " THEN 'control' ELSE prog_type END AS type FROM programs WHERE job=?"
+                      " ORDER BY name, rank, programs.hook",
                       &s, err, errlen)))
         return rc;
     sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);

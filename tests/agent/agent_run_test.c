@@ -820,6 +820,32 @@ static void test_commands_are_verified_and_answered(void **state)
         }
     }
     assert_true(attached(rt, MKS_EV_TASK_START)); /* the latency monitor's ready->start */
+    /* A program by the name `mkscope programs` lists, attachment/function:
+     * detached alone; a function the attachment lacks is refused. */
+    Mkscope__V1__DetachProgram d5 = MKSCOPE__V1__DETACH_PROGRAM__INIT,
+                               d6 = MKSCOPE__V1__DETACH_PROGRAM__INIT;
+    Mkscope__V1__Command c5 = MKSCOPE__V1__COMMAND__INIT, c6 = MKSCOPE__V1__COMMAND__INIT;
+    d5.name = "extra/lat_ready_prog", d5.hook = -1;
+    d6.name = "extra/nosuch", d6.hook = -1;
+    c5.id = 5, c5.kind_case = MKSCOPE__V1__COMMAND__KIND_DETACH, c5.detach = &d5;
+    c6.id = 6, c6.kind_case = MKSCOPE__V1__COMMAND__KIND_DETACH, c6.detach = &d6;
+    fc.cmds[0] = &c5;
+    fc.cmds[1] = &c6;
+    fc.n_cmds = 2;
+    for (int t = 0; t < 3000 && fc.n_replies < 6; t += 10)
+        fc_serve(&fc, 10);
+    assert_int_equal(fc.n_replies, 6);
+    for (int i = 4; i < 6; i++) {
+        if (fc.replies[i].id == 5) {
+            assert_true(fc.replies[i].ok);
+        } else {
+            assert_int_equal(fc.replies[i].id, 6);
+            assert_false(fc.replies[i].ok);
+        }
+    }
+    /* ready->start gone, the monitor's run time at task_end still there */
+    assert_false(attached(rt, MKS_EV_TASK_START));
+    assert_true(attached(rt, MKS_EV_TASK_END));
     /* sampling one in two at task_end is reported as throttled */
     uint64_t thr0 = fc.throttled_end;
     fire(rt, 0, 100, 0);
