@@ -33,6 +33,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,7 @@
 #include "link.h"
 #include "log.h"
 #include "mkscope/ctl.h"
+#include "mkscope/fresh.h"
 #include "mkscope/loader.h"
 #include "mkscope/wire.h"
 #include "progs.h"
@@ -99,6 +101,11 @@ struct agent {
     uint64_t register_after_ns;
     enum inflight inflight;
     uint64_t inflight_seq;
+    uint64_t inflight_nonce; /* the collector's reply must name it (reply_to) */
+    /* Commands and survey requests already run (nonce, time): a copy of one
+     * is not run again; with a key, one outside the window is refused. */
+    struct mks_fresh *fresh;
+    struct mks_ratelog refusal_log;
     int outage_logged;
 
     struct agt_spool *spool;
@@ -221,6 +228,7 @@ static int send_buf(struct agent *a, const uint8_t *buf, size_t len, enum inflig
         return err;
     a->inflight = kind;
     a->inflight_seq = seq;
+    a->inflight_nonce = mks_wire_nonce_of(buf, len);
     a->last_send_ns = now;
     if (!a->first_send_ns)
         a->first_send_ns = now;
@@ -436,17 +444,28 @@ static void pop_reply(struct agent *a)
     a->n_replies--;
 }
 
+/* Something the collector sent (or someone sent in its name) was refused:
+ * one line per 10 s at most, whatever floods the sockets. */
+static void refused(struct agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refused(struct agent *a, const char *fmt, ...)
+{
+    uint64_t more = 0;
+    if (!mks_ratelog_due(&a->refusal_log, mono_ns(), 10000000000ull, &more))
+        return;
+    char line[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    agt_log_warn("%s%s", line, more ? " (and more refusals in the last 10 s)" : "");
+}
+
 /* ---- commands ---------------------------------------------------------- */
 
+/* Program and built-in names, as the CLI and collector check them. */
 static int valid_name(const char *s)
 {
-    if (!s || !*s || strlen(s) > 48)
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '_' || *s == '-' || *s == '.'))
-            return 0;
-    return 1;
+    return mks_wire_prog_name_valid(s);
 }
 
 /* What detach and replace may name: an attachment ("count") or one of its
@@ -485,7 +504,7 @@ static int install_attach(struct agent *a, const Mkscope__V1__AttachProgram *ap,
     memset(res, 0, sizeof(*res));
     const char *name = ap->name && *ap->name ? ap->name : ap->builtin;
     if (!valid_name(name)) {
-        snprintf(res->log, sizeof(res->log), "program name must be [A-Za-z0-9_.-]{1,48}");
+        snprintf(res->log, sizeof(res->log), "program name must be " MKS_WIRE_PROG_GRAMMAR);
         return -EINVAL;
     }
     if (ap->hook < -1 || ap->hook >= MKS_EV_COUNT) {
@@ -599,6 +618,24 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
     Mkscope__V1__CommandReply r = MKSCOPE__V1__COMMAND_REPLY__INIT;
     char msg[600] = "";
     r.id = c->id;
+    /* A command runs once: a copy of one already run (an old ack played
+     * again, the same command handed out twice) is skipped, its reply went
+     * out the first time.  With a key, one without nonce and time, or
+     * issued outside the window, is refused. */
+    char why[300];
+    int fr = mks_fresh_check(a->fresh, "collector", 9, c->nonce, c->issued_ns,
+                             clock_ns(CLOCK_REALTIME), why, sizeof(why));
+    if (fr == -EALREADY) {
+        refused(a, "command %" PRIu64 ": %s; not run again", c->id, why);
+        return;
+    }
+    if (fr) {
+        refused(a, "command %" PRIu64 " refused: %s", c->id, why);
+        snprintf(msg, sizeof(msg), "rank %u refused the command: %s", a->o.rank, why);
+        r.error = msg;
+        queue_reply(a, &r);
+        return;
+    }
     struct agt_install_result res;
     if (!a->ctl && c->kind_case != MKSCOPE__V1__COMMAND__KIND_BUDGET) {
         snprintf(msg, sizeof(msg), "rank %u: application not running", a->o.rank);
@@ -733,10 +770,18 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
     enum inflight was = a->inflight;
     a->inflight = IF_NONE;
     agt_spool_pin(a->spool, 0);
-    int err = mks_wire_decode(buf, len, a->have_key ? &a->key : NULL, &env, why, sizeof(why));
+    int err = mks_wire_decode_for(buf, len, MKS_WIRE_ACCEPT_AGENT_LINK,
+                                  a->have_key ? &a->key : NULL, &env, why, sizeof(why));
     if (err) {
-        agt_log_warn("collector reply rejected: %s", why);
+        refused(a, "collector reply rejected: %s", why);
         return; /* the request is sent again */
+    }
+    /* The reply must answer the request in flight: a copy of an older reply
+     * (with the commands it carried) is not one. */
+    if ((a->have_key || env->reply_to) && env->reply_to != a->inflight_nonce) {
+        refused(a, "a reply that answers another request than the one in flight; ignored");
+        mks_wire_free(env);
+        return;
     }
     if (a->outage_logged) {
         agt_log_info("collector answers again");
@@ -771,6 +816,11 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
         agt_log_warn("collector refused %s seq %" PRIu64 ": %s",
                      was == IF_SUMMARY ? "summary" : "request", a->inflight_seq,
                      env->register_ack->reason);
+        /* The collector may not know this agent any more (a store started
+         * afresh, an incarnation it has not seen): register again before
+         * the next try, which says what it stores. */
+        if (was == IF_SUMMARY || was == IF_HEARTBEAT || was == IF_REPLY)
+            a->registered = 0;
         if (was == IF_SUMMARY && ++a->refusals >= 3) {
             agt_log_err("dropping summary seq %" PRIu64 " the collector refuses; its events are"
                         " reported as undelivered",
@@ -1180,13 +1230,15 @@ static void on_survey(struct agent *a)
         return;
     mks_envelope *env = NULL;
     char why[256];
-    int err = mks_wire_decode(msg, (size_t)n, a->have_key ? &a->key : NULL, &env, why, sizeof(why));
+    int err = mks_wire_decode_for(msg, (size_t)n, MKS_WIRE_BODY(SURVEY_REQUEST),
+                                  a->have_key ? &a->key : NULL, &env, why, sizeof(why));
     nn_freemsg(msg);
     if (err) {
-        agt_log_warn("survey request rejected: %s", why);
+        refused(a, "survey request rejected: %s", why);
         return;
     }
-    if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REQUEST) {
+    if ((err = mks_fresh_check_env(a->fresh, env, clock_ns(CLOCK_REALTIME), why, sizeof(why)))) {
+        refused(a, "survey request refused: %s", why);
         mks_wire_free(env);
         return;
     }
@@ -1204,6 +1256,7 @@ static void on_survey(struct agent *a)
     r.n_programs = fill_programs(a, ps, psp);
     mks_envelope out;
     env_init(a, &out, env->seq);
+    out.reply_to = env->nonce;
     out.body_case = MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY;
     out.survey_reply = &r;
     uint8_t *buf;
@@ -1279,6 +1332,16 @@ static int setup(struct agent *a)
             return err;
         }
         a->have_key = 1;
+    }
+    struct mks_fresh_opts fo = {.sz = sizeof(fo),
+                                .window_ns = a->o.fresh_window_ms * 1000000ull,
+                                .capacity = 4096, /* commands and surveys: a few a second */
+                                .enforce_window = a->have_key,
+                                .require = a->have_key};
+    int ferr = mks_fresh_create(&fo, &a->fresh);
+    if (ferr) {
+        agt_log_err("replay cache: %s", strerror(-ferr));
+        return ferr;
     }
     /* One directory per (job, rank) below --spool-dir: the agents of a node
      * can share the option, and the next agent of this rank finds what a
@@ -1371,6 +1434,7 @@ static void teardown(struct agent *a)
         free(a->replies[i].buf);
     agt_spool_destroy(a->spool);
     agt_link_destroy(a->link);
+    mks_fresh_destroy(a->fresh);
     if (a->survey_sock >= 0)
         nn_close(a->survey_sock);
     if (a->sigfd >= 0)

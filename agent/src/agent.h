@@ -29,6 +29,8 @@ struct agt_opts {
     int exit_with_app;        /* exit once the application is gone and all is delivered */
     const char *stats_path;   /* write a JSON line of counters at exit */
     int verbose;
+    uint64_t fresh_window_ms; /* with a key: commands and surveys older/newer than this are
+                                 refused; 0: 60 s */
 };
 
 /* Run until SIGINT/SIGTERM (or the application's end with exit_with_app).

@@ -10,6 +10,7 @@
 #include <nanomsg/reqrep.h>
 
 #include "log.h"
+#include "mkscope/wire.h"
 
 /* A request waits at most this many timeouts for its reply, when earlier
  * replies took that long. */
@@ -41,8 +42,12 @@ int agt_link_create(const char *url, uint64_t timeout_ms, struct agt_link **link
     }
     int resend = INT_MAX; /* resends are the agent's decision */
     int linger = 0;
+    /* An ack may carry an attach with its object (8 MiB): nanomsg's default
+     * 1 MiB limit would drop it without a word. */
+    int maxsz = (int)MKS_WIRE_MAX_MSG + 1024;
     size_t sz = sizeof(l->rcvfd);
     if (nn_setsockopt(l->sock, NN_REQ, NN_REQ_RESEND_IVL, &resend, sizeof(resend)) < 0 ||
+        nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz)) < 0 ||
         nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_LINGER, &linger, sizeof(linger)) < 0 ||
         nn_getsockopt(l->sock, NN_SOL_SOCKET, NN_RCVFD, &l->rcvfd, &sz) < 0) {
         int err = -nn_errno();

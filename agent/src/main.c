@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "mkscope/wire.h"
 
 #include <limits.h>
 #include <sys/stat.h>
@@ -65,6 +66,8 @@ static void usage(FILE *f)
             "  --spool-bytes BYTES   bound of the disk spool (default 256 MiB)\n"
             "  --spool-spill-only    write to --spool-dir only what overflows memory\n"
             "  --key FILE            shared MAC key (32 bytes or 64 hex digits, mode 600)\n"
+            "  --fresh-window SEC    with --key: refuse commands and surveys sent more than SEC\n"
+            "                        away from this host's clock (default 60)\n"
             "  --monitors DIR        built-in monitor objects (default %s)\n"
             "  --attach LIST         built-in monitors to attach, comma-separated\n"
             "                        (default latency,depwait,queue,genprog)\n"
@@ -104,18 +107,6 @@ static int parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max,
     return 0;
 }
 
-static int valid_job(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 64)
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '_' || *s == '.' || *s == '-'))
-            return 0;
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     if (argc == 2 && !strcmp(argv[1], "--version")) {
@@ -125,7 +116,7 @@ int main(int argc, char **argv)
     enum {
         O_JOB = 256, O_RANK, O_COLLECTOR, O_SURVEY, O_EPOCH, O_BUDGET, O_BUFFER, O_SPOOL_DIR,
         O_SPOOL_BYTES, O_KEY, O_MONITORS, O_ATTACH, O_LEASE, O_HEARTBEAT, O_TIMEOUT, O_DRAIN,
-        O_EXIT_WITH_APP, O_STATS, O_SPILL_ONLY
+        O_EXIT_WITH_APP, O_STATS, O_SPILL_ONLY, O_FRESH
     };
     static const struct option lo[] = {
         {"job", required_argument, 0, O_JOB},
@@ -147,6 +138,7 @@ int main(int argc, char **argv)
         {"drain-ms", required_argument, 0, O_DRAIN},
         {"exit-with-app", no_argument, 0, O_EXIT_WITH_APP},
         {"stats", required_argument, 0, O_STATS},
+        {"fresh-window", required_argument, 0, O_FRESH},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -234,6 +226,11 @@ int main(int argc, char **argv)
         case O_STATS:
             o.stats_path = optarg;
             break;
+        case O_FRESH:
+            if (parse_u64("--fresh-window", optarg, 1, 3600, &v))
+                return 2;
+            o.fresh_window_ms = v * 1000;
+            break;
         case 'v':
             o.verbose++;
             break;
@@ -263,8 +260,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "mkscope-agent: --spool-spill-only needs --spool-dir\n");
         return 2;
     }
-    if (!valid_job(o.job)) {
-        fprintf(stderr, "mkscope-agent: --job '%s': expected [A-Za-z0-9_.-]{1,64}\n", o.job);
+    if (!mks_wire_job_valid(o.job)) {
+        fprintf(stderr, "mkscope-agent: --job '%.64s': a job name is " MKS_WIRE_JOB_GRAMMAR "\n",
+                o.job);
         return 2;
     }
     /* Long enough that an agent starved of CPU for a moment (a busy node,

@@ -133,7 +133,19 @@ int main(int argc, char **argv)
     printf("summary size        %zu bytes (%d classes, %d waits, %d releases, %d workers)\n", len,
            CLASSES, WAITS, WAITS, WORKERS);
     printf("decode+validate     %.1f us/summary\n", dec * 1e6);
-    /* ingest */
+    /* ingest: the ranks register first, as agents do */
+    for (uint32_t r = 0; r < ranks; r++) {
+        mks_envelope env;
+        Mkscope__V1__Register reg = MKSCOPE__V1__REGISTER__INIT;
+        reg.n_ranks = ranks, reg.hook_abi_version = 1, reg.n_workers = WORKERS;
+        mks_wire_init(&env, "bench", r, 0);
+        env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
+        env.register_ = &reg;
+        if (mks_store_ingest(st, &env, 1, NULL, err, sizeof(err))) {
+            fprintf(stderr, "register: %s\n", err);
+            return 1;
+        }
+    }
     double ing = 0;
     for (uint32_t s = 1; s <= steps; s++) {
         for (uint32_t r = 0; r < ranks; r++) {

@@ -19,6 +19,26 @@ enum {
     MKS_EXIT_BUSY = 5, /* a collector is there but did not answer in time */
 };
 
+/* A command line as mks_cli_parse leaves it: what the global options say,
+ * the command with its positional arguments (pos[0] is the command) and its
+ * options, each "--name=value" or "--name" (malloc()ed). */
+#define MKS_CLI_MAX_ARGS 64
+struct mks_cli_args {
+    const char *collector, *job, *key_file, *outfile;
+    int timeout_ms;
+    bool json, dot, help, version;
+    char *pos[MKS_CLI_MAX_ARGS];
+    size_t np;
+    char *named[MKS_CLI_MAX_ARGS];
+    size_t nn;
+};
+
+/* Parse and check argv: 0, or MKS_EXIT_USAGE with the one line to print in
+ * err ("" when the usage text is what to print).  No I/O.  Free with
+ * mks_cli_args_free whatever it returned. */
+int mks_cli_parse(int argc, char **argv, struct mks_cli_args *a, char *err, size_t errlen);
+void mks_cli_args_free(struct mks_cli_args *a);
+
 struct mks_cli {
     const char *collector;
     const char *job;
@@ -45,8 +65,5 @@ int mks_cli_verify(struct mks_cli *cli, size_t argc, char **argv);
 
 /* Help of one command; -1 when there is no such command. */
 int mks_cli_help(FILE *f, const char *cmd);
-/* 0 when every "--name[=value]" in named is an option of cmd, else prints
- * a one-line error and returns MKS_EXIT_USAGE. */
-int mks_cli_check_options(const char *cmd, char **named, size_t n);
 
 #endif

@@ -4,6 +4,7 @@
  * every rank's reply), trace export, top and verify.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -256,25 +257,49 @@ int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n
 
 /* ---- attach / detach -------------------------------------------------------------- */
 
+/* A BPF object file: a regular file of at most 8 MiB.  Opened without
+ * blocking, so that a FIFO, a device or a directory named by mistake is
+ * refused, never waited on. */
 static int read_file(const char *path, void **buf_p, size_t *len_p)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
         return -errno;
     struct stat st;
-    if (fstat(fileno(f), &st) || st.st_size <= 0 || st.st_size > (8 << 20)) {
-        fclose(f);
-        return -EFBIG;
+    if (fstat(fd, &st)) {
+        int e = errno;
+        close(fd);
+        return -e;
     }
-    void *buf = malloc((size_t)st.st_size);
-    if (!buf || fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-        free(buf);
-        fclose(f);
-        return -EIO;
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
     }
-    fclose(f);
+    if (st.st_size <= 0 || st.st_size > (off_t)MKS_WIRE_MAX_OBJECT) {
+        close(fd);
+        return st.st_size <= 0 ? -ENODATA : -EFBIG;
+    }
+    size_t len = (size_t)st.st_size, got = 0;
+    uint8_t *buf = malloc(len);
+    if (!buf) {
+        close(fd);
+        return -ENOMEM;
+    }
+    while (got < len) {
+        ssize_t n = read(fd, buf + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = n < 0 ? errno : EIO; /* shorter than fstat said: it changed */
+            free(buf);
+            close(fd);
+            return -e;
+        }
+        got += (size_t)n;
+    }
+    close(fd);
     *buf_p = buf;
-    *len_p = (size_t)st.st_size;
+    *len_p = len;
     return 0;
 }
 
@@ -378,9 +403,10 @@ int mks_cli_attach(struct mks_cli *cli, const char *cmd, char **args, size_t npo
     if (attach && npos) {
         int rc = read_file(args[0], &blob, &blob_len);
         if (rc) {
-            fprintf(stderr, "mkscope attach: cannot read %s: %s (give a clang -target bpf object"
-                            " of at most 8 MiB)\n",
-                    args[0], strerror(-rc));
+            fprintf(stderr, "mkscope attach: cannot read %s: %s (give a regular file, a clang"
+                            " -target bpf object of at most 8 MiB)\n",
+                    args[0],
+                    rc == -EINVAL ? "not a regular file" : rc == -ENODATA ? "empty" : strerror(-rc));
             return MKS_EXIT_USAGE;
         }
         rc = verify_local(cli, args[0], blob, blob_len, named(args, n, "hook"));
@@ -400,6 +426,13 @@ int mks_cli_attach(struct mks_cli *cli, const char *cmd, char **args, size_t npo
     }
     if (named(args, n, "name"))
         snprintf(name, sizeof(name), "%s", named(args, n, "name"));
+    if (!mks_wire_prog_name_valid(name)) {
+        fprintf(stderr, "mkscope %s: '%.64s' (from the file name) is not a program name ("
+                        MKS_WIRE_PROG_GRAMMAR "): give one with --name\n",
+                cmd, name);
+        free(blob);
+        return MKS_EXIT_USAGE;
+    }
     req[nr++] = name;
     for (size_t i = npos; i < n && nr < 64; i++)
         req[nr++] = args[i];
@@ -412,19 +445,26 @@ int mks_cli_attach(struct mks_cli *cli, const char *cmd, char **args, size_t npo
         return rc;
     /* Wait until every rank's agent replied (it picks commands up with its
      * next summary or heartbeat). */
-    char ids[4096] = "";
+    char ids[48 * 1024] = ""; /* up to 4096 ranks' command ids */
     size_t off = 0, i;
     json_t *c;
     json_array_foreach(json_object_get(a, "commands"), i, c)
     {
-        off += (size_t)snprintf(ids + off, sizeof(ids) - off, "%s%lld", i ? "," : "",
-                                (long long)json_integer_value(json_object_get(c, "id")));
-        if (off >= sizeof(ids))
+        int w = snprintf(ids + off, sizeof(ids) - off, "%s%lld", i ? "," : "",
+                         (long long)json_integer_value(json_object_get(c, "id")));
+        if (w < 0 || (size_t)w >= sizeof(ids) - off) {
+            ids[off] = 0; /* never a number cut short */
             break;
+        }
+        off += (size_t)w;
     }
     size_t want = json_array_size(json_object_get(a, "commands"));
     json_decref(a);
-    char idarg[4200];
+    if (!want) {
+        fprintf(stderr, "mkscope %s: no rank to send it to; see mkscope status\n", cmd);
+        return MKS_EXIT_NODATA;
+    }
+    char idarg[sizeof(ids) + 8];
     snprintf(idarg, sizeof(idarg), "--ids=%s", ids);
     char *qa[1] = {idarg};
     json_t *res = NULL;

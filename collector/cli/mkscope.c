@@ -114,7 +114,9 @@ int mks_cli_call(struct mks_cli *cli, const char *verb, char **args, size_t n_ar
     mks_envelope env;
     Mkscope__V1__CliRequest req = MKSCOPE__V1__CLI_REQUEST__INIT;
     mks_wire_init(&env, "", 0, (uint64_t)getpid());
-    req.id = (uint64_t)time(NULL);
+    /* A request id of its own, random: the collector runs a command of a
+     * given id once (an attach retried with it is not installed twice). */
+    req.id = env.nonce;
     req.verb = (char *)verb;
     req.args = all;
     req.n_args = n;
@@ -155,17 +157,19 @@ int mks_cli_call(struct mks_cli *cli, const char *verb, char **args, size_t n_ar
         return MKS_EXIT_UNREACHABLE;
     }
     mks_envelope *rep = NULL;
-    rc = mks_wire_decode(msg, (size_t)got, cli->have_key ? &cli->key : NULL, &rep, err,
-                         sizeof(err));
+    rc = mks_wire_decode_for(msg, (size_t)got, MKS_WIRE_BODY(CLI_REPLY),
+                             cli->have_key ? &cli->key : NULL, &rep, err, sizeof(err));
     nn_freemsg(msg);
     nn_close(s);
     if (rc) {
-        fprintf(stderr, "mkscope: bad answer from the collector: %s\n", err);
+        fprintf(stderr, "mkscope: bad answer from the collector: %s%s\n", err,
+                rc == -EACCES ? " (is --key the collector's?)" : "");
         return MKS_EXIT_ERROR;
     }
-    if (rep->body_case != MKSCOPE__V1__ENVELOPE__BODY_CLI_REPLY) {
-        fprintf(stderr, "mkscope: the collector answered with %s, not cli_reply\n",
-                mks_wire_body_name(rep->body_case));
+    /* It must answer this request: with a key, a copy of an old answer is
+     * no answer. */
+    if ((cli->have_key || rep->reply_to) && rep->reply_to != env.nonce) {
+        fprintf(stderr, "mkscope: the collector's answer is not to this request\n");
         mks_wire_free(rep);
         return MKS_EXIT_ERROR;
     }
@@ -473,188 +477,108 @@ static int cmd_simple(struct mks_cli *cli, const char *verb, char **args, size_t
     return 0;
 }
 
-static int need_arg(const char *cmd, size_t n, size_t want, const char *what)
-{
-    if (n < want) {
-        fprintf(stderr, "mkscope %s: missing %s; see mkscope %s --help\n", cmd, what, cmd);
-        return MKS_EXIT_USAGE;
-    }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     struct mks_cli cli = {.timeout_ms = 5000, .out = stdout};
-    cli.collector = getenv("MKSCOPE_COLLECTOR");
+    struct mks_cli_args a;
+    char err[600];
+    /* Everything on the command line is checked before anything is opened
+     * or sent (parse.c). */
+    int rc = mks_cli_parse(argc, argv, &a, err, sizeof(err));
+    if (a.version) {
+        printf("mkscope %s\n", MKS_VERSION);
+        mks_cli_args_free(&a);
+        return 0;
+    }
+    if (a.help) {
+        if (a.np > 0 && mks_cli_help(stdout, a.pos[0]) == 0)
+            rc = 0;
+        else
+            usage(stdout);
+        mks_cli_args_free(&a);
+        return 0;
+    }
+    if (rc) {
+        if (*err)
+            fprintf(stderr, "%s\n", err);
+        else
+            usage(stderr);
+        mks_cli_args_free(&a);
+        return rc;
+    }
+    cli.collector = a.collector;
+    if (!cli.collector)
+        cli.collector = getenv("MKSCOPE_COLLECTOR");
     if (!cli.collector || !*cli.collector)
         cli.collector = DEFAULT_COLLECTOR;
-    /* Global options may appear anywhere; the rest are the command and its
-     * arguments, options of the command kept as "--name=value". */
-    char *pos[64], *named[64];
-    size_t np = 0, nn = 0;
-    const char *outfile = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = NULL;
-#define TAKE(opt)                                                                                  \
-    (!strcmp(a, opt) ? (i + 1 < argc ? (val = argv[++i], 1) : -1)                                  \
-                     : (!strncmp(a, opt "=", strlen(opt) + 1) ? (val = a + strlen(opt) + 1, 1) : 0))
-        int t;
-        if (!strcmp(a, "--version")) {
-            printf("mkscope %s\n", MKS_VERSION);
-            return 0;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            if (np > 0 && mks_cli_help(stdout, pos[0]) == 0)
-                return 0;
+    cli.job = a.job;
+    cli.json = a.json;
+    cli.dot = a.dot;
+    cli.timeout_ms = a.timeout_ms;
+    const char *cmd = a.pos[0];
+    if (!strcmp(cmd, "help")) {
+        rc = 0;
+        if (a.np < 2)
             usage(stdout);
-            return 0;
+        else if (mks_cli_help(stdout, a.pos[1])) {
+            fprintf(stderr, "mkscope help: unknown command '%.64s'; see mkscope --help\n",
+                    a.pos[1]);
+            rc = MKS_EXIT_USAGE;
         }
-        if ((t = TAKE("--collector")) || (t = TAKE("-f")) || (t = TAKE("--format")) ||
-            (t = TAKE("--job")) || (t = TAKE("--timeout")) || (t = TAKE("--key")) ||
-            (t = TAKE("-o"))) {
-            if (t < 0) {
-                fprintf(stderr, "mkscope: %s needs a value; see mkscope --help\n", a);
-                return MKS_EXIT_USAGE;
-            }
-            if (!strncmp(a, "--collector", 11))
-                cli.collector = val;
-            else if (!strncmp(a, "-f", 2) || !strncmp(a, "--format", 8)) {
-                if (strcmp(val, "json") && strcmp(val, "text") && strcmp(val, "dot")) {
-                    fprintf(stderr, "mkscope: -f takes text, json (or dot for waitchain)\n");
-                    return MKS_EXIT_USAGE;
-                }
-                cli.json = !strcmp(val, "json");
-                cli.dot = !strcmp(val, "dot");
-            } else if (!strncmp(a, "--job", 5))
-                cli.job = val;
-            else if (!strncmp(a, "--timeout", 9)) {
-                char *end;
-                long v = strtol(val, &end, 10);
-                if (*end || v <= 0 || v > 3600000) {
-                    fprintf(stderr, "mkscope: --timeout wants milliseconds, got '%s'\n", val);
-                    return MKS_EXIT_USAGE;
-                }
-                cli.timeout_ms = (int)v;
-            } else if (!strncmp(a, "--key", 5)) {
-                char err[256];
-                if (mks_wire_key_load(val, &cli.key, err, sizeof(err))) {
-                    fprintf(stderr, "mkscope: %s\n", err);
-                    return MKS_EXIT_USAGE;
-                }
-                cli.have_key = true;
-            } else
-                outfile = val;
-            continue;
-        }
-#undef TAKE
-        if (!strncmp(a, "--", 2) && strlen(a) > 2 && np > 0 && strcmp(pos[0], "verify")) {
-            /* A command option: --name=value or --name value. */
-            char *buf = malloc(strlen(a) + (i + 1 < argc ? strlen(argv[i + 1]) : 0) + 2);
-            if (!buf)
-                return MKS_EXIT_ERROR;
-            if (strchr(a, '=') || i + 1 >= argc || !strncmp(argv[i + 1], "-", 1))
-                strcpy(buf, a);
-            else
-                sprintf(buf, "%s=%s", a, argv[++i]);
-            if (nn < 64)
-                named[nn++] = buf;
-            continue;
-        }
-        if (np < 64)
-            pos[np++] = argv[i];
+        mks_cli_args_free(&a);
+        return rc;
     }
-    if (np == 0) {
-        usage(stderr);
-        return MKS_EXIT_USAGE;
+    if (a.key_file) {
+        if (mks_wire_key_load(a.key_file, &cli.key, err, sizeof(err))) {
+            fprintf(stderr, "mkscope: %s\n", err);
+            mks_cli_args_free(&a);
+            return MKS_EXIT_USAGE;
+        }
+        cli.have_key = true;
     }
-    if (outfile) {
-        cli.outfile = outfile;
-        cli.out = fopen(outfile, "w");
+    if (a.outfile) {
+        cli.outfile = a.outfile;
+        cli.out = fopen(a.outfile, "w");
         if (!cli.out) {
-            fprintf(stderr, "mkscope: cannot write %s: %s\n", outfile, strerror(errno));
+            fprintf(stderr, "mkscope: cannot write %s: %s\n", a.outfile, strerror(errno));
+            mks_cli_args_free(&a);
             return MKS_EXIT_ERROR;
         }
     }
-    const char *cmd = pos[0];
-    if (!strcmp(cmd, "help")) {
-        if (np < 2) {
-            usage(stdout);
-            return 0;
-        }
-        if (mks_cli_help(stdout, pos[1]) == 0)
-            return 0;
-        fprintf(stderr, "mkscope help: unknown command '%s'; see mkscope --help\n", pos[1]);
-        return MKS_EXIT_USAGE;
-    }
-    int orc = mks_cli_check_options(cmd, named, nn);
-    if (orc) {
-        for (size_t i = 0; i < nn; i++)
-            free(named[i]);
-        return orc;
-    }
-    char *args[130];
+    /* Positional arguments first, then the options, as the collector reads
+     * them. */
+    char *args[2 * MKS_CLI_MAX_ARGS];
     size_t na = 0;
-    for (size_t i = 1; i < np; i++)
-        args[na++] = pos[i];
-    for (size_t i = 0; i < nn; i++)
-        args[na++] = named[i];
-    size_t npos = np - 1;
-    int rc;
+    for (size_t i = 1; i < a.np; i++)
+        args[na++] = a.pos[i];
+    for (size_t i = 0; i < a.nn; i++)
+        args[na++] = a.named[i];
+    size_t npos = a.np - 1;
     if (!strcmp(cmd, "status") || !strcmp(cmd, "ranks") || !strcmp(cmd, "programs") ||
-        !strcmp(cmd, "metrics") || !strcmp(cmd, "jobs")) {
+        !strcmp(cmd, "metrics") || !strcmp(cmd, "jobs") || !strcmp(cmd, "query") ||
+        !strcmp(cmd, "sql") || !strcmp(cmd, "survey")) {
         rc = cmd_simple(&cli, cmd, args, na);
-    } else if (!strcmp(cmd, "query") || !strcmp(cmd, "sql")) {
-        rc = need_arg(cmd, npos, 1, !strcmp(cmd, "sql") ? "a SELECT statement" : "a query");
-        if (!rc)
-            rc = cmd_simple(&cli, cmd, args, na);
     } else if (!strcmp(cmd, "diagnose") || !strcmp(cmd, "waitchain")) {
         rc = mks_cli_diagnose(&cli, cmd, args, na);
     } else if (!strcmp(cmd, "attach") || !strcmp(cmd, "detach")) {
         rc = mks_cli_attach(&cli, cmd, args, npos, na);
     } else if (!strcmp(cmd, "trigger")) {
-        const char *sub = npos ? args[0] : NULL;
-        if (!sub || (strcmp(sub, "add") && strcmp(sub, "list") && strcmp(sub, "rm"))) {
-            fprintf(stderr, "mkscope trigger: say add 'SLO', list or rm ID; see mkscope trigger"
-                            " --help\n");
-            rc = MKS_EXIT_USAGE;
-        } else {
-            char verb[32];
-            snprintf(verb, sizeof(verb), "trigger-%s", sub);
-            rc = strcmp(sub, "list") ? need_arg("trigger", npos, 2,
-                                                strcmp(sub, "add") ? "a trigger id" : "an SLO")
-                                     : 0;
-            if (!rc)
-                rc = cmd_simple(&cli, verb, args + 1, na - 1);
-        }
+        char verb[32];
+        snprintf(verb, sizeof(verb), "trigger-%s", args[0]);
+        rc = cmd_simple(&cli, verb, args + 1, na - 1);
     } else if (!strcmp(cmd, "trace")) {
-        if (npos && !strcmp(args[0], "list")) {
-            rc = npos > 1 ? (fprintf(stderr, "mkscope trace list: takes no argument ('%s');"
-                                             " see mkscope trace --help\n",
-                                     args[1]),
-                             MKS_EXIT_USAGE)
-                          : cmd_simple(&cli, "trace-list", args + 1, na - 1);
-        } else if (!npos || strcmp(args[0], "export")) {
-            fprintf(stderr, "mkscope trace: the subcommands are list and export (mkscope trace"
-                            " export -o FILE); see mkscope trace --help\n");
-            rc = MKS_EXIT_USAGE;
-        } else {
+        if (!strcmp(args[0], "list"))
+            rc = cmd_simple(&cli, "trace-list", args + 1, na - 1);
+        else
             rc = mks_cli_trace(&cli, args + 1, na - 1);
-        }
     } else if (!strcmp(cmd, "top")) {
         rc = mks_cli_top(&cli, args, na);
-    } else if (!strcmp(cmd, "survey")) {
-        rc = cmd_simple(&cli, "survey", args, na);
-    } else if (!strcmp(cmd, "verify")) {
-        rc = mks_cli_verify(&cli, np, pos);
     } else {
-        fprintf(stderr, "mkscope: unknown command '%s'; see mkscope --help\n", cmd);
-        rc = MKS_EXIT_USAGE;
+        rc = mks_cli_verify(&cli, a.np, a.pos);
     }
-    for (size_t i = 0; i < nn; i++)
-        free(named[i]);
+    mks_cli_args_free(&a);
     if (cli.out != stdout && fclose(cli.out) && !rc) {
-        fprintf(stderr, "mkscope: writing %s failed\n", outfile);
+        fprintf(stderr, "mkscope: writing %s failed\n", cli.outfile);
         rc = MKS_EXIT_ERROR;
     }
     return rc;

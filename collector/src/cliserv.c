@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "mkscope/query.h"
 #include "serve.h"
 
@@ -80,6 +81,10 @@ struct mks_cliserv {
     struct mks_wire_key key;
     bool have_key;
     struct mks_ingest_stats *stats;
+    /* The dispatcher's alone: which requests it accepted, and its refusal
+     * log lines. */
+    struct mks_fresh *fresh;
+    struct mks_ratelog reflog[MKS_REFUSED_COUNT];
     uint64_t limit_ns;
     unsigned queue_max;
 
@@ -216,6 +221,8 @@ static void send_reply(struct mks_cliserv *cs, struct mks_cliserv_req *r)
     mks_envelope out;
     Mkscope__V1__CliReply rep = MKSCOPE__V1__CLI_REPLY__INIT;
     mks_wire_init(&out, "", 0, r->env ? r->env->seq : 0);
+    /* The reply names the request it answers: a CLI takes no other. */
+    out.reply_to = r->env ? r->env->nonce : 0;
     rep.id = r->env && r->env->body_case == MKSCOPE__V1__ENVELOPE__BODY_CLI_REQUEST
                  ? r->env->cli_request->id
                  : 0;
@@ -311,19 +318,41 @@ static void take_request(struct mks_cliserv *cs, void *body, int len, void *head
     r->queued_mono_ns = mono_ns();
     if (cs->stats)
         cs->stats->cli_requests++;
-    char err[512];
-    if (mks_wire_decode(body, (size_t)len, cs->have_key ? &cs->key : NULL, &r->env, err,
-                        sizeof(err))) {
+    char err[512], line[700];
+    int rc = mks_wire_decode_for(body, (size_t)len, MKS_WIRE_BODY(CLI_REQUEST),
+                                 cs->have_key ? &cs->key : NULL, &r->env, err, sizeof(err));
+    if (rc) {
         r->env = NULL;
         r->status = MKS_EXIT_ERROR;
-        snprintf(r->error, sizeof(r->error), "%s", err);
+        snprintf(line, sizeof(line), "a CLI request: %s", err);
+        mks_refused(cs->stats, cs->reflog,
+                    rc == -EACCES ? MKS_REFUSED_UNAUTHENTICATED : MKS_REFUSED_INVALID, line);
+        /* A sender who is not authenticated learns nothing but that. */
+        snprintf(r->error, sizeof(r->error), "%s", rc == -EACCES ? MKS_WIRE_REFUSAL : err);
         send_reply(cs, r);
         req_free(r);
         return;
     }
-    if (r->env->body_case != MKSCOPE__V1__ENVELOPE__BODY_CLI_REQUEST) {
+    /* What every request's arguments must be (args.c), before any of them
+     * is read: a request is input from outside like any other. */
+    const Mkscope__V1__CliRequest *cr = r->env->cli_request;
+    size_t lo, hi;
+    if (mks_args_positional(cr->verb, &lo, &hi) == 0 &&
+        mks_args_check(cr->verb, cr->args, cr->n_args, lo, hi, err, sizeof(err))) {
+        r->status = MKS_EXIT_USAGE;
+        snprintf(r->error, sizeof(r->error), "%.64s: %.400s", cr->verb, err);
+        send_reply(cs, r);
+        req_free(r);
+        return;
+    }
+    rc = mks_fresh_check_env(cs->fresh, r->env, real_ns(), err, sizeof(err));
+    if (rc) {
+        snprintf(line, sizeof(line), "CLI request '%s': %s", r->env->cli_request->verb, err);
+        mks_refused(cs->stats, cs->reflog,
+                    rc == -EALREADY ? MKS_REFUSED_REPLAYED : MKS_REFUSED_STALE, line);
         r->status = MKS_EXIT_ERROR;
-        snprintf(r->error, sizeof(r->error), "the CLI socket takes cli_request only");
+        snprintf(r->error, sizeof(r->error), "%.400s%s", err,
+                 rc == -EALREADY ? ": nothing done again" : "");
         send_reply(cs, r);
         req_free(r);
         return;
@@ -450,6 +479,10 @@ int mks_cliserv_start(const struct mks_cliserv_opts *opts, struct mks_cliserv **
         cs->key = *o.key;
         cs->have_key = true;
     }
+    if (mks_fresh_create(o.fresh, &cs->fresh)) {
+        fail(err, errlen, "CLI server: cannot make the replay cache");
+        goto bad;
+    }
     cs->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     cs->loop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (cs->done_fd < 0 || cs->loop_fd < 0) {
@@ -468,7 +501,9 @@ int mks_cliserv_start(const struct mks_cliserv_opts *opts, struct mks_cliserv **
         fail(err, errlen, "cli socket: %s", nn_strerror(nn_errno()));
         goto bad;
     }
-    int zero = 0, maxsz = (int)MKS_WIRE_MAX_MSG + 1024;
+    /* Nothing larger than a CLI request is read off the socket. */
+    int zero = 0,
+        maxsz = (int)mks_wire_body_limit(MKSCOPE__V1__ENVELOPE__BODY_CLI_REQUEST) + 1024;
     nn_setsockopt(cs->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz));
     nn_setsockopt(cs->sock, NN_SOL_SOCKET, NN_LINGER, &zero, sizeof(zero));
     if (nn_bind(cs->sock, o.url) < 0) {
@@ -536,6 +571,7 @@ void mks_cliserv_stop(struct mks_cliserv *cs)
         close(cs->done_fd);
     if (cs->loop_fd >= 0)
         close(cs->loop_fd);
+    mks_fresh_destroy(cs->fresh);
     pthread_cond_destroy(&cs->work_cv);
     pthread_mutex_destroy(&cs->mu);
     free(cs);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "collector.h"
+#include "mkscope/fresh.h"
 
 struct mks_cliserv;
 struct mks_cliserv_req;
@@ -33,6 +34,9 @@ struct mks_cliserv_opts {
     unsigned workers;                /* threads answering read-only requests; 0: 2 */
     unsigned queue;                  /* requests waiting for a worker; 0: 16 */
     uint64_t limit_ns;               /* work limit of one request; 0: MKS_SERVE_LIMIT_NS */
+    /* Freshness of requests (window, replay cache), as for the ingest
+     * loop; NULL: mks_fresh's defaults, nothing required. */
+    const struct mks_fresh_opts *fresh;
 };
 
 /* Bind the socket, open the workers' connections and start the threads. */

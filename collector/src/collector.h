@@ -26,9 +26,34 @@ enum mks_exit {
  * why rather than "collector busy". */
 #define MKS_SERVE_LIMIT_NS 4000000000ull
 
+/* Why a message was refused or ignored (mkscope_refused_total{reason}). */
+enum mks_refusal {
+    MKS_REFUSED_UNAUTHENTICATED, /* a key is configured and the MAC did not verify */
+    MKS_REFUSED_INVALID,         /* authenticated (or no key), but not a valid message */
+    MKS_REFUSED_REPLAYED,        /* its nonce was seen before */
+    MKS_REFUSED_STALE,           /* outside the time window, or no nonce/time with a key */
+    MKS_REFUSED_UNREGISTERED,    /* from a rank or incarnation that has not registered */
+    MKS_REFUSED_OLD_INCARNATION, /* a registration older than the registered incarnation */
+    MKS_REFUSED_OUT_OF_ORDER,    /* older than the state already applied: ignored */
+    MKS_REFUSED_COUNT
+};
+/* Label of a reason in metrics and logs. */
+const char *mks_refusal_name(enum mks_refusal r);
+/* The refusal a mks_store_ingest error is; MKS_REFUSED_COUNT for a failure
+ * of the store itself. */
+enum mks_refusal mks_refusal_of_store(int rc);
+struct mks_ingest_stats;
+struct mks_ratelog;
+/* Count a refused (or ignored) message in stats and say so on stderr, at
+ * most one line per reason every 10 s (logs: MKS_REFUSED_COUNT of them,
+ * one set per thread): an attacker's flood is not a log flood. */
+void mks_refused(struct mks_ingest_stats *stats, struct mks_ratelog *logs, enum mks_refusal why,
+                 const char *what);
+
 /* Counters of the ingest path, for metrics.  The loop counts, the CLI
  * server's threads read (and count requests): atomic. */
 struct mks_ingest_stats {
+    _Atomic uint64_t refused[MKS_REFUSED_COUNT];
     _Atomic uint64_t messages, decode_errors, store_errors, cli_requests;
     _Atomic uint64_t ucx_batches; /* raw event batches received over UCX */
     _Atomic uint64_t cli_busy;    /* requests answered "busy" (every worker occupied) */

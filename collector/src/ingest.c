@@ -31,6 +31,7 @@ struct pending {
 
 struct mks_ingest {
     struct mks_ingest_opts o;
+    struct mks_ratelog reflog[MKS_REFUSED_COUNT];
     struct pending p[MKS_INGEST_BATCH];
     uint64_t win_start, win_busy, win_msgs, win_batches;
     uint32_t pressure;
@@ -91,11 +92,15 @@ static void set_reply(struct mks_ingest *ing, struct pending *p, const mks_envel
     }
 }
 
-static void refuse(struct mks_ingest *ing, struct pending *p, const char *reason)
+/* A refusal; reply_to is the request's nonce, 0 when its sender is not
+ * authenticated (nothing of its message is worth echoing). */
+static void refuse(struct mks_ingest *ing, struct pending *p, uint64_t reply_to,
+                   const char *reason)
 {
     mks_envelope env;
     Mkscope__V1__RegisterAck ack = MKSCOPE__V1__REGISTER_ACK__INIT;
     mks_wire_init(&env, "", 0, 0);
+    env.reply_to = reply_to;
     ack.accepted = 0;
     ack.reason = (char *)reason;
     ack.collector_time_ns = real_ns();
@@ -105,31 +110,13 @@ static void refuse(struct mks_ingest *ing, struct pending *p, const char *reason
     p->refused = 1;
 }
 
-/* Decode and store one request, and make its answer (sent after the
- * commit). */
-static void handle(struct mks_ingest *ing, struct pending *p, const void *buf, size_t len)
+/* The answer to a request that was applied, or (applied false) to a copy
+ * that changed nothing: an ack without commands, which are for the
+ * requests that were. */
+static void answer(struct mks_ingest *ing, struct pending *p, const mks_envelope *env,
+                   uint64_t seq, uint64_t now, bool applied)
 {
-    char err[256];
-    mks_envelope *env = NULL;
     struct mks_ingest_stats *stats = ing->o.stats;
-    stats->messages++;
-    if (mks_wire_decode(buf, len, ing->o.key, &env, err, sizeof(err))) {
-        stats->decode_errors++;
-        fprintf(stderr, "mkscope-collector: rejected message from an agent: %s\n", err);
-        refuse(ing, p, err);
-        return;
-    }
-    if (ing->o.verbose)
-        fprintf(stderr, "mkscope-collector: %s from %s rank %u seq %" PRIu64 "\n",
-                mks_wire_body_name(env->body_case), env->job, env->rank, env->seq);
-    uint64_t seq = 0, now = real_ns();
-    if (mks_store_ingest(ing->o.st, env, now, &seq, err, sizeof(err))) {
-        stats->store_errors++;
-        fprintf(stderr, "mkscope-collector: %s\n", err);
-        refuse(ing, p, err);
-        mks_wire_free(env);
-        return;
-    }
     mks_envelope out;
     mks_wire_init(&out, env->job, env->rank, env->seq);
     out.reply_to = env->nonce;
@@ -142,28 +129,97 @@ static void handle(struct mks_ingest *ing, struct pending *p, const void *buf, s
         out.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK;
         out.register_ack = &ack;
         set_reply(ing, p, &out);
-    } else {
-        Mkscope__V1__Ack ack = MKSCOPE__V1__ACK__INIT;
-        Mkscope__V1__Command *cmds[MAX_CMDS_PER_ACK];
-        if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY) {
-            stats->summaries++;
-            if (env->epoch_summary->pressure)
-                stats->summaries_pressured++;
-        } else {
-            mks_store_acked_seq(ing->o.st, env->job, env->rank, &seq);
-        }
-        ack.up_to_seq = seq;
-        ack.pressure = ing->pressure;
-        size_t n = mks_store_take_commands(ing->o.st, env->job, env->rank, now, cmds,
-                                           MAX_CMDS_PER_ACK);
-        ack.commands = cmds;
-        ack.n_commands = n;
-        out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
-        out.ack = &ack;
-        set_reply(ing, p, &out);
-        for (size_t i = 0; i < n; i++)
-            mkscope__v1__command__free_unpacked(cmds[i], NULL);
+        return;
     }
+    Mkscope__V1__Ack ack = MKSCOPE__V1__ACK__INIT;
+    Mkscope__V1__Command *cmds[MAX_CMDS_PER_ACK];
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY) {
+        stats->summaries++;
+        if (env->epoch_summary->pressure)
+            stats->summaries_pressured++;
+    } else {
+        mks_store_acked_seq(ing->o.st, env->job, env->rank, &seq);
+    }
+    ack.up_to_seq = seq;
+    ack.pressure = ing->pressure;
+    size_t n = applied ? mks_store_take_commands(ing->o.st, env->job, env->rank, now, cmds,
+                                                 MAX_CMDS_PER_ACK)
+                       : 0;
+    ack.commands = cmds;
+    ack.n_commands = n;
+    out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
+    out.ack = &ack;
+    set_reply(ing, p, &out);
+    for (size_t i = 0; i < n; i++)
+        mkscope__v1__command__free_unpacked(cmds[i], NULL);
+}
+
+/* Decode, check and store one request, and make its answer (sent after the
+ * commit).  In order: decoded for this socket (with a key, a sender that
+ * does not authenticate gets MKS_WIRE_REFUSAL and nothing more); fresh
+ * (every body but a summary, which the store keeps once per seq: a copy of
+ * a heartbeat, reply or raw batch is acked and changes nothing, a copy of a
+ * registration is refused); then what the store allows (docs/collector.md). */
+static void handle(struct mks_ingest *ing, struct pending *p, const void *buf, size_t len)
+{
+    char err[512], line[700];
+    mks_envelope *env = NULL;
+    struct mks_ingest_stats *stats = ing->o.stats;
+    stats->messages++;
+    int rc = mks_wire_decode_for(buf, len, MKS_WIRE_ACCEPT_INGEST, ing->o.key, &env, err,
+                                 sizeof(err));
+    if (rc) {
+        stats->decode_errors++;
+        snprintf(line, sizeof(line), "a message from an agent: %s", err);
+        mks_refused(stats, ing->reflog,
+                    rc == -EACCES ? MKS_REFUSED_UNAUTHENTICATED : MKS_REFUSED_INVALID, line);
+        refuse(ing, p, 0, rc == -EACCES ? MKS_WIRE_REFUSAL : err);
+        return;
+    }
+    if (ing->o.verbose)
+        fprintf(stderr, "mkscope-collector: %s from %s rank %u seq %" PRIu64 "\n",
+                mks_wire_body_name(env->body_case), env->job, env->rank, env->seq);
+    uint64_t seq = 0, now = real_ns();
+    bool summary = env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY;
+    if (!summary && (rc = mks_fresh_check_env(ing->o.fresh, env, now, err, sizeof(err)))) {
+        snprintf(line, sizeof(line), "%s from %s rank %u: %s", mks_wire_body_name(env->body_case),
+                 env->job, env->rank, err);
+        mks_refused(stats, ing->reflog,
+                    rc == -EALREADY ? MKS_REFUSED_REPLAYED : MKS_REFUSED_STALE, line);
+        if (rc == -EALREADY && env->body_case != MKSCOPE__V1__ENVELOPE__BODY_REGISTER) {
+            answer(ing, p, env, 0, now, false);
+            p->refused = 1; /* nothing stored: sent whether or not the batch commits */
+        } else {
+            refuse(ing, p, env->nonce, err);
+        }
+        mks_wire_free(env);
+        return;
+    }
+    rc = mks_store_ingest(ing->o.st, env, now, &seq, err, sizeof(err));
+    if (rc && rc != -EALREADY) {
+        enum mks_refusal why = mks_refusal_of_store(rc);
+        if (why == MKS_REFUSED_COUNT) {
+            stats->store_errors++;
+            fprintf(stderr, "mkscope-collector: %s\n", err);
+        } else {
+            mks_refused(stats, ing->reflog, why, err);
+        }
+        /* Not stored: a resend of the same bytes must be taken. */
+        mks_fresh_forget_env(ing->o.fresh, env);
+        refuse(ing, p, env->nonce, err);
+        mks_wire_free(env);
+        return;
+    }
+    if (rc == -EALREADY) {
+        /* Older than what is applied (a delayed or replayed registration or
+         * heartbeat): acked as accepted, nothing changed. */
+        mks_refused(stats, ing->reflog, MKS_REFUSED_OUT_OF_ORDER, err);
+        answer(ing, p, env, seq, now, false);
+        p->refused = 1;
+        mks_wire_free(env);
+        return;
+    }
+    answer(ing, p, env, seq, now, true);
     p->env = env;
 }
 
@@ -257,6 +313,10 @@ int mks_ingest_run(struct mks_ingest *ing)
         ing->o.stats->batches++;
     for (int i = 0; i < n; i++) {
         struct pending *p = &ing->p[i];
+        /* Nothing of a batch that did not commit is stored: resends of it
+         * must be taken, not refused as copies. */
+        if (!committed && p->env)
+            mks_fresh_forget_env(ing->o.fresh, p->env);
         if (committed || p->refused)
             send_reply(ing, p);
         if (committed && p->env && ing->o.on_stored)

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "collector.h"
+#include "mkscope/fresh.h"
 
 /* Messages in one transaction at most: bounds the batch's memory and the
  * time its first message waits for its ack. */
@@ -46,6 +47,9 @@ struct mks_ingest_opts {
     /* After the commit, for each stored envelope (may be NULL). */
     void (*on_stored)(void *arg, const mks_envelope *env);
     void *arg;
+    /* Nonces of what was accepted (mkscope/fresh.h), shared with the loop's
+     * other receivers; NULL: none kept. */
+    struct mks_fresh *fresh;
 };
 
 int mks_ingest_create(const struct mks_ingest_opts *opts, struct mks_ingest **ing_p, char *err,

@@ -37,6 +37,8 @@
 #include "cliserv.h"
 #include "collector.h"
 #include "ingest.h"
+#include "mkscope/fresh.h"
+#include "serve.h"
 #include "perfetto.h"
 #include "trace.h"
 #include "trigger.h"
@@ -73,6 +75,11 @@ struct collector {
     bool have_key;
     bool verbose;
     struct mks_ingest_stats stats;
+    /* What the loop accepted of agents' messages (nonce, time: the ingest
+     * path and UCX frames share it), and one log line per reason and
+     * interval for what the loop itself refused. */
+    struct mks_fresh *fresh;
+    struct mks_ratelog reflog[MKS_REFUSED_COUNT];
     const char *trace_dir;
     /* Escalations some of whose ranks have sent their last batch: the trace
      * is written once all have, or TRACE_WAIT_NS after the first did. */
@@ -93,6 +100,7 @@ struct collector {
     struct {
         bool active;
         uint64_t id, deadline_ns;
+        uint64_t nonce; /* of the survey request: replies answer it */
         struct mks_cliserv_req *req;
         json_t *answers;
         char job[MKS_WIRE_MAX_JOB + 1];
@@ -100,6 +108,11 @@ struct collector {
         unsigned n_queued;
     } sv;
 };
+
+static void refused(struct collector *c, enum mks_refusal why, const char *what)
+{
+    mks_refused(&c->stats, c->reflog, why, what);
+}
 
 static uint64_t now_ns(void)
 {
@@ -141,6 +154,10 @@ static void usage(FILE *f)
             "                   store connection                     [2]\n"
             "  --trigger-hold-off D  after a trigger escalated, escalate again only D later\n"
             "                   (90s, 5m, 1h; per trigger: trigger add --hold-off) [5m]\n"
+            "  --fresh-window SEC  with --key: refuse requests sent more than SEC away from\n"
+            "                   this host's clock (replays; hosts' clocks must agree) [60]\n"
+            "  --replay-cache N nonces remembered to refuse copies (size it for the window x\n"
+            "                   requests per second)                  [65536]\n"
             "  -v, --verbose    log every message\n"
             "  -h, --help\n"
             "  --version        the version\n"
@@ -206,7 +223,7 @@ static void remove_db(const char *path)
     unlink(p);
 }
 
-static int nn_open(int domain, int proto, const char *url, const char *what)
+static int nn_open(int domain, int proto, const char *url, const char *what, size_t max_msg)
 {
     int s = nn_socket(domain, proto);
     if (s < 0) {
@@ -215,8 +232,9 @@ static int nn_open(int domain, int proto, const char *url, const char *what)
     }
     int zero = 0;
     /* Agents send summaries of a large epoch; nanomsg's default 1 MiB limit
-     * would drop them silently. */
-    int maxsz = (int)MKS_WIRE_MAX_MSG + 1024;
+     * would drop them silently.  No more than the socket takes, either:
+     * nanomsg drops a larger message before it is read. */
+    int maxsz = (int)max_msg + 1024;
     nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz));
     nn_setsockopt(s, NN_SOL_SOCKET, NN_LINGER, &zero, sizeof(zero));
     if (nn_bind(s, url) < 0) {
@@ -459,18 +477,20 @@ static void on_stored(void *arg, const mks_envelope *env)
 static void handle_ucx_frame(void *arg, const void *buf, size_t len)
 {
     struct collector *c = arg;
-    char err[256];
+    char err[512], line[700];
     mks_envelope *env = NULL;
     c->stats.messages++;
-    if (mks_wire_decode(buf, len, c->have_key ? &c->key : NULL, &env, err, sizeof(err))) {
+    int rc = mks_wire_decode_for(buf, len, MKS_WIRE_BODY(RAW_EVENT_BATCH),
+                                 c->have_key ? &c->key : NULL, &env, err, sizeof(err));
+    if (rc) {
         c->stats.decode_errors++;
-        fprintf(stderr, "mkscope-collector: rejected a UCX frame: %s\n", err);
+        snprintf(line, sizeof(line), "a UCX frame: %s", err);
+        refused(c, rc == -EACCES ? MKS_REFUSED_UNAUTHENTICATED : MKS_REFUSED_INVALID, line);
         return;
     }
-    if (env->body_case != MKSCOPE__V1__ENVELOPE__BODY_RAW_EVENT_BATCH) {
-        c->stats.decode_errors++;
-        fprintf(stderr, "mkscope-collector: UCX carries raw_event_batch only, got %s from rank %u\n",
-                mks_wire_body_name(env->body_case), env->rank);
+    if ((rc = mks_fresh_check_env(c->fresh, env, now_ns(), err, sizeof(err)))) {
+        snprintf(line, sizeof(line), "a UCX frame from %s rank %u: %s", env->job, env->rank, err);
+        refused(c, rc == -EALREADY ? MKS_REFUSED_REPLAYED : MKS_REFUSED_STALE, line);
         mks_wire_free(env);
         return;
     }
@@ -478,7 +498,10 @@ static void handle_ucx_frame(void *arg, const void *buf, size_t len)
     if (c->verbose)
         fprintf(stderr, "mkscope-collector: raw_event_batch over UCX from %s rank %u: %zu events\n",
                 env->job, env->rank, env->raw_event_batch->n_events);
-    if (mks_store_ingest(c->st, env, now_ns(), NULL, err, sizeof(err))) {
+    rc = mks_store_ingest(c->st, env, now_ns(), NULL, err, sizeof(err));
+    if (rc && mks_refusal_of_store(rc) != MKS_REFUSED_COUNT) {
+        refused(c, mks_refusal_of_store(rc), err);
+    } else if (rc) {
         c->stats.store_errors++;
         fprintf(stderr, "mkscope-collector: %s\n", err);
     } else if (env->raw_event_batch->last) {
@@ -529,6 +552,13 @@ static void handle_cli(struct collector *c, struct mks_cliserv_req *req)
     char err[512] = "";
     if (!strcmp(r->verb, "survey")) {
         char job[MKS_WIRE_MAX_JOB + 1];
+        const char *what = mks_serve_pos(r, 0);
+        if (what && strcmp(what, "status") && strcmp(what, "coverage") && strcmp(what, "maps") &&
+            strcmp(what, "programs")) {
+            mks_cliserv_done(c->cli, req, MKS_EXIT_USAGE,
+                             "survey: ask for status, coverage, maps or programs", NULL);
+            return;
+        }
         mks_store_latest_job(c->st, job, sizeof(job));
         if (!*job) {
             mks_cliserv_done(c->cli, req, MKS_EXIT_NODATA,
@@ -556,10 +586,13 @@ static void handle_cli(struct collector *c, struct mks_cliserv_req *req)
 static void start_survey(struct collector *c, struct mks_cliserv_req *req)
 {
     const Mkscope__V1__CliRequest *r = mks_cliserv_req_env(req)->cli_request;
-    const char *what = r->n_args > 0 ? r->args[0] : "status";
-    uint32_t deadline_ms = r->n_args > 1 ? (uint32_t)strtoul(r->args[1], NULL, 10) : 1000;
-    if (deadline_ms == 0 || deadline_ms > 60000)
-        deadline_ms = 1000;
+    const char *what = mks_serve_pos(r, 0) ? mks_serve_pos(r, 0) : "status";
+    const char *dl_s = mks_serve_pos(r, 1);
+    uint32_t deadline_ms = 1000;
+    if (dl_s && mks_serve_uint(dl_s, 1, 60000, &deadline_ms)) {
+        mks_cliserv_done(c->cli, req, MKS_EXIT_USAGE, "survey: the deadline is 1..60000 ms", NULL);
+        return;
+    }
     mks_envelope env;
     Mkscope__V1__SurveyRequest sr = MKSCOPE__V1__SURVEY_REQUEST__INIT;
     static uint64_t next_id = 1;
@@ -570,6 +603,7 @@ static void start_survey(struct collector *c, struct mks_cliserv_req *req)
     sr.filter = "";
     env.body_case = MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REQUEST;
     env.survey_request = &sr;
+    c->sv.nonce = env.nonce;
     int dl = (int)deadline_ms;
     nn_setsockopt(c->survey, NN_SURVEYOR, NN_SURVEYOR_DEADLINE, &dl, sizeof(dl));
     c->sv.active = true;
@@ -583,14 +617,23 @@ static void start_survey(struct collector *c, struct mks_cliserv_req *req)
 
 static void survey_reply(struct collector *c, const void *buf, size_t len)
 {
-    char err[256];
+    char err[512], line[600];
     mks_envelope *env = NULL;
-    if (mks_wire_decode(buf, len, c->have_key ? &c->key : NULL, &env, err, sizeof(err))) {
-        fprintf(stderr, "mkscope-collector: bad survey reply: %s\n", err);
+    int rc = mks_wire_decode_for(buf, len, MKS_WIRE_BODY(SURVEY_REPLY),
+                                 c->have_key ? &c->key : NULL, &env, err, sizeof(err));
+    if (rc) {
+        snprintf(line, sizeof(line), "a survey reply: %s", err);
+        refused(c, rc == -EACCES ? MKS_REFUSED_UNAUTHENTICATED : MKS_REFUSED_INVALID, line);
         return;
     }
-    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY &&
-        env->survey_reply->id == c->sv.id) {
+    /* An answer to this survey's request, not to an earlier one (a copy of
+     * an old answer names the old request's nonce). */
+    if ((c->have_key || env->reply_to) && env->reply_to != c->sv.nonce) {
+        refused(c, MKS_REFUSED_STALE, "a survey reply that answers another request");
+        mks_wire_free(env);
+        return;
+    }
+    if (env->survey_reply->id == c->sv.id) {
         const Mkscope__V1__SurveyReply *r = env->survey_reply;
         json_t *cov = json_array();
         for (size_t i = 0; i < r->n_coverage; i++)
@@ -784,6 +827,7 @@ int main(int argc, char **argv)
     const char *metrics = DEFAULT_METRICS, *db = DEFAULT_DB, *key_file = NULL;
     const char *ucx_host = "127.0.0.1", *ucx_port = DEFAULT_UCX_PORT_S;
     struct mks_store_opts so = {.sz = sizeof(so), .checkpoint_thread = 1};
+    struct mks_fresh_opts fo = {.sz = sizeof(fo)};
     static const struct option longopts[] = {
         {"ingest", required_argument, NULL, 'i'},  {"survey", required_argument, NULL, 's'},
         {"cli", required_argument, NULL, 'c'},     {"metrics", required_argument, NULL, 'm'},
@@ -795,6 +839,8 @@ int main(int argc, char **argv)
         {"request-timeout", required_argument, NULL, 'R'},
         {"cli-threads", required_argument, NULL, 'W'},
         {"trigger-hold-off", required_argument, NULL, 'O'},
+        {"fresh-window", required_argument, NULL, 'F'},
+        {"replay-cache", required_argument, NULL, 'C'},
         {NULL, 0, NULL, 0}};
     struct collector c = {.ingest = -1, .survey = -1, .sigfd = -1,
                           .trig_hold_off_ns = MKS_TRIGGER_HOLD_OFF_NS};
@@ -851,6 +897,23 @@ int main(int argc, char **argv)
                 return MKS_EXIT_USAGE;
             }
             break;
+        case 'F':
+        case 'C': {
+            unsigned long long v = strtoull(optarg, &end, 10);
+            unsigned long long lo = opt == 'F' ? 1 : 1024;
+            unsigned long long hi = opt == 'F' ? 3600 : MKS_FRESH_MAX_CAPACITY;
+            if (*end || !*optarg || *optarg == '-' || v < lo || v > hi) {
+                fprintf(stderr, "mkscope-collector: --%s wants a number from %llu to %llu, got"
+                                " '%s'\n",
+                        opt == 'F' ? "fresh-window" : "replay-cache", lo, hi, optarg);
+                return MKS_EXIT_USAGE;
+            }
+            if (opt == 'F')
+                fo.window_ns = v * 1000000000ull;
+            else
+                fo.capacity = (uint32_t)v;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return MKS_EXIT_USAGE;
         }
@@ -868,6 +931,15 @@ int main(int argc, char **argv)
             return MKS_EXIT_USAGE;
         }
         c.have_key = true;
+    }
+    /* With a key every request must be fresh (nonce and time, inside the
+     * window); without one, copies are still dropped by nonce, but a time is
+     * not held against a sender whose clock differs: anybody could forge a
+     * fresh one. */
+    fo.enforce_window = fo.require = c.have_key;
+    if (mks_fresh_create(&fo, &c.fresh)) {
+        fprintf(stderr, "mkscope-collector: out of memory for the replay cache\n");
+        return MKS_EXIT_ERROR;
     }
     /* The CLI server's threads read the store on connections of their own,
      * which an in-memory database cannot have: ":memory:" is a temporary
@@ -909,14 +981,17 @@ int main(int argc, char **argv)
     struct mks_store_opts ro = {.sz = sizeof(ro), .path = db, .read_only = 1};
     struct mks_cliserv_opts co = {.sz = sizeof(co), .url = cli_url, .db_path = db,
                                   .key = c.have_key ? &c.key : NULL, .stats = &c.stats,
-                                  .workers = cli_threads, .limit_ns = request_limit_ns};
+                                  .workers = cli_threads, .limit_ns = request_limit_ns,
+                                  .fresh = &fo};
     /* Raw REP: ingest reads a batch of requests before answering any. */
-    if ((c.ingest = nn_open(AF_SP_RAW, NN_REP, ingest_url, "ingest")) < 0 ||
-        (c.survey = nn_open(AF_SP, NN_SURVEYOR, survey_url, "survey")) < 0)
+    if ((c.ingest = nn_open(AF_SP_RAW, NN_REP, ingest_url, "ingest", MKS_WIRE_MAX_MSG)) < 0 ||
+        (c.survey = nn_open(AF_SP, NN_SURVEYOR, survey_url, "survey",
+                            mks_wire_body_limit(MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REPLY))) < 0)
         goto out;
     struct mks_ingest_opts io = {.sz = sizeof(io), .sock = c.ingest, .st = c.st,
                                  .key = c.have_key ? &c.key : NULL, .stats = &c.stats,
-                                 .verbose = c.verbose, .on_stored = on_stored, .arg = &c};
+                                 .verbose = c.verbose, .on_stored = on_stored, .arg = &c,
+                                 .fresh = c.fresh};
     if (mks_ingest_create(&io, &c.ing, err, sizeof(err))) {
         fprintf(stderr, "mkscope-collector: %s\n", err);
         goto out;
@@ -991,6 +1066,7 @@ out:
         mks_cliserv_done(c.cli, c.sv.queued[i], MKS_EXIT_BUSY, "the collector is stopping", NULL);
     mks_cliserv_stop(c.cli);
     mks_ucxrx_destroy(c.ucx);
+    mks_fresh_destroy(c.fresh);
     if (c.sv.answers)
         json_decref(c.sv.answers);
     if (c.mhd)

@@ -21,10 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "collector.h"
 #include "lost.h"
 #include "mkscope/maps.h"
+#include "mkscope/fresh.h"
 
 struct out {
     char *buf;
@@ -47,11 +49,6 @@ static void label(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static const char *const hook_names[] = {"task_ready",  "task_assign",    "task_start",
-                                         "task_end",    "dep_wait_begin", "dep_wait_end",
-                                         "dep_release", "comm_begin",     "comm_end",
-                                         "gen_advance", "queue_pressure"};
-
 static void per_rank(FILE *f, sqlite3 *db, const char *name, const char *help, const char *type,
                      const char *sql, uint64_t now)
 {
@@ -71,7 +68,8 @@ static void per_rank(FILE *f, sqlite3 *db, const char *name, const char *help, c
             if (!strcmp(col, "hook")) {
                 int h = sqlite3_column_int(s, i);
                 fprintf(f, ",hook=");
-                label(f, h >= 0 && h < 11 ? hook_names[h] : "unknown");
+                label(f, h >= 0 && mks_wire_hook_name((uint32_t)h) ? mks_wire_hook_name((uint32_t)h)
+                                                                     : "unknown");
             } else {
                 fprintf(f, ",%s=", col);
                 label(f, (const char *)sqlite3_column_text(s, i));
@@ -504,7 +502,7 @@ static void registry_render(FILE *f, struct mks_metrics *m, sqlite3 *db)
             for (int h = 0; h < N_HOOKS; h++)
                 if (r->cov[h][0] || r->cov[h][q])
                     fprintf(f, "mkscope_events_%s_total{%s,hook=\"%s\"} %llu\n", cov_name[q], lb,
-                            hook_names[h], (unsigned long long)r->cov[h][q]);
+                            mks_wire_hook_name((uint32_t)h), (unsigned long long)r->cov[h][q]);
         }
     }
     fprintf(f, "# HELP mkscope_remote_waits_dropped_total Remote waits and releases past the"
@@ -547,6 +545,39 @@ static void registry_render(FILE *f, struct mks_metrics *m, sqlite3 *db)
             (unsigned long long)m->dropped);
     pthread_mutex_unlock(&m->mu);
     sqlite3_finalize(cn);
+}
+
+const char *mks_refusal_name(enum mks_refusal r)
+{
+    static const char *const names[MKS_REFUSED_COUNT] = {
+        "unauthenticated", "invalid", "replayed", "stale", "unregistered", "old_incarnation",
+        "out_of_order"};
+    return (unsigned)r < MKS_REFUSED_COUNT ? names[r] : "?";
+}
+
+enum mks_refusal mks_refusal_of_store(int rc)
+{
+    switch (rc) {
+    case -ENOENT: return MKS_REFUSED_UNREGISTERED;
+    case -ESTALE: return MKS_REFUSED_OLD_INCARNATION;
+    case -EALREADY: return MKS_REFUSED_OUT_OF_ORDER;
+    default: return MKS_REFUSED_COUNT;
+    }
+}
+
+void mks_refused(struct mks_ingest_stats *stats, struct mks_ratelog *logs, enum mks_refusal why,
+                 const char *what)
+{
+    if ((unsigned)why >= MKS_REFUSED_COUNT)
+        return;
+    if (stats)
+        stats->refused[why]++;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t mono = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, more = 0;
+    if (mks_ratelog_due(&logs[why], mono, 10000000000ull, &more))
+        fprintf(stderr, "mkscope-collector: refused (%s): %s%s\n", mks_refusal_name(why), what,
+                more ? " (and more like it in the last 10 s: see mkscope_refused_total)" : "");
 }
 
 char *mks_metrics_render(const struct mks_serve_env *env)
@@ -600,6 +631,12 @@ char *mks_metrics_render(const struct mks_serve_env *env)
                    "mkscope_summaries_pressured_total %llu\n",
                 (unsigned)env->stats->pressure, (unsigned long long)env->stats->batches,
                 (unsigned long long)env->stats->summaries_pressured);
+        fprintf(f, "# HELP mkscope_refused_total Messages refused or ignored, by reason\n"
+                   "# TYPE mkscope_refused_total counter\n");
+        for (int r = 0; r < MKS_REFUSED_COUNT; r++)
+            fprintf(f, "mkscope_refused_total{reason=\"%s\"} %llu\n",
+                    mks_refusal_name((enum mks_refusal)r),
+                    (unsigned long long)env->stats->refused[r]);
         fprintf(f, "# HELP mkscope_ingest_messages_total Messages received from agents\n"
                    "# TYPE mkscope_ingest_messages_total counter\n"
                    "mkscope_ingest_messages_total %llu\n"

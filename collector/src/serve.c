@@ -84,6 +84,8 @@ int mks_serve_fail(char *err, size_t errlen, int code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(err, errlen, fmt, ap);
         va_end(ap);
+        /* An error is one line, also when it quotes the request. */
+        mks_wire_one_line(err);
     }
     return code;
 }
@@ -144,6 +146,9 @@ int mks_serve_job(const struct mks_serve_env *env, const Mkscope__V1__CliRequest
 {
     const char *j = mks_serve_arg(req, "job");
     if (j) {
+        if (!mks_wire_job_valid(j))
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "--job '%.64s': a job name is " MKS_WIRE_JOB_GRAMMAR, j);
         snprintf(job, len, "%s", j);
         sqlite3_stmt *s;
         int known = 1;
@@ -169,6 +174,22 @@ int mks_serve_job(const struct mks_serve_env *env, const Mkscope__V1__CliRequest
     if (!*job)
         return mks_serve_fail(err, errlen, MKS_EXIT_NODATA,
                               "no agent has registered yet: start mkscope-agent next to each rank");
+    return 0;
+}
+
+int mks_serve_uint(const char *s, uint64_t min, uint64_t max, uint32_t *v_p)
+{
+    uint64_t v = 0;
+    if (!s || !*s)
+        return -EINVAL;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9' || p - s >= 19)
+            return -EINVAL;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (v < min || v > max || v > UINT32_MAX)
+        return -ERANGE;
+    *v_p = (uint32_t)v;
     return 0;
 }
 
@@ -250,7 +271,9 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
     /* Coverage over every stored epoch of the rank (eligible counts the
      * events of summaries the agent dropped, undelivered says how many);
      * tasks from task_end counts in the summaries.  One pass over each
-     * table for all ranks. */
+     * table for all ranks.  TOTAL, not SUM: a sum past 2^63 is an error in
+     * SQLite (counts are bounded at ingest, their sums over a long job are
+     * not). */
     rc = prepare(env,
                  "SELECT r.rank, r.n_ranks, r.host, r.pid, r.gpu_uuid, r.agent_version,"
                  " r.n_workers, r.epoch_ns, r.incarnation, r.registered_ns, r.last_seen_ns,"
@@ -259,11 +282,15 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
                  " r.heartbeat_ns, COALESCE(cv.eligible, 0), COALESCE(cv.ran, 0),"
                  " COALESCE(cv.throttled, 0), COALESCE(cv.lost, 0), COALESCE(tk.tasks, 0),"
                  " COALESCE(cv.undelivered, 0)"
-                 " FROM ranks r LEFT JOIN (SELECT e.rank AS rk, SUM(c.eligible) AS eligible,"
-                 "  SUM(c.ran) AS ran, SUM(c.throttled) AS throttled, SUM(c.lost) AS lost,"
-                 "  SUM(c.undelivered) AS undelivered FROM coverage c JOIN epochs e ON"
-                 "  e.id = c.epoch_id WHERE e.job = ?1 GROUP BY e.rank) cv ON cv.rk = r.rank"
-                 " LEFT JOIN (SELECT e.rank AS rk, SUM(t.count) AS tasks FROM task_stats t JOIN"
+                 " FROM ranks r LEFT JOIN (SELECT e.rank AS rk,"
+                 "  CAST(TOTAL(c.eligible) AS INTEGER) AS eligible,"
+                 "  CAST(TOTAL(c.ran) AS INTEGER) AS ran,"
+                 "  CAST(TOTAL(c.throttled) AS INTEGER) AS throttled,"
+                 "  CAST(TOTAL(c.lost) AS INTEGER) AS lost,"
+                 "  CAST(TOTAL(c.undelivered) AS INTEGER) AS undelivered FROM coverage c JOIN"
+                 "  epochs e ON e.id = c.epoch_id WHERE e.job = ?1 GROUP BY e.rank) cv"
+                 "  ON cv.rk = r.rank LEFT JOIN (SELECT e.rank AS rk,"
+                 "  CAST(TOTAL(t.count) AS INTEGER) AS tasks FROM task_stats t JOIN"
                  "  epochs e ON e.id = t.epoch_id WHERE e.job = ?1 GROUP BY e.rank) tk"
                  "  ON tk.rk = r.rank WHERE r.job = ?1 ORDER BY r.rank",
                  &s, err, errlen);
@@ -272,7 +299,7 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
     sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
     json_t *ranks = json_array();
     uint64_t total_epochs = 0, elig = 0, ran = 0, n_ranks = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         json_t *r = json_object();
         uint64_t hb = (uint64_t)sqlite3_column_int64(s, 11);
         uint64_t epoch_ns = (uint64_t)sqlite3_column_int64(s, 7);
@@ -319,11 +346,27 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
         }
         json_array_append_new(ranks, r);
         total_epochs += (uint64_t)sqlite3_column_int64(s, 13);
-        elig += e, ran += rn;
+        elig = elig + e < elig ? UINT64_MAX : elig + e;
+        ran = ran + rn < ran ? UINT64_MAX : ran + rn;
         if ((uint64_t)sqlite3_column_int64(s, 1) > n_ranks)
             n_ranks = (uint64_t)sqlite3_column_int64(s, 1);
     }
+    /* A failed read is an error, never an empty job. */
+    if (rc != SQLITE_DONE) {
+        mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: reading the ranks of job %s: %s", job,
+                       sqlite3_errmsg(sqlite3_db_handle(s)));
+        sqlite3_finalize(s);
+        json_decref(ranks);
+        return MKS_EXIT_ERROR;
+    }
     sqlite3_finalize(s);
+    if (!json_array_size(ranks)) {
+        json_decref(ranks);
+        return mks_serve_fail(err, errlen, MKS_EXIT_NODATA,
+                              "job %s: no agent has registered (is the job name right? mkscope"
+                              " status without --job shows the latest job)",
+                              job);
+    }
     *out = json_pack("{s:s, s:I, s:I, s:o, s:o}", "job", job, "n_ranks", (json_int_t)n_ranks,
                      "epochs", (json_int_t)total_epochs, "coverage",
                      elig ? json_real((double)ran / (double)elig) : json_null(), "ranks", ranks);

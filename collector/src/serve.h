@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "collector.h"
 
@@ -14,6 +15,9 @@ int mks_serve_fail(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Named argument "--name=value" of a request, or NULL. */
 const char *mks_serve_arg(const Mkscope__V1__CliRequest *req, const char *name);
+/* A decimal number in min..max (at most UINT32_MAX), digits only: 0, or
+ * -EINVAL (not a number) / -ERANGE. */
+int mks_serve_uint(const char *s, uint64_t min, uint64_t max, uint32_t *v_p);
 /* idx-th positional argument, or NULL. */
 const char *mks_serve_pos(const Mkscope__V1__CliRequest *req, size_t idx);
 int mks_serve_job(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req, char *job,

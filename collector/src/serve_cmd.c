@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "mkscope/query.h"
 #include "serve.h"
 #include "trigger.h"
@@ -64,10 +66,71 @@ static int target_ranks(const struct mks_serve_env *env, const char *job, const 
     return 0;
 }
 
-static int queue_command(const struct mks_serve_env *env, const char *job, int64_t rank,
-                         const char *kind, const char *name, int hook,
-                         const Mkscope__V1__Command *cmd, int64_t *id_p)
+/* A request's fingerprint: what it asks (verb, arguments, blob), so that
+ * the same request id coming back is known for a retry of the same request
+ * and not taken for another one. */
+static int64_t request_hash(const Mkscope__V1__CliRequest *req)
 {
+    crypto_generichash_state h;
+    uint8_t out[8];
+    crypto_generichash_init(&h, NULL, 0, sizeof(out));
+    crypto_generichash_update(&h, (const uint8_t *)req->verb, strlen(req->verb) + 1);
+    for (size_t i = 0; i < req->n_args; i++)
+        crypto_generichash_update(&h, (const uint8_t *)req->args[i], strlen(req->args[i]) + 1);
+    if (req->blob.len)
+        crypto_generichash_update(&h, req->blob.data, req->blob.len);
+    crypto_generichash_final(&h, out, sizeof(out));
+    int64_t v = 0;
+    memcpy(&v, out, sizeof(v));
+    return v;
+}
+
+/* A request of this id was served before: 1 with its rows (the same
+ * answer again, nothing done twice), 0 if not, or an error when the id came
+ * with another request. */
+static int seen_request(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                        const char *sql, json_t **rows_p, char *err, size_t errlen)
+{
+    if (!req->id)
+        return 0;
+    sqlite3 *db = mks_store_db(env->st);
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK)
+        return mks_serve_fail(err, errlen, -MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
+    sqlite3_bind_int64(s, 1, (int64_t)req->id);
+    json_t *rows = json_array();
+    int64_t hash = request_hash(req);
+    bool other = false;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (sqlite3_column_int64(s, 0) != hash)
+            other = true;
+        json_array_append_new(rows, json_pack("{s:I, s:I}", "id",
+                                              (json_int_t)sqlite3_column_int64(s, 1), "rank",
+                                              (json_int_t)sqlite3_column_int64(s, 2)));
+    }
+    sqlite3_finalize(s);
+    if (other) {
+        json_decref(rows);
+        return mks_serve_fail(err, errlen, -MKS_EXIT_USAGE,
+                              "request id %llu was used for another request: nothing done",
+                              (unsigned long long)req->id);
+    }
+    if (!json_array_size(rows)) {
+        json_decref(rows);
+        return 0;
+    }
+    *rows_p = rows;
+    return 1;
+}
+
+static int queue_command(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                         const char *job, int64_t rank, const char *kind, const char *name,
+                         int hook, Mkscope__V1__Command *cmd, int64_t *id_p)
+{
+    /* Each queued command has its own nonce: the agent runs it once. */
+    mks_envelope tmp;
+    mks_wire_init(&tmp, "", 0, 0);
+    cmd->nonce = tmp.nonce;
     sqlite3 *db = mks_store_db(env->st);
     size_t len = mkscope__v1__command__get_packed_size(cmd);
     uint8_t *buf = malloc(len ? len : 1);
@@ -77,8 +140,8 @@ static int queue_command(const struct mks_serve_env *env, const char *job, int64
     sqlite3_stmt *s;
     int rc = -EIO;
     if (sqlite3_prepare_v2(db,
-                           "INSERT INTO commands(job, rank, kind, name, hook, created_ns, payload)"
-                           " VALUES(?,?,?,?,?,?,?)",
+                           "INSERT INTO commands(job, rank, kind, name, hook, created_ns, payload,"
+                           " request_id, request_hash) VALUES(?,?,?,?,?,?,?,?,?)",
                            -1, &s, NULL) == SQLITE_OK) {
         sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(s, 2, rank);
@@ -87,6 +150,10 @@ static int queue_command(const struct mks_serve_env *env, const char *job, int64
         sqlite3_bind_int(s, 5, hook);
         sqlite3_bind_int64(s, 6, (int64_t)env->now_ns);
         sqlite3_bind_blob(s, 7, buf, (int)len, SQLITE_TRANSIENT);
+        if (req->id) {
+            sqlite3_bind_int64(s, 8, (int64_t)req->id);
+            sqlite3_bind_int64(s, 9, request_hash(req));
+        }
         if (sqlite3_step(s) == SQLITE_DONE) {
             *id_p = sqlite3_last_insert_rowid(db);
             rc = 0;
@@ -105,18 +172,39 @@ static int serve_attach_detach(const struct mks_serve_env *env,
     int rc = mks_serve_job(env, req, job, sizeof(job), err, errlen);
     if (rc)
         return rc;
+    const char *verb = attach ? "attach" : "detach";
     const char *name = mks_serve_pos(req, 0);
-    if (!name || !*name)
-        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "%s: name the program",
-                              attach ? "attach" : "detach");
+    if (!mks_wire_prog_name_valid(name))
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                              "%s: name the program (" MKS_WIRE_PROG_GRAMMAR ")", verb);
+    /* A hook by name or number (the request's arguments were checked
+     * against args.c's table; a name is never read as a number). */
     const char *hook_s = mks_serve_arg(req, "hook");
-    int hook = hook_s ? atoi(hook_s) : -1;
-    if (hook < -1 || hook >= (int)MKS_WIRE_HOOK_LIMIT)
-        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "hook %d out of range", hook);
+    int hook = hook_s ? mks_wire_hook_parse(hook_s) : -1;
+    if (hook_s && hook < 0)
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "%s: --hook '%.64s' is not a hook",
+                              verb, hook_s);
     const char *builtin = mks_serve_arg(req, "builtin");
     if (attach && !builtin && !req->blob.len)
         return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
                               "attach: give a BPF object file or --builtin NAME");
+    if (attach && builtin && req->blob.len)
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                              "attach: give a BPF object file or --builtin NAME, not both");
+    if (!attach && req->blob.len)
+        return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "detach takes no object");
+    json_t *again = NULL;
+    rc = seen_request(env, req,
+                      "SELECT request_hash, id, rank FROM commands WHERE request_id = ?"
+                      " ORDER BY id",
+                      &again, err, errlen);
+    if (rc < 0)
+        return -rc;
+    if (rc) { /* a retry: the commands it queued the first time */
+        *out = json_pack("{s:s, s:s, s:o, s:b}", "job", job, "program", name, "commands", again,
+                         "repeated", 1);
+        return 0;
+    }
     int64_t ranks[4096];
     size_t n = 0;
     if ((rc = target_ranks(env, job, mks_serve_arg(req, "ranks"), ranks, 4096, &n, err, errlen)))
@@ -153,9 +241,8 @@ static int serve_attach_detach(const struct mks_serve_env *env,
     json_t *ids = json_array();
     for (size_t i = 0; i < n; i++) {
         int64_t id;
-        if (queue_command(env, job, ranks[i], replace ? "replace" : attach ? "attach" : "detach",
-                          name, hook, &cmd,
-                          &id)) {
+        if (queue_command(env, req, job, ranks[i], replace ? "replace" : verb, name, hook,
+                          &cmd, &id)) {
             json_decref(ids);
             return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: cannot queue command: %s",
                                   sqlite3_errmsg(mks_store_db(env->st)));
@@ -225,14 +312,31 @@ int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliReq
                                   "trigger add: --hold-off wants a duration such as 90s, 5m or 1h"
                                   " (at most a week), got '%s'",
                                   hold_s);
-        if (sqlite3_prepare_v2(db, "INSERT INTO triggers(expr, created_ns, hold_off_ns)"
-                                   " VALUES(?, ?, ?)",
+        json_t *again = NULL;
+        rc = seen_request(env, req,
+                          "SELECT request_hash, id, 0 FROM triggers WHERE request_id = ?", &again,
+                          err, errlen);
+        if (rc < 0)
+            return -rc;
+        if (rc) { /* a retry: the trigger it made the first time */
+            json_int_t id = json_integer_value(json_object_get(json_array_get(again, 0), "id"));
+            json_decref(again);
+            *out = json_pack("{s:I, s:s, s:b}", "id", id, "expr", expr, "repeated", 1);
+            return 0;
+        }
+        if (sqlite3_prepare_v2(db,
+                               "INSERT INTO triggers(expr, created_ns, hold_off_ns, request_id,"
+                               " request_hash) VALUES(?, ?, ?, ?, ?)",
                                -1, &s, NULL) != SQLITE_OK)
             return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
         sqlite3_bind_text(s, 1, expr, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(s, 2, (int64_t)env->now_ns);
         if (hold_s)
             sqlite3_bind_int64(s, 3, (int64_t)hold);
+        if (req->id) {
+            sqlite3_bind_int64(s, 4, (int64_t)req->id);
+            sqlite3_bind_int64(s, 5, request_hash(req));
+        }
         rc = sqlite3_step(s);
         sqlite3_finalize(s);
         if (rc != SQLITE_DONE)

@@ -126,7 +126,7 @@ static const char schema_sql[] =
     " acked_seq INTEGER DEFAULT 0, app_alive INTEGER, summaries INTEGER DEFAULT 0,"
     " duplicates INTEGER DEFAULT 0, lost_summaries INTEGER DEFAULT 0, unacked INTEGER DEFAULT 0,"
     " last_epoch INTEGER, heartbeat_ns INTEGER, lost_cur_sum INTEGER DEFAULT 0,"
-    " lost_cur_hb INTEGER DEFAULT 0, PRIMARY KEY(job, rank));\n"
+    " lost_cur_hb INTEGER DEFAULT 0, state_sent_ns INTEGER DEFAULT 0, PRIMARY KEY(job, rank));\n"
     "CREATE TABLE IF NOT EXISTS task_classes(job TEXT, rank INTEGER, id INTEGER, name TEXT,"
     " source_op TEXT, device_fn TEXT, region_class TEXT, comm INTEGER,"
     " PRIMARY KEY(job, rank, id));\n"
@@ -197,11 +197,13 @@ static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS triggers(id INTEGER PRIMARY KEY, expr TEXT NOT NULL,"
     " created_ns INTEGER, enabled INTEGER DEFAULT 1, fired INTEGER DEFAULT 0,"
     " last_fired_ns INTEGER, last_value REAL, last_epoch_id INTEGER DEFAULT 0,"
-    " hold_off_ns INTEGER, last_escalated_ns INTEGER, escalations INTEGER DEFAULT 0);\n"
+    " hold_off_ns INTEGER, last_escalated_ns INTEGER, escalations INTEGER DEFAULT 0,"
+    " request_id INTEGER, request_hash INTEGER);\n"
     "CREATE TABLE IF NOT EXISTS commands(id INTEGER PRIMARY KEY, job TEXT, rank INTEGER,"
     " kind TEXT, name TEXT, hook INTEGER, created_ns INTEGER, sent_ns INTEGER,"
     " replied_ns INTEGER, ok INTEGER, error TEXT, verifier_log TEXT, cost INTEGER,"
-    " n_insns INTEGER, prog_gen INTEGER, payload BLOB, escalation_id INTEGER);\n"
+    " n_insns INTEGER, prog_gen INTEGER, payload BLOB, escalation_id INTEGER,"
+    " request_id INTEGER, request_hash INTEGER);\n"
     "CREATE INDEX IF NOT EXISTS commands_pending ON commands(job, rank, sent_ns);\n"
     /* An epoch's rows go with it, whoever deletes it. */
     "CREATE TRIGGER IF NOT EXISTS epochs_delete AFTER DELETE ON epochs BEGIN"
@@ -247,6 +249,11 @@ static const struct {
     {"triggers", "escalations", "INTEGER DEFAULT 0"},
     {"commands", "escalation_id", "INTEGER"},
     {"coverage", "undelivered", "INTEGER DEFAULT 0"},
+    {"ranks", "state_sent_ns", "INTEGER DEFAULT 0"},
+    {"commands", "request_id", "INTEGER"},
+    {"commands", "request_hash", "INTEGER"},
+    {"triggers", "request_id", "INTEGER"},
+    {"triggers", "request_hash", "INTEGER"},
 };
 
 static int add_missing_columns(sqlite3 *db, char *err, size_t errlen)
@@ -875,23 +882,108 @@ int mks_store_in_batch(const struct mks_store *st)
 
 /* ---- ingest ---------------------------------------------------------------- */
 
-static int ensure_rank(struct mks_store *st, const mks_envelope *env, uint64_t now)
+/* What the store knows of (job, rank): registered (by a Register, not
+ * merely heard of), the registered incarnation and the sender time of the
+ * last registration or heartbeat applied. */
+struct rank_state {
+    bool registered;
+    uint64_t incarnation, state_sent_ns;
+};
+
+static int rank_state(struct mks_store *st, const mks_envelope *env, struct rank_state *rs)
 {
-    return exec_stmt(st,
-                     "INSERT INTO ranks(job, rank, incarnation, last_seen_ns) VALUES(?,?,?,?)"
-                     " ON CONFLICT(job, rank) DO UPDATE SET last_seen_ns = excluded.last_seen_ns",
-                     "tiuu", env->job, (int64_t)env->rank, env->incarnation, now);
+    memset(rs, 0, sizeof(*rs));
+    sqlite3_stmt *s = stmt(st, "SELECT incarnation, COALESCE(state_sent_ns, 0) FROM ranks WHERE"
+                               " job=? AND rank=? AND registered_ns IS NOT NULL");
+    if (!s)
+        return SQLITE_ERROR;
+    sqlite3_bind_text(s, 1, env->job, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, env->rank);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        rs->registered = true;
+        rs->incarnation = (uint64_t)sqlite3_column_int64(s, 0);
+        rs->state_sent_ns = (uint64_t)sqlite3_column_int64(s, 1);
+        rc = SQLITE_DONE;
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+/* A message other than Register comes from a registered rank, and from its
+ * registered incarnation or an earlier one (an agent sending what a crashed
+ * one spooled): a rank that never registered is no rank, and an
+ * incarnation the store has not seen register must do so first. */
+static int need_registered(struct mks_store *st, const mks_envelope *env, struct rank_state *rs,
+                           char *err, size_t errlen)
+{
+    if (rank_state(st, env, rs) != SQLITE_DONE)
+        return db_fail(st, err, errlen, "rank state");
+    if (!rs->registered)
+        return fail(err, errlen, -ENOENT,
+                    "%s from rank %u of job %s, which has not registered: an agent registers"
+                    " before anything else",
+                    mks_wire_body_name(env->body_case), env->rank, env->job);
+    if (env->incarnation > rs->incarnation)
+        return fail(err, errlen, -ENOENT,
+                    "%s from incarnation %llu of rank %u of job %s, which has not registered"
+                    " (registered: %llu): register first",
+                    mks_wire_body_name(env->body_case), (unsigned long long)env->incarnation,
+                    env->rank, env->job, (unsigned long long)rs->incarnation);
+    return 0;
+}
+
+/* Registrations and heartbeats of one incarnation are applied in the order
+ * the agent sent them: one older than the last applied is a replay or a
+ * delayed copy and would put back a state that is no longer true (a live
+ * application marked dead). */
+static int older_state(const mks_envelope *env, const struct rank_state *rs, char *err,
+                       size_t errlen)
+{
+    if (env->incarnation == rs->incarnation && env->sent_ns && env->sent_ns < rs->state_sent_ns)
+        return fail(err, errlen, -EALREADY,
+                    "%s of rank %u of job %s sent %.3f s before the last one applied: ignored",
+                    mks_wire_body_name(env->body_case), env->rank, env->job,
+                    (double)(rs->state_sent_ns - env->sent_ns) / 1e9);
+    return 0;
+}
+
+static int touch_rank(struct mks_store *st, const mks_envelope *env, uint64_t now)
+{
+    return exec_stmt(st, "UPDATE ranks SET last_seen_ns=? WHERE job=? AND rank=?", "uti", now,
+                     env->job, (int64_t)env->rank);
 }
 
 static int store_register(struct mks_store *st, const mks_envelope *env, uint64_t now,
                           uint64_t *seq_p, char *err, size_t errlen)
 {
     const Mkscope__V1__Register *r = env->register_;
+    struct rank_state rs;
+    if (rank_state(st, env, &rs) != SQLITE_DONE)
+        return db_fail(st, err, errlen, "register");
+    if (rs.registered && env->incarnation < rs.incarnation)
+        return fail(err, errlen, -ESTALE,
+                    "register of incarnation %llu of rank %u of job %s: older than the"
+                    " registered incarnation %llu (a replayed or delayed registration, or an"
+                    " agent whose clock went back)",
+                    (unsigned long long)env->incarnation, env->rank, env->job,
+                    (unsigned long long)rs.incarnation);
+    if (rs.registered && older_state(env, &rs, err, errlen)) {
+        /* An older copy of this incarnation's registration: it is
+         * registered, and the answer says what is stored, without the
+         * copy's state. */
+        query_u64(st, seq_p,
+                  "SELECT COALESCE(MAX(seq), 0) FROM epochs WHERE job=? AND rank=? AND"
+                  " incarnation=?",
+                  "tiu", env->job, (int64_t)env->rank, env->incarnation);
+        return -EALREADY;
+    }
     int rc = exec_stmt(
         st,
         "INSERT INTO ranks(job, rank, n_ranks, host, pid, gpu_uuid, hook_abi, agent_version,"
         " n_workers, epoch_ns, incarnation, app_start_ns, registered_ns, last_seen_ns, app_alive,"
-        " heartbeat_ns) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,?) ON CONFLICT(job, rank) DO UPDATE SET"
+        " heartbeat_ns, state_sent_ns)"
+        " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,1,?,?) ON CONFLICT(job, rank) DO UPDATE SET"
         " heartbeat_ns=excluded.heartbeat_ns,"
         " lost_cur_sum = CASE WHEN incarnation = excluded.incarnation THEN lost_cur_sum ELSE 0 END,"
         " lost_cur_hb = CASE WHEN incarnation = excluded.incarnation THEN lost_cur_hb ELSE 0 END,"
@@ -904,11 +996,12 @@ static int store_register(struct mks_store *st, const mks_envelope *env, uint64_
         /* an agent registering again (a slow ack) for the application it
          * said had ended does not bring that application back */
         " app_alive = CASE WHEN incarnation = excluded.incarnation AND pid = excluded.pid AND"
-        " app_start_ns = excluded.app_start_ns THEN app_alive ELSE 1 END",
-        "tiitititiuuuuuu", env->job, (int64_t)env->rank, (int64_t)r->n_ranks, r->host,
+        " app_start_ns = excluded.app_start_ns THEN app_alive ELSE 1 END,"
+        " state_sent_ns=excluded.state_sent_ns",
+        "tiitititiuuuuuuu", env->job, (int64_t)env->rank, (int64_t)r->n_ranks, r->host,
         (int64_t)r->pid, r->gpu_uuid, (int64_t)r->hook_abi_version, r->agent_version,
         (int64_t)r->n_workers, r->epoch_ns, env->incarnation, r->app_start_ns, now, now,
-        r->heartbeat_ns);
+        r->heartbeat_ns, env->sent_ns);
     if (rc != SQLITE_DONE)
         return db_fail(st, err, errlen, "register");
     if (r->schema) {
@@ -966,17 +1059,29 @@ static int store_heartbeat(struct mks_store *st, const mks_envelope *env, uint64
 {
     (void)seq_p;
     const Mkscope__V1__Heartbeat *h = env->heartbeat;
-    if (ensure_rank(st, env, now) != SQLITE_DONE ||
-        exec_stmt(st,
+    struct rank_state rs;
+    int rc = need_registered(st, env, &rs, err, errlen);
+    if (rc)
+        return rc;
+    /* An earlier agent of the rank has nothing to say about the current
+     * one's application and programs. */
+    if (env->incarnation < rs.incarnation)
+        return fail(err, errlen, -EALREADY,
+                    "heartbeat of an earlier incarnation of rank %u of job %s: ignored",
+                    env->rank, env->job);
+    if ((rc = older_state(env, &rs, err, errlen)))
+        return rc;
+    if (exec_stmt(st,
                   "UPDATE ranks SET last_heartbeat_ns=?1, agent_time_ns=?2, last_seq=?3,"
                   " app_alive=?4, unacked=?5, lost_summaries = lost_summaries + CASE WHEN"
                   " incarnation = ?8 THEN MAX(lost_cur_sum, lost_cur_hb, ?6) -"
                   " MAX(lost_cur_sum, lost_cur_hb) ELSE 0 END, lost_cur_hb = CASE WHEN"
-                  " incarnation = ?8 THEN MAX(lost_cur_hb, ?6) ELSE lost_cur_hb END"
+                  " incarnation = ?8 THEN MAX(lost_cur_hb, ?6) ELSE lost_cur_hb END,"
+                  " last_seen_ns=?10, state_sent_ns=MAX(COALESCE(state_sent_ns, 0), ?11)"
                   " WHERE job=?7 AND rank=?9",
-                  "uuuiuutui", now, h->agent_time_ns, h->last_seq, (int64_t)h->app_alive,
+                  "uuuiuutuiuu", now, h->agent_time_ns, h->last_seq, (int64_t)h->app_alive,
                   h->unacked, h->lost_summaries, env->job, env->incarnation,
-                  (int64_t)env->rank) != SQLITE_DONE)
+                  (int64_t)env->rank, now, env->sent_ns) != SQLITE_DONE)
         return db_fail(st, err, errlen, "heartbeat");
     /* The heartbeat lists every attached program: it replaces what we knew,
      * when it differs from what the rank's last heartbeat said (a thousand
@@ -1153,7 +1258,11 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
                          uint64_t *seq_p, char *err, size_t errlen)
 {
     const Mkscope__V1__EpochSummary *s = env->epoch_summary;
-    int rc = exec_stmt(st,
+    struct rank_state rs;
+    int rc = need_registered(st, env, &rs, err, errlen);
+    if (rc)
+        return rc;
+    rc = exec_stmt(st,
                    "INSERT OR IGNORE INTO epochs(job, rank, incarnation, seq, epoch, t_begin_host,"
                    " t_end_host, t_begin_dev, t_end_dev, detail_tier, sample_shift,"
                    " lost_summaries, waits_dropped, received_ns) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -1207,7 +1316,11 @@ static int store_command_reply(struct mks_store *st, const mks_envelope *env, ui
 {
     (void)seq_p;
     const Mkscope__V1__CommandReply *r = env->command_reply;
-    if (ensure_rank(st, env, now) != SQLITE_DONE ||
+    struct rank_state rs;
+    int rc = need_registered(st, env, &rs, err, errlen);
+    if (rc)
+        return rc;
+    if (touch_rank(st, env, now) != SQLITE_DONE ||
         exec_stmt(st,
                   "UPDATE commands SET replied_ns=?, ok=?, error=?, verifier_log=?, cost=?,"
                   " n_insns=?, prog_gen=? WHERE id=? AND job=? AND rank=?",
@@ -1223,8 +1336,12 @@ static int store_raw(struct mks_store *st, const mks_envelope *env, uint64_t now
 {
     (void)seq_p;
     const Mkscope__V1__RawEventBatch *b = env->raw_event_batch;
+    struct rank_state rs;
+    int rc = need_registered(st, env, &rs, err, errlen);
+    if (rc)
+        return rc;
     struct ins in = {0};
-    int rc = ins_begin(st, &in, T_RAW, b->n_events);
+    rc = ins_begin(st, &in, T_RAW, b->n_events);
     for (size_t i = 0; rc == SQLITE_OK && i < b->n_events; i++) {
         const Mkscope__V1__RawEvent *e = b->events[i];
         rc = ins_row(&in, "tiuiiiiiuuiiiiuuiiuuuuu", env->job, (int64_t)env->rank,
@@ -1278,7 +1395,7 @@ int mks_store_ingest(struct mks_store *st, const mks_envelope *env, uint64_t now
     int rc = fn(st, env, now_ns, seq_p, err, errlen);
     if (txn_end(st, rc == 0) && rc == 0)
         rc = db_fail(st, err, errlen, "commit");
-    if (rc)
+    if (rc && rc != -EALREADY) /* an ignored copy still says what is stored */
         *seq_p = 0;
     return rc;
 }
@@ -1360,13 +1477,27 @@ size_t mks_store_take_commands(struct mks_store *st, const char *job, uint32_t r
     sqlite3_bind_text(s, 1, job, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, rank);
     sqlite3_bind_int64(s, 3, (int64_t)max);
+    /* What fits in one Ack: commands carrying objects (8 MiB each) go one
+     * or two at a time, the rest with the next ack. */
+    size_t bytes = 0;
     while (n < max && sqlite3_step(s) == SQLITE_ROW) {
         const void *p = sqlite3_column_blob(s, 1);
         int len = sqlite3_column_bytes(s, 1);
+        if (n && bytes + (size_t)len > MKS_WIRE_MAX_MSG - (1u << 20))
+            break;
+        bytes += (size_t)len;
         Mkscope__V1__Command *cmd = mkscope__v1__command__unpack(NULL, (size_t)len, p);
         if (!cmd)
             continue;
         cmd->id = (uint64_t)sqlite3_column_int64(s, 0);
+        /* Its nonce was fixed when it was queued (an agent runs a nonce
+         * once); the time says when it left, for the agent's window. */
+        if (!cmd->nonce) {
+            mks_envelope tmp;
+            mks_wire_init(&tmp, "", 0, 0);
+            cmd->nonce = tmp.nonce;
+        }
+        cmd->issued_ns = now_ns;
         cmds[n++] = cmd;
     }
     sqlite3_reset(s);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "mkscope/hook_abi.h"
 #include "mkscope/query.h"
 #include "serve.h"
@@ -167,23 +168,7 @@ static int trig_parse(const char *expr, struct trig *t, char *err, size_t errlen
 
 int mks_trigger_hold_off(const char *text, uint64_t *ns_p)
 {
-    char *end;
-    if (!text || !isdigit((unsigned char)*text))
-        return -EINVAL;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    uint64_t unit = 1000000000ull;
-    if (!strcmp(end, "m"))
-        unit *= 60;
-    else if (!strcmp(end, "h"))
-        unit *= 3600;
-    else if (*end && strcmp(end, "s"))
-        return -EINVAL;
-    /* a week at most: longer is "never again", say so with trigger rm */
-    if (errno || v > 7ull * 24 * 3600 * 1000000000ull / unit)
-        return -EINVAL;
-    *ns_p = (uint64_t)v * unit;
-    return 0;
+    return mks_args_duration(text, ns_p); /* as the CLI checks it (args.c) */
 }
 
 int mks_trigger_check(const char *expr, char *err, size_t errlen)

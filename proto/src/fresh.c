@@ -148,6 +148,33 @@ static double secs(uint64_t ns)
     return (double)ns / 1e9;
 }
 
+static uint64_t fingerprint(const struct mks_fresh *f, const void *sender, size_t sender_len,
+                            uint64_t nonce)
+{
+    uint8_t buf[512];
+    size_t n = sender_len < sizeof(buf) - 8 ? sender_len : sizeof(buf) - 8;
+    if (n)
+        memcpy(buf, sender, n);
+    for (int b = 0; b < 8; b++)
+        buf[n + (size_t)b] = (uint8_t)(nonce >> (8 * b));
+    uint8_t h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, buf, n + 8, f->key);
+    uint64_t fp = 0;
+    for (int b = 0; b < 8; b++)
+        fp |= (uint64_t)h[b] << (8 * b);
+    return fp;
+}
+
+/* The sender of an envelope: (job, rank, incarnation). */
+static size_t env_sender(const mks_envelope *env, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s/%u/%" PRIu64, env->job ? env->job : "", env->rank,
+                     env->incarnation);
+    if (n < 0)
+        return 0;
+    return (size_t)n >= len ? len - 1 : (size_t)n;
+}
+
 int mks_fresh_check(struct mks_fresh *f, const void *sender, size_t sender_len, uint64_t nonce,
                     uint64_t sent_ns, uint64_t now_ns, char *err, size_t errlen)
 {
@@ -187,17 +214,7 @@ int mks_fresh_check(struct mks_fresh *f, const void *sender, size_t sender_len, 
                     " that nothing is accepted twice",
                     f->capacity);
     }
-    uint8_t buf[512];
-    size_t n = sender_len < sizeof(buf) - 8 ? sender_len : sizeof(buf) - 8;
-    if (n)
-        memcpy(buf, sender, n);
-    for (int b = 0; b < 8; b++)
-        buf[n + (size_t)b] = (uint8_t)(nonce >> (8 * b));
-    uint8_t h[crypto_shorthash_BYTES];
-    crypto_shorthash(h, buf, n + 8, f->key);
-    uint64_t fp = 0;
-    for (int b = 0; b < 8; b++)
-        fp |= (uint64_t)h[b] << (8 * b);
+    uint64_t fp = fingerprint(f, sender, sender_len, nonce);
     if (find(f, fp, UINT32_MAX) >= 0) {
         f->st.replayed++;
         return fail(err, errlen, -EALREADY, "message %016" PRIx64 " was received before: a replay",
@@ -220,13 +237,23 @@ int mks_fresh_check_env(struct mks_fresh *f, const mks_envelope *env, uint64_t n
                         size_t errlen)
 {
     char sender[MKS_WIRE_MAX_JOB + 64];
-    int n = snprintf(sender, sizeof(sender), "%s/%u/%" PRIu64, env->job ? env->job : "",
-                     env->rank, env->incarnation);
-    if (n < 0)
-        n = 0;
-    if ((size_t)n >= sizeof(sender))
-        n = (int)sizeof(sender) - 1;
-    return mks_fresh_check(f, sender, (size_t)n, env->nonce, env->sent_ns, now_ns, err, errlen);
+    size_t n = env_sender(env, sender, sizeof(sender));
+    return mks_fresh_check(f, sender, n, env->nonce, env->sent_ns, now_ns, err, errlen);
+}
+
+void mks_fresh_forget_env(struct mks_fresh *f, const mks_envelope *env)
+{
+    if (!f || !env->nonce)
+        return;
+    char sender[MKS_WIRE_MAX_JOB + 64];
+    size_t n = env_sender(env, sender, sizeof(sender));
+    /* Out of the index only: its ring slot goes in its turn (and still
+     * raises the floor then, which refuses nothing fresh). */
+    long i = find(f, fingerprint(f, sender, n, env->nonce), UINT32_MAX);
+    if (i >= 0) {
+        unindex(f, (size_t)i);
+        f->st.accepted--;
+    }
 }
 
 void mks_fresh_stats(const struct mks_fresh *f, struct mks_fresh_stats *st)

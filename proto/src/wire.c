@@ -297,14 +297,25 @@ static int walk(const ProtobufCMessage *m, struct wpath *p, char *err, size_t er
                 p->n = at + 1;
                 return path_fail(err, errlen, p, "%zu elements, at most %zu allowed", n, max);
             }
+            if (f->type == PROTOBUF_C_TYPE_UINT64) {
+                /* one bound for every element (histogram buckets) */
+                const uint64_t *v = *(const uint64_t *const *)(base + f->offset);
+                uint64_t max = u64_bound(f);
+                for (size_t k = 0; k < n && max != UINT64_MAX && !rc; k++) {
+                    if (v[k] > max) {
+                        p->idx[at] = (long)k;
+                        p->n = at + 1;
+                        rc = check_value(d, f, &v[k], p, err, errlen);
+                    }
+                }
+                continue;
+            }
             if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_BYTES &&
-                f->type != PROTOBUF_C_TYPE_MESSAGE &&
-                (f->type != PROTOBUF_C_TYPE_UINT64 || u64_bound(f) == UINT64_MAX))
+                f->type != PROTOBUF_C_TYPE_MESSAGE)
                 continue;
             const char *arr = *(char *const *)(base + f->offset);
-            size_t esz = f->type == PROTOBUF_C_TYPE_BYTES    ? sizeof(ProtobufCBinaryData)
-                         : f->type == PROTOBUF_C_TYPE_UINT64 ? sizeof(uint64_t)
-                                                             : sizeof(void *);
+            size_t esz = f->type == PROTOBUF_C_TYPE_BYTES ? sizeof(ProtobufCBinaryData)
+                                                          : sizeof(void *);
             for (size_t k = 0; k < n && !rc; k++) {
                 p->idx[at] = (long)k;
                 p->n = at + 1;
@@ -334,6 +345,56 @@ int mks_wire_job_valid(const char *job)
             return 0;
     }
     return 1;
+}
+
+char *mks_wire_one_line(char *s)
+{
+    for (unsigned char *p = (unsigned char *)s; p && *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    return s;
+}
+
+int mks_wire_prog_name_valid(const char *name)
+{
+    size_t n = name ? strnlen(name, MKS_WIRE_MAX_PROG_NAME + 1) : 0;
+    if (n == 0 || n > MKS_WIRE_MAX_PROG_NAME)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Hook ABI v1's events by id (enum mks_hook_event), as the wire carries
+ * them. */
+static const char *const hook_names[MKS_WIRE_HOOK_LIMIT] = {
+    "task_ready",   "task_assign",    "task_start", "task_end",  "dep_wait_begin", "dep_wait_end",
+    "dep_release",  "comm_begin",     "comm_end",   "gen_advance", "queue_pressure"};
+
+const char *mks_wire_hook_name(uint32_t h)
+{
+    return h < MKS_WIRE_HOOK_LIMIT ? hook_names[h] : NULL;
+}
+
+int mks_wire_hook_parse(const char *s)
+{
+    if (!s || !*s)
+        return -1;
+    for (int h = 0; h < (int)MKS_WIRE_HOOK_LIMIT; h++)
+        if (!strcmp(s, hook_names[h]))
+            return h;
+    /* A number, digits only: "3", not "3x", " 3" or "-0". */
+    int v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9' || p - s > 2)
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v < (int)MKS_WIRE_HOOK_LIMIT ? v : -1;
 }
 
 static bool job_valid(const char *job)
@@ -743,6 +804,44 @@ static int peek_body(const uint8_t *p, size_t n)
         }
     }
     return body;
+}
+
+uint64_t mks_wire_nonce_of(const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    size_t at = 0;
+    uint64_t nonce = 0;
+    while (p && at < len) {
+        uint64_t tag, v;
+        if (!read_varint(p, len, &at, &tag))
+            return 0;
+        switch (tag & 7) {
+        case 0:
+            if (!read_varint(p, len, &at, &v))
+                return 0;
+            if (tag >> 3 == 6)
+                nonce = v;
+            break;
+        case 1:
+            if (len - at < 8)
+                return 0;
+            at += 8;
+            break;
+        case 5:
+            if (len - at < 4)
+                return 0;
+            at += 4;
+            break;
+        case 2:
+            if (!read_varint(p, len, &at, &v) || v > len - at)
+                return 0;
+            at += (size_t)v;
+            break;
+        default:
+            return 0;
+        }
+    }
+    return nonce;
 }
 
 /* protobuf-c allocates through this while decoding one message: it counts

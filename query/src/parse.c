@@ -51,6 +51,10 @@ int mks_q_err(struct mks_query_error *e, int pos, int len, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
         va_end(ap);
+        /* one line, also when it quotes a string of the query */
+        for (char *c = e->msg; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f)
+                *c = '?';
         e->pos = pos;
         e->len = len > 0 ? len : 1;
     }
@@ -64,8 +68,28 @@ int mks_query_error_format(const char *text, const struct mks_query_error *e, ch
         return -EINVAL;
     int tlen = (int)strlen(text);
     int pos = e->pos < 0 ? 0 : e->pos > tlen ? tlen : e->pos;
-    int n = snprintf(buf, len, "query:1:%d: %s\n  %s\n  %*s", pos + 1, e->msg, text, pos, "");
-    for (int i = 0; i < e->len && n >= 0 && (size_t)n + 1 < len; i++)
+    /* A long text is shown around the place, so that the caret line fits
+     * (40 characters either side, "..." where it is cut). */
+    int from = 0, to = tlen, carets = e->len;
+    if (tlen > 120) {
+        from = pos > 40 ? pos - 40 : 0;
+        to = pos + (carets < 40 ? carets : 40) + 40;
+        if (to > tlen)
+            to = tlen;
+    }
+    if (carets > to - pos)
+        carets = to - pos > 0 ? to - pos : 1;
+    const char *pre = from ? "..." : "", *post = to < tlen ? "..." : "";
+    int col = pos - from + (int)strlen(pre);
+    /* The text as one line: a newline or tab in it would move the caret. */
+    char shown[300];
+    int k = 0;
+    for (int i = from; i < to && k < (int)sizeof(shown) - 1; i++)
+        shown[k++] = (unsigned char)text[i] < 0x20 || text[i] == 0x7f ? ' ' : text[i];
+    shown[k] = 0;
+    int n = snprintf(buf, len, "query:1:%d: %s\n  %s%s%s\n  %*s", pos + 1, e->msg, pre, shown,
+                     post, col, "");
+    for (int i = 0; i < carets && n >= 0 && (size_t)n + 1 < len; i++)
         buf[n++] = '^';
     if (n >= 0 && (size_t)n < len)
         buf[n] = 0;
@@ -90,7 +114,17 @@ struct lexer {
     int pos;
     struct tok cur;
     struct mks_query_error *e;
+    int depth; /* '(' and 'not' open around the token */
+    int terms; /* comparisons so far */
 };
+
+/* Bounds of a predicate: the parser recurses once per '(' or 'not', and the
+ * tree it builds is walked recursively again by the planner, the evaluator
+ * and the filter compiler (and SQLite, whose expressions stop at depth
+ * 1000).  No real predicate comes near; a deeper one is refused as a usage
+ * error rather than taking the stack. */
+#define Q_MAX_NEST  32
+#define Q_MAX_TERMS 256
 
 static int lex_number(struct lexer *lx, struct tok *t)
 {
@@ -286,6 +320,9 @@ static int parse_or(struct lexer *lx, struct mks_pred **out);
 static int parse_cmp(struct lexer *lx, struct mks_pred **out)
 {
     struct tok ft = lx->cur;
+    if (++lx->terms > Q_MAX_TERMS)
+        return mks_q_err(lx->e, ft.pos, ft.len > 0 ? ft.len : 1,
+                         "more than %d conditions: split the question", Q_MAX_TERMS);
     if (ft.kind != T_IDENT)
         return mks_q_err(lx->e, ft.pos, ft.len,
                          ft.kind == T_END ? "expected a condition, found the end"
@@ -368,11 +405,17 @@ static int parse_cmp(struct lexer *lx, struct mks_pred **out)
 static int parse_unary(struct lexer *lx, struct mks_pred **out)
 {
     int rc;
+    if ((lx->cur.kind == T_NOT || lx->cur.kind == T_LP) && lx->depth >= Q_MAX_NEST)
+        return mks_q_err(lx->e, lx->cur.pos, lx->cur.len > 0 ? lx->cur.len : 1,
+                         "nested more than %d deep ('(' and 'not')", Q_MAX_NEST);
     if (lx->cur.kind == T_NOT) {
         if ((rc = lex_next(lx)))
             return rc;
         struct mks_pred *a;
-        if ((rc = parse_unary(lx, &a)))
+        lx->depth++;
+        rc = parse_unary(lx, &a);
+        lx->depth--;
+        if (rc)
             return rc;
         struct mks_pred *p = calloc(1, sizeof(*p));
         if (!p) {
@@ -385,7 +428,12 @@ static int parse_unary(struct lexer *lx, struct mks_pred **out)
     }
     if (lx->cur.kind == T_LP) {
         struct tok open = lx->cur;
-        if ((rc = lex_next(lx)) || (rc = parse_or(lx, out)))
+        if ((rc = lex_next(lx)))
+            return rc;
+        lx->depth++;
+        rc = parse_or(lx, out);
+        lx->depth--;
+        if (rc)
             return rc;
         if (lx->cur.kind != T_RP) {
             mks_pred_free(*out);

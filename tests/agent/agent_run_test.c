@@ -83,6 +83,8 @@ struct fake_collector {
     /* commands to hand out with the next ack of a summary */
     Mkscope__V1__Command *cmds[4];
     int n_cmds;
+    int repeat_cmds;    /* hand the commands out with this many acks (0: one) */
+    int wrong_reply_to; /* answer naming another request than the agent's */
     /* raw events of escalations */
     uint64_t raw_events, raw_other, raw_dropped;
     uint64_t raw_batches_ingest, raw_batches_ucx;
@@ -269,6 +271,7 @@ static void fc_handle(struct fake_collector *fc, const void *buf, size_t len)
     fc->last_ns = now_ns();
     mks_envelope out;
     mks_wire_init(&out, env->job, env->rank, env->seq);
+    out.reply_to = env->nonce + (fc->wrong_reply_to ? 1 : 0);
     Mkscope__V1__RegisterAck rack = MKSCOPE__V1__REGISTER_ACK__INIT;
     Mkscope__V1__Ack ack = MKSCOPE__V1__ACK__INIT;
     uint64_t max_seq = 0;
@@ -366,8 +369,8 @@ static void fc_handle(struct fake_collector *fc, const void *buf, size_t len)
         break;
     }
     fc_reply(fc, &out);
-    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY)
-        fc->n_cmds = 0; /* handed out once */
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY && --fc->repeat_cmds <= 0)
+        fc->n_cmds = 0; /* handed out once (or repeat_cmds times) */
     mks_wire_free(env);
 }
 
@@ -739,6 +742,57 @@ static Mkscope__V1__Command *cmd_attach_builtin(uint64_t id, const char *name, c
     return c;
 }
 
+/* A command runs once: the same command (one nonce) handed out with three
+ * acks is installed and answered once; the commands of an ack that answers
+ * another request than the agent's are not run at all. */
+static void test_command_copies_run_once(void **state)
+{
+    (void)state;
+    struct fake_collector fc;
+    fc_init(&fc, "ingest-once");
+    struct mks_rt *rt = app_create(job);
+    const char *extra[] = {"--exit-with-app", "--attach", "count", NULL};
+    pid_t pid = agent_start(job, fc.url, extra);
+    serve_until_mask(&fc, rt, pid, 1u << MKS_EV_TASK_END);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t real = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    Mkscope__V1__Command *c1 = cmd_attach_builtin(1, "extra", "latency");
+    c1->nonce = 0x1234abcd, c1->issued_ns = real;
+    fc.cmds[0] = c1;
+    fc.n_cmds = 1;
+    fc.repeat_cmds = 3;
+    for (int t = 0; t < 1500; t += 10)
+        fc_serve(&fc, 10);
+    assert_int_equal(fc.n_cmds, 0); /* all three acks went out */
+    assert_int_equal(fc.n_replies, 1);
+    assert_int_equal(fc.replies[0].id, 1);
+    assert_true(fc.replies[0].ok);
+
+    Mkscope__V1__Command *c2 = cmd_attach_builtin(2, "other", "latency");
+    c2->nonce = 0x5678ef01, c2->issued_ns = real;
+    fc.cmds[0] = c2;
+    fc.n_cmds = 1;
+    fc.repeat_cmds = 2;
+    fc.wrong_reply_to = 1;
+    int seqs = fc.n_seqs;
+    for (int t = 0; t < 1000; t += 10)
+        fc_serve(&fc, 10);
+    assert_int_equal(fc.n_replies, 1); /* nothing answered: nothing run */
+    fc.wrong_reply_to = 0;
+    fc.n_cmds = 0;
+    for (int t = 0; t < 1000 && fc.n_seqs == seqs; t += 10)
+        fc_serve(&fc, 10);
+    assert_true(fc.n_seqs > seqs); /* the agent goes on once answers are right again */
+    mks_rt_destroy(rt);
+    serve_until_exit(&fc, pid, 5000);
+    fc_close(&fc);
+    free(c1->attach);
+    free(c1);
+    free(c2->attach);
+    free(c2);
+}
+
 static void test_commands_are_verified_and_answered(void **state)
 {
     (void)state;
@@ -1040,6 +1094,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_overflow_is_reported_as_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(test_budget_bounds_bytes_and_says_so, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commands_are_verified_and_answered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_command_copies_run_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_escalation_raw_trace_of_one_class, setup, teardown),
         cmocka_unit_test_setup_teardown(test_escalation_over_ucx, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_is_followed, setup, teardown),

@@ -10,7 +10,8 @@
 #   NOT TEXT       stdout+stderr does not contain TEXT (repeatable)
 #   LINES N        output has exactly N lines
 #   SEED           (alone) store the cli_seed job in the collector now
-# In ARGS, @MON@ is the monitors directory, @DIR@ a scratch directory and
+# In ARGS, @MON@ is the monitors directory, @DIR@ a scratch directory (with
+# a FIFO in it, @DIR@/fifo.bpf.o, that nothing ever writes to) and
 # @DEAD@ a CLI URL where no collector listens; a block using @MON@ is
 # skipped when the build has no monitor objects.  Every command runs with
 # MKSCOPE_COLLECTOR pointing at the test's collector.
@@ -30,6 +31,7 @@ dir=$(mktemp -d /tmp/mks-cli-expect.XXXXXX)
 "$collector" --ingest "ipc://$dir/ingest" --cli "ipc://$dir/cli" --survey "ipc://$dir/survey" \
   --metrics off --ucx-port off --db "$dir/store.db" >"$dir/collector.log" 2>&1 &
 cpid=$!
+mkfifo "$dir/fifo.bpf.o"
 trap 'kill $cpid 2>/dev/null; wait $cpid 2>/dev/null; rm -rf "$dir"' EXIT
 export MKSCOPE_COLLECTOR="ipc://$dir/cli"
 

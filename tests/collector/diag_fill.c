@@ -31,6 +31,7 @@ int df_register(struct mks_store *st, const char *job, uint32_t rank, uint32_t n
     reg.n_ranks = n_ranks, reg.hook_abi_version = 1, reg.n_workers = n_workers;
     reg.schema = &sch;
     mks_wire_init(&env, job, rank, 0);
+    env.incarnation = 1; /* the summaries' (df_summary) */
     env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
     env.register_ = &reg;
     uint64_t seq;

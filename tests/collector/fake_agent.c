@@ -55,6 +55,23 @@ void fa_raw_batch(mks_envelope *env, Mkscope__V1__RawEventBatch *b, const char *
     env->raw_event_batch = b;
 }
 
+void fa_register_env(mks_envelope *env, Mkscope__V1__Register *reg, const char *job,
+                     uint32_t rank, uint32_t n_ranks, uint64_t inc)
+{
+    mkscope__v1__register__init(reg);
+    reg->n_ranks = n_ranks;
+    reg->host = "testhost";
+    reg->gpu_uuid = "";
+    reg->hook_abi_version = 1;
+    reg->agent_version = "test";
+    reg->n_workers = 4;
+    reg->epoch_ns = 100000000;
+    mks_wire_init(env, job, rank, 0);
+    env->incarnation = inc;
+    env->body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
+    env->register_ = reg;
+}
+
 int fa_send_envelope(int sock, const mks_envelope *env, mks_envelope **reply)
 {
     return roundtrip(sock, env, reply);

@@ -72,6 +72,9 @@ int fa_send_heartbeat(int sock, const char *job, uint32_t rank, uint64_t inc, ui
 void fa_raw_batch(mks_envelope *env, Mkscope__V1__RawEventBatch *b, const char *job, uint32_t rank,
                   uint64_t inc, uint64_t escalation, Mkscope__V1__RawEvent **events, size_t n,
                   int last);
+/* Fill env and reg as a Register of (job, rank, inc) without a schema. */
+void fa_register_env(mks_envelope *env, Mkscope__V1__Register *reg, const char *job,
+                     uint32_t rank, uint32_t n_ranks, uint64_t inc);
 /* Send any envelope, return the decoded reply. */
 int fa_send_envelope(int sock, const mks_envelope *env, mks_envelope **reply);
 /* Build (not send) a summary envelope's encoding. */

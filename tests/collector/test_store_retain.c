@@ -30,6 +30,13 @@ static struct mks_store *open_store(uint64_t max_epochs, uint64_t max_age_ns, ui
     struct mks_store *st = NULL;
     char err[256];
     assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    /* Ranks 0 and 1 register, as agents do before they send anything. */
+    for (uint32_t r = 0; r < 2; r++) {
+        mks_envelope env;
+        Mkscope__V1__Register reg;
+        fa_register_env(&env, &reg, "job", r, 2, 1);
+        assert_int_equal(mks_store_ingest(st, &env, 1, NULL, err, sizeof(err)), 0);
+    }
     return st;
 }
 

@@ -10,11 +10,14 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
@@ -24,6 +27,33 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 #define MAX_INPUT_BYTES (1u << 20)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+/* The input being run, written out if it crashes the target, so that a
+ * failure found here can be run again on its own (and kept in the corpus). */
+static const uint8_t *cur;
+static size_t cur_len;
+
+static void on_crash(int sig)
+{
+    static const char path[] = "fuzz-crash-input";
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+        ssize_t w = write(fd, cur, cur_len);
+        (void)w;
+        close(fd);
+        static const char msg[] = "fuzz: the failing input is in ./fuzz-crash-input\n";
+        w = write(2, msg, sizeof(msg) - 1);
+        (void)w;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void run_one(const uint8_t *data, size_t len)
+{
+    cur = data, cur_len = len;
+    LLVMFuzzerTestOneInput(data, len);
+}
 
 static uint64_t next(void)
 {
@@ -56,7 +86,7 @@ static int run_file(const char *path, size_t *runs)
      * read past its end. */
     uint8_t *in = malloc(n ? n : 1);
     memcpy(in, buf, n);
-    LLVMFuzzerTestOneInput(in, n);
+    run_one(in, n);
     free(in);
     (*runs)++;
     for (int m = 0; m < MUTATIONS; m++) {
@@ -90,7 +120,7 @@ static int run_file(const char *path, size_t *runs)
         uint8_t *exact = malloc(len ? len : 1);
         memcpy(exact, mut, len);
         free(mut);
-        LLVMFuzzerTestOneInput(exact, len);
+        run_one(exact, len);
         free(exact);
         (*runs)++;
     }
@@ -102,6 +132,10 @@ int main(int argc, char **argv)
 {
     if (LLVMFuzzerInitialize)
         LLVMFuzzerInitialize(&argc, &argv);
+    signal(SIGABRT, on_crash);
+    signal(SIGSEGV, on_crash);
+    signal(SIGBUS, on_crash);
+    signal(SIGFPE, on_crash);
     size_t runs = 0, files = 0;
     for (int i = 1; i < argc; i++) {
         struct stat st;

@@ -154,6 +154,10 @@ static void test_env_sender(void **state)
     assert_int_equal(mks_fresh_check_env(f, &e, e.sent_ns, err, sizeof(err)), -EALREADY);
     e.incarnation = 9; /* another agent process: another sender */
     assert_int_equal(mks_fresh_check_env(f, &e, e.sent_ns, err, sizeof(err)), 0);
+    /* forgotten (its storing failed): the resend is taken */
+    mks_fresh_forget_env(f, &e);
+    assert_int_equal(mks_fresh_check_env(f, &e, e.sent_ns, err, sizeof(err)), 0);
+    assert_int_equal(mks_fresh_check_env(f, &e, e.sent_ns, err, sizeof(err)), -EALREADY);
     mks_fresh_destroy(f);
 }
 

@@ -46,12 +46,14 @@ static void expect_error(const char *text, int pos, int len, const char *needle)
                  needle);
     char buf[512];
     assert_int_equal(mks_query_error_format(text, &e, buf, sizeof(buf)), 0);
-    /* The caret line: two spaces, pos spaces, len carets. */
+    /* The caret line: two spaces, pos spaces, len carets; a long text is
+     * shown from 40 characters before the place, after "...". */
     const char *caret = strrchr(buf, '\n') + 1;
-    for (int i = 0; i < 2 + pos; i++)
+    int col = strlen(text) > 120 && pos > 40 ? 40 + 3 : pos;
+    for (int i = 0; i < 2 + col; i++)
         assert_int_equal(caret[i], ' ');
     for (int i = 0; i < len; i++)
-        assert_int_equal(caret[2 + pos + i], '^');
+        assert_int_equal(caret[2 + col + i], '^');
 }
 
 static void test_parse_errors(void **state)
@@ -76,6 +78,51 @@ static void test_parse_errors(void **state)
     expect_error("count(task) limit 0", 18, 1, "limit wants");
     expect_error("count(task) @", 12, 1, "unexpected character '@'");
     expect_error("", 0, 1, "expected an aggregate");
+}
+
+/* Nesting and length are bounded in the parser, so that no predicate takes
+ * the stack of the parser or of what walks its tree later, and the error is
+ * a usage error that points at the place. */
+static void test_parse_bounds(void **state)
+{
+    (void)state;
+    char q[4200];
+    int n = snprintf(q, sizeof(q), "count(task) where ");
+    for (int i = 0; i < 40; i++)
+        q[n++] = '(';
+    n += snprintf(q + n, sizeof(q) - (size_t)n, "rank = 1");
+    for (int i = 0; i < 40; i++)
+        q[n++] = ')';
+    q[n] = 0;
+    expect_error(q, 18 + 32, 1, "nested more than 32 deep");
+    n = snprintf(q, sizeof(q), "count(task) where ");
+    for (int i = 0; i < 40; i++)
+        n += snprintf(q + n, sizeof(q) - (size_t)n, "not ");
+    snprintf(q + n, sizeof(q) - (size_t)n, "rank = 1");
+    expect_error(q, 18 + 4 * 32, 3, "nested more than 32 deep");
+    /* 2000 '(' within the 4096-character bound: refused at the 33rd. */
+    n = snprintf(q, sizeof(q), "count(task) where ");
+    while (n < 2018)
+        q[n++] = '(';
+    q[n] = 0;
+    expect_error(q, 18 + 32, 1, "nested more than 32 deep");
+    n = snprintf(q, sizeof(q), "count(task) where rank = 1");
+    for (int i = 0; i < 300; i++)
+        n += snprintf(q + n, sizeof(q) - (size_t)n, " or rank=%d", i % 10);
+    struct mks_query *qq = NULL;
+    struct mks_query_error e;
+    assert_int_equal(mks_query_parse(q, &qq, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "more than 256 conditions"));
+    /* 32 deep is fine, and so are 256 conditions. */
+    n = snprintf(q, sizeof(q), "count(task) where ");
+    for (int i = 0; i < 32; i++)
+        q[n++] = '(';
+    n += snprintf(q + n, sizeof(q) - (size_t)n, "rank = 1");
+    for (int i = 0; i < 32; i++)
+        q[n++] = ')';
+    q[n] = 0;
+    assert_int_equal(mks_query_parse(q, &qq, &e), 0);
+    mks_query_free(qq);
 }
 
 /* ---- plans on a store ------------------------------------------------------- */
@@ -111,6 +158,18 @@ static void ingest(mks_envelope *env)
         fail_msg("ingest: %s", err);
     mks_wire_free(e);
     free(buf);
+}
+
+/* A rank of job "q" registers, as an agent does before it sends. */
+static void register_rank(uint32_t rank)
+{
+    mks_envelope env;
+    Mkscope__V1__Register reg = MKSCOPE__V1__REGISTER__INIT;
+    reg.n_ranks = 10, reg.hook_abi_version = 1, reg.n_workers = 1;
+    mks_wire_init(&env, "q", rank, 0);
+    env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
+    env.register_ = &reg;
+    ingest(&env);
 }
 
 static int setup_store(void **state)
@@ -355,6 +414,7 @@ static void test_step_from_generations(void **state)
     /* Rank 9 reports no step times, only generation advances at each
      * step's end: steps 1..5 end at 10, 13, 20, 21, 29 ms. */
     static const uint64_t ends[] = {10, 13, 20, 21, 29};
+    register_rank(9);
     for (uint32_t i = 0; i < 5; i++) {
         mks_envelope env;
         Mkscope__V1__EpochSummary sum = MKSCOPE__V1__EPOCH_SUMMARY__INIT;
@@ -388,6 +448,7 @@ static void test_step_busy_span(void **state)
 {
     (void)state;
     static const uint64_t ends[] = {10, 13, 20, 21, 29};
+    register_rank(8);
     for (uint32_t i = 0; i < 5; i++) {
         mks_envelope env;
         Mkscope__V1__EpochSummary sum = MKSCOPE__V1__EPOCH_SUMMARY__INIT;
@@ -553,6 +614,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_parse_bounds),
         cmocka_unit_test_setup_teardown(test_count_by_class_where_rank, setup_store,
                                         teardown_store),
         cmocka_unit_test_setup_teardown(test_filters, setup_store, teardown_store),

@@ -54,7 +54,15 @@ sqlite3 *mks_store_db(struct mks_store *st);
  * collector's CLOCK_REALTIME.  For Register, *seq_p gets the highest seq
  * already stored for this (rank, incarnation); for EpochSummary, the
  * cumulative ack (highest seq stored).  Returns 0, or a negative errno with
- * one line in err. */
+ * one line in err:
+ *   -ENOENT    not from a registered rank, or from an incarnation newer than
+ *              the registered one: refused, nothing stored (no phantom rank);
+ *   -ESTALE    a Register of an incarnation older than the registered one:
+ *              incarnations of a rank only move forward;
+ *   -EALREADY  a Register or Heartbeat older than the last one applied for
+ *              the incarnation (sent_ns), or a heartbeat of an earlier
+ *              incarnation: ignored, nothing changed; answer as accepted;
+ *   -EIO       the database failed. */
 int mks_store_ingest(struct mks_store *st, const mks_envelope *env, uint64_t now_ns,
                      uint64_t *seq_p, char *err, size_t errlen);
 

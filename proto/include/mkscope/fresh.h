@@ -70,6 +70,9 @@ int mks_fresh_check(struct mks_fresh *fresh, const void *sender, size_t sender_l
 /* The same for an envelope: the sender is (job, rank, incarnation). */
 int mks_fresh_check_env(struct mks_fresh *fresh, const mks_envelope *env, uint64_t now_ns,
                         char *err, size_t errlen);
+/* Forget what mks_fresh_check_env accepted of env (its storing failed: the
+ * sender's resend of the same bytes must be taken).  No-op when unknown. */
+void mks_fresh_forget_env(struct mks_fresh *fresh, const mks_envelope *env);
 void mks_fresh_stats(const struct mks_fresh *fresh, struct mks_fresh_stats *stats);
 uint64_t mks_fresh_window_ns(const struct mks_fresh *fresh);
 

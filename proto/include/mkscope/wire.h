@@ -100,8 +100,23 @@ struct mks_wire_key {
 /* Bit of a body case in an accept mask (0 for an unknown case). */
 uint32_t mks_wire_body_bit(int body_case);
 
+/* Make s one printable line in place: every control character (newline,
+ * escape, ...) becomes '?'.  For messages that quote what a peer or a user
+ * gave.  Returns s. */
+char *mks_wire_one_line(char *s);
+
 /* Does job follow MKS_WIRE_JOB_GRAMMAR? */
 int mks_wire_job_valid(const char *job);
+
+/* Program (and built-in monitor) names: what an agent attaches under. */
+#define MKS_WIRE_MAX_PROG_NAME 48u
+#define MKS_WIRE_PROG_GRAMMAR "[A-Za-z0-9_.-]{1,48}"
+int mks_wire_prog_name_valid(const char *name);
+
+/* Name of hook id h of hook ABI v1 ("task_end"), NULL when out of range;
+ * and the id of a name or decimal number ("task_end", "3"), -1 if none. */
+const char *mks_wire_hook_name(uint32_t h);
+int mks_wire_hook_parse(const char *s);
 
 /* Read a key file: exactly 32 raw bytes, or 64 hex digits (a trailing newline
  * allowed).  The file must not be readable by group or others. */
@@ -142,6 +157,10 @@ int mks_wire_decode_for(const void *buf, size_t len, uint32_t accept,
 /* mks_wire_decode_for with any body accepted. */
 int mks_wire_decode(const void *buf, size_t len, const struct mks_wire_key *key,
                     mks_envelope **env_p, char *err, size_t errlen);
+/* The nonce of an encoded envelope (what its reply must name in
+ * reply_to), read from its outer fields; 0 when it has none or the bytes
+ * are not an envelope.  For a request kept encoded (an agent's spool). */
+uint64_t mks_wire_nonce_of(const void *buf, size_t len);
 /* Largest encoded envelope accepted with this body. */
 size_t mks_wire_body_limit(int body_case);
 void mks_wire_free(mks_envelope *env); /* accepts NULL */
