@@ -14,6 +14,7 @@
  * survey the agents come to the loop, which answers them as quickly as an
  * ingest message.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <arpa/inet.h>
 #include <getopt.h>
@@ -142,8 +143,12 @@ static void usage(FILE *f)
             "  --cli URL        the mkscope CLI connects here       [" DEFAULT_CLI "]\n"
             "  --metrics ADDR   Prometheus /metrics, HOST:PORT or off [" DEFAULT_METRICS "]\n"
             "  --db PATH        SQLite database (WAL)               [" DEFAULT_DB "]\n"
-            "  --max-epochs N   epochs kept per rank                [100000]\n"
-            "  --max-age SEC    drop epochs older than this         [keep]\n"
+            "  --max-age D      drop epochs older than D (s, m, h, d) [24h]\n"
+            "  --max-bytes N    keep the store's pages in use under N (K, M, G; 0: no bound),\n"
+            "                   the oldest epochs going first       [100G]\n"
+            "  --detail-age D   delete wait, release and worker rows of epochs older than D\n"
+            "                   (their steps, task statistics, coverage stay; 0: keep) [1h]\n"
+            "  --max-epochs N   at most N epochs per rank           [no limit]\n"
             "  --key FILE       shared MAC key (32 bytes or 64 hex digits, mode 600)\n"
             "  --trace-dir DIR  write each finished escalation's trace there (.json: Chrome\n"
             "                   JSON, .pftrace: Perfetto)\n"
@@ -166,6 +171,46 @@ static void usage(FILE *f)
             "  mkscope-collector --db /var/lib/mkscope/job.db\n"
             "  mkscope-collector --ingest ipc:///tmp/mks/ingest --cli ipc:///tmp/mks/cli \\\n"
             "                    --survey ipc:///tmp/mks/survey --metrics off --db :memory:\n");
+}
+
+/* Retention by default: a day of epochs, in at most 100 GiB of pages, the
+ * wait, release and worker detail of the last hour (docs/collector.md,
+ * Retention: what a rank costs per hour and tier). */
+#define DEFAULT_MAX_AGE_NS    (24ull * 3600 * 1000000000ull)
+#define DEFAULT_MAX_BYTES     (100ull << 30)
+#define DEFAULT_DETAIL_AGE_NS (3600ull * 1000000000ull)
+
+struct unit {
+    const char *suffix;
+    uint64_t mult;
+};
+static const struct unit parse_duration_units[] = {
+    {"", 1000000000ull},          {"s", 1000000000ull}, {"m", 60000000000ull},
+    {"h", 3600000000000ull},      {"d", 86400000000000ull}, {NULL, 0}};
+static const struct unit parse_byte_units[] = {{"", 1},           {"K", 1ull << 10},
+                                               {"M", 1ull << 20}, {"G", 1ull << 30},
+                                               {"T", 1ull << 40}, {NULL, 0}};
+
+/* A count with one of units' suffixes, into *out; -EINVAL when it is none
+ * or overflows. */
+static int parse_size(const char *s, const struct unit *units, uint64_t *out)
+{
+    char *end;
+    if (!s || !isdigit((unsigned char)*s))
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -EINVAL;
+    for (const struct unit *u = units; u->suffix; u++) {
+        if (strcmp(end, u->suffix))
+            continue;
+        if (v > UINT64_MAX / u->mult)
+            return -EINVAL;
+        *out = (uint64_t)v * u->mult;
+        return 0;
+    }
+    return -EINVAL;
 }
 
 /* --trace-dir: made when missing (parents too) and written to once, so an
@@ -826,13 +871,17 @@ int main(int argc, char **argv)
     const char *ingest_url = DEFAULT_INGEST, *survey_url = DEFAULT_SURVEY, *cli_url = DEFAULT_CLI;
     const char *metrics = DEFAULT_METRICS, *db = DEFAULT_DB, *key_file = NULL;
     const char *ucx_host = "127.0.0.1", *ucx_port = DEFAULT_UCX_PORT_S;
-    struct mks_store_opts so = {.sz = sizeof(so), .checkpoint_thread = 1};
+    struct mks_store_opts so = {.sz = sizeof(so), .checkpoint_thread = 1,
+                                .max_age_ns = DEFAULT_MAX_AGE_NS, .max_bytes = DEFAULT_MAX_BYTES,
+                                .detail_age_ns = DEFAULT_DETAIL_AGE_NS};
     struct mks_fresh_opts fo = {.sz = sizeof(fo)};
     static const struct option longopts[] = {
         {"ingest", required_argument, NULL, 'i'},  {"survey", required_argument, NULL, 's'},
         {"cli", required_argument, NULL, 'c'},     {"metrics", required_argument, NULL, 'm'},
         {"db", required_argument, NULL, 'd'},      {"max-epochs", required_argument, NULL, 'E'},
         {"max-age", required_argument, NULL, 'A'}, {"key", required_argument, NULL, 'k'},
+        {"max-bytes", required_argument, NULL, 'B'},
+        {"detail-age", required_argument, NULL, 'D'},
         {"verbose", no_argument, NULL, 'v'},       {"help", no_argument, NULL, 'h'},
         {"trace-dir", required_argument, NULL, 'T'}, {"ucx-port", required_argument, NULL, 'U'},
         {"ucx-host", required_argument, NULL, 'H'},
@@ -860,20 +909,39 @@ int main(int argc, char **argv)
         case 'U': ucx_port = optarg; break;
         case 'H': ucx_host = optarg; break;
         case 'v': c.verbose = true; break;
-        case 'E':
-        case 'A': {
+        case 'E': {
             unsigned long long v = strtoull(optarg, &end, 10);
-            if (*end || !*optarg || v == 0) {
-                fprintf(stderr, "mkscope-collector: --%s wants a positive number, got '%s'\n",
-                        opt == 'E' ? "max-epochs" : "max-age", optarg);
+            if (*end || !*optarg || *optarg == '-' || v == 0) {
+                fprintf(stderr, "mkscope-collector: --max-epochs wants a positive number, got"
+                                " '%s'\n",
+                        optarg);
                 return MKS_EXIT_USAGE;
             }
-            if (opt == 'E')
-                so.max_epochs = v;
-            else
-                so.max_age_ns = v * 1000000000ull;
+            so.max_epochs = v;
             break;
         }
+        case 'A':
+        case 'D': {
+            uint64_t ns;
+            if (parse_size(optarg, parse_duration_units, &ns) || (opt == 'A' && !ns)) {
+                fprintf(stderr,
+                        "mkscope-collector: --%s wants a duration such as 3600, 90m, 24h or 7d%s,"
+                        " got '%s'\n",
+                        opt == 'A' ? "max-age" : "detail-age", opt == 'D' ? " (0: keep)" : "",
+                        optarg);
+                return MKS_EXIT_USAGE;
+            }
+            *(opt == 'A' ? &so.max_age_ns : &so.detail_age_ns) = ns;
+            break;
+        }
+        case 'B':
+            if (parse_size(optarg, parse_byte_units, &so.max_bytes)) {
+                fprintf(stderr, "mkscope-collector: --max-bytes wants a size such as 20G, 512M or"
+                                " 0 (no bound), got '%s'\n",
+                        optarg);
+                return MKS_EXIT_USAGE;
+            }
+            break;
         case 'R':
         case 'W': {
             unsigned long long v = strtoull(optarg, &end, 10);

@@ -34,7 +34,13 @@
 #include <string.h>
 #include <time.h>
 
-#define DEFAULT_MAX_EPOCHS     100000u
+/* Epochs of one size-retention pass at most: the deletes run in the ingest
+ * loop's transaction, so each pass is bounded (about 50 ms of deletes on
+ * the machines measured in docs/PERF.md); a store far over its bound sheds
+ * it over the next seconds. */
+#define SIZE_CHUNK_EPOCHS 4096u
+/* Epochs whose detail one compaction pass deletes at most (as above). */
+#define DETAIL_CHUNK_EPOCHS 4096u
 #define DEFAULT_MAX_RAW_EVENTS 1000000u
 /* A rank's epochs beyond max_epochs are deleted every this many summaries
  * it stores: deleting is cheap, but not free enough to do per message. */
@@ -82,8 +88,11 @@ struct prog_seen {
 
 struct mks_store {
     sqlite3 *db;
-    uint64_t max_epochs, max_age_ns, max_raw_events;
+    uint64_t max_epochs, max_age_ns, max_raw_events, max_bytes, detail_age_ns;
     uint64_t age_checked_ns;  /* last age retention (the collector's clock) */
+    int64_t compacted_to;     /* epochs with id <= this have had their detail deleted */
+    uint64_t bounds_checked_ns; /* last size and detail retention */
+    uint64_t size_said_ns;      /* last log line of the size bound at work */
     uint64_t raw_since_trim; /* raw events stored since the cap was last applied */
     uint64_t raw_since_mark;
     int in_batch;
@@ -103,6 +112,7 @@ struct mks_store {
 };
 
 static int trim_raw(struct mks_store *st);
+static int retain_bounds(struct mks_store *st, uint64_t now);
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -141,7 +151,7 @@ static const char schema_sql[] =
     " rank INTEGER NOT NULL, incarnation INTEGER, seq INTEGER, epoch INTEGER,"
     " t_begin_host INTEGER, t_end_host INTEGER, t_begin_dev INTEGER, t_end_dev INTEGER,"
     " detail_tier INTEGER, sample_shift INTEGER, lost_summaries INTEGER,"
-    " waits_dropped INTEGER, received_ns INTEGER,"
+    " waits_dropped INTEGER, received_ns INTEGER, compacted INTEGER DEFAULT 0,"
     " UNIQUE(job, rank, incarnation, seq));\n"
     "CREATE INDEX IF NOT EXISTS epochs_rank ON epochs(job, rank, id);\n"
     "CREATE INDEX IF NOT EXISTS epochs_received ON epochs(received_ns);\n"
@@ -254,6 +264,7 @@ static const struct {
     {"commands", "request_hash", "INTEGER"},
     {"triggers", "request_id", "INTEGER"},
     {"triggers", "request_hash", "INTEGER"},
+    {"epochs", "compacted", "INTEGER DEFAULT 0"},
 };
 
 static int add_missing_columns(sqlite3 *db, char *err, size_t errlen)
@@ -404,8 +415,10 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
     struct mks_store *st = calloc(1, sizeof(*st));
     if (!st)
         return fail(err, errlen, -ENOMEM, "store: out of memory");
-    st->max_epochs = o.max_epochs ? o.max_epochs : DEFAULT_MAX_EPOCHS;
+    st->max_epochs = o.max_epochs;
     st->max_age_ns = o.max_age_ns;
+    st->max_bytes = o.max_bytes;
+    st->detail_age_ns = o.detail_age_ns;
     st->max_raw_events = o.max_raw_events ? o.max_raw_events : DEFAULT_MAX_RAW_EVENTS;
     int flags = o.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     int rc = sqlite3_open_v2(o.path, &st->db, flags | SQLITE_OPEN_NOMUTEX, NULL);
@@ -430,9 +443,11 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
         return 0;
     }
     /* WAL lets readers (raw SQL from the CLI, another process inspecting the
-     * file) proceed while the collector writes. */
+     * file) proceed while the collector writes; the WAL file is cut back to
+     * 64 MiB after a checkpoint, so the size bound holds for it too. */
     if (strcmp(o.path, ":memory:") &&
-        sqlite3_exec(st->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL,
+        sqlite3_exec(st->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                     " PRAGMA journal_size_limit=67108864;", NULL, NULL,
                      &msg) != SQLITE_OK) {
         fail(err, errlen, -EIO, "store: %s: cannot enable WAL: %s", o.path, msg ? msg : "?");
         sqlite3_free(msg);
@@ -789,7 +804,7 @@ static int buf_flush(struct mks_store *st, uint64_t now)
         rb->n = 0;
     }
     st->arena_len = 0;
-    for (size_t i = 0; i < st->n_trims && rc == SQLITE_OK; i++) {
+    for (size_t i = 0; i < st->n_trims && rc == SQLITE_OK && st->max_epochs; i++) {
         const struct trim *tr = &st->trims[i];
         if (exec_stmt(st,
                       "DELETE FROM epochs WHERE job=?1 AND rank=?2 AND id <= (SELECT id FROM epochs"
@@ -808,7 +823,83 @@ static int buf_flush(struct mks_store *st, uint64_t now)
                       now - st->max_age_ns) != SQLITE_DONE)
             rc = SQLITE_ERROR;
     }
+    if (rc == SQLITE_OK && (st->max_bytes || st->detail_age_ns) &&
+        now - st->bounds_checked_ns >= AGE_CHECK_NS) {
+        st->bounds_checked_ns = now;
+        rc = retain_bounds(st, now);
+    }
     return rc;
+}
+
+/* The size bound and the detail window, at most once a second, each pass
+ * bounded (SIZE_CHUNK_EPOCHS, DETAIL_CHUNK_EPOCHS): the oldest epochs go
+ * while the pages in use exceed max_bytes; the wait, release and worker
+ * rows of epochs received before now - detail_age go, oldest first. */
+static int retain_bounds(struct mks_store *st, uint64_t now)
+{
+    uint64_t v;
+    if (st->max_bytes) {
+        uint64_t pages, free_pages, page;
+        if (query_u64(st, &pages, "PRAGMA page_count", "") != SQLITE_DONE ||
+            query_u64(st, &free_pages, "PRAGMA freelist_count", "") != SQLITE_DONE ||
+            query_u64(st, &page, "PRAGMA page_size", "") != SQLITE_DONE)
+            return SQLITE_ERROR;
+        uint64_t used = (pages - free_pages) * page;
+        if (used > st->max_bytes) {
+            /* The share of epochs to go: what is over the bound, plus a
+             * twentieth, so that the next passes do not run at once. */
+            uint64_t lo, hi;
+            if (query_u64(st, &lo, "SELECT COALESCE(MIN(id), 0) FROM epochs", "") != SQLITE_DONE ||
+                query_u64(st, &hi, "SELECT COALESCE(MAX(id), 0) FROM epochs", "") != SQLITE_DONE)
+                return SQLITE_ERROR;
+            double share = (double)(used - st->max_bytes) / (double)used + 0.05;
+            uint64_t n = (uint64_t)((double)(hi - lo + 1) * share) + 1;
+            if (n > SIZE_CHUNK_EPOCHS)
+                n = SIZE_CHUNK_EPOCHS;
+            uint64_t oldest_ns;
+            if (query_u64(st, &oldest_ns, "SELECT COALESCE(MAX(received_ns), 0) FROM epochs"
+                                          " WHERE id < ?",
+                          "u", lo + n) != SQLITE_DONE ||
+                exec_stmt(st, "DELETE FROM epochs WHERE id < ?", "u", lo + n) != SQLITE_DONE)
+                return SQLITE_ERROR;
+            /* Said at most once an hour: the bound, not the age, decides
+             * what is kept. */
+            if (now - st->size_said_ns >= 3600ull * 1000000000ull) {
+                st->size_said_ns = now;
+                fprintf(stderr,
+                        "mkscope-collector: store at its size bound (%.1f GiB of --max-bytes %.1f"
+                        " GiB): deleting epochs received %.1f h ago and older; raise --max-bytes"
+                        " or lower the agents' --budget to keep more (docs/collector.md,"
+                        " Retention)\n",
+                        (double)used / (1u << 30), (double)st->max_bytes / (1u << 30),
+                        now > oldest_ns ? (double)(now - oldest_ns) / 3.6e12 : 0.0);
+            }
+        }
+    }
+    if (st->detail_age_ns && now > st->detail_age_ns) {
+        if (query_u64(st, &v, "SELECT COALESCE(MAX(id), 0) FROM epochs WHERE received_ns < ?",
+                      "u", now - st->detail_age_ns) != SQLITE_DONE)
+            return SQLITE_ERROR;
+        int64_t cutoff = (int64_t)v;
+        if (!st->compacted_to &&
+            query_u64(st, &v, "SELECT COALESCE(MAX(id), 0) FROM epochs WHERE compacted", "") ==
+                SQLITE_DONE)
+            st->compacted_to = (int64_t)v;
+        if (cutoff > st->compacted_to + (int64_t)DETAIL_CHUNK_EPOCHS)
+            cutoff = st->compacted_to + (int64_t)DETAIL_CHUNK_EPOCHS;
+        if (cutoff > st->compacted_to) {
+            static const char *const del[] = {
+                "DELETE FROM waits WHERE epoch_id > ?1 AND epoch_id <= ?2",
+                "DELETE FROM releases WHERE epoch_id > ?1 AND epoch_id <= ?2",
+                "DELETE FROM workers WHERE epoch_id > ?1 AND epoch_id <= ?2",
+                "UPDATE epochs SET compacted = 1 WHERE id > ?1 AND id <= ?2"};
+            for (size_t i = 0; i < sizeof(del) / sizeof(del[0]); i++)
+                if (exec_stmt(st, del[i], "ii", st->compacted_to, cutoff) != SQLITE_DONE)
+                    return SQLITE_ERROR;
+            st->compacted_to = cutoff;
+        }
+    }
+    return SQLITE_OK;
 }
 
 /* ---- transactions ------------------------------------------------------- */
@@ -1221,6 +1312,11 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
     INS(T_COVERAGE, s->n_coverage);
     for (size_t i = 0; i < s->n_coverage; i++) {
         const Mkscope__V1__Coverage *c = s->coverage[i];
+        /* A hook with nothing to say (no event, nothing lost) has no row:
+         * most of a summary's hooks, most of the time, and a row costs
+         * about 60 bytes of the store per epoch. */
+        if (!c->eligible && !c->ran && !c->throttled && !c->lost && !c->undelivered)
+            continue;
         /* The events of summaries the agent dropped were eligible too: in
          * eligible, so that every ratio of ran to eligible (queries,
          * status, the diagnosis) counts them, and apart in undelivered. */
@@ -1413,7 +1509,9 @@ static int trim_raw(struct mks_store *st)
 
 int mks_store_retain(struct mks_store *st, uint64_t now_ns)
 {
-    int rc = exec_stmt(st,
+    int rc = SQLITE_DONE;
+    if (st->max_epochs)
+        rc = exec_stmt(st,
                        "DELETE FROM epochs WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER()"
                        " OVER (PARTITION BY job, rank ORDER BY id DESC) AS rn FROM epochs)"
                        " WHERE rn > ?)",
@@ -1423,6 +1521,8 @@ int mks_store_retain(struct mks_store *st, uint64_t now_ns)
                        now_ns - st->max_age_ns);
     if (rc == SQLITE_DONE)
         rc = trim_raw(st);
+    if (rc == SQLITE_DONE && retain_bounds(st, now_ns) != SQLITE_OK)
+        rc = SQLITE_ERROR;
     return rc == SQLITE_DONE ? 0 : -EIO;
 }
 

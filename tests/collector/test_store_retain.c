@@ -20,13 +20,17 @@
 
 #define SEC 1000000000ull
 
-static struct mks_store *open_store(uint64_t max_epochs, uint64_t max_age_ns, uint64_t max_raw)
+static struct mks_store *open_store_opts(uint64_t max_epochs, uint64_t max_age_ns,
+                                         uint64_t max_raw, uint64_t max_bytes,
+                                         uint64_t detail_age_ns)
 {
     struct mks_store_opts o = {.sz = sizeof(o),
                                .path = ":memory:",
                                .max_epochs = max_epochs,
                                .max_age_ns = max_age_ns,
-                               .max_raw_events = max_raw};
+                               .max_raw_events = max_raw,
+                               .max_bytes = max_bytes,
+                               .detail_age_ns = detail_age_ns};
     struct mks_store *st = NULL;
     char err[256];
     assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
@@ -40,6 +44,11 @@ static struct mks_store *open_store(uint64_t max_epochs, uint64_t max_age_ns, ui
     return st;
 }
 
+static struct mks_store *open_store(uint64_t max_epochs, uint64_t max_age_ns, uint64_t max_raw)
+{
+    return open_store_opts(max_epochs, max_age_ns, max_raw, 0, 0);
+}
+
 static void ingest_bytes(struct mks_store *st, const uint8_t *buf, size_t len, uint64_t now)
 {
     mks_envelope *env = NULL;
@@ -50,11 +59,21 @@ static void ingest_bytes(struct mks_store *st, const uint8_t *buf, size_t len, u
     mks_wire_free(env);
 }
 
-/* Summary seq of rank with one task statistic and one worker row. */
-static void ingest_summary(struct mks_store *st, uint32_t rank, uint64_t seq, uint64_t now)
+/* Summary seq of rank with one task statistic and one worker row (and
+ * `detail` wait and release records). */
+static void ingest_detail(struct mks_store *st, uint32_t rank, uint64_t seq, uint64_t now,
+                          int detail)
 {
     static struct fa_summary s;
     memset(&s, 0, sizeof(s));
+    for (int i = 0; i < detail && i < FA_MAX_WAITS; i++) {
+        s.waits[s.n_waits++] = (struct fa_wait){.comm_gen = seq * 100 + (uint64_t)i, .peer = 1,
+                                                .step = (uint32_t)seq, .t_begin = 10, .t_end = 20};
+        s.rels[s.n_rels++] = (struct fa_release){.comm_gen = seq * 100 + (uint64_t)i,
+                                                 .consumer = 1, .step = (uint32_t)seq,
+                                                 .t_start = 5, .t_comm_begin = 5,
+                                                 .t_comm_end = 8, .t_release = 9};
+    }
     s.epoch = seq;
     s.n_ts = 1;
     s.ts[0].cls = 0;
@@ -70,6 +89,11 @@ static void ingest_summary(struct mks_store *st, uint32_t rank, uint64_t seq, ui
     assert_int_equal(fa_encode_summary("job", rank, 1, seq, &s, &buf, &len), 0);
     ingest_bytes(st, buf, len, now);
     free(buf);
+}
+
+static void ingest_summary(struct mks_store *st, uint32_t rank, uint64_t seq, uint64_t now)
+{
+    ingest_detail(st, rank, seq, now, 0);
 }
 
 static void ingest_raw(struct mks_store *st, uint64_t first_value, size_t n)
@@ -161,6 +185,68 @@ static void test_max_age(void **state)
     mks_store_close(st);
 }
 
+static int64_t pages_used_bytes(struct mks_store *st)
+{
+    return (one(st, "PRAGMA page_count") - one(st, "PRAGMA freelist_count")) *
+           one(st, "PRAGMA page_size");
+}
+
+/* The size bound: ingest alone keeps the pages in use near max_bytes by
+ * deleting the oldest epochs, and the newest stay. */
+static void test_max_bytes(void **state)
+{
+    (void)state;
+    const uint64_t max = 512u << 10;
+    struct mks_store *st = open_store_opts(0, 0, 0, max, 0);
+    int64_t peak = 0;
+    for (uint64_t q = 1; q <= 3000; q++) {
+        /* a second apart: the bound is looked at once a second */
+        ingest_detail(st, (uint32_t)(q % 4), q, q * SEC, 8);
+        int64_t b = pages_used_bytes(st);
+        if (q > 1500 && b > peak)
+            peak = b;
+    }
+    /* Within a pass's overshoot of the bound (one second's summaries). */
+    assert_true(peak <= (int64_t)max + (64 << 10));
+    assert_true(one(st, "SELECT COUNT(*) FROM epochs") < 3000);
+    assert_int_equal(one(st, "SELECT MAX(seq) FROM epochs"), 3000);
+    assert_true(one(st, "SELECT MIN(seq) FROM epochs") > 1);
+    /* Rows of deleted epochs went with them. */
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM waits WHERE epoch_id NOT IN"
+                             " (SELECT id FROM epochs)"),
+                     0);
+    mks_store_close(st);
+}
+
+/* The detail window: wait, release and worker rows of epochs older than
+ * detail_age go, the epochs stay (steps, task statistics, coverage) and are
+ * marked compacted; younger ones keep everything. */
+static void test_detail_age(void **state)
+{
+    (void)state;
+    struct mks_store *st = open_store_opts(0, 0, 0, 0, 60 * SEC);
+    for (uint64_t q = 1; q <= 10; q++)
+        ingest_detail(st, 0, q, 100 * SEC, 4);
+    for (uint64_t q = 11; q <= 15; q++)
+        ingest_detail(st, 0, q, 150 * SEC, 4);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM waits"), 60);
+    assert_int_equal(mks_store_retain(st, 170 * SEC), 0);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 15);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted"), 10);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM waits"), 20);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM releases"), 20);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM workers"), 5);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM task_stats"), 15);
+    assert_int_equal(one(st, "SELECT MIN(e.seq) FROM waits w JOIN epochs e ON e.id = w.epoch_id"),
+                     11);
+    /* Ingest applies it too, once a second: the rest goes. */
+    ingest_detail(st, 0, 16, 215 * SEC, 0);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM waits"), 0);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted"), 15);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 16);
+    mks_store_close(st);
+}
+
 static void test_raw_cap(void **state)
 {
     (void)state;
@@ -184,6 +270,8 @@ int main(void)
         cmocka_unit_test(test_max_epochs),
         cmocka_unit_test(test_applied_by_ingest),
         cmocka_unit_test(test_max_age),
+        cmocka_unit_test(test_max_bytes),
+        cmocka_unit_test(test_detail_age),
         cmocka_unit_test(test_raw_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

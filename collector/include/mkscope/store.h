@@ -6,9 +6,10 @@
  *
  * Ingest is idempotent: a summary is stored once per (job, rank,
  * incarnation, seq), so agents may replay after a reconnect.  Retention
- * limits bound the database: the oldest epochs of a rank (and everything
- * hanging off them) are deleted when a rank holds more than max_epochs, or
- * when they are older than max_age_ns.
+ * limits bound the database: the oldest epochs (and everything hanging off
+ * them) are deleted when they are older than max_age_ns, when the store
+ * holds more than max_bytes, or when a rank holds more than max_epochs;
+ * the detail of epochs older than detail_age_ns is compacted.
  */
 #ifndef MKSCOPE_STORE_H
 #define MKSCOPE_STORE_H
@@ -29,7 +30,7 @@ struct mks_store;
 struct mks_store_opts {
     size_t sz;                /* sizeof(struct mks_store_opts) */
     const char *path;         /* database file; ":memory:" for tests */
-    uint64_t max_epochs;      /* per rank; 0 = default (100000) */
+    uint64_t max_epochs;      /* per rank; 0 = none (the age and size limits bound it) */
     uint64_t max_age_ns;      /* 0 = no age limit */
     uint64_t max_raw_events;  /* per job; 0 = default (1000000) */
     /* Open an existing store for reading only (no schema, no retention):
@@ -41,6 +42,13 @@ struct mks_store_opts {
      * of by the commit that fills it: a checkpoint's fsync then never
      * delays an ingest batch and its acks.  File stores only. */
     int checkpoint_thread;
+    /* The store's bytes in use (pages not free) at most about this many:
+     * beyond, the oldest epochs of every job go first.  0 = no limit. */
+    uint64_t max_bytes;
+    /* Wait and release records and worker rows of epochs received longer
+     * ago than this are deleted (the epoch keeps its steps, task
+     * statistics and coverage, and is marked compacted).  0 = keep. */
+    uint64_t detail_age_ns;
 };
 
 int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, char *err,
