@@ -201,7 +201,7 @@ static void test_max_bytes(void **state)
     int64_t peak = 0;
     for (uint64_t q = 1; q <= 3000; q++) {
         /* a second apart: the bound is looked at once a second */
-        ingest_detail(st, (uint32_t)(q % 4), q, q * SEC, 8);
+        ingest_detail(st, (uint32_t)(q % 2), q, q * SEC, 8);
         int64_t b = pages_used_bytes(st);
         if (q > 1500 && b > peak)
             peak = b;
