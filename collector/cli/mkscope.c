@@ -247,11 +247,17 @@ static bool ns_column(const char *col)
  * mks_cli_value prints it. */
 static void cell(FILE *f, const char *col, json_t *v, int width)
 {
-    if (!ns_column(col) || !json_is_number(v)) {
+    /* 64-bit values come as decimal strings (beyond what a JSON number
+     * holds exactly) */
+    char *end = NULL;
+    double ns = json_is_number(v)   ? json_number_value(v)
+                : json_is_string(v) ? strtod(json_string_value(v), &end)
+                                    : 0;
+    if (!ns_column(col) || !(json_is_number(v) || (json_is_string(v) && end && !*end &&
+                                                   end != json_string_value(v)))) {
         mks_cli_value(f, v, width);
         return;
     }
-    double ns = json_number_value(v);
     char buf[64];
     if (ns >= 1e18) { /* since 1970: after 2001-09 */
         time_t t = (time_t)(ns / 1e9);

@@ -2145,9 +2145,13 @@ static json_t *class_json(struct diag *d, uint32_t rank, int64_t cls)
     return json_string(name);
 }
 
+/* A generation as a decimal string: its 64 bits do not survive a JSON
+ * number in jq or JavaScript. */
 static json_t *gen_json(uint64_t gen)
 {
-    return gen ? json_integer((json_int_t)gen) : json_null();
+    char b[24];
+    snprintf(b, sizeof(b), "%llu", (unsigned long long)gen);
+    return gen ? json_string(b) : json_null();
 }
 
 static json_t *comm_text(uint64_t gen)

@@ -193,10 +193,23 @@ int mks_serve_uint(const char *s, uint64_t min, uint64_t max, uint32_t *v_p)
     return 0;
 }
 
+/* An integer a JSON number carries exactly (jq and JavaScript read numbers
+ * as doubles: 53 bits); 64-bit ids, generations and ns timestamps beyond
+ * that go as decimal strings, so that no reader gets a neighbouring value. */
+json_t *mks_serve_int(int64_t v)
+{
+    if (v > (1ll << 53) || v < -(1ll << 53)) {
+        char b[24];
+        snprintf(b, sizeof(b), "%lld", (long long)v);
+        return json_string(b);
+    }
+    return json_integer(v);
+}
+
 json_t *mks_serve_column(sqlite3_stmt *s, int i)
 {
     switch (sqlite3_column_type(s, i)) {
-    case SQLITE_INTEGER: return json_integer(sqlite3_column_int64(s, i));
+    case SQLITE_INTEGER: return mks_serve_int(sqlite3_column_int64(s, i));
     case SQLITE_FLOAT: return json_real(sqlite3_column_double(s, i));
     case SQLITE_TEXT: return json_string((const char *)sqlite3_column_text(s, i));
     case SQLITE_BLOB: {

@@ -24,6 +24,9 @@ int mks_serve_job(const struct mks_serve_env *env, const Mkscope__V1__CliRequest
                   size_t len, char *err, size_t errlen);
 void mks_serve_list(const struct mks_serve_env *env, const char *sql, const char *arg1,
                     size_t max, char *buf, size_t len);
+/* v as JSON: a number within 2^53, else a decimal string (64-bit ids and ns
+ * times: JSON readers keep 53 bits); a column's value the same way. */
+json_t *mks_serve_int(int64_t v);
 json_t *mks_serve_column(sqlite3_stmt *s, int i);
 int mks_serve_rows(sqlite3_stmt *s, size_t max_rows, json_t **rows_p, bool *truncated_p,
                    char *err, size_t errlen);

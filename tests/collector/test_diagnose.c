@@ -276,7 +276,7 @@ static void expect_root(enum fault f, const char *cause, const char *cls)
     json_t *root = json_object_get(g, "root");
     assert_int_equal(json_integer_value(json_object_get(root, "rank")), 2);
     assert_string_equal(js(root, "task_class"), cls);
-    assert_int_equal((uint64_t)json_integer_value(json_object_get(root, "comm_gen")),
+    assert_int_equal(strtoull(json_string_value(json_object_get(root, "comm_gen")), NULL, 10),
                      gen_of(2, 1, F_LO));
     json_t *chain = json_object_get(g, "chain");
     assert_int_equal(json_array_size(chain), 3);
