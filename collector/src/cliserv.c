@@ -109,20 +109,6 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t real_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void q_push(struct queue *q, struct mks_cliserv_req *r)
 {
     r->next = NULL;
@@ -276,7 +262,7 @@ static void *worker_main(void *arg)
             return NULL;
         /* A request that waited longer than the CLI's default timeout most
          * likely has no reader left: the CLI gave up and said "busy". */
-        if (mono_ns() - r->queued_mono_ns > STALE_NS) {
+        if (mks_mono_ns() - r->queued_mono_ns > STALE_NS) {
             stats_busy(cs);
             finish(cs, r, MKS_EXIT_BUSY,
                    "collector busy: the request waited for a free worker longer than its limit;"
@@ -284,7 +270,7 @@ static void *worker_main(void *arg)
                    NULL);
             continue;
         }
-        struct mks_serve_env se = {.st = w->st, .stats = cs->stats, .now_ns = real_ns(),
+        struct mks_serve_env se = {.st = w->st, .stats = cs->stats, .now_ns = mks_real_ns(),
                                    .limit_ns = cs->limit_ns};
         char err[512] = "";
         json_t *answer = NULL;
@@ -315,7 +301,7 @@ static void take_request(struct mks_cliserv *cs, void *body, int len, void *head
         return;
     }
     r->header = header;
-    r->queued_mono_ns = mono_ns();
+    r->queued_mono_ns = mks_mono_ns();
     if (cs->stats)
         cs->stats->cli_requests++;
     char err[512], line[700];
@@ -345,7 +331,7 @@ static void take_request(struct mks_cliserv *cs, void *body, int len, void *head
         req_free(r);
         return;
     }
-    rc = mks_fresh_check_env(cs->fresh, r->env, real_ns(), err, sizeof(err));
+    rc = mks_fresh_check_env(cs->fresh, r->env, mks_real_ns(), err, sizeof(err));
     if (rc) {
         snprintf(line, sizeof(line), "CLI request '%s': %s", r->env->cli_request->verb, err);
         mks_refused(cs->stats, cs->reflog,

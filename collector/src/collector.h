@@ -7,9 +7,26 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "mkscope/store.h"
 #include "mkscope/wire.h"
+
+/* The collector's clocks in ns: CLOCK_REALTIME (stored times) and
+ * CLOCK_MONOTONIC (deadlines, intervals). */
+static inline uint64_t mks_real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t mks_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* CLI exit codes, also carried in CliReply.status. */
 enum mks_exit {

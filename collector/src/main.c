@@ -115,20 +115,6 @@ static void refused(struct collector *c, enum mks_refusal why, const char *what)
     mks_refused(&c->stats, c->reflog, why, what);
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -406,7 +392,7 @@ static void trace_rank_done(struct collector *c, const char *job, uint64_t esc)
     }
     c->pend[free_k].used = true;
     c->pend[free_k].esc = esc;
-    c->pend[free_k].since_mono = mono_ns();
+    c->pend[free_k].since_mono = mks_mono_ns();
     snprintf(c->pend[free_k].job, sizeof(c->pend[free_k].job), "%s", job);
     fprintf(stderr,
             "mkscope-collector: escalation %" PRIu64 ": %zu of %zu ranks sent their raw events;"
@@ -417,7 +403,7 @@ static void trace_rank_done(struct collector *c, const char *job, uint64_t esc)
 /* Write the traces that waited too long for a rank. */
 static void flush_traces(struct collector *c)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = mks_mono_ns();
     for (size_t k = 0; k < MAX_PENDING_TRACES; k++) {
         if (!c->pend[k].used || now - c->pend[k].since_mono < TRACE_WAIT_NS)
             continue;
@@ -433,7 +419,7 @@ static void flush_traces(struct collector *c)
 /* Evaluate triggers at most once a second, when new summaries arrived. */
 static void run_triggers(struct collector *c)
 {
-    uint64_t mono = mono_ns();
+    uint64_t mono = mks_mono_ns();
     if (!c->new_summaries || mono - c->trig_last_mono < 1000000000ull)
         return;
     c->new_summaries = false;
@@ -442,7 +428,7 @@ static void run_triggers(struct collector *c)
     mks_store_latest_job(c->st, job, sizeof(job));
     if (!*job)
         return;
-    uint64_t now = now_ns();
+    uint64_t now = mks_real_ns();
     struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = now,
                                .ucx_endpoint = c->ucx_endpoint};
     /* Only what arrived since the last evaluation: the loop is the only
@@ -533,7 +519,7 @@ static void handle_ucx_frame(void *arg, const void *buf, size_t len)
         refused(c, rc == -EACCES ? MKS_REFUSED_UNAUTHENTICATED : MKS_REFUSED_INVALID, line);
         return;
     }
-    if ((rc = mks_fresh_check_env(c->fresh, env, now_ns(), err, sizeof(err)))) {
+    if ((rc = mks_fresh_check_env(c->fresh, env, mks_real_ns(), err, sizeof(err)))) {
         snprintf(line, sizeof(line), "a UCX frame from %s rank %u: %s", env->job, env->rank, err);
         refused(c, rc == -EALREADY ? MKS_REFUSED_REPLAYED : MKS_REFUSED_STALE, line);
         mks_wire_free(env);
@@ -543,7 +529,7 @@ static void handle_ucx_frame(void *arg, const void *buf, size_t len)
     if (c->verbose)
         fprintf(stderr, "mkscope-collector: raw_event_batch over UCX from %s rank %u: %zu events\n",
                 env->job, env->rank, env->raw_event_batch->n_events);
-    rc = mks_store_ingest(c->st, env, now_ns(), NULL, err, sizeof(err));
+    rc = mks_store_ingest(c->st, env, mks_real_ns(), NULL, err, sizeof(err));
     if (rc && mks_refusal_of_store(rc) != MKS_REFUSED_COUNT) {
         refused(c, mks_refusal_of_store(rc), err);
     } else if (rc) {
@@ -620,7 +606,7 @@ static void handle_cli(struct collector *c, struct mks_cliserv_req *req)
         }
         return;
     }
-    struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = now_ns()};
+    struct mks_serve_env se = {.st = c->st, .stats = &c->stats, .now_ns = mks_real_ns()};
     json_t *answer = NULL;
     int status = mks_serve_cli(&se, r, &answer, err, sizeof(err));
     mks_cliserv_done(c->cli, req, status, err, answer);
@@ -654,7 +640,7 @@ static void start_survey(struct collector *c, struct mks_cliserv_req *req)
     c->sv.active = true;
     c->sv.id = sr.id;
     c->sv.req = req;
-    c->sv.deadline_ns = mono_ns() + (uint64_t)deadline_ms * 1000000ull;
+    c->sv.deadline_ns = mks_mono_ns() + (uint64_t)deadline_ms * 1000000ull;
     c->sv.answers = json_array();
     mks_store_latest_job(c->st, c->sv.job, sizeof(c->sv.job));
     send_env(c, c->survey, &env);
@@ -755,7 +741,7 @@ static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, c
         /* Healthy: the loop that ingests went round lately (a stalled loop
          * acknowledges nothing) and the store answers. */
         char msg[160];
-        uint64_t age = mono_ns() - c->loop_beat_ns;
+        uint64_t age = mks_mono_ns() - c->loop_beat_ns;
         unsigned code = MHD_HTTP_OK;
         sqlite3_stmt *s = NULL;
         if (age > HEALTH_STALL_NS) {
@@ -784,7 +770,7 @@ static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, c
         MHD_destroy_response(resp);
         return ret;
     }
-    struct mks_serve_env se = {.st = c->metrics_st, .stats = &c->stats, .now_ns = now_ns()};
+    struct mks_serve_env se = {.st = c->metrics_st, .stats = &c->stats, .now_ns = mks_real_ns()};
     char *text = mks_metrics_render(&se);
     if (!text)
         return MHD_NO;
@@ -1079,9 +1065,9 @@ int main(int argc, char **argv)
     int loop_fd = mks_cliserv_loop_fd(c.cli);
     fprintf(stderr, "mkscope-collector: ingest %s, cli %s, survey %s, db %s\n", ingest_url,
             cli_url, survey_url, tmp_db[0] ? ":memory: (a temporary file)" : db);
-    c.loop_beat_ns = mono_ns();
+    c.loop_beat_ns = mks_mono_ns();
     for (;;) {
-        c.loop_beat_ns = mono_ns();
+        c.loop_beat_ns = mks_mono_ns();
         /* Progress UCX before sleeping; armed means its fd will wake us. */
         bool ucx_armed = !c.ucx || mks_ucxrx_progress(c.ucx, handle_ucx_frame, &c);
         struct pollfd pf[5] = {
@@ -1095,7 +1081,7 @@ int main(int argc, char **argv)
         };
         int timeout = ucx_armed ? 1000 : 0;
         if (c.sv.active) {
-            uint64_t now = mono_ns();
+            uint64_t now = mks_mono_ns();
             timeout = now >= c.sv.deadline_ns ? 0 : (int)((c.sv.deadline_ns - now) / 1000000) + 1;
         }
         if (!ucx_armed)
@@ -1121,7 +1107,7 @@ int main(int argc, char **argv)
         }
         if (pf[2].revents & POLLIN && c.sv.active)
             drain(&c, c.survey, survey_reply);
-        if (c.sv.active && mono_ns() >= c.sv.deadline_ns)
+        if (c.sv.active && mks_mono_ns() >= c.sv.deadline_ns)
             finish_survey(&c);
         run_triggers(&c);
         flush_traces(&c);

@@ -21,13 +21,6 @@
 #include "lost.h"
 #include "serve.h"
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- bounded work ------------------------------------------------------------ */
 
 /* Every this many virtual machine instructions SQLite asks whether to go
@@ -38,7 +31,7 @@ static uint64_t mono_ns(void)
 static int limit_progress(void *arg)
 {
     struct mks_serve_limit *l = arg;
-    if (mono_ns() >= l->deadline_mono_ns)
+    if (mks_mono_ns() >= l->deadline_mono_ns)
         l->hit = MKS_SERVE_HIT_TIME;
     else if (sqlite3_memory_used() - l->mem_base > MKS_SERVE_MEM_BYTES)
         l->hit = MKS_SERVE_HIT_MEM;
@@ -48,7 +41,7 @@ static int limit_progress(void *arg)
 void mks_serve_limit_begin(sqlite3 *db, struct mks_serve_limit *l, uint64_t limit_ns)
 {
     l->limit_ns = limit_ns ? limit_ns : MKS_SERVE_LIMIT_NS;
-    l->deadline_mono_ns = mono_ns() + l->limit_ns;
+    l->deadline_mono_ns = mks_mono_ns() + l->limit_ns;
     l->mem_base = sqlite3_memory_used();
     l->hit = 0;
     sqlite3_progress_handler(db, PROGRESS_OPS, limit_progress, l);
