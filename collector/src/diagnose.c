@@ -1053,6 +1053,8 @@ struct pcls { /* a task class */
     double wait_ex, wait_max_ex;          /* remote waits inside its tasks beyond their norm */
     double xfer_ex, xfer_max_ex;          /* its transfers beyond their norm */
     double ex, ex_max;                    /* run-time excess in all, of the longest */
+    double occ;                           /* time its tasks held workers beyond their
+                                             usual (waits and transfers included) */
     bool has_xfer;                        /* its tasks' transfers were measured */
 };
 struct pent { /* a wait or a release */
@@ -1138,9 +1140,8 @@ static const struct norm *class_norm(const struct diag *d, uint32_t rank, uint32
     return all ? all : own;
 }
 
-/* The profile of one cell against the rank's norms.  gen: the remote wait
- * that led here (0 none): at a producer only the releases toward that
- * consumer count, and the local records. */
+/* The profile of one cell against the rank's norms (gen: the remote wait
+ * that led here, 0 none). */
 static int prof_cell(struct diag *d, const struct cell *c, uint64_t gen, const bool *visited,
                      struct prof *p)
 {
@@ -1173,12 +1174,13 @@ static int prof_cell(struct diag *d, const struct cell *c, uint64_t gen, const b
         if (visited && w->peer < MAX_RANKS && visited[w->peer])
             e->peer = UINT32_MAX;
     }
-    const bool graph = gen && op_key(gen);
-    const uint32_t consumer = graph ? mks_commid_dst_rank(gen) : UINT32_MAX;
+    /* Every release of the step counts, not only those toward the consumer
+     * whose wait led here: its send may have queued behind the slow
+     * transfers to the others (a comm-delay's first sends hold both
+     * workers), which are then the cause. */
+    (void)gen;
     for (uint32_t j = 0; j < c->nr; j++) {
         const struct rrow *r = &d->r[c->r0 + j];
-        if (!local_release(r->gen) && consumer != UINT32_MAX && r->consumer != consumer)
-            continue;
         const struct norm *nm =
             norm_get(d, nkey(K_RELEASE, r->rank, r->consumer, r->cls, op_key(r->gen)));
         struct pent *e = prof_ent(&p->r, &p->nr, &p->cap_r);
@@ -1324,13 +1326,13 @@ static void score_prof(const struct diag *d, struct prof *p, struct verdict *v)
     for (size_t i = 0; i < p->nr; i++) {
         const struct pent *e = &p->r[i];
         struct pcls *pc = find_cls(p, e->cls);
-        if (ent_leads(p->r, p->nr, i, false, false)) {
+        if (ent_leads(p->r, p->nr, i, false, false))
             xfer += e->a;
-            if (pc && e->a > 0) {
-                pc->xfer_ex += e->a;
-                if (e->a > pc->xfer_max_ex)
-                    pc->xfer_max_ex = e->a;
-            }
+        /* each send's run time holds its own transfer, side by side or not */
+        if (pc && e->a > 0) {
+            pc->xfer_ex += e->a;
+            if (e->a > pc->xfer_max_ex)
+                pc->xfer_max_ex = e->a;
         }
         if (!isnan(e->a) && pc)
             pc->has_xfer = true;
@@ -1341,10 +1343,11 @@ static void score_prof(const struct diag *d, struct prof *p, struct verdict *v)
      * their tasks. */
     for (size_t i = 0; i < p->ncls; i++) {
         struct pcls *pc = &p->cls[i];
-        pc->ex = pc->ex_max = 0;
+        pc->ex = pc->ex_max = pc->occ = 0;
         if (pc->count <= 0 || isnan(pc->r_mean))
             continue;
-        pc->ex = pc->run - pc->count * pc->r_mean - pc->wait_ex - pc->xfer_ex;
+        pc->occ = pc->run - pc->count * pc->r_mean;
+        pc->ex = pc->occ - pc->wait_ex - pc->xfer_ex;
         if (pc->rmax > 0 && !isnan(pc->r_max) && pc->r_max > 0)
             pc->ex_max = pc->rmax - pc->r_max - pc->wait_max_ex - pc->xfer_max_ex;
     }
@@ -1390,13 +1393,12 @@ static void score_prof(const struct diag *d, struct prof *p, struct verdict *v)
      * their worker (sends behind a router that runs long): every class's
      * queueing may owe up to the others' run-time excess, once, and its
      * longest wait the longest task of any other class. */
-    double ex_all = 0, ex_max_all = 0;
-    for (size_t i = 0; i < p->ncls; i++) {
-        if (p->cls[i].ex > 0)
-            ex_all += p->cls[i].ex;
-        if (p->cls[i].ex_max > ex_max_all)
-            ex_max_all = p->cls[i].ex_max;
-    }
+    /* (what held a worker counts: a task in a transfer or a wait blocks
+     * the tasks behind it as a slow one does; that queueing is its cause's) */
+    double occ_all = 0;
+    for (size_t i = 0; i < p->ncls; i++)
+        if (p->cls[i].occ > 0)
+            occ_all += p->cls[i].occ;
     for (size_t i = 0; i < p->ncls; i++) {
         struct pcls *pc = &p->cls[i];
         if (pc->count <= 0 || isnan(pc->r_mean))
@@ -1434,8 +1436,8 @@ static void score_prof(const struct diag *d, struct prof *p, struct verdict *v)
         /* tasks one worker runs of the class in the step (an upper bound:
          * the step's operators of the class add up) */
         double waves = ceil(pc->count / W);
-        double own = ex > 0 ? ex : 0;
-        double behind = own * behind_factor(waves) + (ex_all - own);
+        double own = pc->occ > 0 ? pc->occ : 0;
+        double behind = own * behind_factor(waves) + (occ_all - own);
         if (pc->qn > 0 && !isnan(pc->q_mean)) {
             double qe = pc->q - pc->qn * pc->q_mean;
             double qu = qe - behind;
@@ -1488,8 +1490,8 @@ static void score_prof(const struct diag *d, struct prof *p, struct verdict *v)
         v->run_ex = isnan(pc->r_mean) ? 0 : pc->run - pc->count * pc->r_mean - inside;
         v->run_max_ex = pc->rmax > 0 && pc->r_max > 0 ? pc->rmax - pc->r_max : 0;
         v->queue_ex = pc->qn > 0 && !isnan(pc->q_mean) ? pc->q - pc->qn * pc->q_mean : 0;
-        double waves = ceil(pc->count / p->W), own = v->run_ex > 0 ? v->run_ex : 0;
-        v->queue_behind = own * behind_factor(waves) + (ex_all - (pc->ex > 0 ? pc->ex : 0));
+        double waves = ceil(pc->count / p->W), own = pc->occ > 0 ? pc->occ : 0;
+        v->queue_behind = own * behind_factor(waves) + (occ_all - own);
         if (v->queue_behind > v->queue_ex)
             v->queue_behind = v->queue_ex > 0 ? v->queue_ex : 0;
         v->queue_max_ex = pc->qmax > 0 && !isnan(pc->q_max) ? pc->qmax - pc->q_max : 0;
@@ -1701,6 +1703,7 @@ struct segment {
     double blame;               /* median over the run: what its peers wait on it, a step */
     double frac;                /* share of the run's steps with positive blame */
     size_t n;                   /* steps with a blame */
+    bool kept;                  /* its group is shown (a cause explains it) */
 };
 
 struct blame {
@@ -1934,6 +1937,7 @@ static size_t cell_from(const struct diag *d, uint32_t rank, uint32_t step)
  * spread: medians over them are as good as over all. */
 #define SEG_PROFILE_STEPS 512
 #define SEG_MAX_KEYS 256
+#define SEG_WAIT_CLASSES 256
 
 /* The straggler's profile over the steps of a segment against its peers:
  * per class (experts by family) its run, count, longest task and queueing,
@@ -1968,6 +1972,16 @@ static int prof_segment(struct diag *d, const struct segment *sg, struct prof *p
             const struct cell *ce = cell_at(d, r, s);
             if (!ce || !ce->detail || ce->coarse)
                 continue;
+            /* a rank's remote waits happen inside tasks of their class:
+             * compared across ranks, a class's run is its own work, the
+             * waits (which differ rank to rank: the straggler's peers wait
+             * on it) taken out */
+            double waited[SEG_WAIT_CLASSES] = {0};
+            for (uint32_t j = 0; j < ce->nw; j++) {
+                const struct wrow *w = &d->w[ce->w0 + j];
+                if (w->cls < SEG_WAIT_CLASSES)
+                    waited[w->cls] += (double)(w->t_end - w->t_begin);
+            }
             for (uint32_t j = 0; j < ce->nc + ce->nr; j++) {
                 bool is_cls = j < ce->nc;
                 const struct crow *cr = is_cls ? &d->c[ce->c0 + j] : NULL;
@@ -1987,7 +2001,10 @@ static int prof_segment(struct diag *d, const struct segment *sg, struct prof *p
                 if (is_cls) {
                     if (!*st)
                         memset(a, 0, 5 * sizeof(double));
-                    a[0] += cr->count, a[1] += cr->run, a[2] = MAXU(a[2], cr->rmax);
+                    double own_run = cr->run;
+                    if (cr->cls < SEG_WAIT_CLASSES)
+                        own_run = own_run > waited[cr->cls] ? own_run - waited[cr->cls] : 0;
+                    a[0] += cr->count, a[1] += own_run, a[2] = MAXU(a[2], cr->rmax);
                     a[3] += cr->q, a[4] += cr->qn;
                 } else {
                     double v[2] = {xfer_time(rr), notify_gap(rr)};
@@ -2332,12 +2349,15 @@ static json_t *stalled_json(struct diag *d, const struct chain *ch, const uint32
     for (uint32_t r = 0; r < d->n_ranks; r++) {
         if (r == root->rank || r == ch->l[0].rank)
             continue;
-        for (size_t i = 0; i < n_steps && i < 5; i++) {
-            struct cell *c = cell_at(d, r, steps[i]);
+        /* each of the group's first steps, and the step after it: a task
+         * late at the end of its step delays the rank's next one, where
+         * its peers wait on it */
+        for (size_t i = 0; i < 2 * n_steps && i < 10; i++) {
+            struct cell *c = cell_at(d, r, steps[i / 2] + (uint32_t)(i % 2));
             if (!c)
                 continue;
             double ex = step_dur(c) - med;
-            if (build_chain(d, r, steps[i], ex > 0 ? ex : step_dur(c), o, p))
+            if (build_chain(d, r, c->step, ex > 0 ? ex : step_dur(c), o, p))
                 continue;
             const struct link *ro = &o->l[o->n - 1];
             if (o->n < 2 || o->l[0].cause != C_REMOTE || ro->rank != root->rank) {
@@ -2399,7 +2419,7 @@ static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank,
                           double med, struct prof *p)
 {
     json_t *stalled = NULL;
-    struct chain *first = NULL;
+    struct chain *first = NULL, *alone = NULL;
     if (ch->l[ch->n - 1].cause >= 0 && (first = malloc(sizeof(*first)))) {
         stalled = stalled_json(d, ch, gsteps, n_gsteps, med, first, p);
         /* The slowest rank was the root itself: show the story from a
@@ -2407,6 +2427,19 @@ static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank,
         if (ch->n == 1 && first->n > 1) {
             ch = first;
             rank = first->l[0].rank;
+        } else if (ch->n == 1 && d->n_ranks > 1 && !json_array_size(stalled) &&
+                   (alone = malloc(sizeof(*alone)))) {
+            /* No peer waited on it in these steps or the next: a delay
+             * that stayed on its rank did not slow the job (a loaded
+             * machine's stall of a thread between two all-reduces); a
+             * fault of the rank holds up its peers. */
+            *alone = *ch;
+            struct link *R = &alone->l[0];
+            snprintf(alone->reason, sizeof(alone->reason),
+                     "rank %u: %s, but no other rank waited on it in these steps or the next",
+                     R->rank, cause_name[R->cause]);
+            R->cause = -1, R->cls = -1;
+            ch = alone;
         }
     }
     const struct link *root = &ch->l[ch->n - 1];
@@ -2421,6 +2454,7 @@ static json_t *group_json(struct diag *d, const struct chain *ch, uint32_t rank,
     if (stalled)
         json_object_set_new(g, "stalled", stalled);
     free(first);
+    free(alone);
     return g;
 }
 
@@ -2566,14 +2600,24 @@ struct gout { /* a group on its way out, with what orders it */
     double total;
 };
 
+/* Decided groups first, then by the delay their cause explains (the
+ * delay of their steps times the share its cause explains): what the run
+ * is about; a loaded machine's groups of a few steps explain little. */
 static int cmp_gout(const void *a, const void *b)
 {
     const struct gout *x = a, *y = b;
     if (x->decided != y->decided)
         return x->decided ? -1 : 1;
-    if (x->n != y->n)
-        return x->n > y->n ? -1 : 1;
-    return x->total > y->total ? -1 : x->total < y->total;
+    if (x->total != y->total)
+        return x->total > y->total ? -1 : 1;
+    return x->n > y->n ? -1 : x->n < y->n;
+}
+
+/* The share of its delay a group's cause explains (at most 1). */
+static double group_share(json_t *g)
+{
+    double s = json_number_value(json_object_get(g, "share"));
+    return s > 1 ? 1 : s > 0.02 ? s : 0.02;
 }
 
 int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_opts *opts,
@@ -2829,18 +2873,54 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         if (stime[k] > stime[tg[g].worst])
             tg[g].worst = k;
     }
-    /* Slow steps of a straggler inside its run belong to it. */
-    for (size_t g = 0; g < n_tg; g++) {
-        const struct link *root = &CH(tg[g].first)->l[CH(tg[g].first)->n - 1];
-        for (size_t s = 0; s < n_seg; s++)
-            if (root->rank == seg[s].rank && tg[g].first_step + DIAG_WINDOW >= seg[s].first &&
-                tg[g].last_step <= seg[s].last + DIAG_WINDOW)
-                tg[g].absorbed = true;
-    }
     go = calloc(n_tg + n_seg + 1, sizeof(*go));
     if (!go)
         goto oom;
     size_t ng = 0, hidden_weak = 0;
+    for (size_t s = 0; s < n_seg; s++) {
+        json_t *sl = json_array();
+        size_t n_in = 0, a = SIZE_MAX;
+        for (size_t k = 0; k < n_steps; k++)
+            if (steps[k] >= seg[s].first && steps[k] <= seg[s].last) {
+                json_array_append_new(sl, json_integer(steps[k]));
+                if (a == SIZE_MAX)
+                    a = k;
+                n_in++;
+            }
+        double *v = scratch(&d, n_in + 1);
+        if (!v) {
+            json_decref(sl);
+            goto oom;
+        }
+        for (size_t k = 0; k < n_in; k++)
+            v[k] = stime[a + k];
+        double step_ns = median(v, n_in);
+        const char *cause = NULL;
+        bool weak = false;
+        json_t *gj = segment_json(&d, &seg[s], sl, step_ns, med, &prof, &cause, &weak);
+        if (!gj)
+            goto oom;
+        if (weak) {
+            /* peers waited on it, but nothing on the rank explains why: the
+             * machine's noise in the waits, not a straggler */
+            json_decref(gj);
+            hidden_weak++;
+            continue;
+        }
+        seg[s].kept = true;
+        go[ng++] = (struct gout){.g = gj, .decided = strcmp(cause, "undecided") != 0, .n = n_in,
+                                 .total = seg[s].blame * (double)n_in * group_share(gj)};
+    }
+    /* Slow steps of a straggler inside its run belong to it. */
+    for (size_t g = 0; g < n_tg; g++) {
+        const struct link *root = &CH(tg[g].first)->l[CH(tg[g].first)->n - 1];
+        for (size_t s = 0; s < n_seg; s++)
+            if (seg[s].kept && root->rank == seg[s].rank &&
+                tg[g].first_step + DIAG_WINDOW >= seg[s].first &&
+                tg[g].last_step <= seg[s].last + DIAG_WINDOW)
+                tg[g].absorbed = true;
+    }
+
     for (size_t g = 0; g < n_tg; g++) {
         if (tg[g].absorbed)
             continue;
@@ -2914,46 +2994,14 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             if (tg[g].ks[i] != w && same_root(CH(tg[g].ks[i]), rep))
                 gs[ngs++] = steps[tg[g].ks[i]];
         json_t *gj = group_json(&d, rep, srank[w], gs, ngs, tg[g].steps, stime[w], med, &prof);
-        bool decided = rep->l[rep->n - 1].cause >= 0;
         if (rep != CH(w))
             free(rep);
         tg[g].steps = NULL;
         if (!gj)
             goto oom;
-        go[ng++] = (struct gout){.g = gj, .decided = decided, .n = tg[g].n, .total = tg[g].total};
-    }
-    for (size_t s = 0; s < n_seg; s++) {
-        json_t *sl = json_array();
-        size_t n_in = 0, a = SIZE_MAX;
-        for (size_t k = 0; k < n_steps; k++)
-            if (steps[k] >= seg[s].first && steps[k] <= seg[s].last) {
-                json_array_append_new(sl, json_integer(steps[k]));
-                if (a == SIZE_MAX)
-                    a = k;
-                n_in++;
-            }
-        double *v = scratch(&d, n_in + 1);
-        if (!v) {
-            json_decref(sl);
-            goto oom;
-        }
-        for (size_t k = 0; k < n_in; k++)
-            v[k] = stime[a + k];
-        double step_ns = median(v, n_in);
-        const char *cause = NULL;
-        bool weak = false;
-        json_t *gj = segment_json(&d, &seg[s], sl, step_ns, med, &prof, &cause, &weak);
-        if (!gj)
-            goto oom;
-        if (weak) {
-            /* peers waited on it, but nothing on the rank explains why: the
-             * machine's noise in the waits, not a straggler */
-            json_decref(gj);
-            hidden_weak++;
-            continue;
-        }
-        go[ng++] = (struct gout){.g = gj, .decided = strcmp(cause, "undecided") != 0, .n = n_in,
-                                 .total = seg[s].blame * (double)n_in};
+        bool decided = strcmp(json_string_value(json_object_get(gj, "cause")), "undecided") != 0;
+        go[ng++] = (struct gout){.g = gj, .decided = decided, .n = tg[g].n,
+                                 .total = tg[g].total * group_share(gj)};
     }
     /* Groups of fewer slow steps than asked for are left out, counted: a
      * loaded machine stalls single steps now and then.  Decided groups
