@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -425,6 +426,20 @@ static void rank_labels(char *buf, size_t len, const char *job, uint32_t rank)
     fclose(f);
 }
 
+/* A counter per (job, trigger): the uint64_t at offset `field` of each. */
+static void trig_counter(FILE *f, const struct mks_metrics *m, const char *name, const char *help,
+                         size_t field)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (size_t i = 0; i < m->n_trigs; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&m->trigs[i] + field, sizeof(v));
+        fprintf(f, "%s{job=", name);
+        label(f, m->trigs[i].job);
+        fprintf(f, ",trigger=\"%lld\"} %llu\n", (long long)m->trigs[i].id, (unsigned long long)v);
+    }
+}
+
 static void registry_render(FILE *f, struct mks_metrics *m, sqlite3 *db)
 {
     sqlite3_stmt *cn = NULL;
@@ -513,31 +528,13 @@ static void registry_render(FILE *f, struct mks_metrics *m, sqlite3 *db)
         fprintf(f, "mkscope_remote_waits_dropped_total{%s} %llu\n", lb,
                 (unsigned long long)r->waits_dropped);
     }
-    fprintf(f, "# HELP mkscope_trigger_firings_total Ranks on which a trigger crossed its"
-               " threshold, summed over evaluations\n"
-               "# TYPE mkscope_trigger_firings_total counter\n");
-    for (size_t i = 0; i < m->n_trigs; i++) {
-        fputs("mkscope_trigger_firings_total{job=", f);
-        label(f, m->trigs[i].job);
-        fprintf(f, ",trigger=\"%lld\"} %llu\n", (long long)m->trigs[i].id,
-                (unsigned long long)m->trigs[i].firings);
-    }
-    fprintf(f, "# HELP mkscope_escalations_total Escalations (raw traces) a trigger started\n"
-               "# TYPE mkscope_escalations_total counter\n");
-    for (size_t i = 0; i < m->n_trigs; i++) {
-        fputs("mkscope_escalations_total{job=", f);
-        label(f, m->trigs[i].job);
-        fprintf(f, ",trigger=\"%lld\"} %llu\n", (long long)m->trigs[i].id,
-                (unsigned long long)m->trigs[i].escalations);
-    }
-    fprintf(f, "# HELP mkscope_escalation_ranks_total Ranks asked for raw events by escalations\n"
-               "# TYPE mkscope_escalation_ranks_total counter\n");
-    for (size_t i = 0; i < m->n_trigs; i++) {
-        fputs("mkscope_escalation_ranks_total{job=", f);
-        label(f, m->trigs[i].job);
-        fprintf(f, ",trigger=\"%lld\"} %llu\n", (long long)m->trigs[i].id,
-                (unsigned long long)m->trigs[i].escalated_ranks);
-    }
+    trig_counter(f, m, "mkscope_trigger_firings_total",
+                 "Ranks on which a trigger crossed its threshold, summed over evaluations",
+                 offsetof(struct mtrig, firings));
+    trig_counter(f, m, "mkscope_escalations_total", "Escalations (raw traces) a trigger started",
+                 offsetof(struct mtrig, escalations));
+    trig_counter(f, m, "mkscope_escalation_ranks_total",
+                 "Ranks asked for raw events by escalations", offsetof(struct mtrig, escalated_ranks));
     fprintf(f, "# HELP mkscope_metrics_series_dropped_total Series not kept: past the bounds on"
                " ranks, classes, peers or triggers\n"
                "# TYPE mkscope_metrics_series_dropped_total counter\n"
