@@ -669,16 +669,17 @@ static void survey_reply(struct collector *c, const void *buf, size_t len)
         json_t *cov = json_array();
         for (size_t i = 0; i < r->n_coverage; i++)
             json_array_append_new(
-                cov, json_pack("{s:i, s:I, s:I, s:I, s:I}", "hook", (int)r->coverage[i]->hook,
+                cov, json_pack("{s:s, s:I, s:I, s:I, s:I}", "hook",
+                               mks_wire_hook_name(r->coverage[i]->hook) ? mks_wire_hook_name(r->coverage[i]->hook) : "unknown",
                                "eligible", (json_int_t)r->coverage[i]->eligible, "ran",
                                (json_int_t)r->coverage[i]->ran, "throttled",
                                (json_int_t)r->coverage[i]->throttled, "lost",
                                (json_int_t)r->coverage[i]->lost));
         json_t *progs = json_array();
         for (size_t i = 0; i < r->n_programs; i++)
-            json_array_append_new(progs, json_pack("{s:s, s:i, s:I}", "name",
+            json_array_append_new(progs, json_pack("{s:s, s:s, s:I}", "name",
                                                    r->programs[i]->name, "hook",
-                                                   (int)r->programs[i]->hook, "prog_gen",
+                                                   mks_wire_hook_name(r->programs[i]->hook) ? mks_wire_hook_name(r->programs[i]->hook) : "unknown", "prog_gen",
                                                    (json_int_t)r->programs[i]->prog_gen));
         json_array_append_new(c->sv.answers,
                               json_pack("{s:i, s:s, s:b, s:s, s:I, s:I, s:o, s:o}", "rank",
