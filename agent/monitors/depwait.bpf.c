@@ -1,7 +1,8 @@
 /*
  * depwait: dependency waits split local/remote.  A wait's begin time is kept
  * per worker at dep_wait_begin; at dep_wait_end the duration goes into a
- * histogram by (local/remote, task class), and a remote wait also into a
+ * histogram by (local/remote, task class) with its longest (wait_max), and
+ * a remote wait also into a
  * record keyed by (comm_gen, producer rank).  On the producer side one
  * record per (comm_gen, consumer rank) holds the times of a release: the
  * sending task's start, comm_end (the data is there) and the remote
@@ -59,6 +60,26 @@ struct {
     __type(value, struct mks_mon_wait_stats);
 } wait_stats SEC(".maps");
 
+struct {
+    __uint(type, MKS_MAP_ARRAY);
+    __uint(max_entries, MKS_MON_WAIT_ENTRIES);
+    __type(key, __u32);
+    __type(value, __u64);
+} wait_max SEC(".maps");
+
+/* Raise *p to v; a few compare-and-swap tries, as in latency.bpf.c. */
+static __always_inline void raise_max(__u64 *p, __u64 v)
+{
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        __u64 old = *p;
+        if (v <= old)
+            return;
+        if (__sync_val_compare_and_swap(p, old, v) == old)
+            return;
+    }
+}
+
 SEC("mkscope/dep_wait_begin")
 int wait_begin(const struct mks_hook_ctx *ctx)
 {
@@ -99,6 +120,12 @@ int wait_end(const struct mks_hook_ctx *ctx)
     d = t1 - t0;
     hkey = MKS_MON_WAIT_KEY(dep, cls);
     mks_hist_add(&wait_hist, &hkey, d);
+    {
+        __u64 *mx = mks_map_lookup(&wait_max, &hkey);
+
+        if (mx)
+            raise_max(mx, d);
+    }
     if (dep != MKS_DEP_REMOTE)
         return 0;
 

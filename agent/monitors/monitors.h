@@ -16,8 +16,8 @@
  *                   lat_run     mkscope/task_end        lat_run, lat_step, count_by_class,
  *                                                       worker_time
  *   depwait.bpf.o   wait_begin  mkscope/dep_wait_begin  wait_begin_ts
- *                   wait_end    mkscope/dep_wait_end    wait_hist, remote_waits,
- *                                                       wait_stats
+ *                   wait_end    mkscope/dep_wait_end    wait_hist, wait_max,
+ *                                                       remote_waits, wait_stats
  *                   release     mkscope/comm_end        remote_releases
  *                   rel_notify  mkscope/dep_release     remote_releases
  *   queue.bpf.o     q_assign    mkscope/task_assign     queue_by_worker
@@ -136,12 +136,16 @@ struct mks_mon_worker_time {
  *   MKS_MON_LOCAL_REL_GEN(step, task_class), peer = this rank: t_release 0,
  *   t_end and t_notify of the release with the largest t_notify - t_end of
  *   that (step, class), count = local releases seen.
- * wait_stats: MKS_MAP_ARRAY, key u32 0, value struct mks_mon_wait_stats. */
+ * wait_stats: MKS_MAP_ARRAY, key u32 0, value struct mks_mon_wait_stats.
+ * wait_max: MKS_MAP_ARRAY, key as wait_hist, value u64 longest wait in ns. */
 #define MKS_MON_WAIT_BEGIN_MAP "wait_begin_ts"
 #define MKS_MON_WAIT_HIST_MAP  "wait_hist"
 #define MKS_MON_REMOTE_MAP     "remote_waits"
 #define MKS_MON_RELEASE_MAP    "remote_releases"
 #define MKS_MON_WAIT_STATS_MAP "wait_stats"
+/* wait_max: MKS_MAP_ARRAY, key as wait_hist, value u64: the longest wait
+ * of the epoch (compare-and-swap). */
+#define MKS_MON_WAIT_MAX_MAP   "wait_max"
 #define MKS_MON_WAIT_ENTRIES   (2 * MKS_MON_MAX_CLASSES)
 #define MKS_MON_WAIT_KEY(dep, cls)                                                                 \
     (((dep) == MKS_DEP_REMOTE ? MKS_MON_MAX_CLASSES : 0) + MKS_MON_CLASS_IDX(cls))

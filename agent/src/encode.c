@@ -390,6 +390,7 @@ static int add_rest(struct arena *a, const struct agt_summary *s, Mkscope__V1__E
             w->waiter_class = c;
             w->count = h->count;
             w->sum_ns = h->sum;
+            w->max_ns = s->wait_max[MKS_MON_WAIT_KEY(MKS_DEP_LOCAL, c)];
             es->local_waits[es->n_local_waits++] = w;
         }
     }

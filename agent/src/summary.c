@@ -169,6 +169,17 @@ static int it_wait(const void *key, const void *value, void *arg)
     return 0;
 }
 
+static int it_wait_max(const void *key, const void *value, void *arg)
+{
+    struct iter_ctx *c = arg;
+    uint32_t k = key_u32(key);
+    uint64_t v;
+    memcpy(&v, value, sizeof(v));
+    if (k < MKS_MON_WAIT_ENTRIES && v > c->s->wait_max[k])
+        c->s->wait_max[k] = v;
+    return 0;
+}
+
 static int it_wait_stats(const void *key, const void *value, void *arg)
 {
     struct iter_ctx *c = arg;
@@ -307,6 +318,7 @@ static const struct builtin_map builtin_maps[] = {
     {MKS_MON_WORKER_MAP, 4, sizeof(struct mks_mon_worker_time), it_wtime, flag_wtime},
     {MKS_MON_WAIT_HIST_MAP, 4, sizeof(struct mks_hist), it_wait, flag_wait},
     {MKS_MON_WAIT_STATS_MAP, 4, sizeof(struct mks_mon_wait_stats), it_wait_stats, NULL},
+    {MKS_MON_WAIT_MAX_MAP, 4, 8, it_wait_max, NULL},
     {MKS_MON_REMOTE_MAP, sizeof(struct mks_mon_comm_key), sizeof(struct mks_mon_remote_wait),
      it_remote, NULL},
     {MKS_MON_RELEASE_MAP, sizeof(struct mks_mon_comm_key), sizeof(struct mks_mon_release),
@@ -427,8 +439,11 @@ int agt_summary_merge(struct agt_summary *d, const struct agt_summary *s)
         *e = s->lstep[i];
     }
     d->have_lstep |= s->have_lstep;
-    for (int i = 0; i < MKS_MON_WAIT_ENTRIES; i++)
+    for (int i = 0; i < MKS_MON_WAIT_ENTRIES; i++) {
         hist_add(&d->wait[i], &s->wait[i]);
+        if (s->wait_max[i] > d->wait_max[i])
+            d->wait_max[i] = s->wait_max[i];
+    }
     d->have_wait |= s->have_wait;
     d->wait_stats.waits += s->wait_stats.waits;
     d->wait_stats.unmatched += s->wait_stats.unmatched;

@@ -107,6 +107,7 @@ struct agt_summary {
     size_t n_lstep, cap_lstep;
     int have_lstep;
     struct mks_hist wait[MKS_MON_WAIT_ENTRIES];
+    uint64_t wait_max[MKS_MON_WAIT_ENTRIES]; /* longest wait (wait_max; 0 unknown) */
     int have_wait;
     struct mks_mon_wait_stats wait_stats;
 

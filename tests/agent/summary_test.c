@@ -447,6 +447,47 @@ static void test_encode_exact_steps(void **state)
     agt_summary_free(s);
 }
 
+/* Local dependency waits carry their longest (depwait's wait_max), also
+ * across a merge of epochs. */
+static void test_local_wait_max(void **state)
+{
+    (void)state;
+    static uint32_t hkey, mkey;
+    static struct mks_hist h;
+    static uint64_t mx;
+    struct agt_summary *a = NULL, *b = NULL;
+    for (int e = 0; e < 2; e++) {
+        struct fake_snap snap = {.epoch = (uint64_t)e + 1};
+        hkey = mkey = MKS_MON_WAIT_KEY(MKS_DEP_LOCAL, 3);
+        memset(&h, 0, sizeof(h));
+        h.count = 2, h.sum = 900, h.buckets[10] = 2;
+        mx = e ? 700 : 500;
+        snap.maps[0] = (struct fake_map){1, 4, sizeof(h), 1, &hkey, &h};
+        snap.maps[1] = (struct fake_map){2, 4, 8, 1, &mkey, &mx};
+        snap.n_maps = 2;
+        struct agt_mapref maps[2] = {
+            mref(1, MKS_MON_WAIT_HIST_MAP, MKS_MAP_HIST, 4, sizeof(struct mks_hist), 1),
+            mref(2, MKS_MON_WAIT_MAX_MAP, MKS_MAP_ARRAY, 4, 8, 1)};
+        struct agt_summary *s = agt_summary_new();
+        assert_int_equal(agt_summary_build(s, &fake_ops, &snap, maps, 2, NULL), 0);
+        if (e == 0)
+            a = s;
+        else
+            b = s;
+    }
+    assert_int_equal(agt_summary_merge(a, b), 0);
+    mks_envelope *env;
+    const Mkscope__V1__EpochSummary *es = decode_full(a, &env);
+    assert_int_equal(es->n_local_waits, 1);
+    assert_int_equal(es->local_waits[0]->waiter_class, 3);
+    assert_int_equal(es->local_waits[0]->count, 4);
+    assert_int_equal(es->local_waits[0]->sum_ns, 1800);
+    assert_int_equal(es->local_waits[0]->max_ns, 700);
+    mks_wire_free(env);
+    agt_summary_free(a);
+    agt_summary_free(b);
+}
+
 static struct agt_summary *epoch_of(const struct mks_mon_gen *g, size_t ng,
                                     const struct agt_wtime *w, size_t nw)
 {
@@ -554,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_encode_tiers_keep_counts),
         cmocka_unit_test(test_encode_exact_steps),
         cmocka_unit_test(test_steps_across_epochs),
+        cmocka_unit_test(test_local_wait_max),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
