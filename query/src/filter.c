@@ -18,7 +18,7 @@
 
 /* ---- evaluation in C ------------------------------------------------------ */
 
-static uint64_t ctx_field(const struct mks_hook_ctx *c, enum q_field f)
+uint64_t mks_q_ctx_field(const struct mks_hook_ctx *c, enum q_field f)
 {
     switch (f) {
     case F_RUN: return c->t_now - c->t_start;
@@ -51,9 +51,7 @@ static bool ctx_usable(enum q_field f)
     return mks_q_fields[f].ctx_off >= 0 || f == F_RUN || f == F_QUEUE;
 }
 
-/* The number a comparison's value stands for (class names resolved). */
-static int cmp_value(const struct mks_pred *p, mks_class_resolver resolve, void *arg,
-                     uint64_t *v)
+int mks_q_cmp_value(const struct mks_pred *p, mks_class_resolver resolve, void *arg, uint64_t *v)
 {
     if (!p->is_str) {
         *v = (uint64_t)p->num;
@@ -101,33 +99,14 @@ int mks_pred_eval(const struct mks_pred *p, const struct mks_hook_ctx *ctx,
     if (!ctx_usable(p->field))
         return -EINVAL;
     uint64_t v;
-    if ((b = cmp_value(p, resolve, arg, &v)))
+    if ((b = mks_q_cmp_value(p, resolve, arg, &v)))
         return b;
-    return cmp_u64(ctx_field(ctx, p->field), p->op, v);
+    return cmp_u64(mks_q_ctx_field(ctx, p->field), p->op, v);
 }
 
 /* ---- compilation ------------------------------------------------------------------ */
 
-#define MAX_LABELS 1024
-
-struct gen {
-    struct mks_insn *insns;
-    uint32_t n, cap;
-    int32_t label_at[MAX_LABELS]; /* insn index of each label, -1 unplaced */
-    int n_labels;
-    /* jumps to patch: insn index and label */
-    struct {
-        uint32_t insn;
-        int label;
-    } *fix;
-    uint32_t n_fix, cap_fix;
-    mks_class_resolver resolve;
-    void *arg;
-    struct mks_query_error *e;
-    bool oom;
-};
-
-static void emit(struct gen *g, uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm)
+void mks_q_emit(struct q_gen *g, uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm)
 {
     if (g->oom)
         return;
@@ -144,21 +123,20 @@ static void emit(struct gen *g, uint8_t code, uint8_t dst, uint8_t src, int16_t 
         .code = code, .regs = (uint8_t)((src << 4) | (dst & 0x0f)), .off = off, .imm = imm};
 }
 
-static int new_label(struct gen *g)
+int mks_q_label(struct q_gen *g)
 {
-    if (g->n_labels == MAX_LABELS)
+    if (g->n_labels == Q_MAX_LABELS)
         return -1;
     g->label_at[g->n_labels] = -1;
     return g->n_labels++;
 }
 
-static void place(struct gen *g, int label)
+void mks_q_place(struct q_gen *g, int label)
 {
     g->label_at[label] = (int32_t)g->n;
 }
 
-/* A jump whose offset is filled in once the label is placed. */
-static void jump(struct gen *g, uint8_t code, uint8_t dst, uint8_t src, int32_t imm, int label)
+void mks_q_jump(struct q_gen *g, uint8_t code, uint8_t dst, uint8_t src, int32_t imm, int label)
 {
     if (g->oom)
         return;
@@ -174,7 +152,7 @@ static void jump(struct gen *g, uint8_t code, uint8_t dst, uint8_t src, int32_t 
     g->fix[g->n_fix].insn = g->n;
     g->fix[g->n_fix].label = label;
     g->n_fix++;
-    emit(g, code, dst, src, 0, imm);
+    mks_q_emit(g, code, dst, src, 0, imm);
 }
 
 static uint8_t ldx_size(int size)
@@ -182,65 +160,104 @@ static uint8_t ldx_size(int size)
     return size == 2 ? MKS_BPF_H : size == 4 ? MKS_BPF_W : MKS_BPF_DW;
 }
 
-/* r2 = the field's value. */
-static void load_field(struct gen *g, enum q_field f)
+/* A filter's loads: the context is r1, never written. */
+static void filter_load(struct q_gen *g, enum q_field f, uint8_t dst)
 {
     if (f == F_RUN || f == F_QUEUE) {
         int hi = f == F_RUN ? 80 : 96, lo = f == F_RUN ? 96 : 88;
-        emit(g, MKS_BPF_LDX | MKS_BPF_MEM | MKS_BPF_DW, 2, 1, (int16_t)hi, 0);
-        emit(g, MKS_BPF_LDX | MKS_BPF_MEM | MKS_BPF_DW, 3, 1, (int16_t)lo, 0);
-        emit(g, MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_X, 2, 3, 0, 0);
+        mks_q_emit(g, MKS_BPF_LDX | MKS_BPF_MEM | MKS_BPF_DW, dst, 1, (int16_t)hi, 0);
+        mks_q_emit(g, MKS_BPF_LDX | MKS_BPF_MEM | MKS_BPF_DW, 3, 1, (int16_t)lo, 0);
+        mks_q_emit(g, MKS_BPF_ALU64 | MKS_BPF_SUB | MKS_BPF_X, dst, 3, 0, 0);
         return;
     }
-    emit(g, MKS_BPF_LDX | MKS_BPF_MEM | ldx_size(mks_q_fields[f].ctx_size), 2, 1,
-         (int16_t)mks_q_fields[f].ctx_off, 0);
+    mks_q_emit(g, MKS_BPF_LDX | MKS_BPF_MEM | ldx_size(mks_q_fields[f].ctx_size), dst, 1,
+               (int16_t)mks_q_fields[f].ctx_off, 0);
 }
 
 static const uint8_t jmp_op[] = {MKS_BPF_JEQ, MKS_BPF_JNE, MKS_BPF_JLT,
                                  MKS_BPF_JLE, MKS_BPF_JGT, MKS_BPF_JGE};
 
-static int gen(struct gen *g, const struct mks_pred *p, int t, int f)
+int mks_q_gen_pred(struct q_gen *g, const struct mks_pred *p, int t, int f)
 {
     int rc, mid;
     switch (p->kind) {
     case N_AND:
-        if ((mid = new_label(g)) < 0)
+        if ((mid = mks_q_label(g)) < 0)
             return mks_q_err(g->e, 0, 1, "predicate too complex");
-        if ((rc = gen(g, p->a, mid, f)))
+        if ((rc = mks_q_gen_pred(g, p->a, mid, f)))
             return rc;
-        place(g, mid);
-        return gen(g, p->b, t, f);
+        mks_q_place(g, mid);
+        return mks_q_gen_pred(g, p->b, t, f);
     case N_OR:
-        if ((mid = new_label(g)) < 0)
+        if ((mid = mks_q_label(g)) < 0)
             return mks_q_err(g->e, 0, 1, "predicate too complex");
-        if ((rc = gen(g, p->a, t, mid)))
+        if ((rc = mks_q_gen_pred(g, p->a, t, mid)))
             return rc;
-        place(g, mid);
-        return gen(g, p->b, t, f);
+        mks_q_place(g, mid);
+        return mks_q_gen_pred(g, p->b, t, f);
     case N_NOT:
-        return gen(g, p->a, f, t);
+        return mks_q_gen_pred(g, p->a, f, t);
     case N_CMP:
         break;
     }
-    if (!ctx_usable(p->field))
-        return mks_q_err(g->e, p->fpos, p->flen,
-                         "'%s' is not in the hook context: filters test rank, worker, class,"
-                         " step, event, comm_gen, run, queue, ...",
-                         mks_q_fields[p->field].name);
     uint64_t v;
-    if (cmp_value(p, g->resolve, g->arg, &v))
+    if (mks_q_cmp_value(p, g->resolve, g->arg, &v))
         return mks_q_err(g->e, p->vpos, p->vlen, "unknown task class '%s'", p->str);
-    load_field(g, p->field);
+    g->load(g, p->field, 2);
     /* JMP with an immediate sign-extends imm to 64 bits: only values that
      * survive that round trip go inline, the rest through r3. */
     if (v <= (uint64_t)INT32_MAX) {
-        jump(g, MKS_BPF_JMP | jmp_op[p->op] | MKS_BPF_K, 2, 0, (int32_t)v, t);
+        mks_q_jump(g, MKS_BPF_JMP | jmp_op[p->op] | MKS_BPF_K, 2, 0, (int32_t)v, t);
     } else {
-        emit(g, MKS_BPF_LD | MKS_BPF_IMM | MKS_BPF_DW, 3, 0, 0, (int32_t)(uint32_t)v);
-        emit(g, 0, 0, 0, 0, (int32_t)(uint32_t)(v >> 32));
-        jump(g, MKS_BPF_JMP | jmp_op[p->op] | MKS_BPF_X, 2, 3, 0, t);
+        mks_q_emit(g, MKS_BPF_LD | MKS_BPF_IMM | MKS_BPF_DW, 3, 0, 0, (int32_t)(uint32_t)v);
+        mks_q_emit(g, 0, 0, 0, 0, (int32_t)(uint32_t)(v >> 32));
+        mks_q_jump(g, MKS_BPF_JMP | jmp_op[p->op] | MKS_BPF_X, 2, 3, 0, t);
     }
-    jump(g, MKS_BPF_JMP | MKS_BPF_JA, 0, 0, 0, f);
+    mks_q_jump(g, MKS_BPF_JMP | MKS_BPF_JA, 0, 0, 0, f);
+    return 0;
+}
+
+int mks_q_gen_finish(struct q_gen *g, int rc, const char *what, struct mks_insn **insns_p,
+                     uint32_t *n_p)
+{
+    if (!rc && g->oom)
+        rc = -ENOMEM;
+    if (!rc && g->n > MKS_BPF_MAX_INSNS)
+        rc = mks_q_err(g->e, 0, 1, "%s of %u instructions exceeds the %u limit", what, g->n,
+                       MKS_BPF_MAX_INSNS);
+    for (uint32_t i = 0; !rc && i < g->n_fix; i++) {
+        int32_t to = g->label_at[g->fix[i].label];
+        int32_t off = to - (int32_t)g->fix[i].insn - 1;
+        if (to < 0 || off < INT16_MIN || off > INT16_MAX)
+            rc = mks_q_err(g->e, 0, 1, "%s jump out of range", what);
+        else
+            g->insns[g->fix[i].insn].off = (int16_t)off;
+    }
+    free(g->fix);
+    g->fix = NULL;
+    if (rc) {
+        free(g->insns);
+        g->insns = NULL;
+        return rc;
+    }
+    *insns_p = g->insns;
+    *n_p = g->n;
+    g->insns = NULL;
+    return 0;
+}
+
+/* Every field of a filter must be in the hook context. */
+static int check_usable(const struct mks_pred *p, struct mks_query_error *e)
+{
+    if (p->kind != N_CMP) {
+        int rc = check_usable(p->a, e);
+        return rc || !p->b ? rc : check_usable(p->b, e);
+    }
+    if (!ctx_usable(p->field))
+        return mks_q_err(e, p->fpos, p->flen,
+                         "'%s' is not in the hook context: filters test rank, worker, class,"
+                         " step, event, comm_gen, run, queue, ...",
+                         mks_q_fields[p->field].name);
     return 0;
 }
 
@@ -250,36 +267,19 @@ int mks_pred_compile_bpf(const struct mks_pred *pred, mks_class_resolver resolve
 {
     if (!pred || !insns_p || !n_insns_p)
         return mks_q_err(e, 0, 1, "nothing to compile");
-    struct gen g = {.resolve = resolve, .arg = arg, .e = e};
-    int t = new_label(&g), f = new_label(&g);
-    int rc = gen(&g, pred, t, f);
-    if (!rc) {
-        place(&g, t);
-        emit(&g, MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_K, 0, 0, 0, 1);
-        emit(&g, MKS_BPF_JMP | MKS_BPF_EXIT, 0, 0, 0, 0);
-        place(&g, f);
-        emit(&g, MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_K, 0, 0, 0, 0);
-        emit(&g, MKS_BPF_JMP | MKS_BPF_EXIT, 0, 0, 0, 0);
-    }
-    if (!rc && g.oom)
-        rc = -ENOMEM;
-    if (!rc && g.n > MKS_BPF_MAX_INSNS)
-        rc = mks_q_err(e, 0, 1, "filter of %u instructions exceeds the %u limit", g.n,
-                       MKS_BPF_MAX_INSNS);
-    for (uint32_t i = 0; !rc && i < g.n_fix; i++) {
-        int32_t to = g.label_at[g.fix[i].label];
-        int32_t off = to - (int32_t)g.fix[i].insn - 1;
-        if (to < 0 || off < INT16_MIN || off > INT16_MAX)
-            rc = mks_q_err(e, 0, 1, "filter jump out of range");
-        else
-            g.insns[g.fix[i].insn].off = (int16_t)off;
-    }
-    free(g.fix);
-    if (rc) {
-        free(g.insns);
+    int rc = check_usable(pred, e);
+    if (rc)
         return rc;
+    struct q_gen g = {.resolve = resolve, .arg = arg, .e = e, .load = filter_load};
+    int t = mks_q_label(&g), f = mks_q_label(&g);
+    rc = mks_q_gen_pred(&g, pred, t, f);
+    if (!rc) {
+        mks_q_place(&g, t);
+        mks_q_emit(&g, MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_K, 0, 0, 0, 1);
+        mks_q_emit(&g, MKS_BPF_JMP | MKS_BPF_EXIT, 0, 0, 0, 0);
+        mks_q_place(&g, f);
+        mks_q_emit(&g, MKS_BPF_ALU64 | MKS_BPF_MOV | MKS_BPF_K, 0, 0, 0, 0);
+        mks_q_emit(&g, MKS_BPF_JMP | MKS_BPF_EXIT, 0, 0, 0, 0);
     }
-    *insns_p = g.insns;
-    *n_insns_p = g.n;
-    return 0;
+    return mks_q_gen_finish(&g, rc, "filter", insns_p, n_insns_p);
 }

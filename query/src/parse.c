@@ -42,6 +42,13 @@ const struct q_field_info mks_q_fields[F_COUNT] = {
     [F_FLAGS] = {"flags", 6, 2, false},
     [F_RUN] = {"run", -1, 0, false},   /* t_now - t_start */
     [F_QUEUE] = {"queue", -1, 0, false}, /* t_start - t_ready */
+    [F_T_END] = {"t_end", 112, 8, false},
+    /* Probes only (probe.c): a dependency wait, dep_wait_begin to
+     * dep_wait_end of one worker; a communication generation's channel and
+     * operator (comm-ids' STEP and REQ layouts). */
+    [F_WAIT] = {"wait", -1, 0, false},
+    [F_CHANNEL] = {"channel", -1, 0, false},
+    [F_COMM_OP] = {"comm_op", -1, 0, false},
 };
 
 int mks_q_err(struct mks_query_error *e, int pos, int len, const char *fmt, ...)
@@ -98,26 +105,6 @@ int mks_query_error_format(const char *text, const struct mks_query_error *e, ch
 
 /* ---- lexer ------------------------------------------------------------------ */
 
-enum tok_kind { T_END, T_IDENT, T_NUM, T_STR, T_LP, T_RP, T_COMMA, T_OP, T_AND, T_OR, T_NOT };
-
-struct tok {
-    enum tok_kind kind;
-    int pos, len;
-    int64_t num;
-    int neg; /* written with a leading '-' */
-    enum q_op op;
-    char text[128]; /* identifier or string contents */
-};
-
-struct lexer {
-    const char *s;
-    int pos;
-    struct tok cur;
-    struct mks_query_error *e;
-    int depth; /* '(' and 'not' open around the token */
-    int terms; /* comparisons so far */
-};
-
 /* Bounds of a predicate: the parser recurses once per '(' or 'not', and the
  * tree it builds is walked recursively again by the planner, the evaluator
  * and the filter compiler (and SQLite, whose expressions stop at depth
@@ -126,7 +113,7 @@ struct lexer {
 #define Q_MAX_NEST  32
 #define Q_MAX_TERMS 256
 
-static int lex_number(struct lexer *lx, struct tok *t)
+static int lex_number(struct q_lexer *lx, struct q_tok *t)
 {
     const char *s = lx->s;
     int p = lx->pos;
@@ -195,12 +182,12 @@ static int lex_number(struct lexer *lx, struct tok *t)
     return 0;
 }
 
-static int lex_next(struct lexer *lx)
+int mks_q_lex_next(struct q_lexer *lx)
 {
     const char *s = lx->s;
     while (isspace((unsigned char)s[lx->pos]))
         lx->pos++;
-    struct tok *t = &lx->cur;
+    struct q_tok *t = &lx->cur;
     memset(t, 0, sizeof(*t));
     t->pos = lx->pos;
     char c = s[lx->pos];
@@ -290,7 +277,7 @@ static int lex_next(struct lexer *lx)
 
 /* ---- predicates ------------------------------------------------------------------ */
 
-static int field_lookup(const char *name)
+int mks_q_field_lookup(const char *name)
 {
     for (int i = 0; i < F_COUNT; i++)
         if (!strcmp(mks_q_fields[i].name, name))
@@ -298,11 +285,20 @@ static int field_lookup(const char *name)
     return -1;
 }
 
-static const char *field_list(void)
+const char *mks_q_field_list(void)
 {
     return "rank, class, step, req_gen, epoch, time, worker, peer, comm_gen, event, sm, "
            "task_gen, dep_class, tile_x, tile_y, dep_event, queue_depth, t_now, t_ready, "
-           "t_start, value, flags, run, queue";
+           "t_start, t_end, value, flags, run, queue, wait, channel, comm_op";
+}
+
+static const char *const event_names[MKS_EV_COUNT] = {
+    "task_ready",   "task_assign", "task_start", "task_end",    "dep_wait_begin", "dep_wait_end",
+    "dep_release",  "comm_begin",  "comm_end",   "gen_advance", "queue_pressure"};
+
+const char *mks_q_event_name(int ev)
+{
+    return ev >= 0 && ev < MKS_EV_COUNT ? event_names[ev] : "?";
 }
 
 void mks_pred_free(struct mks_pred *p)
@@ -315,11 +311,10 @@ void mks_pred_free(struct mks_pred *p)
     free(p);
 }
 
-static int parse_or(struct lexer *lx, struct mks_pred **out);
 
-static int parse_cmp(struct lexer *lx, struct mks_pred **out)
+static int parse_cmp(struct q_lexer *lx, struct mks_pred **out)
 {
-    struct tok ft = lx->cur;
+    struct q_tok ft = lx->cur;
     if (++lx->terms > Q_MAX_TERMS)
         return mks_q_err(lx->e, ft.pos, ft.len > 0 ? ft.len : 1,
                          "more than %d conditions: split the question", Q_MAX_TERMS);
@@ -327,20 +322,20 @@ static int parse_cmp(struct lexer *lx, struct mks_pred **out)
         return mks_q_err(lx->e, ft.pos, ft.len,
                          ft.kind == T_END ? "expected a condition, found the end"
                                           : "expected a field name");
-    int f = field_lookup(ft.text);
+    int f = mks_q_field_lookup(ft.text);
     if (f < 0)
         return mks_q_err(lx->e, ft.pos, ft.len, "unknown field '%s' (fields: %s)", ft.text,
-                         field_list());
-    int rc = lex_next(lx);
+                         mks_q_field_list());
+    int rc = mks_q_lex_next(lx);
     if (rc)
         return rc;
     if (lx->cur.kind != T_OP)
         return mks_q_err(lx->e, lx->cur.pos, lx->cur.len,
                          "expected a comparison (= != < <= > >=) after '%s'", ft.text);
     enum q_op op = lx->cur.op;
-    if ((rc = lex_next(lx)))
+    if ((rc = mks_q_lex_next(lx)))
         return rc;
-    struct tok vt = lx->cur;
+    struct q_tok vt = lx->cur;
     struct mks_pred *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
@@ -374,15 +369,11 @@ static int parse_cmp(struct lexer *lx, struct mks_pred **out)
             return -ENOMEM;
         }
         if (f == F_EVENT) {
-            static const char *const ev[] = {
-                "task_ready", "task_assign",  "task_start", "task_end",
-                "dep_wait_begin", "dep_wait_end", "dep_release", "comm_begin",
-                "comm_end",   "gen_advance",  "queue_pressure"};
             int k;
-            for (k = 0; k < (int)(sizeof(ev) / sizeof(ev[0])); k++)
-                if (!strcmp(ev[k], vt.text))
+            for (k = 0; k < MKS_EV_COUNT; k++)
+                if (!strcmp(event_names[k], vt.text))
                     break;
-            if (k == (int)(sizeof(ev) / sizeof(ev[0]))) {
+            if (k == MKS_EV_COUNT) {
                 mks_pred_free(p);
                 return mks_q_err(lx->e, vt.pos, vt.len, "unknown event '%s' (task_ready ..."
                                  " queue_pressure)", vt.text);
@@ -394,7 +385,7 @@ static int parse_cmp(struct lexer *lx, struct mks_pred **out)
         mks_pred_free(p);
         return mks_q_err(lx->e, vt.pos, vt.len, "expected a value after the comparison");
     }
-    if ((rc = lex_next(lx))) {
+    if ((rc = mks_q_lex_next(lx))) {
         mks_pred_free(p);
         return rc;
     }
@@ -402,14 +393,14 @@ static int parse_cmp(struct lexer *lx, struct mks_pred **out)
     return 0;
 }
 
-static int parse_unary(struct lexer *lx, struct mks_pred **out)
+static int parse_unary(struct q_lexer *lx, struct mks_pred **out)
 {
     int rc;
     if ((lx->cur.kind == T_NOT || lx->cur.kind == T_LP) && lx->depth >= Q_MAX_NEST)
         return mks_q_err(lx->e, lx->cur.pos, lx->cur.len > 0 ? lx->cur.len : 1,
                          "nested more than %d deep ('(' and 'not')", Q_MAX_NEST);
     if (lx->cur.kind == T_NOT) {
-        if ((rc = lex_next(lx)))
+        if ((rc = mks_q_lex_next(lx)))
             return rc;
         struct mks_pred *a;
         lx->depth++;
@@ -427,11 +418,11 @@ static int parse_unary(struct lexer *lx, struct mks_pred **out)
         return 0;
     }
     if (lx->cur.kind == T_LP) {
-        struct tok open = lx->cur;
-        if ((rc = lex_next(lx)))
+        struct q_tok open = lx->cur;
+        if ((rc = mks_q_lex_next(lx)))
             return rc;
         lx->depth++;
-        rc = parse_or(lx, out);
+        rc = mks_q_parse_pred(lx, out);
         lx->depth--;
         if (rc)
             return rc;
@@ -440,13 +431,13 @@ static int parse_unary(struct lexer *lx, struct mks_pred **out)
             *out = NULL;
             return mks_q_err(lx->e, open.pos, 1, "'(' is never closed");
         }
-        return lex_next(lx);
+        return mks_q_lex_next(lx);
     }
     return parse_cmp(lx, out);
 }
 
-static int parse_bin(struct lexer *lx, struct mks_pred **out, enum tok_kind tk, enum q_node nk,
-                     int (*sub)(struct lexer *, struct mks_pred **))
+static int parse_bin(struct q_lexer *lx, struct mks_pred **out, enum tok_kind tk, enum q_node nk,
+                     int (*sub)(struct q_lexer *, struct mks_pred **))
 {
     struct mks_pred *a;
     int rc = sub(lx, &a);
@@ -454,7 +445,7 @@ static int parse_bin(struct lexer *lx, struct mks_pred **out, enum tok_kind tk, 
         return rc;
     while (lx->cur.kind == tk) {
         struct mks_pred *b;
-        if ((rc = lex_next(lx)) || (rc = sub(lx, &b))) {
+        if ((rc = mks_q_lex_next(lx)) || (rc = sub(lx, &b))) {
             mks_pred_free(a);
             return rc;
         }
@@ -471,17 +462,17 @@ static int parse_bin(struct lexer *lx, struct mks_pred **out, enum tok_kind tk, 
     return 0;
 }
 
-static int parse_and(struct lexer *lx, struct mks_pred **out)
+static int parse_and(struct q_lexer *lx, struct mks_pred **out)
 {
     return parse_bin(lx, out, T_AND, N_AND, parse_unary);
 }
 
-static int parse_or(struct lexer *lx, struct mks_pred **out)
+int mks_q_parse_pred(struct q_lexer *lx, struct mks_pred **out)
 {
     return parse_bin(lx, out, T_OR, N_OR, parse_and);
 }
 
-static int lexer_init(struct lexer *lx, const char *text, struct mks_query_error *e)
+int mks_q_lexer_init(struct q_lexer *lx, const char *text, struct mks_query_error *e)
 {
     memset(lx, 0, sizeof(*lx));
     lx->s = text;
@@ -490,19 +481,19 @@ static int lexer_init(struct lexer *lx, const char *text, struct mks_query_error
         memset(e, 0, sizeof(*e));
     if (strlen(text) > 4096)
         return mks_q_err(e, 4096, 1, "text longer than 4096 characters");
-    return lex_next(lx);
+    return mks_q_lex_next(lx);
 }
 
 int mks_pred_parse(const char *text, struct mks_pred **pred_p, struct mks_query_error *e)
 {
     if (!text || !pred_p)
         return mks_q_err(e, 0, 1, "no predicate");
-    struct lexer lx;
-    int rc = lexer_init(&lx, text, e);
+    struct q_lexer lx;
+    int rc = mks_q_lexer_init(&lx, text, e);
     if (rc)
         return rc;
     struct mks_pred *p;
-    if ((rc = parse_or(&lx, &p)))
+    if ((rc = mks_q_parse_pred(&lx, &p)))
         return rc;
     if (lx.cur.kind != T_END) {
         mks_pred_free(p);
@@ -522,9 +513,9 @@ static const char *const metric_names[] = {"task",       "run",  "queue", "step"
 const char *mks_q_agg_name(int a) { return agg_names[a]; }
 const char *mks_q_metric_name(int m) { return metric_names[m]; }
 
-static int parse_agg(struct lexer *lx, struct q_agg_item *it)
+static int parse_agg(struct q_lexer *lx, struct q_agg_item *it)
 {
-    struct tok t = lx->cur;
+    struct q_tok t = lx->cur;
     int rc;
     if (t.kind != T_IDENT)
         return mks_q_err(lx->e, t.pos, t.len,
@@ -539,13 +530,13 @@ static int parse_agg(struct lexer *lx, struct q_agg_item *it)
         return mks_q_err(lx->e, t.pos, t.len,
                          "unknown aggregate '%s' (count, sum, mean, min, max, p50, p90, p99)",
                          t.text);
-    if ((rc = lex_next(lx)))
+    if ((rc = mks_q_lex_next(lx)))
         return rc;
     if (lx->cur.kind != T_LP)
         return mks_q_err(lx->e, lx->cur.pos, lx->cur.len, "expected '(' after '%s'", t.text);
-    if ((rc = lex_next(lx)))
+    if ((rc = mks_q_lex_next(lx)))
         return rc;
-    struct tok m = lx->cur;
+    struct q_tok m = lx->cur;
     int k;
     if (m.kind != T_IDENT)
         return mks_q_err(lx->e, m.pos, m.len, "expected a metric (%s)",
@@ -560,7 +551,7 @@ static int parse_agg(struct lexer *lx, struct q_agg_item *it)
                          "unknown metric '%s' (task, run, queue, step, remote_wait, local_wait,"
                          " idle, busy, depth)",
                          m.text);
-    if ((rc = lex_next(lx)))
+    if ((rc = mks_q_lex_next(lx)))
         return rc;
     if (lx->cur.kind != T_RP)
         return mks_q_err(lx->e, lx->cur.pos, lx->cur.len, "expected ')'");
@@ -568,7 +559,7 @@ static int parse_agg(struct lexer *lx, struct q_agg_item *it)
     it->metric = (enum q_metric)k;
     it->pos = t.pos;
     it->len = lx->cur.pos + 1 - t.pos;
-    return lex_next(lx);
+    return mks_q_lex_next(lx);
 }
 
 void mks_query_free(struct mks_query *q)
@@ -583,8 +574,8 @@ int mks_query_parse(const char *text, struct mks_query **q_p, struct mks_query_e
 {
     if (!text || !q_p)
         return mks_q_err(e, 0, 1, "no query");
-    struct lexer lx;
-    int rc = lexer_init(&lx, text, e);
+    struct q_lexer lx;
+    int rc = mks_q_lexer_init(&lx, text, e);
     if (rc)
         return rc;
     struct mks_query *q = calloc(1, sizeof(*q));
@@ -600,18 +591,18 @@ int mks_query_parse(const char *text, struct mks_query **q_p, struct mks_query_e
             goto fail;
         if (lx.cur.kind != T_COMMA)
             break;
-        if ((rc = lex_next(&lx)))
+        if ((rc = mks_q_lex_next(&lx)))
             goto fail;
     }
     bool seen_by = false, seen_where = false, seen_limit = false;
     while (lx.cur.kind == T_IDENT) {
-        struct tok kw = lx.cur;
+        struct q_tok kw = lx.cur;
         if (!strcmp(kw.text, "by") && !seen_by) {
             seen_by = true;
             do {
-                if ((rc = lex_next(&lx)))
+                if ((rc = mks_q_lex_next(&lx)))
                     goto fail;
-                int f = lx.cur.kind == T_IDENT ? field_lookup(lx.cur.text) : -1;
+                int f = lx.cur.kind == T_IDENT ? mks_q_field_lookup(lx.cur.text) : -1;
                 if (f < 0 || !mks_q_fields[f].sql || f == F_TIME || f == F_COMM_GEN) {
                     rc = mks_q_err(e, lx.cur.pos, lx.cur.len,
                                    "cannot group by '%.*s' (rank, class, step, req_gen, epoch,"
@@ -626,23 +617,23 @@ int mks_query_parse(const char *text, struct mks_query **q_p, struct mks_query_e
                 }
                 q->gpos[q->n_groups] = lx.cur.pos, q->glen[q->n_groups] = lx.cur.len;
                 q->groups[q->n_groups++] = (enum q_field)f;
-                if ((rc = lex_next(&lx)))
+                if ((rc = mks_q_lex_next(&lx)))
                     goto fail;
             } while (lx.cur.kind == T_COMMA);
         } else if (!strcmp(kw.text, "where") && !seen_where) {
             seen_where = true;
-            if ((rc = lex_next(&lx)) || (rc = parse_or(&lx, &q->where)))
+            if ((rc = mks_q_lex_next(&lx)) || (rc = mks_q_parse_pred(&lx, &q->where)))
                 goto fail;
         } else if (!strcmp(kw.text, "limit") && !seen_limit) {
             seen_limit = true;
-            if ((rc = lex_next(&lx)))
+            if ((rc = mks_q_lex_next(&lx)))
                 goto fail;
             if (lx.cur.kind != T_NUM || lx.cur.num <= 0 || lx.cur.num > 1000000) {
                 rc = mks_q_err(e, lx.cur.pos, lx.cur.len, "limit wants a number 1..1000000");
                 goto fail;
             }
             q->limit = lx.cur.num;
-            if ((rc = lex_next(&lx)))
+            if ((rc = mks_q_lex_next(&lx)))
                 goto fail;
         } else {
             break;
