@@ -137,14 +137,13 @@ struct mks_mon_worker_time {
  *   t_end and t_notify of the release with the largest t_notify - t_end of
  *   that (step, class), count = local releases seen.
  * wait_stats: MKS_MAP_ARRAY, key u32 0, value struct mks_mon_wait_stats.
- * wait_max: MKS_MAP_ARRAY, key as wait_hist, value u64 longest wait in ns. */
+ * wait_max: MKS_MAP_ARRAY, key as wait_hist, value u64: the epoch's longest
+ *   wait in ns (compare-and-swap). */
 #define MKS_MON_WAIT_BEGIN_MAP "wait_begin_ts"
 #define MKS_MON_WAIT_HIST_MAP  "wait_hist"
 #define MKS_MON_REMOTE_MAP     "remote_waits"
 #define MKS_MON_RELEASE_MAP    "remote_releases"
 #define MKS_MON_WAIT_STATS_MAP "wait_stats"
-/* wait_max: MKS_MAP_ARRAY, key as wait_hist, value u64: the longest wait
- * of the epoch (compare-and-swap). */
 #define MKS_MON_WAIT_MAX_MAP   "wait_max"
 #define MKS_MON_WAIT_ENTRIES   (2 * MKS_MON_MAX_CLASSES)
 #define MKS_MON_WAIT_KEY(dep, cls)                                                                 \
