@@ -11,6 +11,8 @@
 #     below 1;
 #   - the store's task counts plus the undelivered task_end events are the
 #     megakernel's own task counts, to the task;
+#   - the diagnosis of a step whose epochs lost summaries on every rank
+#     reports that coverage (below 1; undecided below its 50%);
 # and each agent says in its log that it dropped summaries.
 source "$(dirname "$0")/lib.sh"
 command -v jq >/dev/null || { echo "FAIL: jq is missing: run deploy/install-deps.sh" >&2; exit 1; }
@@ -91,3 +93,16 @@ jq -e '.coverage.undelivered > 0 and .coverage.lost_summaries > 0 and .coverage.
 cli --job "$job" query 'count(task) by rank' | grep -q "summaries the agents dropped" ||
   fail "the query's text does not say summaries were dropped"
 echo "ok queries, status and metrics report the loss to the event"
+# A step each rank's summaries of which lost events (the first such step of
+# the epoch that reported the most): the diagnosis must not take it as seen.
+step=$(cli --job "$job" -f json sql "SELECT s.step FROM steps s JOIN epochs e ON e.id = s.epoch_id
+  JOIN (SELECT epoch_id, SUM(undelivered) AS u FROM coverage GROUP BY epoch_id) c
+  ON c.epoch_id = e.id WHERE e.job = '$job' AND c.u > 0 GROUP BY s.step
+  HAVING COUNT(DISTINCT e.rank) = 2 ORDER BY SUM(c.u) DESC LIMIT 1" | jq '.rows[0].step')
+[ -n "$step" ] && [ "$step" != null ] || fail "no step lost events on both ranks"
+d=$(cli --job "$job" -f json diagnose --step "$step" | head -n 1)
+# (below the diagnosis's --min-coverage, 0.5, it must not decide either)
+jq -e '.coverage.ratio < 1 and (.coverage.ratio >= 0.5 or .cause == "undecided")' <<<"$d" \
+  >/dev/null ||
+  fail "the diagnosis of step $step takes it as seen: $d"
+echo "ok the diagnosis of step $step says its coverage ($(jq .coverage.ratio <<<"$d"))"
