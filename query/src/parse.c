@@ -431,7 +431,12 @@ static int parse_unary(struct q_lexer *lx, struct mks_pred **out)
             *out = NULL;
             return mks_q_err(lx->e, open.pos, 1, "'(' is never closed");
         }
-        return mks_q_lex_next(lx);
+        /* what follows the ')' may not lex: the tree is then nobody's */
+        if ((rc = mks_q_lex_next(lx))) {
+            mks_pred_free(*out);
+            *out = NULL;
+        }
+        return rc;
     }
     return parse_cmp(lx, out);
 }

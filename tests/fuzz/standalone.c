@@ -36,7 +36,8 @@ static size_t cur_len;
 static void on_crash(int sig)
 {
     static const char path[] = "fuzz-crash-input";
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    /* only while an input runs (not, say, the leak check at exit) */
+    int fd = cur ? open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
     if (fd >= 0) {
         ssize_t w = write(fd, cur, cur_len);
         (void)w;
@@ -53,6 +54,7 @@ static void run_one(const uint8_t *data, size_t len)
 {
     cur = data, cur_len = len;
     LLVMFuzzerTestOneInput(data, len);
+    cur = NULL;
 }
 
 static uint64_t next(void)

@@ -77,6 +77,8 @@ static void test_parse_errors(void **state)
     expect_error("count(task) where t_now > 5", 18, 5, "exists only on the device");
     expect_error("count(task) limit 0", 18, 1, "limit wants");
     expect_error("count(task) @", 12, 1, "unexpected character '@'");
+    /* a lexing error right after ')' (the tree inside was leaked) */
+    expect_error("count(task) where (rank = 1) @", 29, 1, "unexpected character '@'");
     expect_error("", 0, 1, "expected an aggregate");
 }
 
