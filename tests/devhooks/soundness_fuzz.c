@@ -34,9 +34,14 @@
  * On a failure the program is printed with its maps, seed and index, and
  * the exit status is 1; `--seed S --only I` runs that program again.
  *
+ * With --probes the programs are compiled probes instead (query/probe.c,
+ * random texts of the probe grammar from tests/query/probe_gen.c): every
+ * program of every probe that compiles must be accepted, and then runs as
+ * above, within the cost the verifier declared.
+ *
  *   mkscope-fuzz-soundness [--seed S] [--programs N] [--accepted N]
  *                          [--seconds S] [--contexts K] [--only I]
- *                          [--keep-going N] [--replay REPORT] [-q]
+ *                          [--keep-going N] [--replay REPORT] [--probes] [-q]
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -56,8 +61,10 @@
 #include "mkscope/ctl.h"
 #include "mkscope/hook_abi.h"
 #include "mkscope/maps.h"
+#include "mkscope/probe.h"
 #include "mkscope/verifier.h"
 #include "mkscope/vm.h"
+#include "probe_gen.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define FZ_ASAN 1
@@ -1389,6 +1396,7 @@ __attribute__((weak)) const char *mks_hook_event_name(uint32_t ev)
 static struct {
     uint64_t programs, generated, mutated, accepted, rejected, runs, insns, with_map, with_loop, with_call,
         with_helper, with_ring, control, compared, hint_max;
+    uint64_t probes, probes_refused, probe_progs, probe_cost_max;
     uint64_t by_code[64];
     uint8_t opcodes[256];
 } st;
@@ -1398,6 +1406,7 @@ static const struct fz_prog *cur_prog;
 static uint64_t cur_seed, cur_index, cur_cost;
 static bool cur_mutated;
 static const char *cur_what = "";
+static const char *cur_probe; /* --probes: the probe's text */
 
 static void dump_prog(FILE *f, const struct fz_prog *fp)
 {
@@ -1427,6 +1436,8 @@ static void report(void)
                         "cost %llu\n",
                 (unsigned long long)cur_seed, (unsigned long long)cur_index, (unsigned long long)cur_seed,
                 (unsigned long long)cur_index, cur_what, (unsigned long long)cur_cost);
+    if (cur_probe)
+        fprintf(stderr, "  compiled from the probe '%s'\n", cur_probe);
     if (cur_prog)
         dump_prog(stderr, cur_prog);
     if (cur_prog && *cur_what == 'c') { /* where the maps were */
@@ -1653,9 +1664,16 @@ static void build_worlds(const struct fz_prog *fp)
         if (d->type != MKS_MAP_HASH)
             continue;
         for (uint32_t k = 0; k < d->max_entries / 2 + 1; k++) {
-            uint8_t key[512] = {0}, val[64];
+            /* values as large as a compiled probe's groups (histograms) */
+            static uint8_t val[8 * MKS_PROBE_MAX_WORDS];
+            uint8_t key[512] = {0};
             uint32_t kv = rn(4);
             memcpy(key, &kv, 4);
+            if (d->value_size > sizeof(val)) {
+                fprintf(stderr, "fuzz: hash value of %u bytes is beyond this fuzzer's %zu\n",
+                        d->value_size, sizeof(val));
+                exit(2);
+            }
             for (uint32_t b = 0; b < d->value_size; b++)
                 val[b] = (uint8_t)r64();
             fz_real_map_update(&wa.maps, d, key, val, 0);
@@ -1777,13 +1795,19 @@ static void print_stats(double secs, bool final)
             if (st.by_code[c])
                 fprintf(stderr, " %d:%llu", MKS_VERR_BASE + c, (unsigned long long)st.by_code[c]);
         fprintf(stderr, "\n");
+        if (st.probes || st.probes_refused)
+            fprintf(stderr,
+                    "  probes: %llu compiled, %llu refused by the probe compiler, %llu programs,"
+                    " largest cost %llu\n",
+                    (unsigned long long)st.probes, (unsigned long long)st.probes_refused,
+                    (unsigned long long)st.probe_progs, (unsigned long long)st.probe_cost_max);
     }
 }
 
 static void usage(void)
 {
     fprintf(stderr, "usage: mkscope-fuzz-soundness [--seed S] [--programs N] [--accepted N] [--seconds S] "
-                    "[--contexts K] [--only I] [--keep-going N] [--replay REPORT] [-q]\n");
+                    "[--contexts K] [--only I] [--keep-going N] [--replay REPORT] [--probes] [-q]\n");
     exit(2);
 }
 
@@ -1802,7 +1826,8 @@ static struct {
     uint32_t contexts;
     bool quiet;
     const char *replay;
-} opt = {1, 0, 0, 0, UINT64_MAX, 3, false, NULL};
+    bool probes;
+} opt = {1, 0, 0, 0, UINT64_MAX, 3, false, NULL, false};
 
 static struct fz_prog corpus[FZ_CORPUS], cur;
 static uint32_t n_corpus;
@@ -1855,9 +1880,79 @@ static int load_report(const char *path, struct fz_prog *fp)
     return fp->type && fp->n ? 0 : -1;
 }
 
+static int64_t probe_class(const char *name, void *arg)
+{
+    (void)arg;
+    return !strcmp(name, "attention") ? 1 : !strcmp(name, "expert.3") ? 7 : -1;
+}
+
+/* --probes: probe idx, compiled; each of its programs must be accepted and
+ * runs as any accepted program does. */
+static void probe_programs(uint64_t idx)
+{
+    static char text[1024];
+    struct mks_probe *p = NULL;
+    struct mks_probe_code *c = NULL;
+    struct mks_query_error e;
+    rs = splitmix(opt.seed * 0x100000001b3ull ^ splitmix(idx)) | 1;
+    cur_index = idx;
+    cur_mutated = false;
+    mks_test_probe_text(r64(), text, sizeof(text));
+    struct mks_probe_opts po = {.sz = sizeof(po), .max_groups = 1 + rn(16)};
+    st.programs++;
+    if (mks_probe_parse(text, &p, &e) || mks_probe_compile(p, &po, probe_class, NULL, &c, &e)) {
+        st.probes_refused++;
+        if (opt.only != UINT64_MAX)
+            fprintf(stderr, "'%s' refused: %s\n", text, e.msg);
+        mks_probe_free(p);
+        return;
+    }
+    st.probes++;
+    cur_probe = text;
+    for (uint32_t i = 0; i < c->n_progs; i++) {
+        const struct mks_probe_prog *pp = &c->progs[i];
+        if (pp->n_insns > FZ_MAXI || c->n_maps > FZ_MAXMAPS)
+            violation("a compiled probe of %u instructions and %u maps is beyond this fuzzer's %d and %d",
+                      pp->n_insns, c->n_maps, FZ_MAXI, FZ_MAXMAPS);
+        memset(&cur, 0, sizeof(cur));
+        memcpy(cur.p, pp->insns, pp->n_insns * sizeof(cur.p[0]));
+        cur.n = pp->n_insns;
+        cur.type = MKS_PROG_OBSERVE;
+        cur.hook = (int32_t)pp->hook;
+        memcpy(cur.maps, c->maps, c->n_maps * sizeof(cur.maps[0]));
+        cur.n_maps = c->n_maps;
+        cur_prog = &cur;
+        cur_what = "verifying";
+        struct mks_verify_opts o = {.sz = sizeof(o), .prog_type = cur.type, .abi_version = 1,
+                                    .hook = cur.hook, .maps = cur.maps, .n_maps = cur.n_maps};
+        struct mks_verify_result res = {0};
+        char log[512];
+        if (mks_verify(cur.p, cur.n, &o, &res, log, sizeof(log)) != 0)
+            violation("the verifier rejects a compiled probe's program: %s", log);
+        st.accepted++;
+        st.probe_progs++;
+        if (res.cost > st.probe_cost_max)
+            st.probe_cost_max = res.cost;
+        note_features(&cur);
+        run_accepted(&cur, res.cost, opt.contexts);
+        if (opt.only != UINT64_MAX) {
+            dump_prog(stderr, &cur);
+            fprintf(stderr, "'%s' at hook %d: accepted, cost %llu; ran without a violation\n", text,
+                    cur.hook, (unsigned long long)res.cost);
+        }
+    }
+    cur_probe = NULL;
+    mks_probe_code_free(c);
+    mks_probe_free(p);
+}
+
 /* Generate or mutate program idx, verify it, run it if accepted. */
 static void one_program(uint64_t idx)
 {
+    if (opt.probes) {
+        probe_programs(idx);
+        return;
+    }
     rs = splitmix(opt.seed * 0x100000001b3ull ^ splitmix(idx)) | 1;
     cur_index = idx;
     bool mut = chance(45); /* drawn always, so --only makes the same program */
@@ -1930,6 +2025,8 @@ int main(int argc, char **argv)
             opt.only = num(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--replay"))
             opt.replay = argv[++i];
+        else if (!strcmp(argv[i], "--probes"))
+            opt.probes = true;
         else
             usage();
     }

@@ -53,6 +53,16 @@ add_executable(mkscope-fuzz-soundness soundness_fuzz.c soundness_maps.c ${devsrc
 target_include_directories(mkscope-fuzz-soundness PRIVATE ${PROJECT_SOURCE_DIR}/devhooks/include ${devsrc})
 add_test(NAME devhooks_fuzz_soundness COMMAND mkscope-fuzz-soundness --seed 7 --programs 4000 -q)
 set_tests_properties(devhooks_fuzz_soundness PROPERTIES LABELS "unit;fuzz" TIMEOUT 120)
+# --probes: compiled probes (query/probe.c) from random texts of the probe
+# grammar (tests/query/probe_gen.c); every program must be accepted.
+if(TARGET mks_query)
+  target_sources(mkscope-fuzz-soundness PRIVATE ${PROJECT_SOURCE_DIR}/tests/query/probe_gen.c)
+  target_include_directories(mkscope-fuzz-soundness PRIVATE ${PROJECT_SOURCE_DIR}/tests/query)
+  target_link_libraries(mkscope-fuzz-soundness PRIVATE mks_query)
+  add_test(NAME devhooks_fuzz_soundness_probes
+           COMMAND mkscope-fuzz-soundness --probes --seed 11 --programs 1500 -q)
+  set_tests_properties(devhooks_fuzz_soundness_probes PROPERTIES LABELS "unit;fuzz" TIMEOUT 120)
+endif()
 
 # The loader and verifier on arbitrary bytes (seeds: loader_test PROGDIR
 # --write-corpus DIR).

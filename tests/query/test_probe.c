@@ -29,6 +29,7 @@
 #include "mkscope/runtime.h"
 #include "mkscope/verifier.h"
 #include "mkscope/vm.h"
+#include "probe_gen.h"
 
 static int64_t resolve(const char *name, void *arg)
 {
@@ -423,6 +424,30 @@ static void test_against_model(void **state)
         run_probe(f, probes[i], 256, 3, 800);
 }
 
+/* Random probes of the grammar: whatever compiles computes the model's
+ * answer (probe_gen.c draws them). */
+static void test_random_against_model(void **state)
+{
+    struct fixture *f = *state;
+    int compiled = 0;
+    for (uint64_t seed = 1; compiled < 60 && seed < 2000; seed++) {
+        char text[1024];
+        mks_test_probe_text(seed, text, sizeof(text));
+        struct mks_probe *p = NULL;
+        struct mks_probe_code *c = NULL;
+        struct mks_query_error e;
+        int ok = mks_probe_parse(text, &p, &e) == 0 &&
+                 mks_probe_compile(p, NULL, resolve, NULL, &c, &e) == 0;
+        mks_probe_code_free(c);
+        mks_probe_free(p);
+        if (!ok)
+            continue;
+        compiled++;
+        run_probe(f, text, 1 + (uint32_t)(seed % 40), 2, 300);
+    }
+    assert_int_equal(compiled, 60);
+}
+
 /* A map too small for the groups: the rest is counted, in other. */
 static void test_overflow(void **state)
 {
@@ -438,6 +463,7 @@ int main(void)
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_layout),
         cmocka_unit_test_setup_teardown(test_against_model, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_random_against_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
