@@ -367,11 +367,12 @@ static int add_maps(struct arena *a, const struct agt_summary *s, const struct a
     return 0;
 }
 
-static int add_workers(struct arena *a, const struct agt_summary *s,
+static int add_workers(struct arena *a, const struct agt_summary *s, int per_step,
                        Mkscope__V1__EpochSummary *es);
 static int add_steps(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es);
 
-static int add_rest(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es)
+static int add_rest(struct arena *a, const struct agt_summary *s, enum agt_tier tier,
+                    Mkscope__V1__EpochSummary *es)
 {
     /* local dependency waits per waiter class (steps are not kept apart by
      * the monitor) */
@@ -394,7 +395,7 @@ static int add_rest(struct arena *a, const struct agt_summary *s, Mkscope__V1__E
             es->local_waits[es->n_local_waits++] = w;
         }
     }
-    if (add_workers(a, s, es))
+    if (add_workers(a, s, tier == AGT_TIER_FULL, es))
         return -ENOMEM;
     return add_steps(a, s, es);
 }
@@ -480,9 +481,13 @@ static uint32_t depth_of(const struct agt_summary *s, uint32_t worker)
 
 /* Worker rows: per (worker, step) for every step that ended here with its
  * worker times known (busy, idle = span - busy, tasks; the depth is the
- * worker's largest queue depth of the summary); without worker times (an
- * older latency monitor), per worker with step 0, the queue monitor's view. */
-static int add_workers(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es)
+ * worker's largest queue depth of the summary); below the full tier one row
+ * per worker of no step, the sums over those steps (a row per worker and
+ * step costs more of a budget than the histograms do at a fast step rate);
+ * without worker times (an older latency monitor), per worker with no step,
+ * the queue monitor's view. */
+static int add_workers(struct arena *a, const struct agt_summary *s, int per_step,
+                       Mkscope__V1__EpochSummary *es)
 {
     size_t n = 0;
     if (s->have_wtime) {
@@ -506,6 +511,33 @@ static int add_workers(struct arena *a, const struct agt_summary *s, Mkscope__V1
             w->worker = s->queue[i].worker;
             w->max_queue_depth = depth_of(s, w->worker);
             w->tasks = s->queue[i].v.assigns;
+            es->workers[es->n_workers++] = w;
+        }
+        return 0;
+    }
+    if (!per_step) {
+        /* one row per worker: the busy, idle and tasks of every step that
+         * ended here with its worker times known */
+        uint32_t nw = 0;
+        for (size_t i = 0; i < s->n_done; i++)
+            if (s->done[i].busy && s->done[i].n_workers > nw)
+                nw = s->done[i].n_workers;
+        for (uint32_t k = 0; k < nw; k++) {
+            Mkscope__V1__WorkerStat *w = arena_alloc(a, sizeof(*w));
+            if (!w)
+                return -ENOMEM;
+            mkscope__v1__worker_stat__init(w);
+            w->worker = k;
+            w->max_queue_depth = depth_of(s, k);
+            for (size_t i = 0; i < s->n_done; i++) {
+                const struct agt_step_done *d = &s->done[i];
+                if (!d->busy || k >= d->n_workers)
+                    continue;
+                uint64_t span = d->t_end > d->t_begin ? d->t_end - d->t_begin : 0;
+                w->busy_ns += d->busy[k];
+                w->idle_ns += span > d->busy[k] ? span - d->busy[k] : 0;
+                w->tasks += d->tasks[k];
+            }
             es->workers[es->n_workers++] = w;
         }
         return 0;
@@ -576,7 +608,7 @@ int agt_summary_encode(const struct agt_summary *s, enum agt_tier tier,
     if (!err && tier == AGT_TIER_FULL)
         err = add_maps(&a, s, meta, &es);
     if (!err && tier != AGT_TIER_COUNTS)
-        err = add_rest(&a, s, &es);
+        err = add_rest(&a, s, tier, &es);
 
     Mkscope__V1__Coverage cov[MKS_EV_COUNT], *covp[MKS_EV_COUNT];
     agt_coverage_fill(s->cov, meta->undelivered, cov, covp);

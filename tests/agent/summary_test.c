@@ -356,16 +356,22 @@ static void test_encode_torn_local_release(void **state)
     agt_summary_free(s);
 }
 
-static const Mkscope__V1__EpochSummary *decode_full(struct agt_summary *s, mks_envelope **env)
+static const Mkscope__V1__EpochSummary *decode_tier(struct agt_summary *s, enum agt_tier tier,
+                                                    mks_envelope **env)
 {
     struct agt_encode_meta meta = {.job = "j1", .rank = 0, .incarnation = 1, .seq = 1};
     uint8_t *buf;
     size_t len;
     char err[256];
-    assert_int_equal(agt_summary_encode(s, AGT_TIER_FULL, &meta, NULL, &buf, &len), 0);
+    assert_int_equal(agt_summary_encode(s, tier, &meta, NULL, &buf, &len), 0);
     assert_int_equal(mks_wire_decode(buf, len, NULL, env, err, sizeof(err)), 0);
     free(buf);
     return (*env)->epoch_summary;
+}
+
+static const Mkscope__V1__EpochSummary *decode_full(struct agt_summary *s, mks_envelope **env)
+{
+    return decode_tier(s, AGT_TIER_FULL, env);
 }
 
 static void add_lstep(struct agt_summary *s, uint32_t cls, uint64_t tag, uint64_t count,
@@ -560,6 +566,16 @@ static void test_steps_across_epochs(void **state)
         const Mkscope__V1__WorkerStat *w = es->workers[i];
         assert_true(w->step_known);
         assert_int_equal(w->step, 5);
+        assert_int_equal(w->busy_ns, want_busy[w->worker]);
+        assert_int_equal(w->idle_ns, 90 - want_busy[w->worker]);
+    }
+    mks_wire_free(env);
+    /* Below the full tier: one row per worker, of no step, the sums. */
+    es = decode_tier(s2, AGT_TIER_HIST, &env);
+    assert_int_equal(es->n_workers, 3);
+    for (size_t i = 0; i < es->n_workers; i++) {
+        const Mkscope__V1__WorkerStat *w = es->workers[i];
+        assert_false(w->step_known);
         assert_int_equal(w->busy_ns, want_busy[w->worker]);
         assert_int_equal(w->idle_ns, 90 - want_busy[w->worker]);
     }
