@@ -2509,7 +2509,7 @@ static json_t *segment_json(struct diag *d, const struct segment *sg, json_t *st
         if (q == sg->rank)
             continue;
         double ex = pair_excess(d, sg, q);
-        if (ex < 0.25 * sg->blame)
+        if (ex < 0.1 * sg->blame)
             continue;
         json_t *sc = json_array();
         json_array_append_new(sc, json_pack("{s:I, s:s, s:I, s:I}", "rank", (json_int_t)q, "cause",
@@ -2940,23 +2940,25 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             if (c != best && votes[c] && (second < 0 || votes[c] > votes[second]))
                 second = c;
         bool majority = best >= 0 && 2 * (size_t)votes[best] > tg[g].n;
-        /* its class: the one most of those steps name; the worst of them
-         * tells the story */
+        /* its class: the one whose steps of that cause explain the most
+         * delay in all (a loaded machine's step may name another class by
+         * a little); the worst of them tells the story */
         size_t w = tg[g].worst;
         if (majority) {
             int64_t cls = -1;
-            size_t most = 0;
+            double most = -1;
             for (size_t i = 0; i < tg[g].n; i++) {
                 const struct link *L = &CH(tg[g].ks[i])->l[CH(tg[g].ks[i])->n - 1];
                 if (L->cause != best)
                     continue;
-                size_t same = 0;
+                double sum = 0;
                 for (size_t j = 0; j < tg[g].n; j++) {
                     const struct link *M = &CH(tg[g].ks[j])->l[CH(tg[g].ks[j])->n - 1];
-                    same += M->cause == best && M->cls == L->cls;
+                    if (M->cause == best && M->cls == L->cls)
+                        sum += M->lateness > 0 ? M->lateness : 0;
                 }
-                if (same > most)
-                    most = same, cls = L->cls;
+                if (sum > most)
+                    most = sum, cls = L->cls;
             }
             w = SIZE_MAX;
             for (size_t i = 0; i < tg[g].n; i++) {
