@@ -265,8 +265,8 @@ static void *worker_main(void *arg)
         if (mks_mono_ns() - r->queued_mono_ns > STALE_NS) {
             stats_busy(cs);
             finish(cs, r, MKS_EXIT_BUSY,
-                   "collector busy: the request waited for a free worker longer than its limit;"
-                   " retry",
+                   "collector busy: the request waited for a free worker longer than the CLI"
+                   " waits by default (5 s); retry",
                    NULL);
             continue;
         }
