@@ -107,17 +107,7 @@ static __always_inline __u64 add_latency(void *map, const struct mks_hook_ctx *c
 SEC("mkscope/task_start")
 int lat_ready_prog(const struct mks_hook_ctx *ctx)
 {
-    __u64 d = add_latency(&lat_ready, ctx, ctx->t_ready);
-    struct mks_mon_lat_step *e;
-
-    if (!d)
-        return 0;
-    e = step_slot(ctx);
-    if (e) {
-        __sync_fetch_and_add(&e->queue_count, 1);
-        __sync_fetch_and_add(&e->queue_sum, d);
-        raise_max(&e->queue_max, d);
-    }
+    add_latency(&lat_ready, ctx, ctx->t_ready);
     return 0;
 }
 
@@ -149,6 +139,17 @@ int lat_run_prog(const struct mks_hook_ctx *ctx)
     if (!e)
         return 0;
     __sync_fetch_and_add(&e->count, 1);
+    /* The task's queueing too, from the times task_end carries: one slot
+     * update per task, not one at each end of it. */
+    {
+        __u64 r = ctx->t_ready, s = ctx->t_start;
+
+        if (r && s >= r && !MKS_CTX_IS_ABSENT64(r) && !MKS_CTX_IS_ABSENT64(s)) {
+            __sync_fetch_and_add(&e->queue_count, 1);
+            __sync_fetch_and_add(&e->queue_sum, s - r);
+            raise_max(&e->queue_max, s - r);
+        }
+    }
     if (!d)
         return 0;
     __sync_fetch_and_add(&e->run_count, 1);

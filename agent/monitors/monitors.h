@@ -12,7 +12,7 @@
  * Monitor objects, their programs (section) and maps:
  *
  *   count.bpf.o     count       mkscope/task_end        count_by_class
- *   latency.bpf.o   lat_ready   mkscope/task_start      lat_ready, lat_step
+ *   latency.bpf.o   lat_ready   mkscope/task_start      lat_ready
  *                   lat_run     mkscope/task_end        lat_run, lat_step, count_by_class,
  *                                                       worker_time
  *   depwait.bpf.o   wait_begin  mkscope/dep_wait_begin  wait_begin_ts
@@ -94,7 +94,8 @@ struct mks_mon_lat_step {
     uint64_t count;       /* task_end events */
     uint64_t run_count;   /* of them, with a known start */
     uint64_t run_sum, run_max;
-    uint64_t queue_count; /* task_start events with a known ready time */
+    uint64_t queue_count; /* of the tasks that ended, those with known ready and
+                           * start times (ready -> start, taken at task_end) */
     uint64_t queue_sum, queue_max;
 };
 
