@@ -154,7 +154,6 @@ static const char schema_sql[] =
     " waits_dropped INTEGER, received_ns INTEGER, compacted INTEGER DEFAULT 0,"
     " UNIQUE(job, rank, incarnation, seq));\n"
     "CREATE INDEX IF NOT EXISTS epochs_rank ON epochs(job, rank, id);\n"
-    "CREATE INDEX IF NOT EXISTS epochs_received ON epochs(received_ns);\n"
     /* (job, id): the epochs of a job from some id on (triggers read only
      * what arrived since their last run). */
     "CREATE INDEX IF NOT EXISTS epochs_job ON epochs(job);\n"
@@ -468,6 +467,15 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
         mks_store_close(st);
         return -EIO;
     }
+    /* Age retention finds old epochs by this index; without --max-age no
+     * summary pays for keeping it. */
+    if (st->max_age_ns && sqlite3_exec(st->db, "CREATE INDEX IF NOT EXISTS epochs_received ON"
+                                               " epochs(received_ns)",
+                                       NULL, NULL, NULL) != SQLITE_OK) {
+        fail(err, errlen, -EIO, "store: %s: %s", o.path, sqlite3_errmsg(st->db));
+        mks_store_close(st);
+        return -EIO;
+    }
     if (add_missing_columns(st->db, err, errlen)) {
         mks_store_close(st);
         return -EIO;
@@ -695,49 +703,50 @@ static int ins_begin(struct mks_store *st, struct ins *in, enum ins_table t, siz
     return buf_reserve(st, t, rows * (size_t)ins_tables[t].cols, 0) ? SQLITE_NOMEM : SQLITE_OK;
 }
 
-/* Buffer one row: the values fmt describes, as bindv_at takes them. */
+/* Buffer one row: the values fmt describes, as bindv_at takes them (fmt
+ * has one letter per column of the table). */
 static int ins_row(struct ins *in, const char *fmt, ...)
 {
     struct mks_store *st = in->st;
-    if (strlen(fmt) != (size_t)ins_tables[in->t].cols)
-        return SQLITE_MISUSE; /* a bug here */
+    size_t cols = (size_t)ins_tables[in->t].cols;
+    if (buf_reserve(st, in->t, cols, 0))
+        return SQLITE_NOMEM;
+    struct rowbuf *rb = &st->rows[in->t];
+    struct cell *c = rb->cells + rb->n;
     va_list ap;
     va_start(ap, fmt);
-    int rc = SQLITE_OK;
-    for (const char *f = fmt; *f && rc == SQLITE_OK; f++) {
-        struct cell c = {.type = (uint8_t)*f};
-        const void *p = NULL;
-        size_t n = 0;
-        switch (*f) {
-        case 'i': c.i = va_arg(ap, int64_t); break;
-        case 'u': c.i = (int64_t)va_arg(ap, uint64_t); break;
+    size_t k = 0;
+    for (; k < cols && fmt[k]; k++) {
+        c[k].type = (uint8_t)fmt[k];
+        c[k].n = 0;
+        switch (fmt[k]) {
+        case 'i': c[k].i = va_arg(ap, int64_t); break;
+        case 'u': c[k].i = (int64_t)va_arg(ap, uint64_t); break;
         case 't':
-            p = va_arg(ap, const char *);
-            n = p ? strlen(p) : 0;
-            if (!p)
-                c.type = 'n';
-            break;
-        case 'b':
-            p = va_arg(ap, const void *);
-            n = (size_t)va_arg(ap, int);
-            break;
-        default: break;
-        }
-        if (buf_reserve(st, in->t, 1, n)) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        if (c.type == 't' || c.type == 'b') {
+        case 'b': {
+            const void *p = va_arg(ap, const void *);
+            size_t n = fmt[k] == 'b' ? (size_t)va_arg(ap, int) : p ? strlen(p) : 0;
+            if (fmt[k] == 't' && !p)
+                c[k].type = 'n';
+            if (buf_reserve(st, in->t, 0, n)) {
+                va_end(ap);
+                return SQLITE_NOMEM;
+            }
             if (n)
                 memcpy(st->arena + st->arena_len, p, n);
-            c.i = (int64_t)st->arena_len;
-            c.n = (int)n;
+            c[k].i = (int64_t)st->arena_len;
+            c[k].n = (int)n;
             st->arena_len += n;
+            break;
         }
-        st->rows[in->t].cells[st->rows[in->t].n++] = c;
+        default: c[k].i = 0; break;
+        }
     }
     va_end(ap);
-    return rc;
+    if (k != cols || fmt[k])
+        return SQLITE_MISUSE; /* fmt and table disagree: a bug here */
+    rb->n += cols;
+    return SQLITE_OK;
 }
 
 static void ins_done(struct ins *in)
@@ -1130,7 +1139,9 @@ static int store_register(struct mks_store *st, const mks_envelope *env, uint64_
     if (query_u64(st, seq_p,
                   "SELECT COALESCE(MAX(seq), 0) FROM epochs WHERE job=? AND rank=? AND"
                   " incarnation=?",
-                  "tiu", env->job, (int64_t)env->rank, env->incarnation) != SQLITE_DONE)
+                  "tiu", env->job, (int64_t)env->rank, env->incarnation) != SQLITE_DONE ||
+        exec_stmt(st, "UPDATE ranks SET acked_seq=? WHERE job=? AND rank=?", "uti", *seq_p,
+                  env->job, (int64_t)env->rank) != SQLITE_DONE)
         return db_fail(st, err, errlen, "register");
     return 0;
 }
@@ -1205,9 +1216,14 @@ static int store_heartbeat(struct mks_store *st, const mks_envelope *env, uint64
 static void hist_blob(const Mkscope__V1__Hist *h, uint8_t *buf, int *len)
 {
     size_t n = h ? h->n_buckets : 0;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n)
+        memcpy(buf, h->buckets, n * 8);
+#else
     for (size_t i = 0; i < n; i++)
         for (int b = 0; b < 8; b++)
             buf[i * 8 + (size_t)b] = (uint8_t)(h->buckets[i] >> (8 * b));
+#endif
     *len = (int)(n * 8);
 }
 
@@ -1372,33 +1388,55 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
     int fresh = sqlite3_changes(st->db) != 0;
     if (fresh && (rc = store_summary_rows(st, sqlite3_last_insert_rowid(st->db), s)) != SQLITE_OK)
         goto fail;
-    if (query_u64(st, seq_p,
+    /* The rank's counters in one statement.  A summary of an earlier
+     * incarnation (an agent sending what a crashed one spooled) counts, but
+     * says nothing of the current agent's progress (last_epoch, acked_seq).
+     * acked_seq is the highest seq stored for the rank's incarnation (the
+     * registration set it, each new summary raises it): the ack. */
+    uint64_t stored = 0, acked = 0, inc = 0;
+    sqlite3_stmt *u;
+    rc = SQLITE_ERROR;
+    if ((u = stmt(st, "INSERT INTO ranks(job, rank, incarnation, last_seen_ns, summaries,"
+                      " duplicates, last_epoch, lost_summaries, acked_seq, lost_cur_sum)"
+                      " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?8)"
+                      " ON CONFLICT(job, rank) DO UPDATE SET last_seen_ns = excluded.last_seen_ns,"
+                      " summaries = summaries + excluded.summaries,"
+                      " duplicates = duplicates + excluded.duplicates,"
+                      " last_epoch = CASE WHEN ?5 AND incarnation = ?3 THEN ?7 ELSE last_epoch END,"
+                      " lost_summaries = lost_summaries + CASE WHEN incarnation = ?3 THEN"
+                      " MAX(lost_cur_sum + ?8, lost_cur_hb) - MAX(lost_cur_sum, lost_cur_hb)"
+                      " ELSE ?8 END,"
+                      " lost_cur_sum = lost_cur_sum + CASE WHEN incarnation = ?3 THEN ?8 ELSE 0"
+                      " END,"
+                      " acked_seq = CASE WHEN incarnation = ?3 THEN MAX(acked_seq, ?9)"
+                      " ELSE acked_seq END"
+                      " RETURNING summaries, acked_seq, incarnation"))) {
+        sqlite3_bind_text(u, 1, env->job, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(u, 2, env->rank);
+        sqlite3_bind_int64(u, 3, (int64_t)env->incarnation);
+        sqlite3_bind_int64(u, 4, (int64_t)now);
+        sqlite3_bind_int64(u, 5, fresh);
+        sqlite3_bind_int64(u, 6, !fresh);
+        sqlite3_bind_int64(u, 7, (int64_t)s->epoch);
+        sqlite3_bind_int64(u, 8, fresh ? (int64_t)s->lost_summaries : 0);
+        sqlite3_bind_int64(u, 9, fresh ? (int64_t)env->seq : 0);
+        if ((rc = sqlite3_step(u)) == SQLITE_ROW) {
+            stored = (uint64_t)sqlite3_column_int64(u, 0);
+            acked = (uint64_t)sqlite3_column_int64(u, 1);
+            inc = (uint64_t)sqlite3_column_int64(u, 2);
+            rc = SQLITE_DONE;
+        }
+        sqlite3_reset(u);
+    }
+    if (rc != SQLITE_DONE)
+        goto fail;
+    *seq_p = acked;
+    if (inc != env->incarnation &&
+        query_u64(st, seq_p,
                   "SELECT COALESCE(MAX(seq), 0) FROM epochs WHERE job=? AND rank=? AND"
                   " incarnation=?",
                   "tiu", env->job, (int64_t)env->rank, env->incarnation) != SQLITE_DONE)
         goto fail;
-    /* The rank's counters in one statement.  A summary of an earlier
-     * incarnation (an agent sending what a crashed one spooled) counts, but
-     * says nothing of the current agent's progress (last_epoch, acked_seq). */
-    uint64_t stored = 0;
-    rc = query_u64(st, &stored,
-                   "INSERT INTO ranks(job, rank, incarnation, last_seen_ns, summaries, duplicates,"
-                   " last_epoch, lost_summaries, acked_seq, lost_cur_sum)"
-                   " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?8)"
-                   " ON CONFLICT(job, rank) DO UPDATE SET last_seen_ns = excluded.last_seen_ns,"
-                   " summaries = summaries + excluded.summaries,"
-                   " duplicates = duplicates + excluded.duplicates,"
-                   " last_epoch = CASE WHEN ?5 AND incarnation = ?3 THEN ?7 ELSE last_epoch END,"
-                   " lost_summaries = lost_summaries + CASE WHEN incarnation = ?3 THEN"
-                   " MAX(lost_cur_sum + ?8, lost_cur_hb) - MAX(lost_cur_sum, lost_cur_hb)"
-                   " ELSE ?8 END,"
-                   " lost_cur_sum = lost_cur_sum + CASE WHEN incarnation = ?3 THEN ?8 ELSE 0"
-                   " END,"
-                   " acked_seq = CASE WHEN incarnation = ?3 THEN ?9 ELSE acked_seq END"
-                   " RETURNING summaries",
-                   "tiuuiiuuu", env->job, (int64_t)env->rank, env->incarnation, now,
-                   (int64_t)fresh, (int64_t)!fresh, s->epoch, fresh ? s->lost_summaries : 0,
-                   *seq_p);
     if (rc != SQLITE_DONE || (fresh && retain_after(st, env, stored)))
         goto fail;
     return 0;
