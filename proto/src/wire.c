@@ -766,14 +766,15 @@ static bool read_varint(const uint8_t *p, size_t n, size_t *at, uint64_t *v)
     return false;
 }
 
-/* The body of an encoded envelope, from its outer fields only (a tag, and
- * the length of what is skipped): the last body field wins, as in the
- * decoder.  Returns the body case, 0 when there is none, -1 when the framing
- * is broken. */
-static int peek_body(const uint8_t *p, size_t n)
+/* Walk the outer fields of an encoded message, tags and lengths only:
+ * fn(field, varint value or length, arg) for each varint and
+ * length-delimited field (fixed-width ones are skipped).  Returns 0, or -1
+ * when the framing is broken (or a group, which our schema never has and
+ * protobuf-c refuses). */
+static int outer_fields(const uint8_t *p, size_t n, void (*fn)(uint64_t, int, uint64_t, void *),
+                        void *arg)
 {
     size_t at = 0;
-    int body = 0;
     while (at < n) {
         uint64_t tag, v;
         if (!read_varint(p, n, &at, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
@@ -782,6 +783,7 @@ static int peek_body(const uint8_t *p, size_t n)
         case 0:
             if (!read_varint(p, n, &at, &v))
                 return -1;
+            fn(tag >> 3, 0, v, arg);
             break;
         case 1:
             if (n - at < 8)
@@ -797,52 +799,40 @@ static int peek_body(const uint8_t *p, size_t n)
             if (!read_varint(p, n, &at, &v) || v > n - at)
                 return -1;
             at += (size_t)v;
-            if (mks_wire_body_limit((int)(tag >> 3)))
-                body = (int)(tag >> 3);
+            fn(tag >> 3, 2, v, arg);
             break;
-        default: /* groups: not in our schema, and protobuf-c refuses them */
+        default:
             return -1;
         }
     }
-    return body;
+    return 0;
+}
+
+static void body_field(uint64_t field, int wire_type, uint64_t v, void *arg)
+{
+    (void)v;
+    if (wire_type == 2 && mks_wire_body_limit((int)field))
+        *(int *)arg = (int)field; /* the last body field wins, as in the decoder */
+}
+
+/* The body of an encoded envelope, from its outer fields only: the body
+ * case, 0 when there is none, -1 when the framing is broken. */
+static int peek_body(const uint8_t *p, size_t n)
+{
+    int body = 0;
+    return outer_fields(p, n, body_field, &body) ? -1 : body;
+}
+
+static void nonce_field(uint64_t field, int wire_type, uint64_t v, void *arg)
+{
+    if (wire_type == 0 && field == 6)
+        *(uint64_t *)arg = v;
 }
 
 uint64_t mks_wire_nonce_of(const void *buf, size_t len)
 {
-    const uint8_t *p = buf;
-    size_t at = 0;
     uint64_t nonce = 0;
-    while (p && at < len) {
-        uint64_t tag, v;
-        if (!read_varint(p, len, &at, &tag))
-            return 0;
-        switch (tag & 7) {
-        case 0:
-            if (!read_varint(p, len, &at, &v))
-                return 0;
-            if (tag >> 3 == 6)
-                nonce = v;
-            break;
-        case 1:
-            if (len - at < 8)
-                return 0;
-            at += 8;
-            break;
-        case 5:
-            if (len - at < 4)
-                return 0;
-            at += 4;
-            break;
-        case 2:
-            if (!read_varint(p, len, &at, &v) || v > len - at)
-                return 0;
-            at += (size_t)v;
-            break;
-        default:
-            return 0;
-        }
-    }
-    return nonce;
+    return buf && outer_fields(buf, len, nonce_field, &nonce) == 0 ? nonce : 0;
 }
 
 /* protobuf-c allocates through this while decoding one message: bump

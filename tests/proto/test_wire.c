@@ -766,6 +766,16 @@ static void test_init_stamps(void **state)
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     assert_true(a.sent_ns <= now && now - a.sent_ns < 5000000000ull);
     assert_int_equal(a.reply_to, 0);
+    /* what a reply must name, read back from the bytes */
+    build(MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT);
+    uint8_t *buf;
+    size_t len;
+    encode_ok(NULL, &buf, &len);
+    assert_true(F.env.nonce != 0);
+    assert_int_equal(mks_wire_nonce_of(buf, len), F.env.nonce);
+    assert_int_equal(mks_wire_nonce_of(buf, len - 1), 0); /* cut: not an envelope */
+    assert_int_equal(mks_wire_nonce_of("\xff\xff", 2), 0);
+    free(buf);
 }
 
 /* Seeds for fuzz_wire: every body, plain and MACed (mode byte first, see
