@@ -188,11 +188,12 @@ static uint64_t u64_bound_lookup(const ProtobufCFieldDescriptor *f)
         "ran",       "throttled", "lost",        "tasks",   "bytes",             "busy_ns",
         "idle_ns",   "dep_wait_ns", "over_threshold_ns", "queued_while_idle_ns", "sum_ns",
         "max_ns",    "lost_summaries", "waits_dropped", "unacked", "dropped", "cost",
+        "undelivered",
     };
     static const char *const stamps[] = {
         "agent_time_ns", "app_start_ns", "collector_time_ns", "applied_host_ns", "sent_ns",
         "issued_ns",     "epoch_ns",     "seq",               "last_seq",        "up_to_seq",
-        "stored_seq",    "epoch",        "incarnation",
+        "stored_seq",    "epoch",        "incarnation",       "heartbeat_ns",
     };
     const char *n = f->name;
     if (!strncmp(n, "t_", 2))

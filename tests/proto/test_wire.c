@@ -727,6 +727,15 @@ static void test_count_bounds(void **state)
     build(MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT);
     F.env.incarnation = UINT64_MAX;
     expect_raw_reject("incarnation");
+    /* Summed into coverage with eligible (status, metrics). */
+    build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+    F.cov.undelivered = 1ull << 63;
+    expect_raw_reject("coverage[0].undelivered");
+    /* Twice it is the silence after which a rank is lost: 2^64 wrapped to
+     * 0 and every rank of the agent was lost at once. */
+    build(MKSCOPE__V1__ENVELOPE__BODY_REGISTER);
+    F.reg.heartbeat_ns = 1ull << 63;
+    expect_raw_reject("heartbeat_ns");
     /* Ids use all 64 bits. */
     build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
     F.rw.comm_gen = UINT64_MAX;
