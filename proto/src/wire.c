@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -1095,11 +1096,23 @@ static int hexval(int c)
     return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
+/* A key comes from a regular file or a pipe (--key <(kubectl get secret
+ * ...)); opened O_NONBLOCK so that a FIFO nobody writes to, a device or a
+ * directory ends in an error instead of blocking the daemon's start. */
+#define KEY_READ_MS 2000
+
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)(t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
 int mks_wire_key_load(const char *path, struct mks_wire_key *key, char *err, size_t errlen)
 {
     if (!path || !key)
         return fail(err, errlen, -EINVAL, "key: missing argument");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return fail(err, errlen, -errno, "key file %s: %s", path, strerror(errno));
     struct stat st;
@@ -1108,17 +1121,47 @@ int mks_wire_key_load(const char *path, struct mks_wire_key *key, char *err, siz
         close(fd);
         return fail(err, errlen, -e, "key file %s: %s", path, strerror(e));
     }
+    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+        close(fd);
+        return fail(err, errlen, -EINVAL, "key file %s: %s", path,
+                    S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file or a pipe");
+    }
     if (st.st_mode & (S_IRWXG | S_IRWXO)) {
         close(fd);
         return fail(err, errlen, -EPERM, "key file %s is accessible by others: chmod 600 it",
                     path);
     }
     uint8_t raw[160];
-    ssize_t n = read(fd, raw, sizeof(raw));
-    int e = errno;
-    close(fd);
-    if (n < 0)
+    ssize_t n = 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (n < (ssize_t)sizeof(raw)) {
+        ssize_t r = read(fd, raw + n, sizeof(raw) - (size_t)n);
+        if (r > 0) {
+            n += r;
+            continue;
+        }
+        if (r == 0)
+            break;
+        int e = errno;
+        long left = KEY_READ_MS - ms_since(&t0);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (e == EINTR || (e == EAGAIN && left > 0 && poll(&pfd, 1, (int)left) >= 0))
+            continue;
+        close(fd);
+        if (e == EAGAIN)
+            return fail(err, errlen, -ETIMEDOUT, "key file %s: nothing to read within %d s", path,
+                        KEY_READ_MS / 1000);
         return fail(err, errlen, -e, "key file %s: %s", path, strerror(e));
+    }
+    uint8_t more;
+    if (n == (ssize_t)sizeof(raw) && read(fd, &more, 1) != 0) {
+        close(fd);
+        return fail(err, errlen, -EINVAL,
+                    "key file %s: want 32 raw bytes or 64 hex digits, found more than %zu bytes",
+                    path, sizeof(raw));
+    }
+    close(fd);
     if (n == MKS_WIRE_KEY_BYTES) {
         memcpy(key->bytes, raw, MKS_WIRE_KEY_BYTES);
         return 0;

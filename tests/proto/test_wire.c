@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -584,8 +585,48 @@ static void test_key_file(void **state)
     assert_int_equal(write(fd, "short", 5), 5);
     close(fd);
     assert_int_equal(mks_wire_key_load(path, &k, err, sizeof(err)), -EINVAL);
+    /* Longer than any key: refused, not cut to its head. */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(write(fd, hex, strlen(hex)), (ssize_t)strlen(hex));
+    close(fd);
+    assert_int_equal(mks_wire_key_load(path, &k, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "found more than"));
     unlink(path);
     assert_int_equal(mks_wire_key_load(path, &k, err, sizeof(err)), -ENOENT);
+    /* A directory, a device and a FIFO nobody writes to: errors, at once
+     * (open without O_NONBLOCK blocked on the FIFO forever). */
+    char dir[] = "/tmp/mks-wire-keydir-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    chmod(dir, 0700);
+    assert_int_equal(mks_wire_key_load(dir, &k, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "is a directory"));
+    assert_int_equal(mks_wire_key_load("/dev/null", &k, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "not a regular file"));
+    char fifo[300];
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(mks_wire_key_load(fifo, &k, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "found 0 bytes"));
+    /* A pipe whose writer is slow (--key <(kubectl get secret ...)). */
+    int pp[2];
+    assert_int_equal(pipe(pp), 0);
+    pid_t w = fork();
+    if (w == 0) {
+        close(pp[0]);
+        usleep(200000);
+        _exit(write(pp[1], hex, strlen(hex)) == (ssize_t)strlen(hex) ? 0 : 1);
+    }
+    close(pp[1]);
+    char via[64];
+    snprintf(via, sizeof(via), "/proc/self/fd/%d", pp[0]);
+    memset(&k, 0, sizeof(k));
+    assert_int_equal(mks_wire_key_load(via, &k, err, sizeof(err)), 0);
+    assert_int_equal(k.bytes[31], 31);
+    close(pp[0]);
+    waitpid(w, NULL, 0);
+    unlink(fifo);
+    rmdir(dir);
 }
 
 static void test_schema_decode(void **state)
