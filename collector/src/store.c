@@ -291,6 +291,12 @@ static int add_missing_columns(sqlite3 *db, char *err, size_t errlen)
 
 /* WAL pages after which the writer wakes the checkpointer (16 MiB). */
 #define CKPT_PAGES 4096
+/* WAL pages after which the writer checkpoints what is left itself (64
+ * MiB): under steady ingest the thread's passes never catch up with the
+ * last frame, and only a pass that does lets the next commit start the WAL
+ * over; without this the WAL grew to 730 MiB in 20 s.  The thread has
+ * copied most of it by then, so little is left for the writer. */
+#define CKPT_WRITER_PAGES 16384
 /* The checkpointer also runs at least this often. */
 #define CKPT_PERIOD_NS 1000000000ull
 
@@ -303,12 +309,15 @@ struct checkpointer {
 };
 
 /* The writer's commit hook: the WAL holds `pages`; wake the checkpointer
- * once it is worth a pass.  Runs in the writer's thread, so it only
- * signals. */
+ * once it is worth a pass (the hook runs in the writer's thread, so it only
+ * signals), or checkpoint the rest here once the WAL is large. */
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 {
     struct checkpointer *c = arg;
-    (void)db, (void)name;
+    if (pages >= CKPT_WRITER_PAGES) {
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        return SQLITE_OK;
+    }
     if (pages >= CKPT_PAGES) {
         pthread_mutex_lock(&c->mu);
         if (!c->due) {
