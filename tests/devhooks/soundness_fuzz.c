@@ -41,7 +41,7 @@
  *
  *   mkscope-fuzz-soundness [--seed S] [--programs N] [--accepted N]
  *                          [--seconds S] [--contexts K] [--only I]
- *                          [--keep-going N] [--replay REPORT] [--probes] [-q]
+ *                          [--keep-going N] [--replay REPORT] [--probes] [--self-test] [-q]
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -55,6 +55,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "mkscope/bpf_isa.h"
@@ -1197,11 +1199,14 @@ static void *map_at(uint64_t hint, size_t len)
     return p;
 }
 
-static void world_alloc(struct world *w, uint64_t hint)
+/* Each region at an address with random-looking bits in every byte above
+ * the page, so that a window of data that happens to hold one is not
+ * likely (the scan below looks for exactly these addresses). */
+static void world_alloc(struct world *w, uint64_t arena, uint64_t descs, uint64_t ctx)
 {
-    w->arena = map_at(hint, FZ_ARENA);
-    w->descs = map_at(hint + 0x2000000000ull, 4096);
-    w->ctx_region = map_at(hint + 0x4000000000ull, 4096);
+    w->arena = map_at(arena, FZ_ARENA);
+    w->descs = map_at(descs, 4096);
+    w->ctx_region = map_at(ctx, 4096);
     w->ctx = w->ctx_region + 1024;
 }
 
@@ -1453,15 +1458,16 @@ static void report(void)
  * build with -fsanitize-recover=address also goes on after ASan's). */
 static uint64_t keep_going, n_violations;
 static jmp_buf next_prog;
+static char last_violation[256];
 
 static void violation(const char *fmt, ...)
 {
     va_list ap;
     n_violations++;
-    fprintf(stderr, "fuzz: violation %llu: ", (unsigned long long)n_violations);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(last_violation, sizeof(last_violation), fmt, ap);
     va_end(ap);
+    fprintf(stderr, "fuzz: violation %llu: %s", (unsigned long long)n_violations, last_violation);
     fprintf(stderr, "\n");
     report();
     if (keep_going && n_violations < keep_going)
@@ -1505,7 +1511,7 @@ static bool is_addr(const struct world *w, uint64_t v, uint64_t sp)
     return (v >= (uint64_t)(uintptr_t)w->arena && v < (uint64_t)(uintptr_t)w->arena + FZ_ARENA) ||
            (v >= (uint64_t)(uintptr_t)w->ctx_region && v < (uint64_t)(uintptr_t)w->ctx_region + 4096) ||
            (v >= (uint64_t)(uintptr_t)w->descs && v < (uint64_t)(uintptr_t)w->descs + 4096) ||
-           (v >= sp - (1u << 20) && v < sp + (1u << 20));
+           (v >= sp - (64u << 10) && v < sp + 4096); /* the VM's frames lie just below vm_run's */
 }
 
 static void scan(const struct world *w, uint64_t r0, uint64_t sp, const char *which)
@@ -1807,7 +1813,7 @@ static void print_stats(double secs, bool final)
 static void usage(void)
 {
     fprintf(stderr, "usage: mkscope-fuzz-soundness [--seed S] [--programs N] [--accepted N] [--seconds S] "
-                    "[--contexts K] [--only I] [--keep-going N] [--replay REPORT] [--probes] [-q]\n");
+                    "[--contexts K] [--only I] [--keep-going N] [--replay REPORT] [--probes] [--self-test] [-q]\n");
     exit(2);
 }
 
@@ -1824,10 +1830,10 @@ static uint64_t num(const char *s)
 static struct {
     uint64_t seed, max_programs, max_accepted, seconds, only;
     uint32_t contexts;
-    bool quiet;
+    bool quiet, self_test;
     const char *replay;
     bool probes;
-} opt = {1, 0, 0, 0, UINT64_MAX, 3, false, NULL, false};
+} opt = {1, 0, 0, 0, UINT64_MAX, 3, false, false, NULL, false};
 
 static struct fz_prog corpus[FZ_CORPUS], cur;
 static uint32_t n_corpus;
@@ -2004,6 +2010,86 @@ static void one_program(uint64_t idx)
     }
 }
 
+/* --self-test: programs that break each property, run without the
+ * verifier; every one must be caught, so a check that silently stopped
+ * working shows up. */
+static int self_test(void)
+{
+    static const struct mks_map_spec arr = {"arr", MKS_MAP_ARRAY, 4, 16, 1};
+    static const struct mks_map_spec ro = {".rodata", MKS_MAP_ARRAY, 4, 16, 1};
+    const struct {
+        const char *what;
+        struct mks_insn p[16];
+        uint32_t n, type;
+        uint64_t cost;
+        const char *expect; /* in the violation's line */
+    } cases[] = {
+        {"a stack address stored in a map", {STM(MKS_BPF_W, 10, -4, 0), I(0x18, 1, MKS_PSEUDO_MAP_IDX, 0, 0), I(0, 0, 0, 0, 0),
+          MOVX(2, 10), ALU64K(MKS_BPF_ADD, 2, -4), CALLH(MKS_HELPER_MAP_LOOKUP), I(MKS_BPF_JMP | MKS_BPF_K | MKS_BPF_JEQ, 0, 0, 1, 0),
+          STXM(MKS_BPF_DW, 0, 10, 0), MOVK(0, 0), EXITI()}, 10, MKS_PROG_OBSERVE, 100, "an address"},
+        {"the context's address returned", {MOVX(0, 1), EXITI()}, 2, MKS_PROG_OBSERVE, 100, "is an address"},
+        {"a bit of the context's address in r0", {MOVK(0, 0), I(MKS_BPF_JMP | MKS_BPF_K | MKS_BPF_JSET, 1, 0, 1, 0x1000),
+          MOVK(0, 1), EXITI()}, 4, MKS_PROG_OBSERVE, 100, "depends on where memory is"},
+        {"a read far outside every region", {I(0x18, 1, 0, 0, 0x12345000), I(0, 0, 0, 0, 0x10), LDXM(MKS_BPF_DW, 0, 1, 0), EXITI()},
+         4, MKS_PROG_OBSERVE, 100, "memory access out of bounds"},
+        {"more instructions than the cost", {MOVK(0, 0), ALU64K(MKS_BPF_ADD, 0, 1), I(MKS_BPF_JMP | MKS_BPF_K | MKS_BPF_JLT, 0, 0, -2, 10),
+          EXITI()}, 4, MKS_PROG_OBSERVE, 12, "more instructions than"},
+        {"a CONTROL hint out of range", {MOVK(0, 20), EXITI()}, 2, MKS_PROG_CONTROL, 100, "outside [0, 15]"},
+        {"a write to .rodata", {I(0x18, 1, MKS_PSEUDO_MAP_IDX_VALUE, 0, 1), I(0, 0, 0, 0, 0), STM(MKS_BPF_DW, 1, 0, 7), MOVK(0, 0),
+          EXITI()}, 5, MKS_PROG_OBSERVE, 100, ".rodata is read-only"},
+    };
+    static int missed; /* static: kept across longjmp */
+    static size_t c;
+    keep_going = UINT64_MAX;
+    for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        static struct fz_prog fp;
+        memset(&fp, 0, sizeof(fp));
+        memcpy(fp.p, cases[c].p, sizeof(cases[c].p));
+        fp.n = cases[c].n;
+        fp.type = cases[c].type;
+        fp.hook = fp.type == MKS_PROG_CONTROL ? MKS_EV_TASK_READY : MKS_EV_TASK_END;
+        fp.maps[0] = arr;
+        fp.maps[1] = ro;
+        fp.n_maps = 2;
+        cur_prog = &fp;
+        uint64_t before = n_violations;
+        if (setjmp(next_prog) == 0)
+            run_accepted(&fp, cases[c].cost, 1);
+        bool caught = n_violations > before && strstr(last_violation, cases[c].expect);
+        fprintf(stderr, "self-test: %s: %s\n", cases[c].what, caught ? "caught" : "MISSED");
+        missed += !caught;
+    }
+#ifdef FZ_ASAN
+    /* one byte past a map value, inside the arena: only the poisoning sees
+     * it, and ASan ends the process (here a child) */
+    static struct fz_prog fp;
+    struct mks_insn past[] = {STM(MKS_BPF_W, 10, -4, 0), I(0x18, 1, MKS_PSEUDO_MAP_IDX, 0, 0), I(0, 0, 0, 0, 0),
+                              MOVX(2, 10), ALU64K(MKS_BPF_ADD, 2, -4), CALLH(MKS_HELPER_MAP_LOOKUP),
+                              I(MKS_BPF_JMP | MKS_BPF_K | MKS_BPF_JEQ, 0, 0, 1, 0), LDXM(MKS_BPF_B, 0, 0, 16), MOVK(0, 0),
+                              EXITI()};
+    memset(&fp, 0, sizeof(fp));
+    memcpy(fp.p, past, sizeof(past));
+    fp.n = sizeof(past) / sizeof(past[0]);
+    fp.type = MKS_PROG_OBSERVE;
+    fp.hook = MKS_EV_TASK_END;
+    fp.maps[0] = arr;
+    fp.n_maps = 1;
+    cur_prog = &fp;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        keep_going = 0;
+        run_accepted(&fp, 100, 1);
+        _exit(0);
+    }
+    int status = 0;
+    bool caught = pid > 0 && waitpid(pid, &status, 0) == pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    fprintf(stderr, "self-test: a read one byte past a map value: %s\n", caught ? "caught" : "MISSED");
+    missed += !caught;
+#endif
+    return missed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -2023,6 +2109,8 @@ int main(int argc, char **argv)
             keep_going = num(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--only"))
             opt.only = num(argv[++i]);
+        else if (!strcmp(argv[i], "--self-test"))
+            opt.self_test = true;
         else if (i + 1 < argc && !strcmp(argv[i], "--replay"))
             opt.replay = argv[++i];
         else if (!strcmp(argv[i], "--probes"))
@@ -2040,10 +2128,12 @@ int main(int argc, char **argv)
     __asan_set_death_callback(asan_death);
     __asan_set_error_report_callback(asan_report);
 #endif
-    /* addresses far apart in every byte */
-    world_alloc(&wa, 0x3a5c00000000ull);
-    world_alloc(&wb, 0x1e9300000000ull + 0x7c1000ull);
+    /* the two worlds far apart in every byte */
+    world_alloc(&wa, 0x5a3c9e71d000ull, 0x4e81a7c52000ull, 0x6d2b4f8c3000ull);
+    world_alloc(&wb, 0x37e5d10b4000ull, 0x18b4e29d7000ull, 0x2c9f63a18000ull);
     init_image = malloc(FZ_ARENA);
+    if (opt.self_test)
+        return self_test();
     cur_seed = opt.seed;
     uint64_t t0 = now_ns(), last = t0;
     for (uint64_t idx = opt.only == UINT64_MAX ? 0 : opt.only;; idx++) {

@@ -52,7 +52,10 @@ add_executable(mkscope-fuzz-soundness soundness_fuzz.c soundness_maps.c ${devsrc
                ${devsrc}/vf_scalar.c ${devsrc}/disasm.c)
 target_include_directories(mkscope-fuzz-soundness PRIVATE ${PROJECT_SOURCE_DIR}/devhooks/include ${devsrc})
 add_test(NAME devhooks_fuzz_soundness COMMAND mkscope-fuzz-soundness --seed 7 --programs 4000 -q)
-set_tests_properties(devhooks_fuzz_soundness PROPERTIES LABELS "unit;fuzz" TIMEOUT 120)
+# Its checks themselves: a program breaking each property, run unverified,
+# must be caught.
+add_test(NAME devhooks_fuzz_soundness_checks COMMAND mkscope-fuzz-soundness --self-test)
+set_tests_properties(devhooks_fuzz_soundness devhooks_fuzz_soundness_checks PROPERTIES LABELS "unit;fuzz" TIMEOUT 120)
 # --probes: compiled probes (query/probe.c) from random texts of the probe
 # grammar (tests/query/probe_gen.c); every program must be accepted.
 if(TARGET mks_query)
