@@ -75,6 +75,10 @@
  * (ranges joined) with a kept one: a chain of branches that each change a
  * scalar would otherwise double the paths at every branch. */
 #define VF_WIDEN_AFTER 4u
+/* Memory for the states kept and waiting to be explored: a state with 8
+ * call frames is about 50 KB, and the standard monitors need a few dozen
+ * states; the cap bounds what a hostile object costs the agent. */
+#define VF_MAX_STATE_BYTES (64u << 20)
 /* Pointer offsets stay within this, so offset arithmetic cannot overflow. */
 #define VF_MAX_PTR_OFF (1ll << 30)
 /* Context bytes before v1's reserved tail: the declared fields. */
@@ -177,6 +181,8 @@ struct vf {
     struct vf_state **stack;
     uint32_t stack_len, stack_cap;
     uint32_t next_id;
+    uint64_t state_bytes;  /* in states kept or waiting (VF_MAX_STATE_BYTES) */
+    bool over_memory;
     uint64_t steps;
     uint32_t states;
     bool helper_ok[256]; /* by helper id below 256; mkscope's ids fit */
@@ -285,12 +291,38 @@ static struct vf_frame *cur_frame(struct vf_state *st)
     return &st->fr[st->nframes - 1];
 }
 
-static struct vf_state *st_dup(const struct vf_state *st)
+/* A copy of the frames in use: only the working state of explore() has
+ * room for a call to push another frame. */
+static struct vf_state *st_dup(struct vf *v, const struct vf_state *st)
 {
-    struct vf_state *c = malloc(st_size(MKS_BPF_MAX_FRAMES));
-    if (c)
-        memcpy(c, st, st_size(st->nframes));
+    size_t sz = st_size(st->nframes);
+    if (v->state_bytes + sz > VF_MAX_STATE_BYTES) {
+        v->over_memory = true;
+        return NULL;
+    }
+    struct vf_state *c = malloc(sz);
+    if (c) {
+        memcpy(c, st, sz);
+        v->state_bytes += sz;
+    }
     return c;
+}
+
+static void st_free(struct vf *v, struct vf_state *st)
+{
+    if (st) {
+        v->state_bytes -= st_size(st->nframes);
+        free(st);
+    }
+}
+
+/* Why a copy failed: the memory cap (a rejection of insn i) or malloc. */
+static int st_nomem(struct vf *v, uint32_t i)
+{
+    if (v->over_memory)
+        return verr(v, i, MKS_VERR_COMPLEXITY, "program too complex: the states kept to explore it exceed %u MiB; expected fewer branches that multiply paths",
+                    VF_MAX_STATE_BYTES >> 20);
+    return -ENOMEM;
 }
 
 static void frame_init(struct vf_frame *f, uint32_t frameno, int32_t callsite)
@@ -1714,9 +1746,9 @@ static int push_state(struct vf *v, const struct vf_state *st, uint32_t insn)
         v->stack = ns;
         v->stack_cap = ncap;
     }
-    struct vf_state *c = st_dup(st);
+    struct vf_state *c = st_dup(v, st);
     if (!c)
-        return -ENOMEM;
+        return st_nomem(v, insn);
     c->insn = insn;
     v->stack[v->stack_len++] = c;
     return 0;
@@ -1769,11 +1801,10 @@ static int step(struct vf *v, struct vf_state *st)
         }
         if (v->n_kept[i] < VF_MAX_KEPT_PER_INSN) {
             struct vf_kept *k = calloc(1, sizeof(*k));
-            struct vf_state *c = st_dup(st);
+            struct vf_state *c = k ? st_dup(v, st) : NULL;
             if (!k || !c) {
                 free(k);
-                free(c);
-                return -ENOMEM;
+                return st_nomem(v, i);
             }
             k->st = c;
             k->next = v->kept[i];
@@ -1905,9 +1936,9 @@ static int step(struct vf *v, struct vf_state *st)
     if ((rc = check_ptr_cmp(v, i, f)))
         return rc;
 
-    struct vf_state *other = st_dup(st);
+    struct vf_state *other = st_dup(v, st);
     if (!other)
-        return -ENOMEM;
+        return st_nomem(v, i);
     bool take = branch_apply(other, in, true);
     bool fall = branch_apply(st, in, false);
     rc = 0;
@@ -1919,7 +1950,7 @@ static int step(struct vf *v, struct vf_state *st)
             uint32_t ncap = v->stack_cap ? v->stack_cap * 2 : 64;
             struct vf_state **ns = realloc(v->stack, ncap * sizeof(*ns));
             if (!ns) {
-                free(other);
+                st_free(v, other);
                 return -ENOMEM;
             }
             v->stack = ns;
@@ -1940,7 +1971,7 @@ static int step(struct vf *v, struct vf_state *st)
         rc = 1; /* neither side feasible: the state itself was impossible */
         v->path_has_len = false;
     }
-    free(other);
+    st_free(v, other);
     return rc;
 }
 
@@ -1977,7 +2008,7 @@ static int explore(struct vf *v)
     while (rc == 0 && v->stack_len > 0) {
         struct vf_state *cur = v->stack[--v->stack_len];
         memcpy(st, cur, st_size(cur->nframes));
-        free(cur);
+        st_free(v, cur);
         v->path_has_len = false;
         while ((rc = step(v, st)) == 0)
             ;

@@ -456,6 +456,39 @@ static void test_too_complex(void **state)
     assert_non_null(strstr(log, "program too complex: 250000 instructions processed"));
 }
 
+/* The same kind of program eight calls deep: every state then carries eight
+ * frames (about 50 KB), and what exploration keeps is capped in memory
+ * before the instruction count is reached (uncapped it took gigabytes). */
+static void test_state_memory_bounded(void **state)
+{
+    (void)state;
+    enum { K = 780, DEPTH = 7 };
+    static struct mks_insn p[2 * DEPTH + 2 + 5 * K + 2];
+    uint32_t n = 0;
+    /* main and six more functions each call the next */
+    for (int d = 0; d < DEPTH; d++) {
+        p[n++] = (struct mks_insn)CALL_LOCAL(1);
+        p[n++] = (struct mks_insn)EXIT();
+    }
+    /* the deepest function: branches that each spill another pointer */
+    p[n++] = (struct mks_insn)MOV_REG(6, 1);
+    for (int k = 0; k < K; k++) {
+        p[n++] = (struct mks_insn)LDX(W, 2, 6, CTX_STEP);
+        p[n++] = (struct mks_insn)JMP_IMM(MKS_BPF_JEQ, 2, k, 2);
+        p[n++] = (struct mks_insn)STX(DW, 10, 6, -8 * (k % 64 + 1));
+        p[n++] = (struct mks_insn)JA(1);
+        p[n++] = (struct mks_insn)STX(DW, 10, 10, -8 * (k % 64 + 1));
+    }
+    p[n++] = (struct mks_insn)MOV_IMM(0, 0);
+    p[n++] = (struct mks_insn)EXIT();
+    char log[256];
+    int rc = verify_simple(p, n, OBS, 1, log, sizeof(log), NULL, 0);
+    if (!strstr(log, "exceed 64 MiB"))
+        print_error("%s\n", log);
+    assert_int_equal(rc, -MKS_VERR_COMPLEXITY);
+    assert_non_null(strstr(log, "program too complex: the states kept to explore it exceed 64 MiB"));
+}
+
 /* Every case has its own name and the suite covers every rejection code. */
 static void test_codes_covered(void **state)
 {
@@ -483,7 +516,7 @@ static void test_codes_covered(void **state)
 int main(void)
 {
     size_t n = sizeof(cases) / sizeof(cases[0]);
-    struct CMUnitTest *tests = calloc(n + 8, sizeof(*tests));
+    struct CMUnitTest *tests = calloc(n + 16, sizeof(*tests));
     if (!tests)
         return 1;
     for (size_t i = 0; i < n; i++) {
@@ -496,9 +529,10 @@ int main(void)
         cmocka_unit_test(test_unknown_abi),  cmocka_unit_test(test_helper_outside_allowed_set),
         cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_log_truncation),
         cmocka_unit_test(test_codes_covered),  cmocka_unit_test(test_too_complex),
+        cmocka_unit_test(test_state_memory_bounded),
     };
     memcpy(&tests[n], extra, sizeof(extra));
-    int rc = _cmocka_run_group_tests("verifier_reject", tests, n + 8, NULL, NULL);
+    int rc = _cmocka_run_group_tests("verifier_reject", tests, n + sizeof(extra) / sizeof(extra[0]), NULL, NULL);
     free(tests);
     return rc;
 }
