@@ -9,6 +9,13 @@
 # truth file, which the diagnosis never sees; the matrix (report.jq) and the
 # targets (targets.jq) are printed last.
 #
+# Other tools can score the same runs: $MKS_ACC_HOOK names a program that
+# is called as `HOOK args ID RANKS MODE SEED STEPS SPEC DIR` before a run
+# (it prints extra arguments one a line: the launcher's, then a line `--`,
+# then the bench's) and as `HOOK post ID DIR RUNS` once the diagnosis is in
+# DIR/diag.json, before the run is scored (bench/counter.sh does so); a
+# failing hook fails the run, so a second call runs it again.
+#
 # Runs are independent (own directory, sockets and collector) and each
 # leaves its score in OUT/runs/ID.score: a second call resumes where the
 # first stopped, --jobs N runs N at once.  Magnitudes are multiples of the
@@ -238,10 +245,22 @@ run_one() {
   job=$(echo "acc$id" | tr -c 'A-Za-z0-9_.\n-' '_' | cut -c1-48)
   rm -rf "$d"
   mkdir -p "$d"
-  local fa=()
+  local fa=() hook_launch=() hook_bench=() a side=launch
   [ "$spec" = none ] || fa=(--fault "$spec")
+  if [ -n "${MKS_ACC_HOOK:-}" ]; then
+    local hook_out
+    hook_out=$("$MKS_ACC_HOOK" args "$id" "$R" "$mode" "$seed" "$st" "$spec" "$d") ||
+      { echo "accuracy: run $id: $MKS_ACC_HOOK args failed" >&2; return 1; }
+    while IFS= read -r a; do
+      [ -n "$a" ] || continue
+      if [ "$a" = -- ]; then side=bench
+      elif [ "$side" = launch ]; then hook_launch+=("$a")
+      else hook_bench+=("$a"); fi
+    done <<<"$hook_out"
+  fi
   if ! "$launch" --ranks "$R" --steps "$st" --dir "$d" --epoch-ms 5 --keep-collector -q \
-      --job "$job" "${fa[@]}" -- --truth "$d/truth.json" --seed "$seed" >/dev/null 2>"$d/launch.err"; then
+      --job "$job" "${fa[@]}" "${hook_launch[@]}" -- --truth "$d/truth.json" --seed "$seed" \
+      "${hook_bench[@]}" >/dev/null 2>"$d/launch.err"; then
     stop_collector "$d"
     echo "accuracy: run $id failed: $(tail -n 3 "$d/launch.err" | tr '\n' ' ')" >&2
     return 1
@@ -255,6 +274,10 @@ run_one() {
   fi
   stop_collector "$d"
   jq -s . "$d/diag.jsonl" >"$d/diag.json"
+  if [ -n "${MKS_ACC_HOOK:-}" ] && ! "$MKS_ACC_HOOK" post "$id" "$d" "$out/runs" 2>"$d/hook.err"; then
+    echo "accuracy: run $id: $MKS_ACC_HOOK post failed: $(tail -n 3 "$d/hook.err" | tr '\n' ' ')" >&2
+    return 1
+  fi
   jq -n -c --argjson diag "$(cat "$d/diag.json")" --argjson truth "$(cat "$d/truth.json")" \
     -f "$here/score.jq" | jq -c --arg id "$id" --arg spec "$spec" '. + {id: $id, spec: $spec}' \
     >"$score.tmp"

@@ -63,6 +63,7 @@ static void usage(FILE *f)
             "  --json FILE          write results: per-rank step times, per-class task\n"
             "                       counts, tokens (JSON)\n"
             "  --trace PREFIX       native profiler trace PREFIX.rankR.json (profiler build)\n"
+            "  --counters PREFIX    fixed per-step counters PREFIX.rankR.json (counters build)\n"
             "  --check              compare tokens with the reference; exit 3 on mismatch\n"
             "  -q, --quiet          no summary on stdout\n"
             "  -h, --help\n"
@@ -104,6 +105,7 @@ enum {
     O_BASELINE,
     O_JSON,
     O_TRACE,
+    O_COUNTERS,
     O_CHECK,
     O_CUDA_MODE,
     O_INTERVAL,
@@ -139,6 +141,7 @@ static const struct option opts[] = {
     {"baseline", required_argument, NULL, O_BASELINE},
     {"json", required_argument, NULL, O_JSON},
     {"trace", required_argument, NULL, O_TRACE},
+    {"counters", required_argument, NULL, O_COUNTERS},
     {"check", no_argument, NULL, O_CHECK},
     {"cuda-mode", required_argument, NULL, O_CUDA_MODE},
     {"quiet", no_argument, NULL, 'q'},
@@ -274,6 +277,9 @@ int main(int argc, char **argv)
         case O_TRACE:
             cfg.trace = optarg;
             break;
+        case O_COUNTERS:
+            cfg.counters = optarg;
+            break;
         case O_CHECK:
             check = 1;
             break;
@@ -307,6 +313,13 @@ int main(int argc, char **argv)
 #ifndef MKS_BENCH_PROFILER
     if (cfg.trace) {
         fprintf(stderr, "mkscope-bench: --trace needs the profiler build (mkscope-bench-prof)\n");
+        return 2;
+    }
+#endif
+#ifndef MKS_BENCH_COUNTERS
+    if (cfg.counters) {
+        fprintf(stderr, "mkscope-bench: --counters needs the counters build "
+                        "(mkscope-bench-counters, mkscope-bench-obs)\n");
         return 2;
     }
 #endif

@@ -183,6 +183,11 @@ int mks_bench_result_write_json(const struct mks_bench_result *res,
 #else
     json_object_set_new(c, "profiler", json_false());
 #endif
+#ifdef MKS_BENCH_COUNTERS
+    json_object_set_new(c, "counters", json_true());
+#else
+    json_object_set_new(c, "counters", json_false());
+#endif
     json_object_set_new(root, "config", c);
     json_object_set_new(root, "backend", json_string(backend));
     json_object_set_new(root, "wall_ns", json_integer((json_int_t)res->wall_ns));

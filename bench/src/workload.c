@@ -749,6 +749,7 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
                          .n_classes = mks_bench_class_count(cfg),
                          .max_tasks = max_tasks(&rk),
                          .queue_pressure = cfg->queue_pressure,
+                         .n_steps = cfg->steps,
                          .hooks = rk.hooks,
                          .user = &rk};
     rc = br_create(&ro, &rk.rt);
@@ -797,9 +798,20 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
                           strerror(-rc));
         }
     }
-#else
-    (void)cls_name_cb;
 #endif
+#ifdef MKS_BENCH_COUNTERS
+    if (cfg->counters) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s.rank%u.json", cfg->counters, rank);
+        rc = br_counters_export(rk.rt, path, cls_name_cb, &rk);
+        if (rc) {
+            rank_free(&rk);
+            return bb_err(err, err_len, rc, "rank %u: writing counters %s: %s", rank, path,
+                          strerror(-rc));
+        }
+    }
+#endif
+    (void)cls_name_cb;
     rank_free(&rk);
     return 0;
 }

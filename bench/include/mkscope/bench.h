@@ -73,6 +73,9 @@ struct mks_bench_config {
                                     clean run of this configuration, for the
                                     fault plan's closed loop; NULL: the plan as
                                     written (mks_bench_baseline_load) */
+    const char *counters; /* fixed counters PREFIX.rankR.json (counters build
+                             only: per step, per class count, run and queue
+                             time, per peer remote wait), NULL for none */
 };
 
 /* How the CUDA backend runs a step. */

@@ -19,7 +19,13 @@
 #include "../bench_int.h"
 #include "mkscope/runtime.h"
 
-#define BR_PROF_CAP (1u << 16) /* records per worker; beyond: counted as dropped */
+/* Records per worker; beyond: counted as dropped.  MPK's buffer is fixed
+ * like this; the benchmark build (mkscope-bench-obs) takes 2^20 so that its
+ * full trace of a 10,000-step run is whole. */
+#ifndef BR_PROF_CAP_LOG2
+#define BR_PROF_CAP_LOG2 16
+#endif
+#define BR_PROF_CAP (1u << BR_PROF_CAP_LOG2)
 /* Injected sleeps closer than this belong to one run (one operator's tasks
  * on a worker): longer than a small task body, shorter than a step. */
 #define BR_SLEEP_RUN_GAP_NS (100ull * 1000ull)
@@ -42,6 +48,15 @@ struct br_queue {
     pthread_cond_t cv;
 };
 
+/* One class's fixed counters of one step (br_counters_export). */
+struct br_cls_ctr {
+    uint64_t n, run, run_max, queue, queue_max;
+};
+/* Waits on one peer's remote events in one step. */
+struct br_wait_ctr {
+    uint64_t n, ns, max;
+};
+
 struct br_worker {
     struct br_rt *rt;
     uint32_t id;
@@ -54,6 +69,10 @@ struct br_worker {
     int64_t sleep_debt; /* ns the last run of injected sleeps overshot */
     uint64_t sleep_end; /* when the last injected sleep ended */
     uint64_t faulted;   /* tasks a fault plan changed */
+    /* fixed counters, [step][class] and [step][peer]: a worker's own, so no
+     * atomics on the task path; summed at export */
+    struct br_cls_ctr *ctr;
+    struct br_wait_ctr *wctr;
 };
 
 struct br_rt {
@@ -109,6 +128,8 @@ void br_destroy(struct br_rt *rt)
         for (uint32_t i = 0; i < rt->o.n_workers; i++) {
             free(rt->w[i].class_count);
             free(rt->w[i].prof);
+            free(rt->w[i].ctr);
+            free(rt->w[i].wctr);
         }
     }
     if (rt->q) {
@@ -168,6 +189,12 @@ int br_create(const struct br_opts *opts, struct br_rt **rt_p)
 #ifdef MKS_BENCH_PROFILER
         rt->w[i].prof = malloc(BR_PROF_CAP * sizeof(*rt->w[i].prof));
         bad = bad || !rt->w[i].prof;
+#endif
+#ifdef MKS_BENCH_COUNTERS
+        const size_t S = opts->n_steps ? opts->n_steps : 1;
+        rt->w[i].ctr = calloc(S * opts->n_classes, sizeof(*rt->w[i].ctr));
+        rt->w[i].wctr = calloc(S * opts->n_ranks, sizeof(*rt->w[i].wctr));
+        bad = bad || !rt->w[i].ctr || !rt->w[i].wctr;
 #endif
     }
     for (int k = 0; k < 2 && !bad; k++) {
@@ -286,6 +313,51 @@ static inline void prof_rec(struct br_worker *w, uint8_t kind, const struct br_t
     (void)w;
     (void)kind;
     (void)t;
+#endif
+}
+
+static inline void ctr_max(uint64_t *m, uint64_t v)
+{
+    if (v > *m)
+        *m = v;
+}
+
+/* The fixed counters of a task that ended (t_end set). */
+static inline void ctr_task(const struct br_rt *rt, struct br_worker *w, const struct br_task *t)
+{
+#ifdef MKS_BENCH_COUNTERS
+    if (t->step >= (rt->o.n_steps ? rt->o.n_steps : 1) || t->cls >= rt->o.n_classes)
+        return;
+    struct br_cls_ctr *c = &w->ctr[(size_t)t->step * rt->o.n_classes + t->cls];
+    uint64_t run = t->t_end - t->t_start, q = t->t_start > t->t_ready ? t->t_start - t->t_ready : 0;
+    c->n++;
+    c->run += run;
+    ctr_max(&c->run_max, run);
+    c->queue += q;
+    ctr_max(&c->queue_max, q);
+#else
+    (void)rt;
+    (void)w;
+    (void)t;
+#endif
+}
+
+static inline void ctr_wait(const struct br_rt *rt, struct br_worker *w, const struct br_task *t,
+                            uint32_t peer, uint64_t ns)
+{
+#ifdef MKS_BENCH_COUNTERS
+    if (t->step >= (rt->o.n_steps ? rt->o.n_steps : 1) || peer >= rt->o.n_ranks)
+        return;
+    struct br_wait_ctr *c = &w->wctr[(size_t)t->step * rt->o.n_ranks + peer];
+    c->n++;
+    c->ns += ns;
+    ctr_max(&c->max, ns);
+#else
+    (void)rt;
+    (void)w;
+    (void)t;
+    (void)peer;
+    (void)ns;
 #endif
 }
 
@@ -569,6 +641,7 @@ static void run_task(struct br_rt *rt, struct br_worker *w, struct br_task *t, u
     br_ctx_init(rt, w->id, t, MKS_EV_TASK_END, &ctx);
     br_hook(rt, &ctx);
     prof_rec(w, BR_PROF_END, t);
+    ctr_task(rt, w, t);
     w->class_count[t->cls]++;
     if (t->notify_delay_ns && (t->trig_ev != BR_EV_NONE || t->release)) {
         /* notify-delay: the task has ended and its worker moves on; the
@@ -706,6 +779,9 @@ int br_wait_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t,
 {
     br_hook_remote(rt, worker, t, MKS_EV_DEP_WAIT_BEGIN, peer, comm_gen, dep_event, target);
     prof_rec(&rt->w[worker], BR_PROF_WAIT_BEGIN, t);
+#ifdef MKS_BENCH_COUNTERS
+    const uint64_t wait_t0 = bb_now_ns();
+#endif
     int rc = 0;
     uint64_t t0 = 0;
     for (uint32_t spin = 0;; spin++) {
@@ -729,6 +805,11 @@ int br_wait_remote(struct br_rt *rt, uint32_t worker, const struct br_task *t,
     }
     br_hook_remote(rt, worker, t, MKS_EV_DEP_WAIT_END, peer, comm_gen, dep_event, target);
     prof_rec(&rt->w[worker], BR_PROF_WAIT_END, t);
+#ifdef MKS_BENCH_COUNTERS
+    ctr_wait(rt, &rt->w[worker], t, peer, bb_now_ns() - wait_t0);
+#else
+    ctr_wait(rt, &rt->w[worker], t, peer, 0);
+#endif
     return rc;
 }
 
@@ -822,4 +903,78 @@ int br_prof_write(const char *path, uint32_t rank, uint32_t n_workers,
     if (fclose(f) && !rc)
         rc = -errno;
     return rc;
+}
+
+/* The fixed counters as JSON, one row a step:
+ *   {"rank":R,"workers":W,"ranks":N,"classes":[names],"bytes_per_step":B,
+ *    "steps":[{"c":[[class,n,run,run_max,queue,queue_max],...],
+ *              "w":[[peer,n,ns,max],...]},...]}
+ * rows that counted nothing are left out of the file; bytes_per_step is the
+ * size of the whole fixed set (every class and peer, 8 bytes a counter), what
+ * reading it each step costs whatever happened. */
+int br_counters_export(const struct br_rt *rt, const char *path,
+                       const char *(*cls_name)(void *user, uint32_t cls), void *user)
+{
+#ifndef MKS_BENCH_COUNTERS
+    (void)rt;
+    (void)path;
+    (void)cls_name;
+    (void)user;
+    return -ENOTSUP;
+#else
+    const uint32_t C = rt->o.n_classes, P = rt->o.n_ranks, W = rt->o.n_workers;
+    const uint32_t S = rt->o.n_steps ? rt->o.n_steps : 1;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -errno;
+    fprintf(f, "{\"rank\":%u,\"workers\":%u,\"ranks\":%u,\"bytes_per_step\":%u,\"classes\":[",
+            rt->o.rank, W, P, (C * 5u + P * 3u) * 8u);
+    for (uint32_t c = 0; c < C; c++) {
+        const char *n = cls_name(user, c);
+        fprintf(f, "%s\"%s\"", c ? "," : "", n ? n : "?");
+    }
+    fprintf(f, "],\"steps\":[\n");
+    for (uint32_t s = 0; s < S; s++) {
+        fprintf(f, "%s{\"c\":[", s ? ",\n" : "");
+        int first = 1;
+        for (uint32_t c = 0; c < C; c++) {
+            struct br_cls_ctr a = {0};
+            for (uint32_t i = 0; i < W; i++) {
+                const struct br_cls_ctr *x = &rt->w[i].ctr[(size_t)s * C + c];
+                a.n += x->n;
+                a.run += x->run;
+                a.queue += x->queue;
+                ctr_max(&a.run_max, x->run_max);
+                ctr_max(&a.queue_max, x->queue_max);
+            }
+            if (!a.n)
+                continue;
+            fprintf(f, "%s[%u,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]",
+                    first ? "" : ",", c, a.n, a.run, a.run_max, a.queue, a.queue_max);
+            first = 0;
+        }
+        fprintf(f, "],\"w\":[");
+        first = 1;
+        for (uint32_t p = 0; p < P; p++) {
+            struct br_wait_ctr a = {0};
+            for (uint32_t i = 0; i < W; i++) {
+                const struct br_wait_ctr *x = &rt->w[i].wctr[(size_t)s * P + p];
+                a.n += x->n;
+                a.ns += x->ns;
+                ctr_max(&a.max, x->max);
+            }
+            if (!a.n)
+                continue;
+            fprintf(f, "%s[%u,%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", first ? "" : ",", p, a.n, a.ns,
+                    a.max);
+            first = 0;
+        }
+        fprintf(f, "]}");
+    }
+    fprintf(f, "\n]}\n");
+    int rc = ferror(f) ? -EIO : 0;
+    if (fclose(f) && !rc)
+        rc = -errno;
+    return rc;
+#endif
 }

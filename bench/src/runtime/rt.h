@@ -74,6 +74,7 @@ struct br_opts {
     uint32_t max_tasks;      /* per step graph, dynamic tasks included */
     uint32_t queue_pressure; /* depth that raises QUEUE_PRESSURE, 0 = never */
     uint32_t order_cap;      /* tasks whose start order is logged (tests), 0 = off */
+    uint32_t n_steps;        /* decode steps: rows of the fixed counters (counters build) */
     struct mks_rt *hooks;    /* NULL: no hooks */
     void *user;
 };
@@ -154,5 +155,14 @@ uint64_t br_prof_dropped(const struct br_rt *rt);
 /* Chrome/Perfetto JSON trace of every worker's records. */
 int br_prof_export(const struct br_rt *rt, const char *path,
                    const char *(*cls_name)(void *user, uint32_t cls), void *user);
+
+/* Fixed counters (compiled in with MKS_BENCH_COUNTERS): what a compiler can
+ * keep for every task class and remote event without programs, per step:
+ * per class the tasks, their run time (TASK_START to TASK_END) total and
+ * maximum, their queueing (ready to start) total and maximum; per peer the
+ * time workers waited on its remote events, total, maximum and waits.
+ * Written as JSON (bench/counter/README.md has the format). */
+int br_counters_export(const struct br_rt *rt, const char *path,
+                       const char *(*cls_name)(void *user, uint32_t cls), void *user);
 
 #endif
