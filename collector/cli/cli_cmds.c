@@ -127,11 +127,34 @@ static void text_group(FILE *f, json_t *g, bool tree)
         fputc('\n', f);
 }
 
-static void dot_groups(FILE *f, json_t *groups)
+static void dot_groups(FILE *f, json_t *groups, json_t *lost)
 {
     fprintf(f, "digraph waitchain {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n");
     size_t gi, i;
     json_t *g, *v;
+    /* lost ranks: the stalled ranks' chains, the lost rank in red */
+    json_array_foreach(lost, gi, g)
+    {
+        json_t *chain;
+        if (strcmp(jstr(g, "cause"), "rank_lost"))
+            continue;
+        fprintf(f, "  lost%lld [label=\"rank %lld\\nlost (%s)\", style=bold, color=red];\n",
+                (long long)json_integer_value(json_object_get(g, "rank")),
+                (long long)json_integer_value(json_object_get(g, "rank")), jstr(g, "state"));
+        json_array_foreach(json_object_get(g, "chains"), i, chain)
+        {
+            size_t k, n = json_array_size(chain);
+            for (k = 0; k + 1 < n; k++) {
+                long long a = (long long)json_integer_value(json_array_get(chain, k));
+                long long b = (long long)json_integer_value(json_array_get(chain, k + 1));
+                fprintf(f, "  stalled%lld [label=\"rank %lld\\nstalled\"];\n", a, a);
+                if (k + 2 == n)
+                    fprintf(f, "  stalled%lld -> lost%lld [label=\"waits on\"];\n", a, b);
+                else
+                    fprintf(f, "  stalled%lld -> stalled%lld [label=\"waits on\"];\n", a, b);
+            }
+        }
+    }
     json_array_foreach(groups, gi, g)
     {
         json_t *chain = json_object_get(g, "chain");
@@ -232,7 +255,7 @@ int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n
             json_decref(none);
         }
     } else if (cli->dot) {
-        dot_groups(cli->out, groups);
+        dot_groups(cli->out, groups, lost);
     } else {
         json_array_foreach(lost, i, g)
         {

@@ -90,6 +90,10 @@ echo "  $line"
 echo "$line" | grep -q '"state":"exited"' || fail "rank 2 not named as exited"
 echo "$line" | grep -q '"stalled":\[0,1,3\]' || fail "ranks 0, 1, 3 not named stalled on rank 2"
 echo "$line" | grep -q '"chains":\[\[0,2\],\[1,2\],\[3,2\]\]' || fail "chains do not lead to rank 2"
+cli --job "$job" -f dot waitchain >"$dir/waitchain.dot"
+for r in 0 1 3; do
+  grep -q "stalled$r -> lost2" "$dir/waitchain.dot" || fail "waitchain -f dot: no edge from rank $r to lost rank 2"
+done
 cli --job "$job" diagnose >"$dir/diagnose.txt"
 head -n 4 "$dir/diagnose.txt"
 for r in 0 1 3; do kill -TERM -- "-$(eval echo \$bench_$r)" 2>/dev/null || true; done
