@@ -177,14 +177,14 @@ static int class_rows(struct arena *a, const struct agt_summary *s, enum agt_tie
         for (size_t k = 0; k < n_acc; k++) {
             const struct mks_mon_lat_step *v = &acc[k].v;
             int64_t step = (int64_t)(v->tag - 1);
-            uint32_t b = (uint32_t)(step % MKS_MON_STEP_BUCKETS);
-            const struct agt_lat *l = &s->lat[c * MKS_MON_STEP_BUCKETS + b];
-            int own = l->present && bmap[b] == step;
-            used[b] |= own;
             if (step > UINT32_MAX) {
                 lstep_add(&mixed, v);
                 continue;
             }
+            uint32_t b = (uint32_t)(step % MKS_MON_STEP_BUCKETS);
+            const struct agt_lat *l = &s->lat[c * MKS_MON_STEP_BUCKETS + b];
+            int own = l->present && bmap[b] == step;
+            used[b] |= own;
             if (push_row(a, es, c, step, v->count,
                          hist_of(a, own ? &l->ready : NULL, v->queue_count, v->queue_sum,
                                  v->queue_max),
