@@ -55,6 +55,7 @@
 #include "mkscope/fresh.h"
 #include "mkscope/loader.h"
 #include "mkscope/wire.h"
+#include "probe.h"
 #include "progs.h"
 #include "spool.h"
 #include "steps.h"
@@ -132,6 +133,8 @@ struct agent {
     int n_replies;
 
     struct mks_ctl *ctl;
+    struct agt_probe *probes[AGT_MAX_PROBES]; /* attached probes (probe.h) */
+    int n_probes;
     struct agt_esc *esc; /* escalation in progress */
     struct agt_ucx *ucx; /* its raw events' transport, when the command named one */
     struct agt_esc_env esc_env;
@@ -606,6 +609,25 @@ static void adapt_sampling(struct agent *a, int tier)
     }
 }
 
+/* The attached probe a detach names ("probe-7" or one of its programs). */
+static struct agt_probe *find_probe(struct agent *a, const char *name)
+{
+    for (int i = 0; name && i < a->n_probes; i++) {
+        const char *n = agt_probe_name(a->probes[i]);
+        size_t l = strlen(n);
+        if (!strncmp(name, n, l) && (name[l] == 0 || name[l] == '/'))
+            return a->probes[i];
+    }
+    return NULL;
+}
+
+static void free_probes(struct agent *a)
+{
+    for (int i = 0; i < a->n_probes; i++)
+        agt_probe_free(a->probes[i]);
+    a->n_probes = 0;
+}
+
 static void run_command(struct agent *a, const Mkscope__V1__Command *c)
 {
     if (c->n_ranks) {
@@ -662,6 +684,15 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
     case MKSCOPE__V1__COMMAND__KIND_DETACH: {
         uint64_t gen = 0;
         int32_t hook = c->detach->hook;
+        struct agt_probe *pr = find_probe(a, c->detach->name);
+        if (pr) {
+            /* a probe ends at the next epoch, its last result read first */
+            agt_probe_stop(pr, "stopped");
+            snprintf(msg, sizeof(msg), "%s: stops at the end of this epoch", agt_probe_name(pr));
+            r.ok = 1;
+            r.verifier_log = msg;
+            break;
+        }
         int n = valid_prog_ref(c->detach->name) && hook >= -1 && hook < MKS_EV_COUNT
                     ? agt_progs_remove(&a->progs, a->ctl, c->detach->name, hook, &gen)
                     : -EINVAL;
@@ -723,6 +754,36 @@ static void run_command(struct agent *a, const Mkscope__V1__Command *c)
             else
                 snprintf(msg + l, sizeof(msg) - l, "; %s: raw events go on the ingest socket", why);
         }
+        r.ok = err == 0;
+        r.cost = cost;
+        r.n_insns = n_insns;
+        if (err)
+            r.error = msg;
+        else
+            r.verifier_log = msg;
+        break;
+    }
+    case MKSCOPE__V1__COMMAND__KIND_PROBE: {
+        const Mkscope__V1__ProbeStart *ps = c->probe;
+        if (a->n_probes == AGT_MAX_PROBES) {
+            snprintf(msg, sizeof(msg), "%s: %d probes already attached; wait for one to end",
+                     ps->name, AGT_MAX_PROBES);
+            r.error = msg;
+            break;
+        }
+        if (find_probe(a, ps->name)) {
+            snprintf(msg, sizeof(msg), "%s is already attached", ps->name);
+            r.error = msg;
+            break;
+        }
+        uint64_t cost = 0;
+        uint32_t n_insns = 0;
+        struct agt_probe *pr = NULL;
+        int err = agt_probe_start(&a->progs, a->ctl, ps, a->o.probe_max_cost, mono_ns(),
+                                  clock_ns(CLOCK_REALTIME), &pr, &cost, &n_insns, msg,
+                                  sizeof(msg));
+        if (!err)
+            a->probes[a->n_probes++] = pr;
         r.ok = err == 0;
         r.cost = cost;
         r.n_insns = n_insns;
@@ -865,6 +926,7 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
 static void close_app(struct agent *a)
 {
     esc_poll(a, mono_ns(), 1); /* the block is still mapped: drain, send the last batch */
+    free_probes(a);
     agt_progs_reset(&a->progs);
     mks_ctl_close(a->ctl);
     a->ctl = NULL;
@@ -1074,6 +1136,14 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
 static void snapshot(struct agent *a, int force, int app_ended)
 {
     struct mks_epoch_snapshot *snap = NULL;
+    uint64_t now = mono_ns();
+    /* probes that end are detached before the flip, so that this epoch's
+     * snapshot holds all they saw */
+    for (int i = 0; i < a->n_probes; i++)
+        agt_probe_before_snapshot(a->probes[i], &a->progs, a->ctl, now,
+                                  app_ended ? "application ended"
+                                  : a->stopping ? "agent stopped"
+                                                : NULL);
     int err = mks_ctl_epoch_advance(a->ctl, &snap);
     if (err) {
         agt_log_warn("epoch advance failed: %s", strerror(-err));
@@ -1093,6 +1163,14 @@ static void snapshot(struct agent *a, int force, int app_ended)
         return;
     }
     err = agt_summary_build(s, &snap_ops, snap, a->progs.maps, a->progs.n_maps, attached);
+    for (int i = 0; !err && i < a->n_probes;) {
+        if (agt_probe_collect(a->probes[i], &a->progs, a->ctl, &snap_ops, snap, s->cov, now, s)) {
+            agt_probe_free(a->probes[i]);
+            a->probes[i] = a->probes[--a->n_probes];
+        } else {
+            i++;
+        }
+    }
     mks_epoch_snapshot_free(snap);
     if (err) {
         agt_summary_free(s);
@@ -1212,6 +1290,8 @@ static void tick(struct agent *a, uint64_t now)
         a->lease_lapses = info.lease_lapses;
         for (uint32_t i = 0; i < a->progs.n; i++) {
             struct agt_prog *p = &a->progs.progs[i];
+            if (p->detached)
+                continue;
             err = mks_ctl_attach(a->ctl, p->prog_id, (enum mks_hook_event)p->hook, -1, &p->gen);
             if (err && err != -EEXIST && err != -EALREADY)
                 agt_log_err("%s: re-attach failed: %s", p->name, strerror(-err));

@@ -31,6 +31,7 @@ struct agt_opts {
     int verbose;
     uint64_t fresh_window_ms; /* with a key: commands and surveys older/newer than this are
                                  refused; 0: 60 s */
+    uint64_t probe_max_cost;  /* instructions per event a probe's program may cost */
 };
 
 /* Run until SIGINT/SIGTERM (or the application's end with exit_with_app).

@@ -614,6 +614,19 @@ int agt_summary_encode(const struct agt_summary *s, enum agt_tier tier,
     agt_coverage_fill(s->cov, meta->undelivered, cov, covp);
     es.coverage = covp;
     es.n_coverage = MKS_EV_COUNT;
+    /* Probe results at every tier: what a user asked for, bounded by the
+     * probe's groups (mkscope/probe.h). */
+    Mkscope__V1__ProbeResult **probes = NULL;
+    if (!err && s->n_probes) {
+        probes = calloc(s->n_probes, sizeof(*probes));
+        if (!probes)
+            err = -ENOMEM;
+        for (size_t i = 0; !err && i < s->n_probes; i++)
+            if (!(probes[es.n_probes++] = mkscope__v1__probe_result__unpack(
+                      NULL, s->probes[i].len, s->probes[i].buf)))
+                err = -EBADMSG;
+        es.probes = probes;
+    }
     if (a.oom)
         err = -ENOMEM;
     if (!err) {
@@ -628,6 +641,10 @@ int agt_summary_encode(const struct agt_summary *s, enum agt_tier tier,
             agt_log_err("epoch %llu: cannot encode summary: %s", (unsigned long long)es.epoch,
                         why);
     }
+    for (size_t i = 0; probes && i < es.n_probes; i++)
+        if (probes[i])
+            mkscope__v1__probe_result__free_unpacked(probes[i], NULL);
+    free(probes);
     arena_free(&a);
     return err;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "mkscope/probe.h"
 #include "mkscope/wire.h"
 
 #include <limits.h>
@@ -79,6 +80,8 @@ static void usage(FILE *f)
             "  --drain-ms MS         at exit, time to deliver what is buffered (default 3000)\n"
             "  --exit-with-app       exit once the application has ended and all is delivered\n"
             "  --stats FILE          write counters as one JSON line at exit\n"
+            "  --probe-max-cost N    instructions per event a probe's program may cost, as\n"
+            "                        the verifier states it (default %d; mkscope probe)\n"
             "  -v, --verbose         more log lines (twice: per summary)\n"
             "  -h, --help            this text\n"
             "  --version             the version\n"
@@ -86,7 +89,7 @@ static void usage(FILE *f)
             "EXAMPLES\n"
             "  mkscope-agent --job llm --rank 0 --collector tcp://10.0.0.5:7400 --budget 20000\n"
             "  mkscope-agent --job t1 --rank 3 --collector ipc:///tmp/t1/ingest --exit-with-app\n",
-            default_monitors_dir());
+            default_monitors_dir(), MKS_PROBE_COST_DEFAULT);
 }
 
 static int parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
@@ -116,7 +119,7 @@ int main(int argc, char **argv)
     enum {
         O_JOB = 256, O_RANK, O_COLLECTOR, O_SURVEY, O_EPOCH, O_BUDGET, O_BUFFER, O_SPOOL_DIR,
         O_SPOOL_BYTES, O_KEY, O_MONITORS, O_ATTACH, O_LEASE, O_HEARTBEAT, O_TIMEOUT, O_DRAIN,
-        O_EXIT_WITH_APP, O_STATS, O_SPILL_ONLY, O_FRESH
+        O_EXIT_WITH_APP, O_STATS, O_SPILL_ONLY, O_FRESH, O_PROBE_COST
     };
     static const struct option lo[] = {
         {"job", required_argument, 0, O_JOB},
@@ -139,6 +142,7 @@ int main(int argc, char **argv)
         {"exit-with-app", no_argument, 0, O_EXIT_WITH_APP},
         {"stats", required_argument, 0, O_STATS},
         {"fresh-window", required_argument, 0, O_FRESH},
+        {"probe-max-cost", required_argument, 0, O_PROBE_COST},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -152,6 +156,7 @@ int main(int argc, char **argv)
         .heartbeat_ms = 1000,
         .timeout_ms = 1000,
         .drain_ms = 3000,
+        .probe_max_cost = MKS_PROBE_COST_DEFAULT,
     };
     uint64_t v;
     int have_rank = 0, c;
@@ -230,6 +235,10 @@ int main(int argc, char **argv)
             if (parse_u64("--fresh-window", optarg, 1, 3600, &v))
                 return 2;
             o.fresh_window_ms = v * 1000;
+            break;
+        case O_PROBE_COST:
+            if (parse_u64("--probe-max-cost", optarg, 1, 32768, &o.probe_max_cost))
+                return 2;
             break;
         case 'v':
             o.verbose++;

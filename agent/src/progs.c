@@ -41,9 +41,46 @@ int agt_progs_install(struct agt_progs *ps, struct mks_ctl *ctl, const struct mk
                       const char *name, int builtin, int32_t hook, const char *replace_name,
                       struct agt_install_result *res)
 {
-    memset(res, 0, sizeof(*res));
     uint32_t n = mks_obj_prog_count(obj), nm = mks_obj_map_count(obj);
-    const struct mks_map_spec *maps = mks_obj_maps(obj);
+    struct mks_obj_prog progs[AGT_MAX_PROGS];
+    const void *init[MKS_MAX_PROG_MAPS];
+    size_t init_len[MKS_MAX_PROG_MAPS];
+    memset(res, 0, sizeof(*res));
+    if (n > AGT_MAX_PROGS) {
+        snprintf(res->log, sizeof(res->log), "%s: %u programs, at most %u", name, n,
+                 AGT_MAX_PROGS);
+        return -E2BIG;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        progs[i] = *mks_obj_prog(obj, i);
+        if (hook >= 0 && n == 1)
+            progs[i].hook = hook;
+    }
+    for (uint32_t j = 0; j < nm && j < MKS_MAX_PROG_MAPS; j++)
+        if (mks_obj_map_init(obj, j, &init[j], &init_len[j]) != 0) {
+            init[j] = NULL;
+            init_len[j] = 0;
+        }
+    struct agt_install_spec spec = {.name = name,
+                                    .kind = builtin ? AGT_KIND_BUILTIN : AGT_KIND_USER,
+                                    .progs = progs,
+                                    .n_progs = n,
+                                    .maps = mks_obj_maps(obj),
+                                    .n_maps = nm,
+                                    .map_init = init,
+                                    .map_init_len = init_len,
+                                    .replace_name = replace_name};
+    return agt_progs_install_spec(ps, ctl, &spec, res);
+}
+
+int agt_progs_install_spec(struct agt_progs *ps, struct mks_ctl *ctl,
+                           const struct agt_install_spec *in, struct agt_install_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    const char *name = in->name, *replace_name = in->replace_name;
+    int builtin = in->kind;
+    uint32_t n = in->n_progs, nm = in->n_maps;
+    const struct mks_map_spec *maps = in->maps;
     if (n == 0) {
         snprintf(res->log, sizeof(res->log), "%s: object has no programs", name);
         return -ENOENT;
@@ -65,15 +102,14 @@ int agt_progs_install(struct agt_progs *ps, struct mks_ctl *ctl, const struct mk
     int32_t share[MKS_MAX_PROG_MAPS];
     const void *init[MKS_MAX_PROG_MAPS];
     size_t init_len[MKS_MAX_PROG_MAPS];
-    for (uint32_t j = 0; j < nm; j++)
-        if (mks_obj_map_init(obj, j, &init[j], &init_len[j]) != 0) {
-            init[j] = NULL;
-            init_len[j] = 0;
-        }
+    for (uint32_t j = 0; j < nm; j++) {
+        init[j] = in->map_init ? in->map_init[j] : NULL;
+        init_len[j] = in->map_init_len ? in->map_init_len[j] : 0;
+    }
 
     for (uint32_t i = 0; i < n && !err; i++) {
-        const struct mks_obj_prog *p = mks_obj_prog(obj, i);
-        int32_t h = (hook >= 0 && n == 1) ? hook : p->hook;
+        const struct mks_obj_prog *p = &in->progs[i];
+        int32_t h = p->hook;
         if (h < 0 || h >= MKS_EV_COUNT) {
             snprintf(res->log, sizeof(res->log), "%s/%s: no hook (section '%s')", name, p->name,
                      p->section ? p->section : "");
@@ -92,6 +128,15 @@ int agt_progs_install(struct agt_progs *ps, struct mks_ctl *ctl, const struct mk
         if (err) {
             snprintf(res->log, sizeof(res->log), "%s/%s: rejected by the verifier: %s", name,
                      p->name, vlog);
+            break;
+        }
+        if (in->max_cost && vr.cost > in->max_cost) {
+            snprintf(res->log, sizeof(res->log),
+                     "%s/%s: costs %llu instructions per event at %s, above the %llu this"
+                     " agent allows (mkscope-agent --probe-max-cost)",
+                     name, p->name, (unsigned long long)vr.cost,
+                     mks_hook_event_name((uint32_t)h), (unsigned long long)in->max_cost);
+            err = -E2BIG;
             break;
         }
         agt_log_info("%s/%s: verified for %s: %u insns, worst case %llu insns per run, %u states",
@@ -232,10 +277,12 @@ int agt_progs_remove(struct agt_progs *ps, struct mks_ctl *ctl, const char *name
         struct agt_prog *p = &ps->progs[k];
         if (name_matches(p->name, name) && (hook < 0 || p->hook == hook)) {
             uint64_t gen = 0;
-            int err = mks_ctl_detach(ctl, p->prog_id, (enum mks_hook_event)p->hook, &gen);
+            int err = p->detached ? 0
+                                  : mks_ctl_detach(ctl, p->prog_id, (enum mks_hook_event)p->hook,
+                                                   &gen);
             if (err)
                 agt_log_warn("%s: detach failed: %s", p->name, strerror(-err));
-            else if (gen_p)
+            else if (gen_p && !p->detached)
                 *gen_p = gen;
             mks_ctl_prog_unload(ctl, p->prog_id);
             set_id_name(ps, p->prog_id, NULL);
@@ -247,6 +294,23 @@ int agt_progs_remove(struct agt_progs *ps, struct mks_ctl *ctl, const char *name
     ps->n = w;
     forget_unused_maps(ps);
     return removed ? removed : -ENOENT;
+}
+
+int agt_progs_detach(struct agt_progs *ps, struct mks_ctl *ctl, const char *name)
+{
+    int n = 0;
+    for (uint32_t k = 0; k < ps->n; k++) {
+        struct agt_prog *p = &ps->progs[k];
+        if (!name_matches(p->name, name) || p->detached)
+            continue;
+        uint64_t gen;
+        int err = mks_ctl_detach(ctl, p->prog_id, (enum mks_hook_event)p->hook, &gen);
+        if (err && err != -ENOENT)
+            agt_log_warn("%s: detach failed: %s", p->name, strerror(-err));
+        p->detached = 1;
+        n++;
+    }
+    return n ? n : -ENOENT;
 }
 
 void agt_progs_reset(struct agt_progs *ps)
@@ -261,7 +325,7 @@ void agt_progs_attached(const struct agt_progs *ps, int attached[MKS_EV_COUNT])
     for (int e = 0; e < MKS_EV_COUNT; e++)
         attached[e] = 0;
     for (uint32_t k = 0; k < ps->n; k++)
-        if (ps->progs[k].hook >= 0 && ps->progs[k].hook < MKS_EV_COUNT)
+        if (ps->progs[k].hook >= 0 && ps->progs[k].hook < MKS_EV_COUNT && !ps->progs[k].detached)
             attached[ps->progs[k].hook] = 1;
 }
 

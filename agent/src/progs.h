@@ -24,6 +24,7 @@
 
 struct agt_prog {
     char name[96];
+    int detached;   /* detached, still loaded (a probe's last epoch is read first) */
     uint32_t prog_id;
     int32_t hook;
     uint32_t prog_type;
@@ -31,7 +32,7 @@ struct agt_prog {
     uint64_t cost;
     uint64_t gen;   /* hook generation after our attach */
     uint32_t group; /* prog_id of the object's first program: owns the maps */
-    int builtin;
+    int builtin;    /* enum agt_kind */
 };
 
 struct agt_progs {
@@ -51,6 +52,24 @@ struct agt_install_result {
     char log[512];      /* verifier or loader message on failure, verdict on success */
 };
 
+/* Programs to install under one name, sharing their maps. */
+struct agt_install_spec {
+    const char *name;
+    int kind; /* enum agt_kind */
+    const struct mks_obj_prog *progs; /* name (the function), hook, type, ABI, instructions */
+    uint32_t n_progs;
+    const struct mks_map_spec *maps;
+    uint32_t n_maps;
+    const void *const *map_init; /* optional, per map (mks_obj_map_init) */
+    const size_t *map_init_len;
+    const char *replace_name; /* optional: swapped out in the same publication */
+    uint64_t max_cost;        /* refuse a program costing more per event; 0: no limit */
+};
+
+/* Verify, load and attach every program of in: all or none. */
+int agt_progs_install_spec(struct agt_progs *ps, struct mks_ctl *ctl,
+                           const struct agt_install_spec *in, struct agt_install_result *res);
+
 /* Verify, load and attach every program of obj under `name`.  hook >= 0
  * overrides the section's hook (for single-program objects).  With
  * replace_name, programs of that name at the same hook are swapped out in
@@ -63,6 +82,10 @@ int agt_progs_install(struct agt_progs *ps, struct mks_ctl *ctl, const struct mk
  * Returns the number removed, or -ENOENT. */
 int agt_progs_remove(struct agt_progs *ps, struct mks_ctl *ctl, const char *name, int32_t hook,
                      uint64_t *gen_p);
+
+/* Detach the programs matching name but keep them loaded, maps and all
+ * (agt_progs_remove unloads them later).  Returns the number, or -ENOENT. */
+int agt_progs_detach(struct agt_progs *ps, struct mks_ctl *ctl, const char *name);
 
 /* Forget everything (the control block went away with its application). */
 void agt_progs_reset(struct agt_progs *ps);

@@ -38,7 +38,28 @@ void agt_summary_free(struct agt_summary *s)
         free(s->done[i].tasks);
     }
     free(s->done);
+    for (size_t i = 0; i < s->n_probes; i++)
+        free(s->probes[i].buf);
+    free(s->probes);
     free(s);
+}
+
+int agt_summary_add_probe(struct agt_summary *s, const uint8_t *buf, size_t len)
+{
+    if (s->n_probes == s->cap_probes) {
+        size_t cap = s->cap_probes ? 2 * s->cap_probes : 4;
+        struct agt_blob *b = realloc(s->probes, cap * sizeof(*b));
+        if (!b)
+            return -ENOMEM;
+        s->probes = b;
+        s->cap_probes = cap;
+    }
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy)
+        return -ENOMEM;
+    memcpy(copy, buf, len);
+    s->probes[s->n_probes++] = (struct agt_blob){copy, len};
+    return 0;
 }
 
 /* Grow a dynamic array by one element; returns the new element or NULL. */
@@ -366,8 +387,8 @@ int agt_summary_build(struct agt_summary *s, const struct agt_snap_ops *ops, voi
         mks_map_iter_fn fn = b ? b->fn : it_user;
         if (!fn)
             continue;
-        if (m->spec.type == MKS_MAP_RINGBUF)
-            continue; /* rings are drained, not snapshotted */
+        if (m->spec.type == MKS_MAP_RINGBUF || m->builtin == AGT_KIND_PROBE)
+            continue; /* rings are drained, probes read by probe.c: not raw */
         if (b && b->flag == flag_counts && s->have_counts)
             continue; /* count.bpf.o beside latency.bpf.o: the same events, once */
         int err = ops->map_iter(snap, m->map_id, fn, &c);
@@ -406,6 +427,13 @@ int agt_summary_merge(struct agt_summary *d, const struct agt_summary *s)
 {
     if (!d || !s)
         return -EINVAL;
+    /* probe results are each an epoch's delta: the merged summary carries
+     * them all, the collector adds them up */
+    for (size_t i = 0; i < s->n_probes; i++) {
+        int err = agt_summary_add_probe(d, s->probes[i].buf, s->probes[i].len);
+        if (err)
+            return err;
+    }
     if (s->n_epochs == 0)
         return 0;
     if (d->n_epochs == 0) {

@@ -43,12 +43,22 @@ struct agt_snap_ops {
     int (*map_iter)(void *snap, uint32_t map_id, mks_map_iter_fn fn, void *arg);
 };
 
+/* Whose a program and its maps are: a user's (maps sent raw in summaries),
+ * a standard monitor's (decoded by name), a probe's (read by probe.c). */
+enum agt_kind { AGT_KIND_USER = 0, AGT_KIND_BUILTIN = 1, AGT_KIND_PROBE = 2 };
+
 /* A map of an attached program, as the builder needs to know it. */
 struct agt_mapref {
     uint32_t map_id;
     uint32_t prog_id; /* first program that uses it */
     struct mks_map_spec spec;
-    int builtin; /* belongs to a standard monitor (decoded by name) */
+    int builtin; /* enum agt_kind */
+};
+
+/* An encoded message the summary carries as it is (a probe's result). */
+struct agt_blob {
+    uint8_t *buf;
+    size_t len;
 };
 
 struct agt_class_stat {
@@ -144,7 +154,15 @@ struct agt_summary {
 
     struct mks_coverage cov[MKS_EV_COUNT];
     int attached[MKS_EV_COUNT]; /* a program was attached at that hook */
+
+    /* Packed mkscope.v1.ProbeResult messages of the summary's epochs
+     * (probe.c): deltas, so merging summaries keeps them all. */
+    struct agt_blob *probes;
+    size_t n_probes, cap_probes;
 };
+
+/* Add a packed ProbeResult (copied). */
+int agt_summary_add_probe(struct agt_summary *s, const uint8_t *buf, size_t len);
 
 struct agt_summary *agt_summary_new(void);
 void agt_summary_free(struct agt_summary *s); /* accepts NULL */

@@ -55,6 +55,9 @@ struct mks_cli {
 int mks_cli_call(struct mks_cli *cli, const char *verb, char **args, size_t n_args,
                  const void *blob, size_t blob_len, json_t **answer);
 void mks_cli_table(FILE *f, json_t *cols, json_t *rows);
+/* ns as a duration with its unit (ns, µs, ms, s), or a wall-clock time
+ * (ns since 1970) as local time. */
+void mks_cli_ns(char *buf, size_t len, double ns);
 void mks_cli_value(FILE *f, json_t *v, int width);
 
 int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n);
@@ -62,6 +65,7 @@ int mks_cli_attach(struct mks_cli *cli, const char *cmd, char **args, size_t npo
 int mks_cli_trace(struct mks_cli *cli, char **args, size_t n);
 int mks_cli_top(struct mks_cli *cli, char **args, size_t n);
 int mks_cli_verify(struct mks_cli *cli, size_t argc, char **argv);
+int mks_cli_probe(struct mks_cli *cli, char **args, size_t npos, size_t n);
 
 /* Help of one command; -1 when there is no such command. */
 int mks_cli_help(FILE *f, const char *cmd);

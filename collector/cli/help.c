@@ -91,6 +91,34 @@ static const struct cmd_help cmds[] = {
      "Detach a program by name on some or all ranks; waits for the agents' replies.",
      "  --ranks all|LIST   ranks [all]\n  --wait MS          [10000]\n",
      "  mkscope detach monitor\n  mkscope detach latency --ranks 1\n"},
+    {"probe",
+     "mkscope probe 'AGG(FIELD), ... [by FIELD, ...] [where PREDICATE]' [--for D] [--ranks R]\n"
+     "              [--groups N] [--max-cost N] [--dry-run] [--interval S] | --id N",
+     "Ask the running kernel a new question: aggregates (count, sum, mean, min, max, hist,\n"
+     "p50, p90, p99) over hook context fields, grouped by context fields, under a\n"
+     "predicate of the query language (docs/query.md, docs/probes.md). The collector\n"
+     "compiles it to one verified program per hook it needs, refuses one above the\n"
+     "instruction budget, attaches it on every named rank for the window and merges\n"
+     "what each epoch brings back across ranks; the answer is printed live and when the\n"
+     "window ends, with eligible, observed, throttled, lost, overflowed and unknown\n"
+     "events and the time it ran on each rank. Derived fields: run and queue (task_end),\n"
+     "wait (dep_wait_end: from this worker's dep_wait_begin), channel and comm_op (of a\n"
+     "communication generation). Ctrl-C stops it at the ranks' next epoch. Exit 1 when\n"
+     "a rank refused it or never sent its end.",
+     "  --for D            how long it stays attached (10s, 5m; at most 1h) [10s]\n"
+     "  --ranks R          all, or ranks such as 0,2 [all]\n"
+     "  --groups N         groups one epoch of one rank keeps apart [256]; the rest\n"
+     "                     are counted, and aggregated together as (other)\n"
+     "  --max-cost N       instructions per event a program may cost [1000]\n"
+     "  --dry-run          show the programs (disassembled), their cost and maps; send\n"
+     "                     nothing\n"
+     "  --interval S       seconds between live answers [1]\n"
+     "  --id N             follow (or show again) probe N\n",
+     "  mkscope probe 'count() by dep_event where event = dep_wait_end and wait > 20us' --for 10s\n"
+     "  mkscope probe 'hist(run) by class where req_gen = 1842'\n"
+     "  mkscope probe 'sum(run) by tile_x where class = expert.3 and step >= 500'\n"
+     "  mkscope probe 'p99(wait), count() by channel, peer' --dry-run\n"
+     "  mkscope probe --id 4 -f json\n"},
     {"top", "mkscope top [--interval S] [--iterations N] [--once]",
      "A live view refreshed every interval: per rank agent state, epochs, tasks,\n"
      "and p99 run time, mean queue time and task count of the last 5 s. q or\n"

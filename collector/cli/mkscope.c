@@ -48,7 +48,10 @@ static void usage(FILE *f)
             "  trace list                  escalations: asked, answered, events\n"
             "  trace export [-o FILE]      Chrome JSON trace of the last escalation\n"
             "  top [--interval S]          live per-rank view (q or Ctrl-C quits)\n"
+            "  probe 'AGG by F where P'    a new question of the running kernel, compiled to\n"
+            "        [--for D] [--dry-run] verified in-kernel aggregation (docs/probes.md)\n"
             "  survey [WHAT]               ask every agent live (status, coverage, programs)\n"
+
             "  metrics                     the Prometheus metrics as text\n"
             "  verify OBJ...               verifier verdict and worst-case cost, locally\n"
             "  help COMMAND                a command's options and examples (or COMMAND --help)\n"
@@ -75,7 +78,9 @@ static void usage(FILE *f)
             "  mkscope diagnose -f json\n"
             "  mkscope waitchain --step 37 -f dot | dot -Tsvg > chain.svg\n"
             "  mkscope attach monitor.bpf.o --ranks all\n"
+            "  mkscope probe 'count() by dep_event where event = dep_wait_end and wait > 20us'\n"
             "  mkscope trigger add 'p99(step) > 2ms'\n"
+
             "  mkscope sql 'SELECT rank, COUNT(*) FROM epochs GROUP BY rank'\n");
 }
 
@@ -220,6 +225,24 @@ void mks_cli_value(FILE *f, json_t *v, int width)
     fprintf(f, "%-*s", width, s);
 }
 
+void mks_cli_ns(char *buf, size_t len, double ns)
+{
+    if (ns >= 1e18) { /* since 1970: after 2001-09 */
+        time_t t = (time_t)(ns / 1e9);
+        struct tm tm;
+        localtime_r(&t, &tm);
+        strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+    } else if (fabs(ns) < 1e3) {
+        snprintf(buf, len, "%.0f ns", ns);
+    } else if (fabs(ns) < 1e6) {
+        snprintf(buf, len, "%.4g \u00b5s", ns / 1e3);
+    } else if (fabs(ns) < 1e9) {
+        snprintf(buf, len, "%.4g ms", ns / 1e6);
+    } else {
+        snprintf(buf, len, "%.4g s", ns / 1e9);
+    }
+}
+
 /* Whether column col holds nanoseconds: an aggregate of a time metric of
  * the query language (count() is a count), or a name ending in _ns. */
 static bool ns_column(const char *col)
@@ -259,20 +282,7 @@ static void cell(FILE *f, const char *col, json_t *v, int width)
         return;
     }
     char buf[64];
-    if (ns >= 1e18) { /* since 1970: after 2001-09 */
-        time_t t = (time_t)(ns / 1e9);
-        struct tm tm;
-        localtime_r(&t, &tm);
-        strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
-    } else if (fabs(ns) < 1e3) {
-        snprintf(buf, sizeof(buf), "%.0f ns", ns);
-    } else if (fabs(ns) < 1e6) {
-        snprintf(buf, sizeof(buf), "%.4g \u00b5s", ns / 1e3);
-    } else if (fabs(ns) < 1e9) {
-        snprintf(buf, sizeof(buf), "%.4g ms", ns / 1e6);
-    } else {
-        snprintf(buf, sizeof(buf), "%.4g s", ns / 1e9);
-    }
+    mks_cli_ns(buf, sizeof(buf), ns);
     /* width counts bytes; the micro sign takes two */
     fprintf(f, "%-*s", width + (strstr(buf, "\u00b5") ? 1 : 0), buf);
 }
@@ -579,6 +589,8 @@ int main(int argc, char **argv)
             rc = mks_cli_trace(&cli, args + 1, na - 1);
     } else if (!strcmp(cmd, "top")) {
         rc = mks_cli_top(&cli, args, na);
+    } else if (!strcmp(cmd, "probe")) {
+        rc = mks_cli_probe(&cli, args, npos, na);
     } else {
         rc = mks_cli_verify(&cli, a.np, a.pos);
     }

@@ -17,6 +17,7 @@
 static const char *const commands[] = {
     "status",  "ranks",  "jobs", "programs", "metrics", "query", "sql", "diagnose", "waitchain",
     "attach",  "detach", "trigger",  "trace",   "top",   "survey", "verify",   "help",
+    "probe",
 };
 
 static int known(const char *cmd)
@@ -196,6 +197,22 @@ static int check_positional(const struct mks_cli_args *a, char *err, size_t errl
             return usage_fail(err, errlen, cmd,
                               "the deadline is milliseconds (1..60000), got '%.64s'", p[1]);
         max = 2;
+    } else if (!strcmp(cmd, "probe")) {
+        int id = named_value(a, "id") != NULL;
+        if (!npos && !id)
+            return usage_fail(err, errlen, cmd,
+                              "give a probe, e.g. 'count() by class where event = task_end', or"
+                              " --id N of one started before");
+        if (npos && id)
+            return usage_fail(err, errlen, cmd, "give a probe or --id N, not both");
+        if (npos && !*p[0])
+            return usage_fail(err, errlen, cmd, "the probe is empty");
+        if (id && (named_value(a, "dry-run") || named_value(a, "for") ||
+                   named_value(a, "groups") || named_value(a, "max-cost") ||
+                   named_value(a, "ranks")))
+            return usage_fail(err, errlen, cmd,
+                              "--id follows a probe started before: it takes --interval only");
+        max = 1;
     } else if (!strcmp(cmd, "verify")) {
         return 0; /* its own options and files: mks_cmd_verify */
     } else if (!strcmp(cmd, "help")) {

@@ -62,6 +62,20 @@ static const struct mks_opt trigger_add_opts[] = {
     K("hold-off", MKS_OPT_DURATION, "a duration such as 90s, 5m or 1h (at most a week)"),
     END,
 };
+static const struct mks_opt probe_opts[] = {
+    K("for", MKS_OPT_DURATION, "a duration such as 10s or 5m (at most 1h)"),
+    K("ranks", MKS_OPT_RANKS, "'all' or ranks such as 0,2,3"),
+    U("groups", 1, 65536, "a number of groups"),
+    U("max-cost", 1, 32768, "instructions per event"),
+    K("dry-run", MKS_OPT_FLAG, NULL),
+    R("interval", 0, 1, 3600, "seconds (0 < S <= 3600)"),
+    U("id", 1, UINT32_MAX, "a probe id"),
+    END,
+};
+static const struct mks_opt probe_id_opts[] = {
+    U("id", 1, UINT32_MAX, "a probe id"),
+    END,
+};
 static const struct mks_opt no_opts[] = {END};
 static const struct mks_opt job_opt = K("job", MKS_OPT_JOB, "a job name");
 
@@ -83,6 +97,8 @@ static const struct cmd cmds[] = {
     {"trace-list", no_opts, 0, 0},
     {"trigger-rm", no_opts, 1, 1},  {"survey", no_opts, 0, 2},
     {"top", top_opts, 0, 0},
+    {"probe", probe_opts, 1, 1},   {"probe-read", probe_id_opts, 0, 0},
+    {"probe-stop", probe_id_opts, 0, 0},
 };
 
 static const struct cmd *find_cmd(const char *name)

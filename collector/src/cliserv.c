@@ -160,7 +160,8 @@ static void req_free(struct mks_cliserv_req *r)
 int mks_cliserv_needs_loop(const char *verb)
 {
     return !strcmp(verb, "survey") || !strcmp(verb, "attach") || !strcmp(verb, "detach") ||
-           !strcmp(verb, "trigger-add") || !strcmp(verb, "trigger-rm");
+           !strcmp(verb, "trigger-add") || !strcmp(verb, "trigger-rm") ||
+           !strcmp(verb, "probe") || !strcmp(verb, "probe-stop");
 }
 
 /* ---- finishing a request ----------------------------------------------------- */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "collector.h"
+#include "mkscope/query.h"
 
 int mks_serve_fail(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -48,6 +49,32 @@ void mks_serve_limit_end(sqlite3 *db);
 int mks_serve_limit_check(const struct mks_serve_limit *l, const char *what, char *err,
                           size_t errlen);
 
+/* Ranks named by --ranks=all|N,M,.. (registered ranks of the job only)
+ * into ranks: 0, or an exit status with err. */
+int mks_serve_target_ranks(const struct mks_serve_env *env, const char *job, const char *spec,
+                           int64_t *ranks, size_t max, size_t *n_p, char *err, size_t errlen);
+/* A request's fingerprint (verb, arguments, blob): a retry of the same
+ * request id must ask the same. */
+int64_t mks_serve_request_hash(const Mkscope__V1__CliRequest *req);
+/* Was a request of this id served before?  sql selects (request_hash, id,
+ * rank) by request id (?1).  1 with its rows, 0 if not, a negative exit
+ * status (with err) when the id came with another request. */
+int mks_serve_seen_request(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                           const char *sql, json_t **rows_p, char *err, size_t errlen);
+/* Queue cmd for (job, rank) in the commands table (its nonce drawn here). */
+int mks_serve_queue_command(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                            const char *job, int64_t rank, const char *kind, const char *name,
+                            int hook, Mkscope__V1__Command *cmd, int64_t *id_p);
+/* A task class name the job's schema must have (mks_query_name_fn): -1
+ * with the error, pointing at the name and listing the job's classes, in
+ * qe. */
+struct mks_serve_class_check {
+    const struct mks_serve_env *env;
+    const char *job;
+    struct mks_query_error *qe;
+};
+int mks_serve_check_class(const char *name, int pos, int len, void *arg);
+
 int mks_serve_query(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                     json_t **out, char *err, size_t errlen);
 int mks_serve_diagnose(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
@@ -60,5 +87,8 @@ int mks_serve_trace_list(const struct mks_serve_env *env, const Mkscope__V1__Cli
                          json_t **out, char *err, size_t errlen);
 int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                       json_t **out, char *err, size_t errlen);
+/* probe, probe-read, probe-stop (serve_probe.c) */
+int mks_serve_probe(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                    json_t **out, char *err, size_t errlen);
 
 #endif

@@ -21,7 +21,7 @@
 #include "trigger.h"
 
 /* Ranks named by --ranks=all|N,M,..: registered ranks of the job only. */
-static int target_ranks(const struct mks_serve_env *env, const char *job, const char *spec,
+int mks_serve_target_ranks(const struct mks_serve_env *env, const char *job, const char *spec,
                         int64_t *ranks, size_t max, size_t *n_p, char *err, size_t errlen)
 {
     sqlite3 *db = mks_store_db(env->st);
@@ -69,7 +69,7 @@ static int target_ranks(const struct mks_serve_env *env, const char *job, const 
 /* A request's fingerprint: what it asks (verb, arguments, blob), so that
  * the same request id coming back is known for a retry of the same request
  * and not taken for another one. */
-static int64_t request_hash(const Mkscope__V1__CliRequest *req)
+int64_t mks_serve_request_hash(const Mkscope__V1__CliRequest *req)
 {
     crypto_generichash_state h;
     uint8_t out[8];
@@ -88,7 +88,7 @@ static int64_t request_hash(const Mkscope__V1__CliRequest *req)
 /* A request of this id was served before: 1 with its rows (the same
  * answer again, nothing done twice), 0 if not, or an error when the id came
  * with another request. */
-static int seen_request(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+int mks_serve_seen_request(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                         const char *sql, json_t **rows_p, char *err, size_t errlen)
 {
     if (!req->id)
@@ -99,7 +99,7 @@ static int seen_request(const struct mks_serve_env *env, const Mkscope__V1__CliR
         return mks_serve_fail(err, errlen, -MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
     sqlite3_bind_int64(s, 1, (int64_t)req->id);
     json_t *rows = json_array();
-    int64_t hash = request_hash(req);
+    int64_t hash = mks_serve_request_hash(req);
     bool other = false;
     while (sqlite3_step(s) == SQLITE_ROW) {
         if (sqlite3_column_int64(s, 0) != hash)
@@ -123,7 +123,7 @@ static int seen_request(const struct mks_serve_env *env, const Mkscope__V1__CliR
     return 1;
 }
 
-static int queue_command(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+int mks_serve_queue_command(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                          const char *job, int64_t rank, const char *kind, const char *name,
                          int hook, Mkscope__V1__Command *cmd, int64_t *id_p)
 {
@@ -152,7 +152,7 @@ static int queue_command(const struct mks_serve_env *env, const Mkscope__V1__Cli
         sqlite3_bind_blob(s, 7, buf, (int)len, SQLITE_TRANSIENT);
         if (req->id) {
             sqlite3_bind_int64(s, 8, (int64_t)req->id);
-            sqlite3_bind_int64(s, 9, request_hash(req));
+            sqlite3_bind_int64(s, 9, mks_serve_request_hash(req));
         }
         if (sqlite3_step(s) == SQLITE_DONE) {
             *id_p = sqlite3_last_insert_rowid(db);
@@ -194,7 +194,7 @@ static int serve_attach_detach(const struct mks_serve_env *env,
     if (!attach && req->blob.len)
         return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "detach takes no object");
     json_t *again = NULL;
-    rc = seen_request(env, req,
+    rc = mks_serve_seen_request(env, req,
                       "SELECT request_hash, id, rank FROM commands WHERE request_id = ?"
                       " ORDER BY id",
                       &again, err, errlen);
@@ -207,7 +207,7 @@ static int serve_attach_detach(const struct mks_serve_env *env,
     }
     int64_t ranks[4096];
     size_t n = 0;
-    if ((rc = target_ranks(env, job, mks_serve_arg(req, "ranks"), ranks, 4096, &n, err, errlen)))
+    if ((rc = mks_serve_target_ranks(env, job, mks_serve_arg(req, "ranks"), ranks, 4096, &n, err, errlen)))
         return rc;
     Mkscope__V1__Command cmd = MKSCOPE__V1__COMMAND__INIT;
     Mkscope__V1__AttachProgram ap = MKSCOPE__V1__ATTACH_PROGRAM__INIT;
@@ -241,7 +241,7 @@ static int serve_attach_detach(const struct mks_serve_env *env,
     json_t *ids = json_array();
     for (size_t i = 0; i < n; i++) {
         int64_t id;
-        if (queue_command(env, req, job, ranks[i], replace ? "replace" : verb, name, hook,
+        if (mks_serve_queue_command(env, req, job, ranks[i], replace ? "replace" : verb, name, hook,
                           &cmd, &id)) {
             json_decref(ids);
             return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: cannot queue command: %s",
@@ -313,7 +313,7 @@ int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliReq
                                   " (at most a week), got '%s'",
                                   hold_s);
         json_t *again = NULL;
-        rc = seen_request(env, req,
+        rc = mks_serve_seen_request(env, req,
                           "SELECT request_hash, id, 0 FROM triggers WHERE request_id = ?", &again,
                           err, errlen);
         if (rc < 0)
@@ -335,7 +335,7 @@ int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliReq
             sqlite3_bind_int64(s, 3, (int64_t)hold);
         if (req->id) {
             sqlite3_bind_int64(s, 4, (int64_t)req->id);
-            sqlite3_bind_int64(s, 5, request_hash(req));
+            sqlite3_bind_int64(s, 5, mks_serve_request_hash(req));
         }
         rc = sqlite3_step(s);
         sqlite3_finalize(s);

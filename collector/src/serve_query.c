@@ -14,15 +14,9 @@
 #include "mkscope/query.h"
 #include "serve.h"
 
-struct class_check {
-    const struct mks_serve_env *env;
-    const char *job;
-    struct mks_query_error *qe;
-};
-
-static int check_class(const char *name, int pos, int len, void *arg)
+int mks_serve_check_class(const char *name, int pos, int len, void *arg)
 {
-    struct class_check *c = arg;
+    struct mks_serve_class_check *c = arg;
     sqlite3_stmt *s;
     int known = 1;
     if (sqlite3_prepare_v2(mks_store_db(c->env->st),
@@ -122,8 +116,8 @@ int mks_serve_query(const struct mks_serve_env *env, const Mkscope__V1__CliReque
         mks_query_free(q);
         return MKS_EXIT_USAGE;
     }
-    struct class_check cc = {.env = env, .job = job, .qe = &qe};
-    if (mks_query_class_names(q, check_class, &cc)) {
+    struct mks_serve_class_check cc = {.env = env, .job = job, .qe = &qe};
+    if (mks_query_class_names(q, mks_serve_check_class, &cc)) {
         mks_query_error_format(text, &qe, err, errlen);
         mks_query_free(q);
         mks_sql_plan_free(plan);

@@ -23,6 +23,7 @@
  * the received_ns index.
  */
 #include "mkscope/store.h"
+#include "probe_store.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -214,6 +215,25 @@ static const char schema_sql[] =
     " n_insns INTEGER, prog_gen INTEGER, payload BLOB, escalation_id INTEGER,"
     " request_id INTEGER, request_hash INTEGER);\n"
     "CREATE INDEX IF NOT EXISTS commands_pending ON commands(job, rank, sent_ns);\n"
+    /* Probes (probe_store.c): what was asked, the groups merged across
+     * epochs and ranks (key and value words as little-endian u64; the other
+     * row's key is empty), per rank and hook the counts, per rank the time
+     * it ran. */
+    "CREATE TABLE IF NOT EXISTS probes(id INTEGER PRIMARY KEY, job TEXT NOT NULL, text TEXT NOT"
+    " NULL, created_ns INTEGER, duration_ns INTEGER, groups INTEGER, max_cost INTEGER,"
+    " cost INTEGER, ranks TEXT, n_groups INTEGER DEFAULT 0, overflowed INTEGER DEFAULT 0,"
+    " stop_ns INTEGER, request_id INTEGER, request_hash INTEGER);\n"
+    "CREATE TABLE IF NOT EXISTS probe_groups(probe_id INTEGER NOT NULL, key BLOB NOT NULL,"
+    " words BLOB, PRIMARY KEY(probe_id, key)) WITHOUT ROWID;\n"
+    "CREATE TABLE IF NOT EXISTS probe_hooks(probe_id INTEGER NOT NULL, rank INTEGER NOT NULL,"
+    " hook INTEGER NOT NULL, eligible INTEGER DEFAULT 0, observed INTEGER DEFAULT 0,"
+    " throttled INTEGER DEFAULT 0, lost INTEGER DEFAULT 0, matched INTEGER DEFAULT 0,"
+    " unknown INTEGER DEFAULT 0, overflowed INTEGER DEFAULT 0, dropped INTEGER DEFAULT 0,"
+    " contended INTEGER DEFAULT 0, PRIMARY KEY(probe_id, rank, hook)) WITHOUT ROWID;\n"
+    "CREATE TABLE IF NOT EXISTS probe_runs(probe_id INTEGER NOT NULL, rank INTEGER NOT NULL,"
+    " attached_host_ns INTEGER, ran_ns INTEGER DEFAULT 0, epochs INTEGER DEFAULT 0,"
+    " results INTEGER DEFAULT 0, first_ns INTEGER, last_ns INTEGER, last INTEGER DEFAULT 0,"
+    " ended TEXT, PRIMARY KEY(probe_id, rank)) WITHOUT ROWID;\n"
     /* An epoch's rows go with it, whoever deletes it. */
     "CREATE TRIGGER IF NOT EXISTS epochs_delete AFTER DELETE ON epochs BEGIN"
     " DELETE FROM task_stats WHERE epoch_id = old.id;"
@@ -1396,6 +1416,9 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
     /* not stored again if it is a replay of a summary we hold: counted */
     int fresh = sqlite3_changes(st->db) != 0;
     if (fresh && (rc = store_summary_rows(st, sqlite3_last_insert_rowid(st->db), s)) != SQLITE_OK)
+        goto fail;
+    /* probe results add up into the probe's groups: once per summary */
+    if (fresh && s->n_probes && mks_probe_store(st->db, env, now) != 0)
         goto fail;
     /* The rank's counters in one statement.  A summary of an earlier
      * incarnation (an agent sending what a crashed one spooled) counts, but

@@ -70,6 +70,12 @@ static const struct field_limit field_limits[] = {
     {"Hist", "buckets", MKS_WIRE_MAX_HIST_BUCKETS},
     {"Escalate", "filter_insns", 4096},                  /* MKS_BPF_MAX_INSNS */
     {"Escalate", "hooks", MKS_WIRE_HOOK_LIMIT},
+    {"ProbeProgram", "insns", 4096},                     /* MKS_BPF_MAX_INSNS */
+    {"ProbeStart", "programs", MKS_WIRE_HOOK_LIMIT},
+    {"ProbeStart", "maps", 16},                          /* MKS_MAX_PROG_MAPS */
+    {"ProbeResult", "hooks", MKS_WIRE_HOOK_LIMIT},
+    {"ProbeRow", "key", 16},
+    {"ProbeRow", "words", 4096},
 };
 
 static const char *short_name(const ProtobufCMessageDescriptor *d)
@@ -499,6 +505,31 @@ static int check_command(const Mkscope__V1__Command *c, size_t idx, char *err, s
                 return rc;
         }
         return 0;
+    case MKSCOPE__V1__COMMAND__KIND_PROBE: {
+        const Mkscope__V1__ProbeStart *p = c->probe;
+        if (!p->name || !mks_wire_prog_name_valid(p->name))
+            return fail(err, errlen, -EBADMSG, "%s: probe name must be " MKS_WIRE_PROG_GRAMMAR,
+                        what);
+        if (!p->n_programs || !p->duration_ms)
+            return fail(err, errlen, -EBADMSG, "%s: probe without programs or window", what);
+        unsigned seen = 0;
+        for (size_t i = 0; i < p->n_programs; i++) {
+            int rc = check_hook(p->programs[i]->hook, false, what, err, errlen);
+            if (rc)
+                return rc;
+            if (seen & (1u << p->programs[i]->hook))
+                return fail(err, errlen, -EBADMSG, "%s: probe has two programs at hook %u", what,
+                            p->programs[i]->hook);
+            seen |= 1u << p->programs[i]->hook;
+            if (!p->programs[i]->n_insns)
+                return fail(err, errlen, -EBADMSG, "%s: probe program without instructions", what);
+        }
+        for (size_t i = 0; i < p->n_maps; i++)
+            if (!p->maps[i]->name || !*p->maps[i]->name || strlen(p->maps[i]->name) >= 32)
+                return fail(err, errlen, -EBADMSG, "%s: probe map %zu: a name of 1..31 bytes",
+                            what, i);
+        return 0;
+    }
     default:
         return fail(err, errlen, -EBADMSG, "%s: no command kind set", what);
     }
@@ -543,6 +574,29 @@ static int check_summary(const Mkscope__V1__EpochSummary *s, char *err, size_t e
         if (c->ran > c->eligible)
             return fail(err, errlen, -EBADMSG, "coverage[%zu]: ran %llu > eligible %llu", i,
                         (unsigned long long)c->ran, (unsigned long long)c->eligible);
+    }
+    for (size_t i = 0; i < s->n_probes; i++) {
+        const Mkscope__V1__ProbeResult *p = s->probes[i];
+        for (size_t k = 0; k < p->n_hooks; k++) {
+            const Mkscope__V1__ProbeHook *h = p->hooks[k];
+            char what[64];
+            snprintf(what, sizeof(what), "probes[%zu].hooks[%zu]", i, k);
+            if ((rc = check_hook(h->hook, false, what, err, errlen)))
+                return rc;
+            if (h->observed > h->eligible || h->matched > h->observed ||
+                h->overflowed > h->matched || h->unknown > h->observed)
+                return fail(err, errlen, -EBADMSG,
+                            "%s: counts out of order (observed %llu of %llu eligible, %llu"
+                            " matched, %llu unknown, %llu overflowed)",
+                            what, (unsigned long long)h->observed,
+                            (unsigned long long)h->eligible, (unsigned long long)h->matched,
+                            (unsigned long long)h->unknown, (unsigned long long)h->overflowed);
+        }
+        /* every row of one probe has its layout: as many key and value words */
+        for (size_t k = 1; k < p->n_rows; k++)
+            if (p->rows[k]->n_key != p->rows[0]->n_key ||
+                p->rows[k]->n_words != p->rows[0]->n_words)
+                return fail(err, errlen, -EBADMSG, "probes[%zu].rows[%zu]: another layout", i, k);
     }
     return 0;
 }
