@@ -40,7 +40,8 @@ usage: bench/counter.sh [OPTIONS]
                      (attach on a live job; rebuild of the counters build)
   --rounds N         rounds of --measure [5]
   --fresh            forget earlier results
-  --report           only print the tables of the runs done so far
+  --report           no runs: only the tables of the runs done so far (and
+                     --measure, if given)
   --assert           exit 1 when mkscope's accuracy or false-confidence target
                      is missed
   -h, --help
@@ -192,7 +193,7 @@ measure() {
       restart_s: $restart}' >"$out/measure.json"
   rm -rf "$m"
 }
-[ "$measure" = 1 ] && [ "$report_only" = 0 ] && measure
+[ "$measure" = 1 ] && measure
 
 # ---- the tables: per tool last ------------------------------------------------
 files=$(find "$out/tools" -name '*.score' 2>/dev/null | sort)

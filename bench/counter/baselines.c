@@ -51,6 +51,23 @@
  *
  * The steps tool can only say which steps were slow (a step's mean over the
  * ranks above 1.3 times the run's median): its groups are undecided.
+ *
+ * CUDA (bench/counter/gpu.sh, files of bench/counter/gpu/cupti_tool.c):
+ *
+ *   kernels   CUPTI activity.  Kernels are given steps by the build's
+ *             step-end kernel and classes by their place in the step's
+ *             launch order (the kernel-per-operator and graph builds launch
+ *             one kernel per operator, all of one name); an all-reduce's
+ *             NCCL kernel is shortest on the rank that came last, and the
+ *             others waited on it the difference: that is the lateness of
+ *             rule 1, and a kernel's duration its class's run time in rule
+ *             3.  The persistent build's one kernel gives neither: no group.
+ *   pcsamp    CUPTI PC sampling (continuous: one count per PC and stall
+ *             reason for the whole run, no steps).  The rank and function
+ *             with the most samples above the peers' median; slow_task of a
+ *             class only when the task schema's device functions give that
+ *             function to one class (--functions), else undecided.  Bodies
+ *             inlined into a kernel sample as the kernel's function.
  */
 
 #include <errno.h>
@@ -828,6 +845,195 @@ static json_t *steps_json(struct ev *e, int min_steps)
     return arr;
 }
 
+/* ---- CUDA: the kernel-level timeline (CUPTI activity) -------------------------- */
+
+/* A jsonl file of bench/counter/gpu/cupti_tool.c, one object a line. */
+static json_t *load_jsonl(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die("%s: %s", path, strerror(errno));
+    json_t *arr = json_array();
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    size_t ln = 0;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        ln++;
+        json_error_t err;
+        json_t *o = json_loads(line, 0, &err);
+        if (!o)
+            die("%s:%zu: %s", path, ln, err.text);
+        json_array_append_new(arr, o);
+    }
+    free(line);
+    fclose(f);
+    return arr;
+}
+
+/* The classes of a kernel-per-operator step in launch order (megakernel.cu's
+ * per-op and graph builds: per layer the four attention operators, the MoE
+ * router, the experts, the combine; then the head), the step-end kernel
+ * closing it; residual kernels and NCCL's are not operators. */
+static const char *const op_order[] = {"rmsnorm",    "qkv_proj", "attention",  "o_proj",
+                                       "moe_router", "expert.*", "moe_combine"};
+
+static void load_kernels(struct ev *e, const char *prefix)
+{
+    uint32_t lm = class_id(e, "lm_head"), send = class_id(e, "allreduce_send");
+    uint32_t expert = class_id(e, "expert.*"), order[8];
+    for (int i = 0; i < 7; i++)
+        order[i] = class_id(e, op_order[i]);
+    e->kind[expert] = K_EXPERT;
+    /* per rank, step and all-reduce: the NCCL kernel's duration */
+    const uint32_t K = 2 * e->L;
+    double *ar = calloc((size_t)e->R * e->S * K, sizeof(double));
+    for (uint32_t r = 0; r < e->R; r++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s.rank%u.jsonl", prefix, r);
+        json_t *arr = load_jsonl(path), *v;
+        size_t i;
+        uint32_t s = 0, op = 0, k = 0;
+        json_array_foreach(arr, i, v)
+        {
+            const char *kind = json_string_value(json_object_get(v, "kind"));
+            if (kind && !strcmp(kind, "end")) {
+                e->bytes += (uint64_t)num(json_object_get(v, "bytes"));
+                continue;
+            }
+            if (!kind || strcmp(kind, "kernel") || s >= e->S)
+                continue;
+            const char *name = json_string_value(json_object_get(v, "name")) ?: "";
+            double d = num(json_object_get(v, "end")) - num(json_object_get(v, "start"));
+            struct cell *x = cell(e, r, s);
+            if (strstr(name, "nccl") || strstr(name, "Nccl")) {
+                if (k < K)
+                    ar[((size_t)r * e->S + s) * K + k] = d;
+                /* its run on this rank: transfer and waiting for the others */
+                x->n[send]++;
+                k++;
+            } else if (strstr(name, "step_kernel")) {
+                s++, op = 0, k = 0;
+            } else if (strstr(name, "op_kernel")) {
+                uint32_t c = op < 7 * e->L ? order[op % 7] : lm;
+                x->n[c]++;
+                x->run[c] += d;
+                op++;
+            }
+        }
+        json_decref(arr);
+    }
+    /* an all-reduce ends for everyone when its last rank arrives: the
+     * rank with the shortest NCCL kernel came last, and every other rank
+     * waited on it the difference */
+    for (uint32_t s = 0; s < e->S; s++)
+        for (uint32_t k = 0; k < K; k++) {
+            uint32_t late = 0;
+            for (uint32_t r = 1; r < e->R; r++)
+                if (ar[((size_t)r * e->S + s) * K + k] < ar[((size_t)late * e->S + s) * K + k])
+                    late = r;
+            double base = ar[((size_t)late * e->S + s) * K + k];
+            for (uint32_t q = 0; q < e->R; q++)
+                if (q != late)
+                    cell(e, q, s)->wait[late] += ar[((size_t)q * e->S + s) * K + k] - base;
+        }
+    free(ar);
+}
+
+/* ---- CUDA: PC sampling with stall reasons ------------------------------------ */
+
+/* One answer over the whole run (continuous sampling has no steps): the rank
+ * whose samples exceed its peers' median the most, in the function with the
+ * largest excess; a class only where the schema's device functions give
+ * that function to exactly one class (--functions FILE: {"function":
+ * "class", ...}, one entry per class; a function listed twice is not
+ * unique). */
+static json_t *pcsamp_json(struct ev *e, const char *prefix, const char *functions)
+{
+    json_t *fmap = functions ? load_json(functions) : json_object();
+    /* samples[r][f] over the function names seen */
+    char *fn[1024];
+    uint32_t nf = 0;
+    double *smp = calloc((size_t)e->R * 1024, sizeof(double));
+    for (uint32_t r = 0; r < e->R; r++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s.rank%u.jsonl", prefix, r);
+        json_t *arr = load_jsonl(path), *v;
+        size_t i;
+        json_array_foreach(arr, i, v)
+        {
+            const char *kind = json_string_value(json_object_get(v, "kind"));
+            if (kind && !strcmp(kind, "end"))
+                e->bytes += (uint64_t)num(json_object_get(v, "bytes"));
+            if (!kind || strcmp(kind, "pc"))
+                continue;
+            const char *name = json_string_value(json_object_get(v, "function")) ?: "?";
+            uint32_t f = 0;
+            while (f < nf && strcmp(fn[f], name))
+                f++;
+            if (f == nf) {
+                if (nf == 1024)
+                    continue;
+                fn[nf++] = strdup(name);
+            }
+            const char *reason;
+            json_t *cnt;
+            json_object_foreach(json_object_get(v, "stall"), reason, cnt)
+                smp[(size_t)r * 1024 + f] += num(cnt);
+        }
+        json_decref(arr);
+    }
+    int32_t best_r = -1, best_f = -1;
+    double best = 0;
+    for (uint32_t f = 0; f < nf; f++)
+        for (uint32_t r = 0; r < e->R; r++) {
+            double v[MAX_RANKS];
+            size_t n = 0;
+            for (uint32_t q = 0; q < e->R; q++)
+                if (q != r)
+                    v[n++] = smp[(size_t)q * 1024 + f];
+            double ex = smp[(size_t)r * 1024 + f] - median(v, n);
+            if (ex > best) {
+                best = ex;
+                best_r = (int32_t)r;
+                best_f = (int32_t)f;
+            }
+        }
+    json_t *arr = json_array();
+    if (best_r >= 0) {
+        const char *cls = NULL;
+        int uses = 0;
+        const char *k;
+        json_t *val;
+        json_object_foreach(fmap, k, val)
+        {
+            if (json_string_value(val) && !strcmp(k, fn[best_f])) {
+                cls = json_string_value(val);
+                uses++;
+            }
+        }
+        json_t *o = json_object(), *root = json_object(), *st = json_array();
+        int named = cls && uses == 1;
+        json_object_set_new(o, "cause", json_string(named ? "slow_task" : "undecided"));
+        json_object_set_new(root, "rank", json_integer(best_r));
+        json_object_set_new(root, "task_class", named ? json_string(cls) : json_null());
+        json_object_set_new(o, "root", root);
+        for (uint32_t s = 0; s < e->S; s++)
+            json_array_append_new(st, json_integer(s));
+        json_object_set_new(o, "steps", st);
+        char why[512];
+        snprintf(why, sizeof(why), "%.0f samples more than the peers in %s%s", best, fn[best_f],
+                 named ? "" : ", a function of no single task class");
+        json_object_set_new(o, "evidence", json_string(why));
+        json_array_append_new(arr, o);
+    }
+    for (uint32_t f = 0; f < nf; f++)
+        free(fn[f]);
+    free(smp);
+    json_decref(fmap);
+    return arr;
+}
+
 static void usage(FILE *f)
 {
     fputs("usage: mkscope-baselines TOOL --bench FILE [OPTIONS]\n"
@@ -840,6 +1046,10 @@ static void usage(FILE *f)
           "  counters     the fixed counters (--counters PREFIX)\n"
           "  trace        the native profiler's full trace (--trace PREFIX)\n"
           "  steps        the step-level timeline (bench.json's step times alone)\n"
+          "  kernels      CUDA: the kernel-level timeline of CUPTI activity (--cupti PREFIX:\n"
+          "               bench/counter/gpu/cupti_tool.c's PREFIX.rankR.jsonl)\n"
+          "  pcsamp       CUDA: CUPTI PC sampling with stall reasons (--cupti PREFIX,\n"
+          "               --functions FILE: device function -> task class)\n"
           "\n"
           "OPTIONS\n"
           "  --bench FILE       the run's mkscope-bench --json\n"
@@ -848,6 +1058,8 @@ static void usage(FILE *f)
           "  --keep-bytes N     trace: sample whole tasks down to N bytes of records\n"
           "  --seed N           trace: the sample's seed [1]\n"
           "  --min-steps N      groups of fewer steps are not reported [3]\n"
+          "  --cupti PREFIX     kernels, pcsamp: the CUPTI tool's files\n"
+          "  --functions FILE   pcsamp: JSON object, device function -> task class\n"
           "  -o FILE            write the answer there [stdout]\n"
           "  -h, --help\n"
           "\n"
@@ -864,11 +1076,13 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     const char *tool = argv[1], *bench = NULL, *ctr = NULL, *trace = NULL, *out = NULL;
+    const char *cupti = NULL, *functions = NULL;
     long long keep = -1, seed = 1, min_steps = 3;
     static const struct option opts[] = {
         {"bench", required_argument, NULL, 'b'}, {"counters", required_argument, NULL, 'c'},
         {"trace", required_argument, NULL, 't'}, {"keep-bytes", required_argument, NULL, 'k'},
         {"seed", required_argument, NULL, 's'},  {"min-steps", required_argument, NULL, 'm'},
+        {"cupti", required_argument, NULL, 'u'}, {"functions", required_argument, NULL, 'f'},
         {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
     int o;
     optind = 2;
@@ -886,6 +1100,12 @@ int main(int argc, char **argv)
             break;
         case 'o':
             out = optarg;
+            break;
+        case 'u':
+            cupti = optarg;
+            break;
+        case 'f':
+            functions = optarg;
             break;
         case 'k':
         case 's':
@@ -945,10 +1165,21 @@ int main(int argc, char **argv)
         }
         load_trace(e, trace, frac, (uint64_t)seed);
         groups = groups_json(e, (int)min_steps);
+    } else if (!strcmp(tool, "kernels")) {
+        if (!cupti)
+            die("kernels needs --cupti PREFIX");
+        load_kernels(e, cupti);
+        groups = groups_json(e, (int)min_steps);
+    } else if (!strcmp(tool, "pcsamp")) {
+        if (!cupti)
+            die("pcsamp needs --cupti PREFIX");
+        groups = pcsamp_json(e, cupti, functions);
     } else if (!strcmp(tool, "steps")) {
         groups = steps_json(e, (int)min_steps);
     } else {
-        fprintf(stderr, "mkscope-baselines: unknown tool '%s' (counters, trace, steps)\n", tool);
+        fprintf(stderr,
+                "mkscope-baselines: unknown tool '%s' (counters, trace, steps, kernels, pcsamp)\n",
+                tool);
         return 2;
     }
     json_t *res = json_object();

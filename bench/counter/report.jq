@@ -8,12 +8,13 @@ def pad(n): tostring | if length < n then . + (" " * (n - length)) else . end;
 def lpad(n): tostring | if length < n then (" " * (n - length)) + . else . end;
 def human: if . >= 1048576 then "\((. / 104857.6 | round) / 10) MB"
            elif . >= 1024 then "\((. / 102.4 | round) / 10) KB" else "\(. | round) B" end;
-(["mkscope", "trace", "trace_sampled", "counters", "steps"]) as $order
+(["mkscope", "trace", "trace_sampled", "counters", "steps"]) as $first
 | ({mkscope: "mkscope summaries + wait chains", trace: "native profiler, full trace",
     trace_sampled: "native trace sampled to mkscope's bytes", counters: "fixed counters",
     steps: "step timeline (kernel-level)"}) as $names
 | ($m // {}) as $m
 | group_by(.tool) | map({key: .[0].tool, value: .}) | from_entries as $by
+| ($first + (($by | keys) - $first | sort)) as $order
 | [ $order[] | select($by[.] != null) | . as $t | $by[$t] as $s
     | ($s | map(select(.clean | not))) as $F
     | ($s | map(select(.clean))) as $C
