@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,7 @@ static void usage(FILE *f)
             "                        away from this host's clock (default 60)\n"
             "  --monitors DIR        built-in monitor objects (default %s)\n"
             "  --attach LIST         built-in monitors to attach, comma-separated\n"
-            "                        (default latency,depwait,queue,genprog)\n"
+            "                        (default latency,depwait,queue,genprog; '' for none)\n"
             "  --lease-ms MS         lease on the hooks (default 3 epochs, at least 1000): if\n"
             "                        the agent stops, the hooks detach this long after its\n"
             "                        last renewal\n"
@@ -107,6 +108,33 @@ static int parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max,
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+/* --attach LIST: comma-separated built-in monitor names, each as the
+ * collector checks a program's name (no path); empty: none. */
+static int check_attach_list(const char *list)
+{
+    char buf[512];
+    if (!*list)
+        return 0;
+    if (strlen(list) >= sizeof(buf)) {
+        fprintf(stderr, "mkscope-agent: --attach: the list is longer than %zu bytes\n",
+                sizeof(buf) - 1);
+        return -1;
+    }
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *m = buf, *next; m; m = next) {
+        next = strchr(m, ',');
+        if (next)
+            *next++ = 0;
+        if (!mks_wire_prog_name_valid(m)) {
+            fprintf(stderr,
+                    "mkscope-agent: --attach: monitor name '%s' is not " MKS_WIRE_PROG_GRAMMAR "\n",
+                    mks_wire_one_line(m));
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -160,6 +188,7 @@ int main(int argc, char **argv)
     };
     uint64_t v;
     int have_rank = 0, c;
+    bool monitors_given = false;
     opterr = 0; /* one line of ours instead of getopt's and ours */
     while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
         switch (c) {
@@ -205,6 +234,7 @@ int main(int argc, char **argv)
             break;
         case O_MONITORS:
             o.monitors_dir = optarg;
+            monitors_given = true;
             break;
         case O_ATTACH:
             o.monitors = optarg;
@@ -270,8 +300,21 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!mks_wire_job_valid(o.job)) {
-        fprintf(stderr, "mkscope-agent: --job '%.64s': a job name is " MKS_WIRE_JOB_GRAMMAR "\n",
-                o.job);
+        char shown[65];
+        snprintf(shown, sizeof(shown), "%s", o.job);
+        fprintf(stderr, "mkscope-agent: --job '%s': a job name is " MKS_WIRE_JOB_GRAMMAR "\n",
+                mks_wire_one_line(shown));
+        return 2;
+    }
+    if (o.monitors && check_attach_list(o.monitors))
+        return 2;
+    struct stat st;
+    int st_rc = monitors_given ? stat(o.monitors_dir, &st) : 0;
+    if (monitors_given && (st_rc || !S_ISDIR(st.st_mode))) {
+        char shown[256];
+        snprintf(shown, sizeof(shown), "%s", o.monitors_dir);
+        fprintf(stderr, "mkscope-agent: --monitors '%s': %s\n", mks_wire_one_line(shown),
+                st_rc ? strerror(errno) : "not a directory");
         return 2;
     }
     /* Long enough that an agent starved of CPU for a moment (a busy node,

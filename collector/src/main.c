@@ -541,17 +541,27 @@ static void handle_ucx_frame(void *arg, const void *buf, size_t len)
     mks_wire_free(env);
 }
 
-static int start_ucx(struct collector *c, const char *host, const char *port_spec)
+/* --ucx-port PORT (not off): 0 on success, else a one-line error. */
+static int parse_ucx_port(const char *port_spec, long *port)
 {
-    if (!strcmp(port_spec, "off"))
-        return 0;
     char *end;
-    long port = strtol(port_spec, &end, 10);
-    if (*end || !*port_spec || port < 0 || port > 65535) {
+    errno = 0;
+    *port = strtol(port_spec, &end, 10);
+    if (errno || *end || !*port_spec || *port < 0 || *port > 65535) {
         fprintf(stderr, "mkscope-collector: --ucx-port wants a port number or off, got '%s'\n",
                 port_spec);
         return -1;
     }
+    return 0;
+}
+
+static int start_ucx(struct collector *c, const char *host, const char *port_spec)
+{
+    if (!strcmp(port_spec, "off"))
+        return 0;
+    long port;
+    if (parse_ucx_port(port_spec, &port))
+        return -1;
     char err[256];
     if (mks_ucxrx_create(host, (uint16_t)port, &c->ucx, err, sizeof(err))) {
         /* Agents fall back to the ingest socket when no UCX listener is
@@ -782,29 +792,41 @@ static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, c
     return ret;
 }
 
-static int start_metrics(struct collector *c, const char *spec)
+/* --metrics HOST:PORT (not off) into sa and host: 0 on success, else a
+ * one-line error. */
+static int parse_metrics(const char *spec, struct sockaddr_in *sa, char host[64])
 {
-    if (!strcmp(spec, "off"))
-        return 0;
-    char host[64];
     const char *colon = strrchr(spec, ':');
-    if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) {
+    if (!colon || colon == spec || colon - spec >= 64) {
         fprintf(stderr, "mkscope-collector: --metrics wants HOST:PORT or off, got '%s'\n", spec);
         return -1;
     }
     memcpy(host, spec, (size_t)(colon - spec));
     host[colon - spec] = 0;
     char *end;
+    errno = 0;
     long port = strtol(colon + 1, &end, 10);
-    if (*end || port < 0 || port > 65535) {
+    if (errno || *end || !colon[1] || port < 0 || port > 65535) {
         fprintf(stderr, "mkscope-collector: --metrics port '%s' is not a port number\n", colon + 1);
         return -1;
     }
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+    *sa = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1) {
         fprintf(stderr, "mkscope-collector: --metrics host '%s' is not an IPv4 address\n", host);
         return -1;
     }
+    return 0;
+}
+
+static int start_metrics(struct collector *c, const char *spec)
+{
+    if (!strcmp(spec, "off"))
+        return 0;
+    char host[64];
+    struct sockaddr_in sa;
+    if (parse_metrics(spec, &sa, host))
+        return -1;
+    long port = ntohs(sa.sin_port);
     /* libmicrohttpd's own thread answers, reading the store through its own
      * connection: a scrape of a large store never delays ingest. */
     c->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t)port,
@@ -979,6 +1001,15 @@ int main(int argc, char **argv)
     }
     if (c.trace_dir && check_trace_dir(c.trace_dir))
         return MKS_EXIT_USAGE;
+    {
+        /* Malformed addresses are usage errors, found before anything starts. */
+        struct sockaddr_in sa;
+        char host[64];
+        long port;
+        if ((strcmp(metrics, "off") && parse_metrics(metrics, &sa, host)) ||
+            (strcmp(ucx_port, "off") && parse_ucx_port(ucx_port, &port)))
+            return MKS_EXIT_USAGE;
+    }
     char err[512];
     if (key_file) {
         if (mks_wire_key_load(key_file, &c.key, err, sizeof(err))) {

@@ -16,6 +16,11 @@ expect 2 "--spool-spill-only needs --spool-dir" --job j --rank 0 --spool-spill-o
 expect 2 "unknown option '--frobnicate'" --job j --rank 0 --frobnicate
 expect 2 "unknown option '-x'" --job j --rank 0 -x
 expect 2 "--job needs a value" --rank 0 --job
+expect 2 "monitor name '../../etc/passwd'" --job j --rank 0 --attach ../../etc/passwd
+expect 2 "monitor name ''" --job j --rank 0 --attach latency,,queue
+expect 2 "--monitors '/dev/null': not a directory" --job j --rank 0 --monitors /dev/null
+expect 2 "--monitors '$tmp/none'" --job j --rank 0 --monitors "$tmp/none"
+expect 2 "a job name is" --job "$(printf 'a\nb')" --rank 0
 expect 0 "" --help
 grep -q -- "--spool-spill-only" "$tmp/out" || { echo "FAIL: --help lacks --spool-spill-only"; fails=$((fails + 1)); }
 
