@@ -42,9 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (rc && (strchr(err, '\n') || (a.np && !err[0])))
         abort(); /* one line, or the usage text when there is no command */
-    if (!rc && !a.help && a.np && strcmp(a.pos[0], "verify") && strcmp(a.pos[0], "help") &&
-        strcmp(a.pos[0], "top") && strcmp(a.pos[0], "trace") && strcmp(a.pos[0], "trigger") &&
-        strcmp(a.pos[0], "attach")) {
+    /* --help and --version end the parse wherever they stand: nothing is
+     * sent. */
+    if (!rc && !a.help && !a.version && a.np && strcmp(a.pos[0], "verify") &&
+        strcmp(a.pos[0], "help") && strcmp(a.pos[0], "top") && strcmp(a.pos[0], "trace") &&
+        strcmp(a.pos[0], "trigger") && strcmp(a.pos[0], "attach")) {
         /* What the CLI sends for a plain command, the collector takes. */
         char *args[2 * MKS_CLI_MAX_ARGS];
         size_t na = 0, lo, hi;
