@@ -1232,7 +1232,8 @@ void mks_probe_sim_epoch(struct mks_probe_sim *s)
     s->n = 0;
     memset(s->other, 0, sizeof(s->other));
     memset(s->stats, 0, sizeof(s->stats));
-    memset(s->begin, 0, s->n_begin * sizeof(*s->begin));
+    if (s->n_begin) /* no begin table when no predicate pairs begins */
+        memset(s->begin, 0, s->n_begin * sizeof(*s->begin));
 }
 
 static uint64_t sim_field(const struct mks_hook_ctx *c, enum q_field f, const uint64_t *d)
