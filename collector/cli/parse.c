@@ -285,7 +285,9 @@ int mks_cli_parse(int argc, char **argv, struct mks_cli_args *a, char *err, size
             continue;
         }
 #undef TAKE
-        if (cmd && strcmp(cmd, "verify") && !strncmp(arg, "--", 2) && arg[2]) {
+        /* A bare "--" too: on the wire an argument that starts with "--" is
+         * an option, so no positional may (the collector would refuse it). */
+        if (cmd && strcmp(cmd, "verify") && !strncmp(arg, "--", 2)) {
             rc = take_option(a, argc, argv, &i, err, errlen);
             continue;
         }
