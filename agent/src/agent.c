@@ -1529,6 +1529,7 @@ int agt_run(const struct agt_opts *opts)
     if (!a)
         return 1;
     a->o = *opts;
+    a->progs.lease_ns = a->o.lease_ms * 1000000ull;
     a->sigfd = a->timerfd = a->survey_sock = -1;
     agt_log_setup(a->o.verbose ? (a->o.verbose > 1 ? AGT_LOG_DEBUG : AGT_LOG_INFO) : AGT_LOG_WARN,
                   a->o.rank);

@@ -124,6 +124,8 @@ int agt_progs_install_spec(struct agt_progs *ps, struct mks_ctl *ctl,
                                      .n_maps = nm};
         struct mks_verify_result vr = {0};
         char vlog[400] = "";
+        if (ps->lease_ns && ctl)
+            mks_ctl_lease(ctl, ps->lease_ns);
         err = mks_verify(p->insns, p->n_insns, &vo, &vr, vlog, sizeof(vlog));
         if (err) {
             snprintf(res->log, sizeof(res->log), "%s/%s: rejected by the verifier: %s", name,
@@ -317,7 +319,9 @@ void agt_progs_reset(struct agt_progs *ps)
 {
     for (size_t i = 0; i < sizeof(ps->names_by_id) / sizeof(ps->names_by_id[0]); i++)
         free(ps->names_by_id[i]);
+    uint64_t lease_ns = ps->lease_ns; /* a setting, not state */
     memset(ps, 0, sizeof(*ps));
+    ps->lease_ns = lease_ns;
 }
 
 void agt_progs_attached(const struct agt_progs *ps, int attached[MKS_EV_COUNT])

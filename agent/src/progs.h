@@ -41,6 +41,10 @@ struct agt_progs {
     struct agt_mapref maps[AGT_MAX_MAPS];
     uint32_t n_maps;
     char *names_by_id[AGT_MAX_PROGS * 4]; /* prog_id -> name for MapDump */
+    /* Renewed before each program is verified (0: not), so that a hostile
+     * object's verification, bounded per program but up to 64 programs,
+     * cannot let the lease lapse and detach everything. */
+    uint64_t lease_ns;
 };
 
 /* What installing an object did (for logs and CommandReply). */

@@ -46,6 +46,9 @@
 #define EM_BPF 247
 #endif
 
+/* Programs one object may hold: a control block has 64 program slots, and
+ * each program costs a verification (bounded, but not free). */
+#define MKS_OBJ_MAX_PROGS 64
 /* Objects larger than this are not monitors; refuse before parsing. */
 #define MKS_OBJ_MAX_BYTES (64u << 20)
 /* Map limits: a map lives in the control block's arena (16 MiB by default). */
@@ -824,6 +827,9 @@ static int obj_extract(struct mks_obj *obj, struct bpf_object *bo, uint32_t abi,
     bpf_object__for_each_program(p, bo) n++;
     if (n == 0)
         return ld_err(err, elen, -ENOENT, "%s: no programs; expected a function in SEC(\"mkscope/<event>\")", obj->name);
+    if (n > MKS_OBJ_MAX_PROGS)
+        return ld_err(err, elen, -E2BIG, "%s: %u programs; at most %u per object (the control block's program slots)",
+                      obj->name, n, MKS_OBJ_MAX_PROGS);
     obj->progs = calloc(n, sizeof(*obj->progs));
     if (!obj->progs)
         return ld_err(err, elen, -ENOMEM, "%s: out of memory", obj->name);

@@ -75,6 +75,14 @@
  * (ranges joined) with a kept one: a chain of branches that each change a
  * scalar would otherwise double the paths at every branch. */
 #define VF_WIDEN_AFTER 4u
+/* Frames compared while looking for a kept state that covers (or can be
+ * widened with) the current one: each is a walk over a frame's registers
+ * and 512 stack bytes.  Eight frames deep, with 32 states kept at every
+ * join, the instruction cap alone allowed seconds of comparing (5 s for one
+ * program here, longer than the agent's lease); this cap is about a quarter
+ * of a second.  The standard monitors compare a few thousand frames, the
+ * query compiler's probes about a hundred thousand. */
+#define VF_MAX_COMPARED_FRAMES 1000000u
 /* Memory for the states kept and waiting to be explored: a state with 8
  * call frames is about 50 KB, and the standard monitors need a few dozen
  * states; the cap bounds what a hostile object costs the agent. */
@@ -182,6 +190,7 @@ struct vf {
     uint32_t stack_len, stack_cap;
     uint32_t next_id;
     uint64_t state_bytes;  /* in states kept or waiting (VF_MAX_STATE_BYTES) */
+    uint64_t compared;     /* frames compared for pruning (VF_MAX_COMPARED_FRAMES) */
     bool over_memory;
     uint64_t steps;
     uint32_t states;
@@ -1781,6 +1790,9 @@ static int step(struct vf *v, struct vf_state *st)
         /* A complete kept state that covers this one: the path ends here,
          * as long as the longest way on from the kept state. */
         for (struct vf_kept *k = v->kept[i]; k; k = k->next) {
+            if (k->complete && (v->compared += st->nframes) > VF_MAX_COMPARED_FRAMES)
+                return verr(v, i, MKS_VERR_COMPLEXITY, "program too complex: %u call frames compared to prune paths; expected fewer branches that multiply paths",
+                            VF_MAX_COMPARED_FRAMES);
             if (k->complete && state_covers(&v->idmap, k->st, st, v->need[i])) {
                 v->path_has_len = k->has_path;
                 v->path_len = st->steps + k->remaining;
@@ -1793,7 +1805,8 @@ static int step(struct vf *v, struct vf_state *st)
          * the counter's values would lose the loop's bound. */
         if (v->n_kept[i] >= VF_WIDEN_AFTER && !(v->info[i] & VI_INLOOP)) {
             for (struct vf_kept *k = v->kept[i]; k; k = k->next) {
-                if (k->complete && state_mergeable(st, k->st)) {
+                if (k->complete && (v->compared += st->nframes) <= VF_MAX_COMPARED_FRAMES &&
+                    state_mergeable(st, k->st)) {
                     state_merge(st, k->st);
                     break;
                 }
