@@ -654,6 +654,23 @@ static const char *cls_name_cb(void *user, uint32_t cls)
     return mks_bench_class_name(&((struct bw_rank *)user)->m.cfg, cls, buf, sizeof(buf));
 }
 
+#if defined(MKS_BENCH_PROFILER) || defined(MKS_BENCH_COUNTERS)
+/* A rank's PREFIX.rankR.json, written by export: the profiler's trace or the
+ * fixed counters. */
+static int rank_file(struct bw_rank *rk, const char *prefix, const char *what,
+                     int (*export)(const struct br_rt *, const char *,
+                                   const char *(*)(void *, uint32_t), void *),
+                     char *err, size_t err_len)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s.rank%u.json", prefix, rk->rank);
+    int rc = export(rk->rt, path, cls_name_cb, rk);
+    return rc ? bb_err(err, err_len, rc, "rank %u: writing %s %s: %s", rk->rank, what, path,
+                       strerror(-rc))
+              : 0;
+}
+#endif
+
 static void rank_free(struct bw_rank *rk)
 {
     br_destroy(rk->rt);
@@ -787,31 +804,16 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
         rk.res.class_counts[c] = br_class_count(rk.rt, c);
     *rk.res.prof_dropped = br_prof_dropped(rk.rt);
     *rk.res.faulted = br_faulted(rk.rt);
+    rc = 0;
 #ifdef MKS_BENCH_PROFILER
-    if (cfg->trace) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s.rank%u.json", cfg->trace, rank);
-        rc = br_prof_export(rk.rt, path, cls_name_cb, &rk);
-        if (rc) {
-            rank_free(&rk);
-            return bb_err(err, err_len, rc, "rank %u: writing trace %s: %s", rank, path,
-                          strerror(-rc));
-        }
-    }
+    if (cfg->trace)
+        rc = rank_file(&rk, cfg->trace, "trace", br_prof_export, err, err_len);
 #endif
 #ifdef MKS_BENCH_COUNTERS
-    if (cfg->counters) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s.rank%u.json", cfg->counters, rank);
-        rc = br_counters_export(rk.rt, path, cls_name_cb, &rk);
-        if (rc) {
-            rank_free(&rk);
-            return bb_err(err, err_len, rc, "rank %u: writing counters %s: %s", rank, path,
-                          strerror(-rc));
-        }
-    }
+    if (!rc && cfg->counters)
+        rc = rank_file(&rk, cfg->counters, "counters", br_counters_export, err, err_len);
 #endif
     (void)cls_name_cb;
     rank_free(&rk);
-    return 0;
+    return rc;
 }
