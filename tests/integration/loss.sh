@@ -31,7 +31,7 @@ for r in 0 1; do
     --collector "ipc://$dir/ingest" --epoch-ms 5 --buffer-bytes 40000 --exit-with-app \
     --drain-ms 20000 --stats "$dir/agent-$r.json" --monitors "$MKS_MONITORS_DIR"
 done
-bench_argv "$job" --ranks 2 --steps 600 --step-interval-us 5000 --json "$dir/bench.json" -q
+bench_argv "$job" --ranks 2 --steps 1200 --step-interval-us 5000 --json "$dir/bench.json" -q
 start "$dir/bench.log" "${bench_cmd[@]}"
 bench=$started
 # Once both ranks' summaries flow, stop the collector for a second.
@@ -42,7 +42,7 @@ for _ in $(seq 200); do
 done
 [ "${n:-0}" = 2 ] || fail "the ranks' summaries did not reach the collector"
 kill -STOP "$collector_pid"
-sleep 1.2
+sleep 1.5
 kill -CONT "$collector_pid"
 wait "$bench" || fail "the megakernel failed (see $dir/bench.log)"
 for r in 0 1; do

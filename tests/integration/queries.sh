@@ -36,7 +36,21 @@ job() {
 # num JSON FILTER: a number from the CLI's answer (fails on null)
 num() { jq -e "$2" <<<"$1" || fail "no number for $2 in: $1"; }
 
-job cal
+# The examples read per-step detail: a job the collector made its agents
+# coarsen (its ingest pressure on a loaded machine) is run again, twice at
+# most, rather than taken for an answer.
+for cal in cal cal_b cal_c; do
+  job "$cal"
+  coarse=$(cli -f json sql "SELECT COUNT(*) AS n FROM epochs WHERE job = '$cal' AND detail_tier < 2" |
+    jq '.rows[0].n')
+  [ "$coarse" = 0 ] && break
+  echo "job $cal: $coarse summaries coarsened by the collector's pressure; again"
+done
+if [ "$coarse" != 0 ]; then
+  echo "SKIP: this machine is too loaded: the collector's pressure coarsened every calibration" \
+    "job's summaries (the examples need per-step detail)" >&2
+  exit 77
+fi
 
 
 # ---- every documented query ------------------------------------------------
@@ -48,7 +62,7 @@ examples=$(
   } | sort -u)
 [ "$(wc -l <<<"$examples")" -ge 6 ] || fail "found only these examples: $examples"
 while IFS= read -r q; do
-  out=$(cli --job cal -f json query "$q" 2>"$dir/q.err") ||
+  out=$(cli --job "$cal" -f json query "$q" 2>"$dir/q.err") ||
     fail "example '$q' failed: $(cat "$dir/q.err")"
   rows=$(jq '.rows | length' <<<"$out")
   [ "$rows" -ge 1 ] || fail "example '$q' answered no rows"
@@ -64,24 +78,26 @@ while IFS= read -r q; do
   echo "ok query '$q' ($rows rows)"
 done <<<"$examples"
 
-bench=$dir/cal/bench.json
+bench=$dir/$cal/bench.json
 # Counts: the collector's per-class counts of rank 1 are the megakernel's.
 want=$(jq -c '[.ranks[1].class_counts | to_entries[] | select(.value > 0)] | from_entries' "$bench")
 got=$(cli -f json query 'count(task) by class where rank = 1' |
   jq -c '[.rows[] | {key: .class, value: .["count(task)"]}] | from_entries')
 [ "$(jq -S . <<<"$want")" = "$(jq -S . <<<"$got")" ] || fail "counts of rank 1: $got, bench $want"
-# Step times: each rank's median within a factor of two of its own, every
-# complete step there (60, the first included).
+# Step times: each rank's median (first task start to last task end) within
+# the megakernel's own step time (which also holds the dispatch before the
+# first task: on a loaded machine much of it), and not below a quarter of
+# it; every complete step there (60, the first included).
 steps=$(cli -f json query 'p50(step), count(step) by rank')
 for r in 0 1 2 3; do
   mine=$(num "$steps" ".rows[] | select(.rank == $r) | .[\"p50(step)\"]")
   n=$(num "$steps" ".rows[] | select(.rank == $r) | .[\"count(step)\"]")
   theirs=$(jq "[.ranks[$r].step_ns[]] | sort | .[length / 2 | floor]" "$bench")
   [ "$n" = 60 ] || fail "rank $r: $n complete steps, the run had 60"
-  awk -v a="$mine" -v b="$theirs" 'BEGIN { exit !(a > b / 2 && a < b * 2) }' ||
+  awk -v a="$mine" -v b="$theirs" 'BEGIN { exit !(a > b / 4 && a < b * 1.1) }' ||
     fail "rank $r: median step $mine ns, the megakernel's $theirs ns"
 done
-echo "ok steps: 60 complete per rank, medians near the megakernel's"
+echo "ok steps: 60 complete per rank, medians within the megakernel's own"
 # Idle time of step 37 lies within the step, on every rank and worker.
 idle=$(cli -f json query 'max(idle), min(idle), count(idle) by rank where step = 37')
 span=$(cli -f json query 'max(step) by rank where step = 37')
@@ -101,7 +117,7 @@ jq -e '[.rows[] | select(.["max(run)"] < .["mean(run)"] or .["max(run)"] == 0)] 
 echo "ok counts, idle, waits and maxima agree with the run"
 
 # ---- the other documented commands -------------------------------------------
-cli status | grep -q "job cal" || fail "status does not name the job"
+cli status | grep -q "job $cal" || fail "status does not name the job"
 cli -f json diagnose >/dev/null || fail "diagnose failed"
 cli -f dot waitchain --step 37 | grep -q digraph || fail "waitchain -f dot is not a graph"
 [ "$(cli -f json sql 'SELECT rank, COUNT(*) FROM epochs GROUP BY rank' | jq '.rows | length')" -ge 4 ] ||
@@ -111,20 +127,21 @@ echo "ok status, diagnose, waitchain, sql"
 # ---- triggers against this machine's clean times ----------------------------------
 # Unpaced runs of 600 steps, so that a one-second evaluation window holds
 # hundreds of steps and one step a loaded machine stalls is not its p99.
-# Thresholds well above a clean run's own (the first steps warm up and are
-# left out), the fault well above the thresholds; the max(run) trigger
+# Thresholds well above a clean run's own (three times it plus 50 ms: a
+# shared machine stalls a step now and then; the first steps warm up and
+# are left out), the fault well above the thresholds; the max(run) trigger
 # watches one rank (a stall of a task is not a fault either).
 jobu() { local name=$1; shift; pace_us=0 job "$name" --steps 600 "$@"; }
 jobu cal2
 p=$(num "$(cli --job cal2 -f json query 'p99(step) where step >= 5')" '.rows[0]["p99(step)"]')
 m=$(num "$(cli --job cal2 -f json query 'max(run) where class = "attention" and rank = 1')" \
   '.rows[0]["max(run)"]')
-t_step=$(awk -v p="$p" 'BEGIN { printf "%d", 3 * p + 20e6 }')
-t_run=$(awk -v m="$m" 'BEGIN { printf "%d", 3 * m + 20e6 }')
+t_step=$(awk -v p="$p" 'BEGIN { printf "%d", 3 * p + 50e6 }')
+t_run=$(awk -v m="$m" 'BEGIN { printf "%d", 3 * m + 50e6 }')
 # task-delay spreads the magnitude over the class's tasks of a step (two
-# layers, a few waves of workers): twelve times the larger threshold puts
-# each delayed task well above t_run and each faulted step above t_step.
-mag_us=$(awk -v a="$t_step" -v b="$t_run" 'BEGIN { x = a > b ? a : b; printf "%d", 12 * x / 1000 }')
+# layers, a few waves of workers): ten times the larger threshold puts each
+# delayed task above t_run and each faulted step far above t_step.
+mag_us=$(awk -v a="$t_step" -v b="$t_run" 'BEGIN { x = a > b ? a : b; printf "%d", 10 * x / 1000 }')
 echo "clean p99(step) $p ns, max(run) of attention on rank 1 $m ns: thresholds $t_step /" \
   "$t_run ns, fault $mag_us us a step"
 sleep 2 # the calibration run's last summaries are evaluated before the triggers exist
@@ -137,7 +154,7 @@ sleep 2
 [ "$(fired)" = 0 ] || fail "a trigger fired on a clean run: $(cli trigger list)"
 echo "ok no trigger fired on a clean run"
 
-jobu faulted --fault "task-delay:rank=1,class=attention,magnitude=$mag_us,steps=300-319"
+jobu faulted --fault "task-delay:rank=1,class=attention,magnitude=$mag_us,steps=300-311"
 sleep 2
 list=$(cli -f json trigger list)
 jq -e '[.triggers[] | select(.fired >= 1)] | length == 2' <<<"$list" >/dev/null ||
