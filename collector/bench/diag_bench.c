@@ -13,8 +13,8 @@
  * thread, best of three.
  *
  * usage: diag_bench [RANKS] [STEPS] [DBDIR]   (defaults 4 60000 /tmp)
- *        diag_bench --store FILE --job JOB [--last N]: time the diagnosis of
- *        a job in a collector's store and print its answer (JSON)
+ *        diag_bench --store FILE --job JOB [--last N | --step N]: time the
+ *        diagnosis of a job in a collector's store and print its answer
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -274,7 +274,7 @@ static void show(const char *what, double t, json_t *out)
 }
 
 /* The diagnosis of a job in an existing store: timed, printed. */
-static int on_store(const char *path, const char *job, uint32_t last)
+static int on_store(const char *path, const char *job, uint32_t last, int64_t step)
 {
     char err[256];
     struct mks_store_opts o = {.sz = sizeof(o), .path = path, .max_epochs = 1u << 30};
@@ -283,7 +283,7 @@ static int on_store(const char *path, const char *job, uint32_t last)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    struct mks_diag_opts d = {.sz = sizeof(d), .only_step = -1, .last = last};
+    struct mks_diag_opts d = {.sz = sizeof(d), .only_step = step, .last = last};
     json_t *out = NULL;
     double t = cpu_s(), w = now_s();
     int rc = mks_diagnose(st, job, &d, &out, err, sizeof(err));
@@ -304,7 +304,8 @@ int main(int argc, char **argv)
 {
     if (argc >= 5 && !strcmp(argv[1], "--store") && !strcmp(argv[3], "--job"))
         return on_store(argv[2], argv[4],
-                        argc >= 7 && !strcmp(argv[5], "--last") ? (uint32_t)atoi(argv[6]) : 0);
+                        argc >= 7 && !strcmp(argv[5], "--last") ? (uint32_t)atoi(argv[6]) : 0,
+                        argc >= 7 && !strcmp(argv[5], "--step") ? atoll(argv[6]) : -1);
     struct shape sh = {.ranks = argc > 1 ? (uint32_t)atoi(argv[1]) : 4,
                        .steps = argc > 2 ? (uint32_t)atoi(argv[2]) : 60000};
     const char *dir = argc > 3 ? argv[3] : "/tmp";

@@ -982,14 +982,17 @@ static double workers_of(const struct diag *d, uint32_t rank)
 
 /* Idle worker time of a cell: the agent's, else the workers' time in the
  * step not spent in tasks (NAN when the cell's task rows are not its own). */
-static double cell_idle(const struct diag *d, const struct cell *c)
+static double cell_idle_derived(const struct diag *d, const struct cell *c)
 {
-    if (c->has_workers)
-        return c->idle;
     if (!c->detail || c->coarse || !c->nc)
         return NAN;
     double idle = workers_of(d, c->rank) * step_dur(c) - cell_busy(d, c);
     return idle > 0 ? idle : 0;
+}
+
+static double cell_idle(const struct diag *d, const struct cell *c)
+{
+    return c->has_workers ? c->idle : cell_idle_derived(d, c);
 }
 
 static int build_norms(struct diag *d)
@@ -1036,7 +1039,7 @@ static int build_norms(struct diag *d)
         const struct cell *c = &d->s[k];
         sm[n++] = (struct sample){nkey(K_RANK, c->rank, 0, 0, 0),
                                   {cell_idle(d, c), c->qwi ? (double)c->qwi : NAN, step_dur(c),
-                                   NAN}};
+                                   cell_idle_derived(d, c)}};
     }
     int rc = add_norms(d, sm, n);
     free(sm);
@@ -1193,10 +1196,46 @@ static int prof_cell(struct diag *d, const struct cell *c, uint64_t gen, const b
         e->a = isnan(x) || isnan(e->norm_a) ? NAN : x - e->norm_a;
         e->b = isnan(g) || isnan(e->norm_b) ? NAN : g - e->norm_b;
     }
+    /* Idle excess: the agent's measure (the step's span less the
+     * worker's tasks) and the one taken from the step's time less its
+     * tasks' run time; the larger counts (either may miss a worker held
+     * outside any task, as a task kept from starting). */
+    /* Both against the rank's neighbouring steps (DIAG_WINDOW either
+     * side, as the step's own time is: a run whose load changes would make
+     * a run-wide median of idle time wrong either way), the quieter side:
+     * a side in a burst of the machine's load idles for its own reasons. */
     const struct norm *rn = norm_get(d, nkey(K_RANK, c->rank, 0, 0, 0));
-    double idle = cell_idle(d, c);
-    if (rn && !isnan(idle) && !isnan(rn->v[0]))
-        p->idle_ex = (idle - rn->v[0]) / p->W;
+    double idle = cell_idle(d, c), derived = cell_idle_derived(d, c);
+    double ref[2] = {NAN, NAN};
+    const size_t me = (size_t)(c - d->s);
+    for (int side = 0; side < 2; side++) {
+        double nb[2][DIAG_WINDOW];
+        size_t nn[2] = {0, 0};
+        for (size_t i = 1; i <= DIAG_WINDOW; i++) {
+            if (side ? me + i >= d->ns : i > me)
+                break;
+            const struct cell *o = &d->s[side ? me + i : me - i];
+            if (o->rank != c->rank)
+                break;
+            double v[2] = {cell_idle(d, o), cell_idle_derived(d, o)};
+            for (int m = 0; m < 2; m++)
+                if (!isnan(v[m]))
+                    nb[m][nn[m]++] = v[m];
+        }
+        for (int m = 0; m < 2; m++)
+            if (nn[m] >= 3) {
+                double md = median(nb[m], nn[m]);
+                if (isnan(ref[m]) || md < ref[m])
+                    ref[m] = md;
+            }
+    }
+    if (!isnan(idle) && !isnan(ref[0]))
+        p->idle_ex = (idle - ref[0]) / p->W;
+    if (c->has_workers && !isnan(derived) && !isnan(ref[1])) {
+        double ex = (derived - ref[1]) / p->W;
+        if (isnan(p->idle_ex) || ex > p->idle_ex)
+            p->idle_ex = ex;
+    }
     if (rn && !isnan(rn->v[1]))
         p->qwi_ex = (double)c->qwi - rn->v[1];
     return 0;
@@ -2600,17 +2639,18 @@ struct gout { /* a group on its way out, with what orders it */
     double total;
 };
 
-/* Decided groups first, then by the delay their cause explains (the
- * delay of their steps times the share its cause explains): what the run
- * is about; a loaded machine's groups of a few steps explain little. */
+/* Decided groups first, then the longer ones (a fault holds for its
+ * steps; a loaded machine's bursts, however long each stall, are a few
+ * steps), then by the delay their cause explains (the delay of their steps
+ * times the share its cause explains). */
 static int cmp_gout(const void *a, const void *b)
 {
     const struct gout *x = a, *y = b;
     if (x->decided != y->decided)
         return x->decided ? -1 : 1;
-    if (x->total != y->total)
-        return x->total > y->total ? -1 : 1;
-    return x->n > y->n ? -1 : x->n < y->n;
+    if (x->n != y->n)
+        return x->n > y->n ? -1 : 1;
+    return x->total > y->total ? -1 : x->total < y->total;
 }
 
 /* The share of its delay a group's cause explains (at most 1). */
