@@ -451,6 +451,22 @@ static void fill_env(struct load *L, const struct sim *s, mks_envelope *env)
     env->incarnation = s->inc;
 }
 
+/* Encode (with the MAC) and send a request made on the spot. */
+static int send_env(struct load *L, struct sim *s, uint32_t idx, const mks_envelope *env)
+{
+    uint8_t *buf;
+    size_t len;
+    char why[256];
+    if (mks_wire_encode(env, L->have_key ? &L->key : NULL, &buf, &len, why, sizeof(why))) {
+        fprintf(stderr, "mkscope-load: cannot encode %s: %s\n",
+                mks_wire_body_name(env->body_case), why);
+        return -EINVAL;
+    }
+    int rc = send_raw(L, s, idx, buf, len);
+    free(buf);
+    return rc;
+}
+
 static int send_register(struct load *L, struct sim *s, uint32_t idx)
 {
     const mks_envelope *t = L->tm[s->src].reg;
@@ -462,16 +478,7 @@ static int send_register(struct load *L, struct sim *s, uint32_t idx)
     fill_env(L, s, &env);
     env.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER;
     env.register_ = &r;
-    uint8_t *buf;
-    size_t len;
-    char why[256];
-    if (mks_wire_encode(&env, L->have_key ? &L->key : NULL, &buf, &len, why, sizeof(why))) {
-        fprintf(stderr, "mkscope-load: cannot encode a registration: %s\n", why);
-        return -EINVAL;
-    }
-    int rc = send_raw(L, s, idx, buf, len);
-    free(buf);
-    return rc;
+    return send_env(L, s, idx, &env);
 }
 
 static int send_heartbeat(struct load *L, struct sim *s, uint32_t idx)
@@ -491,16 +498,7 @@ static int send_heartbeat(struct load *L, struct sim *s, uint32_t idx)
     fill_env(L, s, &env);
     env.body_case = MKSCOPE__V1__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
-    uint8_t *buf;
-    size_t len;
-    char why[256];
-    if (mks_wire_encode(&env, L->have_key ? &L->key : NULL, &buf, &len, why, sizeof(why))) {
-        fprintf(stderr, "mkscope-load: cannot encode a heartbeat: %s\n", why);
-        return -EINVAL;
-    }
-    int rc = send_raw(L, s, idx, buf, len);
-    free(buf);
-    return rc;
+    return send_env(L, s, idx, &env);
 }
 
 /* Send the agent's next request if nothing is in flight, in the agent's

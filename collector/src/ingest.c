@@ -35,6 +35,10 @@ struct mks_ingest {
     struct pending p[MKS_INGEST_BATCH];
     uint64_t win_start, win_busy, win_msgs, win_batches;
     uint32_t pressure;
+    /* any command waiting to be handed out, looked at once per batch (the
+     * loop queues commands between batches): most acks then skip the
+     * per-rank query */
+    bool cmds_pending;
 };
 
 static uint64_t mono_ns(void)
@@ -142,9 +146,10 @@ static void answer(struct mks_ingest *ing, struct pending *p, const mks_envelope
     }
     ack.up_to_seq = seq;
     ack.pressure = ing->pressure;
-    size_t n = applied ? mks_store_take_commands(ing->o.st, env->job, env->rank, now, cmds,
-                                                 MAX_CMDS_PER_ACK)
-                       : 0;
+    size_t n = applied && ing->cmds_pending
+                   ? mks_store_take_commands(ing->o.st, env->job, env->rank, now, cmds,
+                                             MAX_CMDS_PER_ACK)
+                   : 0;
     ack.commands = cmds;
     ack.n_commands = n;
     out.body_case = MKSCOPE__V1__ENVELOPE__BODY_ACK;
@@ -279,6 +284,7 @@ int mks_ingest_run(struct mks_ingest *ing)
     update_pressure(ing, t0, false); /* the answers of this batch carry it */
     int n = 0;
     bool batch = mks_store_batch_begin(ing->o.st, err, sizeof(err)) == 0;
+    ing->cmds_pending = mks_store_commands_pending(ing->o.st);
     if (!batch)
         fprintf(stderr, "mkscope-collector: %s; storing message by message\n", err);
     while (n < (int)MKS_INGEST_BATCH) {

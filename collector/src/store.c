@@ -215,6 +215,8 @@ static const char schema_sql[] =
     " n_insns INTEGER, prog_gen INTEGER, payload BLOB, escalation_id INTEGER,"
     " request_id INTEGER, request_hash INTEGER);\n"
     "CREATE INDEX IF NOT EXISTS commands_pending ON commands(job, rank, sent_ns);\n"
+    /* whether any command waits at all, asked once per ingest batch */
+    "CREATE INDEX IF NOT EXISTS commands_unsent ON commands(id) WHERE sent_ns IS NULL;\n"
     /* Probes (probe_store.c): what was asked, the groups merged across
      * epochs and ranks (key and value words as little-endian u64; the other
      * row's key is empty), per rank and hook the counts, per rank the time
@@ -778,11 +780,6 @@ static int ins_row(struct ins *in, const char *fmt, ...)
     return SQLITE_OK;
 }
 
-static void ins_done(struct ins *in)
-{
-    (void)in;
-}
-
 static void buf_mark(struct mks_store *st)
 {
     for (int t = 0; t < T_COUNT; t++)
@@ -1263,7 +1260,7 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
 #define INS(t, n) \
     do { if ((rc = ins_begin(st, &in, t, n)) != SQLITE_OK) return rc; } while (0)
 #define ROW(...) \
-    do { if ((rc = ins_row(&in, __VA_ARGS__)) != SQLITE_OK) { ins_done(&in); return rc; } } while (0)
+    do { if ((rc = ins_row(&in, __VA_ARGS__)) != SQLITE_OK) return rc; } while (0)
 
     INS(T_TASK, s->n_task_stats);
     for (size_t i = 0; i < s->n_task_stats; i++) {
@@ -1286,14 +1283,12 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
                 t->queue ? t->queue->max : 0, qb, ql, t->run ? t->run->count : 0,
                 t->run ? t->run->sum : 0, t->run ? t->run->max : 0, rb, rl);
     }
-    ins_done(&in);
     INS(T_STEPS, s->n_steps);
     for (size_t i = 0; i < s->n_steps; i++) {
         const Mkscope__V1__StepTime *t = s->steps[i];
         ROW("iiuuuiu", eid, (int64_t)t->step, t->t_begin_dev_ns, t->t_end_dev_ns, t->tasks,
             (int64_t)t->complete, t->queued_while_idle_ns);
     }
-    ins_done(&in);
     INS(T_WAITS, s->n_remote_waits);
     for (size_t i = 0; i < s->n_remote_waits; i++) {
         const Mkscope__V1__RemoteWait *w = s->remote_waits[i];
@@ -1305,7 +1300,6 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
             ROW("iuiiiiuun", eid, w->comm_gen, (int64_t)w->peer_rank, (int64_t)w->waiter_class,
                 (int64_t)w->step, (int64_t)w->worker, w->t_begin_dev_ns, w->t_end_dev_ns);
     }
-    ins_done(&in);
     INS(T_RELEASES, s->n_releases);
     for (size_t i = 0; i < s->n_releases; i++) {
         const Mkscope__V1__Release *r = s->releases[i];
@@ -1314,7 +1308,6 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
             r->t_end_dev_ns, r->t_comm_begin_dev_ns, r->t_comm_end_dev_ns, r->t_release_dev_ns,
             r->bytes);
     }
-    ins_done(&in);
     INS(T_LOCAL_WAITS, s->n_local_waits);
     for (size_t i = 0; i < s->n_local_waits; i++) {
         const Mkscope__V1__LocalWait *w = s->local_waits[i];
@@ -1324,7 +1317,6 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
         else
             ROW("iinuuu", eid, (int64_t)w->waiter_class, w->count, w->sum_ns, w->max_ns);
     }
-    ins_done(&in);
     INS(T_WORKERS, s->n_workers);
     for (size_t i = 0; i < s->n_workers; i++) {
         const Mkscope__V1__WorkerStat *w = s->workers[i];
@@ -1335,13 +1327,11 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
             ROW("iinuuuiuu", eid, (int64_t)w->worker, w->busy_ns, w->idle_ns, w->dep_wait_ns,
                 (int64_t)w->max_queue_depth, w->over_threshold_ns, w->tasks);
     }
-    ins_done(&in);
     INS(T_GENS, s->n_gens);
     for (size_t i = 0; i < s->n_gens; i++) {
         const Mkscope__V1__GenProgress *g = s->gens[i];
         ROW("iuiuu", eid, g->req_gen, (int64_t)g->step, g->t_dev_ns, g->value);
     }
-    ins_done(&in);
     size_t n_entries = 0;
     for (size_t i = 0; i < s->n_maps; i++)
         n_entries += s->maps[i]->n_entries;
@@ -1353,7 +1343,6 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
                 m->entries[k]->key.data, (int)m->entries[k]->key.len, m->entries[k]->value.data,
                 (int)m->entries[k]->value.len);
     }
-    ins_done(&in);
     INS(T_COVERAGE, s->n_coverage);
     for (size_t i = 0; i < s->n_coverage; i++) {
         const Mkscope__V1__Coverage *c = s->coverage[i];
@@ -1368,7 +1357,6 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
         ROW("iiuuuuuu", eid, (int64_t)c->hook, c->eligible + c->undelivered, c->ran,
             c->throttled, c->lost, c->prog_gen, c->undelivered);
     }
-    ins_done(&in);
 #undef INS
 #undef ROW
     return SQLITE_OK;
@@ -1517,7 +1505,6 @@ static int store_raw(struct mks_store *st, const mks_envelope *env, uint64_t now
                      (int64_t)e->tile_y, e->dep_event, e->comm_gen, (int64_t)e->peer_rank,
                      (int64_t)e->queue_depth, e->t_now, e->t_ready, e->t_start, e->value, now);
     }
-    ins_done(&in);
     if (rc == SQLITE_OK &&
         exec_stmt(st, "INSERT INTO raw_batches VALUES(?,?,?,?,?,?,?)", "tiuuuiu", env->job,
                   (int64_t)env->rank, b->escalation_id, (uint64_t)b->n_events, b->dropped,
@@ -1634,6 +1621,14 @@ int mks_store_acked_seq(struct mks_store *st, const char *job, uint32_t rank, ui
                      (int64_t)rank) == SQLITE_DONE
                ? 0
                : -EIO;
+}
+
+bool mks_store_commands_pending(struct mks_store *st)
+{
+    uint64_t n = 1;
+    return query_u64(st, &n, "SELECT EXISTS (SELECT 1 FROM commands WHERE sent_ns IS NULL)", "") !=
+               SQLITE_DONE ||
+           n != 0;
 }
 
 size_t mks_store_take_commands(struct mks_store *st, const char *job, uint32_t rank,

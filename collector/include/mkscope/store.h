@@ -14,6 +14,7 @@
 #ifndef MKSCOPE_STORE_H
 #define MKSCOPE_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -85,6 +86,10 @@ int mks_store_in_batch(const struct mks_store *st);
 
 /* The highest summary seq stored for the rank's current agent (0: none). */
 int mks_store_acked_seq(struct mks_store *st, const char *job, uint32_t rank, uint64_t *seq_p);
+
+/* Whether any command of any rank waits to be handed out (true on error:
+ * the caller then looks per rank). */
+bool mks_store_commands_pending(struct mks_store *st);
 
 /* Up to max commands waiting for (job, rank), oldest first, marked sent at
  * now_ns; each cmds[i] is freed by the caller with
