@@ -53,6 +53,20 @@ fail() {
 }
 [ -z "$missing" ] || fail "libraries missing for our programs: $missing"
 [ $mk_rc -eq 0 ] || fail "mirage build failed"
+# MPK's own smallest test (rmsnorm in test mode) on the headers as they came
+# in the kit (MIRAGE_ROOT: a pristine include/ beside the built deps/), run
+# while ours compile: whether MPK itself runs on this machine, apart from us
+mkdir -p "$w/pristine"
+tar -xzf "$w/kit/mirage-a9e0f745-with-deps.tar.gz" -C "$w/pristine" --strip-components=1 mirage/include
+ln -s "$w/mk/mirage/deps" "$w/pristine/deps"
+(
+    cd "$w/mk/mirage/tests/runtime_python/test_mode" &&
+        MIRAGE_ROOT=$w/pristine PYTHONPATH=$w/mk/mirage/python:$w/mk/py \
+            LD_LIBRARY_PATH=$w/mk/z3/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+            PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 timeout 500 python3 test_rmsnorm_testmode.py
+    echo "exit $?"
+) >"$w/res/mpk_selftest.log" 2>&1 &
+selftest=$!
 "$src/runtimes/mpk/apply.sh" "$w/mk/mirage" || fail "patch refused"
 export PYTHONPATH=$w/mk/mirage/python:$w/mk/py
 export LD_LIBRARY_PATH=$w/mk/z3/usr/lib/x86_64-linux-gnu:$w/mpklib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -62,11 +76,17 @@ python3 -u "$src/runtimes/mpk/gpu/drive.py" --bin "$w/build" --monitors "$carry/
     --out "$w/res" --layers "${MPK_LAYERS:-8}" --seq "${MPK_SEQ:-512}" --groups "${MPK_GROUPS:-4}" \
     --rounds "${MPK_ROUNDS:-3}" --budget "${MPK_BUDGET:-420}" --batches "${MPK_BATCHES:-1,8}" 2>&1 | tee "$w/res/drive.out"
 rc=${PIPESTATUS[0]}
+wait "$selftest"
+st=$(grep -E "^(PASSED|FAILED)" "$w/res/mpk_selftest.log" | tail -n 1)
+echo "MPK's own test (rmsnorm in test mode, the kit's headers): ${st:-did not finish ($(tail -n 1 "$w/res/mpk_selftest.log"))}" |
+    tee -a "$w/res/drive.out"
 # at most 8 files come back: the table, the results, the logs, a task graph
 grep -A100 "^== MPK with mkscope" "$w/res/drive.out" >"$out/summary.txt" || true
 cp "$w/res/results.json" "$out/" 2>/dev/null
 cp "$w/res/mks8/task_graph_rank0.json" "$out/task_graph_qwen3_b8.json" 2>/dev/null
-cp "$w/res/mks8.sass" "$w/res/plain8.sass" "$out/" 2>/dev/null
+(cd "$w/res" && ls mks8.sass plain8.sass 2>/dev/null | tar -czf "$out/sass.tgz" -T -)
+# the kernel MPK generated (plain build): for compiling it again elsewhere
+gzip -c "$w/res/plain8/test_rank0.cu" >"$out/plain8_test_rank0.cu.gz" 2>/dev/null
 tar -czf "$out/logs.tgz" --exclude='*.so' --exclude='*.cu' --exclude='store.db*' \
     --exclude='task_graph*.json' --exclude='*.sass' -C "$w" res
 echo "run.sh: drive rc $rc, $((SECONDS - t0)) s in all"
