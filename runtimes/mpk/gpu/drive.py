@@ -264,7 +264,7 @@ for b in batches:
 # ---- live: replace, detach all, attach again, in one launch ----
 livev = {}
 m = live.get("mks%d" % B8)
-if m and left() > 120:
+if m and left() > 45:
     say("== live: one launch, monitors replaced, detached, attached again")
     m.start_collector("live")
     m.start_agent()
