@@ -29,6 +29,7 @@ static const char usage[] =
     "  -f text|json   output format (default text)\n"
     "  -o FILE        also write the serialized mkscope.v1.TaskSchema\n"
     "  -h, --help     this help\n"
+    "  --version      the version\n"
     "\n"
     "EXAMPLES\n"
     "  mkscope-mpk-schema /tmp/mpk/task_graph.json\n"
@@ -50,7 +51,9 @@ static void print_deps(FILE *f, const struct mks_mpk_graph *g, const struct mks_
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    static const struct option lo[] = {{"help", no_argument, NULL, 'h'},
+                                         {"version", no_argument, NULL, 'V'},
+                                         {NULL, 0, NULL, 0}};
     const char *fmt = "text", *out = NULL;
     struct mks_mpk_graph *g = NULL;
     char err[512];
@@ -66,6 +69,9 @@ int main(int argc, char **argv)
             break;
         case 'h':
             fputs(usage, stdout);
+            return 0;
+        case 'V':
+            printf("mkscope-mpk-schema %s\n", MKS_VERSION);
             return 0;
         default:
             fprintf(stderr, "mkscope-mpk-schema: bad option or missing value; see --help\n");
