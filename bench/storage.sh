@@ -2,9 +2,14 @@
 # What the collector's store costs per rank and hour, at each detail tier the
 # agents' budget picks, on the CPU backend: for each configuration one job of
 # RANKS ranks for SECONDS seconds, then the store's pages in use per table
-# (SQLite's dbstat), scaled to bytes per rank per hour, with and without the
-# detail the collector compacts after --detail-age (wait, release and worker
-# rows with their indexes).  docs/collector.md, Retention, has the figures.
+# (SQLite's dbstat), scaled to bytes per rank per hour; then a collector on a
+# copy of the store with --detail-age 1s rolls every epoch up (one per rank
+# and minute, as past the detail window) and the rolled-up rows' bytes per
+# rank-minute, times 60, are what an hour costs once rolled up (an
+# extrapolation: a rolled-up minute holds a row per class, hook, worker and
+# waited-on peer whatever the minute's traffic; the histograms of a full
+# minute fill a few more buckets than a short run's).  docs/collector.md,
+# Retention, has the figures.
 #
 #   bench/storage.sh [--bin BUILD_DIR] [--ranks N] [--seconds S]
 set -euo pipefail
@@ -31,7 +36,7 @@ configs=(
   "budget 50 KB/s, steps as fast as they go|50000|0"
   "budget 5 KB/s, steps as fast as they go|5000|0"
 )
-printf '%-44s %8s %8s %10s %10s %8s\n' configuration steps/s tier "MB/rank/h" "compacted" "B/step"
+printf '%-44s %8s %8s %10s %12s %8s\n' configuration steps/s tier "MB/rank/h" "rolled KB/h" "B/step"
 for c in "${configs[@]}"; do
   IFS='|' read -r name budget pace <<<"$c"
   d=$work/$(echo "$name" | tr -c 'a-z0-9' _)
@@ -47,12 +52,36 @@ for c in "${configs[@]}"; do
   tier=$(sqlite3 "$db" "SELECT detail_tier FROM epochs GROUP BY detail_tier ORDER BY COUNT(*) DESC
                         LIMIT 1")
   total=$(sqlite3 "$db" "SELECT SUM(pgsize) FROM dbstat")
-  detail=$(sqlite3 "$db" "SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name IN ('waits',
-          'releases', 'workers', 'waits_e', 'waits_gen', 'releases_e', 'releases_gen', 'workers_e')")
   nsteps=$(sqlite3 "$db" "SELECT COUNT(*) FROM steps WHERE complete")
-  awk -v n="$name" -v t="$total" -v dt="$detail" -v s="$secs" -v r="$ranks" -v k="$nsteps" \
-      -v tier="$tier" 'BEGIN {
+  # The roll-up, by a collector of its own on a copy (no agent sends to it:
+  # its idle loop applies the detail window).
+  cp "$db" "$d/rolled.db"
+  "$bin/collector/mkscope-collector" --db "$d/rolled.db" --ingest "ipc://$d/ri" \
+    --cli "ipc://$d/rc" --survey "ipc://$d/rs" --metrics off --ucx-port off --detail-age 1s \
+    >"$d/roll.log" 2>&1 &
+  rpid=$!
+  for _ in $(seq 120); do
+    sleep 0.5
+    left=$(sqlite3 "$d/rolled.db" "SELECT COUNT(*) FROM epochs WHERE compacted < 2" 2>/dev/null ||
+           echo 1)
+    [ "$left" = 0 ] && break
+  done
+  kill "$rpid"; wait "$rpid" || true
+  [ "$left" = 0 ] || { echo "storage.sh: the roll-up did not finish (see $d/roll.log)" >&2; exit 1; }
+  sqlite3 "$d/rolled.db" 'PRAGMA wal_checkpoint(TRUNCATE);' >/dev/null
+  # Bytes in use in the rolled-up tables' pages, over the 95% a large
+  # store's pages are filled to (this run's detail tables: 95%), so that a
+  # short run's few half-empty pages do not count as if a day had them.
+  rolled=$(sqlite3 "$d/rolled.db" "SELECT COALESCE(SUM(pgsize - unused), 0) / 0.95 FROM dbstat
+          WHERE name IN
+          ('epochs', 'task_stats', 'coverage', 'workers', 'local_waits', 'rollups', 'epochs_rank',
+           'epochs_job', 'epochs_received', 'epochs_rolled', 'task_stats_e', 'coverage_e',
+           'workers_e', 'local_waits_e', 'rollups_e', 'sqlite_autoindex_epochs_1')")
+  minutes=$(sqlite3 "$d/rolled.db" "SELECT COUNT(*) FROM (SELECT DISTINCT rank,
+           received_ns / 60000000000 FROM epochs)")
+  awk -v n="$name" -v t="$total" -v ro="$rolled" -v rm="$minutes" -v s="$secs" -v r="$ranks" \
+      -v k="$nsteps" -v tier="$tier" 'BEGIN {
     per = 3600 / (s * r) / 1e6
-    printf "%-44s %8.0f %8s %10.0f %10.0f %8.0f\n", n, k / (s * r), tier, t * per, (t - dt) * per,
-           k ? t / k : 0 }'
+    printf "%-44s %8.0f %8s %10.0f %12.0f %8.0f\n", n, k / (s * r), tier, t * per,
+           rm ? ro / rm * 60 / 1e3 : 0, k ? t / k : 0 }'
 done

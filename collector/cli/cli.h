@@ -58,6 +58,8 @@ void mks_cli_table(FILE *f, json_t *cols, json_t *rows);
 /* ns as a duration with its unit (ns, µs, ms, s), or a wall-clock time
  * (ns since 1970) as local time. */
 void mks_cli_ns(char *buf, size_t len, double ns);
+/* One line on what of the job is rolled up (an answer's "rolled_up"). */
+void mks_cli_rolled(FILE *f, json_t *rolled);
 void mks_cli_value(FILE *f, json_t *v, int width);
 
 int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n);

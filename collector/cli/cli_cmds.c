@@ -273,6 +273,7 @@ int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n
         if (hidden > 0)
             fprintf(cli->out, "(%lld shorter group%s of slow steps left out by --min-steps)\n",
                     (long long)hidden, hidden == 1 ? "" : "s");
+        mks_cli_rolled(cli->out, json_object_get(a, "rolled_up"));
     }
     json_decref(a);
     return 0;

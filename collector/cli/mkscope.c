@@ -396,6 +396,27 @@ static void render_query(struct mks_cli *cli, json_t *a)
     if (undel || lsum)
         fprintf(cli->out, ", %lld in %lld summaries the agents dropped", undel, lsum);
     fprintf(cli->out, ")\n");
+    mks_cli_rolled(cli->out, json_object_get(a, "rolled_up"));
+}
+
+void mks_cli_rolled(FILE *f, json_t *r)
+{
+    if (!json_is_object(r))
+        return;
+    char until[64];
+    mks_cli_ns(until, sizeof(until), (double)json_integer_value(json_object_get(r, "until_ns")));
+    json_t *steps = json_object_get(r, "steps_to");
+    char st[48] = "";
+    if (json_is_integer(steps))
+        snprintf(st, sizeof(st), ", steps up to %lld", (long long)json_integer_value(steps));
+    char rd[48] = "";
+    if (json_is_integer(json_object_get(r, "read")))
+        snprintf(rd, sizeof(rd), ", %lld of them read",
+                 (long long)json_integer_value(json_object_get(r, "read")));
+    fprintf(f,
+            "(detail received up to %s%s is rolled up per rank and minute: %lld epochs%s; no"
+            " step, worker or transfer in them)\n",
+            until, st, (long long)json_integer_value(json_object_get(r, "epochs")), rd);
 }
 
 static void render_rows(struct mks_cli *cli, json_t *rows)

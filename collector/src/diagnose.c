@@ -3062,7 +3062,14 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         go[g].g = NULL;
     }
     const char *reason = NULL;
-    if (!d.ns)
+    /* Steps rolled up past the detail window (docs/collector.md, Retention)
+     * have no per-step rows left: said, not diagnosed as if they ran well. */
+    struct mks_store_rolled ru;
+    bool rolled = !mks_store_rolled(st, job, &ru) && ru.epochs > 0 && ru.step_hi >= (int64_t)lo;
+    if (!d.ns && rolled)
+        reason = "the steps asked for are rolled up per minute (older than the collector's"
+                 " --detail-age): no per-step detail is left to diagnose them";
+    else if (!d.ns)
         reason = "no step times stored yet: are agents running with the standard monitors?";
     else if (!n_slow && !n_seg)
         reason = "no step is slower than the median by the threshold, and no rank lags its peers";
@@ -3076,6 +3083,11 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     json_object_set_new(*out, "first_step", n_steps ? json_integer(steps[0]) : json_null());
     json_object_set_new(*out, "last_step",
                         n_steps ? json_integer(steps[n_steps - 1]) : json_null());
+    if (rolled)
+        json_object_set_new(*out, "rolled_up",
+                            json_pack("{s:I, s:I, s:I}", "epochs", (json_int_t)ru.epochs,
+                                      "until_ns", (json_int_t)ru.until_ns, "steps_to",
+                                      (json_int_t)ru.step_hi));
     groups = NULL;
     rc = 0;
     goto out;

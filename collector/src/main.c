@@ -130,10 +130,11 @@ static void usage(FILE *f)
             "  --metrics ADDR   Prometheus /metrics, HOST:PORT or off [" DEFAULT_METRICS "]\n"
             "  --db PATH        SQLite database (WAL)               [" DEFAULT_DB "]\n"
             "  --max-age D      drop epochs older than D (s, m, h, d) [24h]\n"
-            "  --max-bytes N    keep the store's pages in use under N (K, M, G; 0: no bound),\n"
-            "                   the oldest epochs going first       [100G]\n"
-            "  --detail-age D   delete wait, release and worker rows of epochs older than D\n"
-            "                   (their steps, task statistics, coverage stay; 0: keep) [1h]\n"
+            "  --max-bytes N    keep the store's pages in use under N (K, M, G; 0: no bound):\n"
+            "                   epochs older than a minute rolled up, then the oldest go [100G]\n"
+            "  --detail-age D   roll up epochs older than D into one per rank and minute (no\n"
+            "                   step, release or transfer records; sums, maxima and\n"
+            "                   histograms stay; 0: keep)           [1h]\n"
             "  --max-epochs N   at most N epochs per rank           [no limit]\n"
             "  --key FILE       shared MAC key (32 bytes or 64 hex digits, mode 600)\n"
             "  --trace-dir DIR  write each finished escalation's trace there (.json: Chrome\n"
@@ -1132,6 +1133,8 @@ int main(int argc, char **argv)
          * batches, and the socket stays readable while more wait. */
         if (pf[0].revents & POLLIN)
             mks_ingest_run(c.ing);
+        else if (mks_store_idle(c.st, mks_real_ns()))
+            fprintf(stderr, "mkscope-collector: retention: %s\n", sqlite3_errmsg(mks_store_db(c.st)));
         if (pf[1].revents & POLLIN) {
             struct mks_cliserv_req *req;
             while ((req = mks_cliserv_loop_take(c.cli)))

@@ -55,8 +55,21 @@ static const char *const source_hint[] = {
 
 /* Why a query read nothing: one line in err, exit status 4. */
 static int nothing(const struct mks_serve_env *env, const struct mks_sql_plan *plan,
-                   const char *job, const char *text, char *err, size_t errlen)
+                   const char *job, const char *text, const struct mks_store_rolled *ru,
+                   char *err, size_t errlen)
 {
+    /* Rolled-up epochs keep no step: a step filter finds none of them. */
+    char gone[160] = "";
+    if (ru && ru->step_hi >= 0)
+        snprintf(gone, sizeof(gone),
+                 "; steps up to %lld are rolled up per minute (older than the collector's"
+                 " --detail-age) and match no step filter",
+                 (long long)ru->step_hi);
+    else if (ru)
+        snprintf(gone, sizeof(gone),
+                 "; %lld epochs are rolled up per minute (older than the collector's"
+                 " --detail-age) and match no step filter",
+                 (long long)ru->epochs);
     sqlite3 *db = mks_store_db(env->st);
     char sql[4096];
     snprintf(sql, sizeof(sql), "SELECT COUNT(*), MIN(step), MAX(step) FROM (%s)",
@@ -81,13 +94,13 @@ static int nothing(const struct mks_serve_env *env, const struct mks_sql_plan *p
     if (have_steps)
         return mks_serve_fail(err, errlen, MKS_EXIT_NODATA,
                               "none of job %s's %lld rows of %s match%s%s%s (they hold steps %lld"
-                              " to %lld)",
+                              " to %lld%s)",
                               job, n, plan->source_name, w ? " 'where" : " the query",
-                              w ? w + 6 : "", w ? "'" : "", lo, hi);
+                              w ? w + 6 : "", w ? "'" : "", lo, hi, gone);
     return mks_serve_fail(err, errlen, MKS_EXIT_NODATA,
-                          "none of job %s's %lld rows of %s match%s%s%s", job, n,
+                          "none of job %s's %lld rows of %s match%s%s%s%s", job, n,
                           plan->source_name, w ? " 'where" : " the query", w ? w + 6 : "",
-                          w ? "'" : "");
+                          w ? "'" : "", gone);
 }
 
 int mks_serve_query(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
@@ -162,9 +175,22 @@ int mks_serve_query(const struct mks_serve_env *env, const Mkscope__V1__CliReque
                         (json_int_t)sqlite3_column_int64(c, 6), "ratio",
                         elig ? json_real((double)ran / (double)elig) : json_null());
     }
+    json_int_t rolled_read = 0;
+    if (json_is_object(cov))
+        rolled_read = sqlite3_column_int64(c, 7);
     sqlite3_finalize(c);
+    /* Where the job's oldest epochs are rolled up (older than the detail
+     * window), the answer says so: their rows have no step, worker or
+     * transfer, so a filter or group on those leaves them out. */
+    struct mks_store_rolled ru;
+    json_t *rolled = NULL;
+    if (!mks_store_rolled(env->st, job, &ru) && ru.epochs > 0)
+        rolled = json_pack("{s:I, s:I, s:I, s:o}", "epochs", (json_int_t)ru.epochs, "read",
+                           rolled_read, "until_ns", (json_int_t)ru.until_ns, "steps_to",
+                           ru.step_hi >= 0 ? json_integer(ru.step_hi) : json_null());
     if (epochs == 0) {
-        rc = nothing(env, plan, job, text, err, errlen);
+        rc = nothing(env, plan, job, text, rolled ? &ru : NULL, err, errlen);
+        json_decref(rolled);
         json_decref(cols);
         json_decref(rows);
         json_decref(cov);
@@ -173,6 +199,8 @@ int mks_serve_query(const struct mks_serve_env *env, const Mkscope__V1__CliReque
     }
     *out = json_pack("{s:s, s:s, s:o, s:I, s:o, s:o}", "job", job, "query", text, "columns", cols,
                      "group_columns", (json_int_t)plan->n_group, "rows", rows, "coverage", cov);
+    if (rolled)
+        json_object_set_new(*out, "rolled_up", rolled);
     mks_sql_plan_free(plan);
     return 0;
 }

@@ -22,6 +22,7 @@
  * RETAIN_EVERY more, and epochs past max_age go at most once a second, by
  * the received_ns index.
  */
+#include "mkscope/query.h"
 #include "mkscope/store.h"
 #include "probe_store.h"
 
@@ -40,8 +41,12 @@
  * the machines measured in docs/PERF.md); a store far over its bound sheds
  * it over the next seconds. */
 #define SIZE_CHUNK_EPOCHS 4096u
-/* Epochs whose detail one compaction pass deletes at most (as above). */
-#define DETAIL_CHUNK_EPOCHS 4096u
+/* Epochs one roll-up pass folds at most (as above: a full-tier epoch of
+ * a fast job holds about a thousand rows); a pass that stops there is
+ * followed by another at the next flush, not a second later. */
+#define ROLL_CHUNK_EPOCHS 512u
+/* Rolled-up rows span this much of the collector's clock each. */
+#define ROLL_NS 60000000000ull
 #define DEFAULT_MAX_RAW_EVENTS 1000000u
 /* A rank's epochs beyond max_epochs are deleted every this many summaries
  * it stores: deleting is cheap, but not free enough to do per message. */
@@ -91,7 +96,9 @@ struct mks_store {
     sqlite3 *db;
     uint64_t max_epochs, max_age_ns, max_raw_events, max_bytes, detail_age_ns;
     uint64_t age_checked_ns;  /* last age retention (the collector's clock) */
-    int64_t compacted_to;     /* epochs with id <= this have had their detail deleted */
+    int64_t compacted_to;     /* epochs with id <= this are rolled up */
+    bool compacted_known;     /* compacted_to read from the store */
+    bool roll_behind;         /* the last roll-up pass stopped at its chunk */
     uint64_t bounds_checked_ns; /* last size and detail retention */
     uint64_t size_said_ns;      /* last log line of the size bound at work */
     uint64_t raw_since_trim; /* raw events stored since the cap was last applied */
@@ -195,6 +202,18 @@ static const char schema_sql[] =
     " CASCADE, hook INTEGER, eligible INTEGER, ran INTEGER, throttled INTEGER, lost INTEGER,"
     " prog_gen INTEGER, undelivered INTEGER DEFAULT 0);\n"
     "CREATE INDEX IF NOT EXISTS coverage_e ON coverage(epoch_id);\n"
+    /* Past the detail window (--detail-age) a rank's epochs of one minute
+     * are rolled up into one (epochs.compacted = 2): its step times and
+     * remote waits (per waiter class and peer) as count, sum, extremes and
+     * a histogram here, kind 0 steps and kind 1 waits, with the steps they
+     * came from; task statistics per class, worker rows per worker, local
+     * waits per class and coverage per hook summed in their own tables,
+     * with no step. */
+    "CREATE TABLE IF NOT EXISTS rollups(epoch_id INTEGER REFERENCES epochs(id) ON DELETE"
+    " CASCADE, kind INTEGER, class INTEGER, peer_rank INTEGER, step_lo INTEGER,"
+    " step_hi INTEGER, count INTEGER, sum_ns INTEGER, min_ns INTEGER, max_ns INTEGER,"
+    " hist BLOB);\n"
+    "CREATE INDEX IF NOT EXISTS rollups_e ON rollups(epoch_id);\n"
     "CREATE TABLE IF NOT EXISTS raw_events(id INTEGER PRIMARY KEY, job TEXT, rank INTEGER,"
     " escalation_id INTEGER, event INTEGER, flags INTEGER, worker INTEGER, sm INTEGER,"
     " class INTEGER, task_gen INTEGER, req_gen INTEGER, step INTEGER, dep_class INTEGER,"
@@ -237,7 +256,8 @@ static const char schema_sql[] =
     " results INTEGER DEFAULT 0, first_ns INTEGER, last_ns INTEGER, last INTEGER DEFAULT 0,"
     " ended TEXT, PRIMARY KEY(probe_id, rank)) WITHOUT ROWID;\n"
     /* An epoch's rows go with it, whoever deletes it. */
-    "CREATE TRIGGER IF NOT EXISTS epochs_delete AFTER DELETE ON epochs BEGIN"
+    "DROP TRIGGER IF EXISTS epochs_delete;\n"
+    "CREATE TRIGGER epochs_delete AFTER DELETE ON epochs BEGIN"
     " DELETE FROM task_stats WHERE epoch_id = old.id;"
     " DELETE FROM steps WHERE epoch_id = old.id;"
     " DELETE FROM waits WHERE epoch_id = old.id;"
@@ -246,7 +266,8 @@ static const char schema_sql[] =
     " DELETE FROM workers WHERE epoch_id = old.id;"
     " DELETE FROM gens WHERE epoch_id = old.id;"
     " DELETE FROM maps WHERE epoch_id = old.id;"
-    " DELETE FROM coverage WHERE epoch_id = old.id; END;\n"
+    " DELETE FROM coverage WHERE epoch_id = old.id;"
+    " DELETE FROM rollups WHERE epoch_id = old.id; END;\n"
     /* Views that put job, rank and epoch next to every per-epoch row, with
      * class names resolved from the rank's schema. */
     "CREATE VIEW IF NOT EXISTS v_task AS SELECT e.job, e.rank, e.id AS epoch_id, e.epoch,"
@@ -508,6 +529,19 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
         return -EIO;
     }
     if (add_missing_columns(st->db, err, errlen)) {
+        mks_store_close(st);
+        return -EIO;
+    }
+    /* The rolled-up epochs of a job (queries and the diagnosis say what
+     * detail is gone), and the roll-up's scratch map of epoch to the epoch
+     * it folds into; the roll-up's SQL functions (histogram merges). */
+    if (sqlite3_exec(st->db,
+                     "CREATE INDEX IF NOT EXISTS epochs_rolled ON epochs(job, id) WHERE"
+                     " compacted = 2; CREATE TEMP TABLE IF NOT EXISTS roll_map(id INTEGER PRIMARY"
+                     " KEY, keep INTEGER NOT NULL);",
+                     NULL, NULL, NULL) != SQLITE_OK ||
+        mks_query_register_sql(st->db)) {
+        fail(err, errlen, -EIO, "store: %s: %s", o.path, sqlite3_errmsg(st->db));
         mks_store_close(st);
         return -EIO;
     }
@@ -859,79 +893,184 @@ static int buf_flush(struct mks_store *st, uint64_t now)
             rc = SQLITE_ERROR;
     }
     if (rc == SQLITE_OK && (st->max_bytes || st->detail_age_ns) &&
-        now - st->bounds_checked_ns >= AGE_CHECK_NS) {
+        (st->roll_behind || now - st->bounds_checked_ns >= AGE_CHECK_NS)) {
         st->bounds_checked_ns = now;
         rc = retain_bounds(st, now);
     }
     return rc;
 }
 
-/* The size bound and the detail window, at most once a second, each pass
- * bounded (SIZE_CHUNK_EPOCHS, DETAIL_CHUNK_EPOCHS): the oldest epochs go
- * while the pages in use exceed max_bytes; the wait, release and worker
- * rows of epochs received before now - detail_age go, oldest first. */
+/* Rolls up the epochs with ids in (lo, hi] not rolled up yet: per (job,
+ * rank, incarnation, minute received) the lowest epoch id keeps the sums
+ * of all (so ids stay in arrival order and triggers, which read epochs
+ * from an id on, never see it again), the others go.  Task statistics
+ * merge per class, coverage per hook, worker rows per worker, local waits
+ * per class, all with no step; complete steps' times and remote waits
+ * (per waiter class and peer) become rollups rows; release records, the
+ * per-step rows, generation advances and user maps go.  Rows are told
+ * from the ones they replace by rowid: those inserted come after mark. */
+static int roll_up(struct mks_store *st, int64_t lo, int64_t hi)
+{
+    static const char *const marks[] = {"SELECT COALESCE(MAX(rowid), 0) FROM task_stats",
+                                        "SELECT COALESCE(MAX(rowid), 0) FROM coverage",
+                                        "SELECT COALESCE(MAX(rowid), 0) FROM workers",
+                                        "SELECT COALESCE(MAX(rowid), 0) FROM local_waits"};
+    static const char *const merge[] = {
+        "INSERT INTO task_stats(epoch_id, class, step, req_gen, count, sum_run_ns, queue_count,"
+        " queue_sum, queue_max, queue_hist, run_count, run_sum, run_max, run_hist) SELECT m.keep,"
+        " t.class, NULL, NULL, SUM(t.count), SUM(t.sum_run_ns), SUM(t.queue_count),"
+        " SUM(t.queue_sum), MAX(t.queue_max), mks_hist_merge(t.queue_hist), SUM(t.run_count),"
+        " SUM(t.run_sum), MAX(t.run_max), mks_hist_merge(t.run_hist) FROM task_stats t JOIN"
+        " roll_map m ON m.id = t.epoch_id GROUP BY m.keep, t.class",
+        "INSERT INTO coverage(epoch_id, hook, eligible, ran, throttled, lost, prog_gen,"
+        " undelivered) SELECT m.keep, c.hook, SUM(c.eligible), SUM(c.ran), SUM(c.throttled),"
+        " SUM(c.lost), MAX(c.prog_gen), SUM(c.undelivered) FROM coverage c JOIN roll_map m ON"
+        " m.id = c.epoch_id GROUP BY m.keep, c.hook",
+        "INSERT INTO workers(epoch_id, worker, step, busy_ns, idle_ns, dep_wait_ns,"
+        " max_queue_depth, over_threshold_ns, tasks) SELECT m.keep, w.worker, NULL,"
+        " SUM(w.busy_ns), SUM(w.idle_ns), SUM(w.dep_wait_ns), MAX(w.max_queue_depth),"
+        " SUM(w.over_threshold_ns), SUM(w.tasks) FROM workers w JOIN roll_map m ON"
+        " m.id = w.epoch_id GROUP BY m.keep, w.worker",
+        "INSERT INTO local_waits(epoch_id, class, step, count, sum_ns, max_ns) SELECT m.keep,"
+        " l.class, NULL, SUM(l.count), SUM(l.sum_ns), MAX(l.max_ns) FROM local_waits l JOIN"
+        " roll_map m ON m.id = l.epoch_id GROUP BY m.keep, l.class"};
+    static const char *const drop[] = {
+        "DELETE FROM task_stats WHERE epoch_id IN (SELECT id FROM roll_map) AND rowid <= ?",
+        "DELETE FROM coverage WHERE epoch_id IN (SELECT id FROM roll_map) AND rowid <= ?",
+        "DELETE FROM workers WHERE epoch_id IN (SELECT id FROM roll_map) AND rowid <= ?",
+        "DELETE FROM local_waits WHERE epoch_id IN (SELECT id FROM roll_map) AND rowid <= ?"};
+    static const char *const after[] = {
+        /* a step's time in the epoch that saw it end (complete); its
+         * number from every epoch that reported it */
+        "INSERT INTO rollups(epoch_id, kind, step_lo, step_hi, count, sum_ns, min_ns, max_ns,"
+        " hist) SELECT m.keep, 0, MIN(s.step), MAX(s.step), COUNT(s.d), SUM(s.d), MIN(s.d),"
+        " MAX(s.d), mks_hist_of(s.d) FROM (SELECT epoch_id, step, CASE WHEN complete AND"
+        " t_begin_dev > 0 AND t_end_dev >= t_begin_dev THEN t_end_dev - t_begin_dev END AS d"
+        " FROM steps WHERE epoch_id IN (SELECT id FROM roll_map)) s JOIN roll_map m ON"
+        " m.id = s.epoch_id GROUP BY m.keep",
+        "INSERT INTO rollups(epoch_id, kind, class, peer_rank, step_lo, step_hi, count, sum_ns,"
+        " min_ns, max_ns, hist) SELECT m.keep, 1, w.waiter_class, w.peer_rank, MIN(w.step),"
+        " MAX(w.step), COUNT(*), SUM(w.d), MIN(w.d), MAX(w.d), mks_hist_of(w.d) FROM (SELECT"
+        " epoch_id, waiter_class, peer_rank, step, t_end_dev - t_begin_dev AS d FROM waits WHERE"
+        " epoch_id IN (SELECT id FROM roll_map) AND t_begin_dev > 0 AND t_end_dev >="
+        " t_begin_dev) w JOIN roll_map m ON m.id = w.epoch_id GROUP BY m.keep, w.waiter_class,"
+        " w.peer_rank",
+        "DELETE FROM steps WHERE epoch_id IN (SELECT id FROM roll_map)",
+        "DELETE FROM waits WHERE epoch_id IN (SELECT id FROM roll_map)",
+        "DELETE FROM releases WHERE epoch_id IN (SELECT id FROM roll_map)",
+        "DELETE FROM gens WHERE epoch_id IN (SELECT id FROM roll_map)",
+        "DELETE FROM maps WHERE epoch_id IN (SELECT id FROM roll_map)",
+        /* the kept epoch spans its minute: times, losses and tiers of all */
+        "UPDATE epochs SET (t_begin_host, t_end_host, t_begin_dev, t_end_dev, lost_summaries,"
+        " waits_dropped, received_ns, detail_tier, sample_shift, compacted) = (SELECT"
+        " MIN(x.t_begin_host), MAX(x.t_end_host), MIN(x.t_begin_dev), MAX(x.t_end_dev),"
+        " SUM(x.lost_summaries), SUM(x.waits_dropped), MAX(x.received_ns), MIN(x.detail_tier),"
+        " MAX(x.sample_shift), 2 FROM epochs x JOIN roll_map m ON m.id = x.id WHERE"
+        " m.keep = epochs.id) WHERE id IN (SELECT keep FROM roll_map)",
+        "DELETE FROM epochs WHERE id IN (SELECT id FROM roll_map WHERE id != keep)",
+        "DELETE FROM roll_map"};
+    if (exec_stmt(st, "DELETE FROM roll_map", "") != SQLITE_DONE ||
+        exec_stmt(st,
+                  "INSERT INTO roll_map(id, keep) SELECT id, MIN(id) OVER (PARTITION BY job, rank,"
+                  " incarnation, received_ns / ?3) FROM epochs WHERE id > ?1 AND id <= ?2 AND"
+                  " compacted < 2",
+                  "iiu", lo, hi, ROLL_NS) != SQLITE_DONE)
+        return SQLITE_ERROR;
+    for (size_t i = 0; i < sizeof(merge) / sizeof(merge[0]); i++) {
+        uint64_t mark;
+        if (query_u64(st, &mark, marks[i], "") != SQLITE_DONE ||
+            exec_stmt(st, merge[i], "") != SQLITE_DONE ||
+            exec_stmt(st, drop[i], "u", mark) != SQLITE_DONE)
+            return SQLITE_ERROR;
+    }
+    for (size_t i = 0; i < sizeof(after) / sizeof(after[0]); i++)
+        if (exec_stmt(st, after[i], "") != SQLITE_DONE)
+            return SQLITE_ERROR;
+    return SQLITE_OK;
+}
+
+/* The store's bytes in pages in use (not free), as this connection sees
+ * them inside its transaction. */
+static int pages_used(struct mks_store *st, uint64_t *used)
+{
+    uint64_t pages, free_pages, page;
+    if (query_u64(st, &pages, "PRAGMA page_count", "") != SQLITE_DONE ||
+        query_u64(st, &free_pages, "PRAGMA freelist_count", "") != SQLITE_DONE ||
+        query_u64(st, &page, "PRAGMA page_size", "") != SQLITE_DONE)
+        return SQLITE_ERROR;
+    *used = (pages - free_pages) * page;
+    return SQLITE_DONE;
+}
+
+/* The size bound and the detail window, each pass bounded
+ * (SIZE_CHUNK_EPOCHS, ROLL_CHUNK_EPOCHS): epochs received before
+ * now - detail_age are rolled up, oldest first; while the pages in use
+ * exceed max_bytes, epochs older than a minute are rolled up first, and
+ * only once none is left to roll up do the oldest epochs go. */
 static int retain_bounds(struct mks_store *st, uint64_t now)
 {
-    uint64_t v;
-    if (st->max_bytes) {
-        uint64_t pages, free_pages, page;
-        if (query_u64(st, &pages, "PRAGMA page_count", "") != SQLITE_DONE ||
-            query_u64(st, &free_pages, "PRAGMA freelist_count", "") != SQLITE_DONE ||
-            query_u64(st, &page, "PRAGMA page_size", "") != SQLITE_DONE)
-            return SQLITE_ERROR;
-        uint64_t used = (pages - free_pages) * page;
-        if (used > st->max_bytes) {
-            /* The share of epochs to go: what is over the bound, plus a
-             * twentieth, so that the next passes do not run at once. */
-            uint64_t lo, hi;
-            if (query_u64(st, &lo, "SELECT COALESCE(MIN(id), 0) FROM epochs", "") != SQLITE_DONE ||
-                query_u64(st, &hi, "SELECT COALESCE(MAX(id), 0) FROM epochs", "") != SQLITE_DONE)
+    uint64_t v, used = 0;
+    st->roll_behind = false;
+    if (st->max_bytes && pages_used(st, &used) != SQLITE_DONE)
+        return SQLITE_ERROR;
+    bool over = st->max_bytes && used > st->max_bytes;
+    if ((st->detail_age_ns || over) && now > ROLL_NS) {
+        if (!st->compacted_known) {
+            if (query_u64(st, &v, "SELECT COALESCE(MAX(id), 0) FROM epochs WHERE compacted", "") !=
+                SQLITE_DONE)
                 return SQLITE_ERROR;
-            double share = (double)(used - st->max_bytes) / (double)used + 0.05;
-            uint64_t n = (uint64_t)((double)(hi - lo + 1) * share) + 1;
-            if (n > SIZE_CHUNK_EPOCHS)
-                n = SIZE_CHUNK_EPOCHS;
-            uint64_t oldest_ns;
-            if (query_u64(st, &oldest_ns, "SELECT COALESCE(MAX(received_ns), 0) FROM epochs"
-                                          " WHERE id < ?",
-                          "u", lo + n) != SQLITE_DONE ||
-                exec_stmt(st, "DELETE FROM epochs WHERE id < ?", "u", lo + n) != SQLITE_DONE)
-                return SQLITE_ERROR;
-            /* Said at most once an hour: the bound, not the age, decides
-             * what is kept. */
-            if (now - st->size_said_ns >= 3600ull * 1000000000ull) {
-                st->size_said_ns = now;
-                fprintf(stderr,
-                        "mkscope-collector: store at its size bound (%.1f GiB of --max-bytes %.1f"
-                        " GiB): deleting epochs received %.1f h ago and older; raise --max-bytes"
-                        " or lower the agents' --budget to keep more (docs/collector.md,"
-                        " Retention)\n",
-                        (double)used / (1u << 30), (double)st->max_bytes / (1u << 30),
-                        now > oldest_ns ? (double)(now - oldest_ns) / 3.6e12 : 0.0);
-            }
+            st->compacted_to = (int64_t)v, st->compacted_known = true;
         }
-    }
-    if (st->detail_age_ns && now > st->detail_age_ns) {
+        uint64_t age = over ? ROLL_NS : st->detail_age_ns;
+        if (!over && age > now)
+            age = now;
         if (query_u64(st, &v, "SELECT COALESCE(MAX(id), 0) FROM epochs WHERE received_ns < ?",
-                      "u", now - st->detail_age_ns) != SQLITE_DONE)
+                      "u", now - age) != SQLITE_DONE)
             return SQLITE_ERROR;
         int64_t cutoff = (int64_t)v;
-        if (!st->compacted_to &&
-            query_u64(st, &v, "SELECT COALESCE(MAX(id), 0) FROM epochs WHERE compacted", "") ==
-                SQLITE_DONE)
-            st->compacted_to = (int64_t)v;
-        if (cutoff > st->compacted_to + (int64_t)DETAIL_CHUNK_EPOCHS)
-            cutoff = st->compacted_to + (int64_t)DETAIL_CHUNK_EPOCHS;
+        if (cutoff > st->compacted_to + (int64_t)ROLL_CHUNK_EPOCHS) {
+            cutoff = st->compacted_to + (int64_t)ROLL_CHUNK_EPOCHS;
+            st->roll_behind = true;
+        }
         if (cutoff > st->compacted_to) {
-            static const char *const del[] = {
-                "DELETE FROM waits WHERE epoch_id > ?1 AND epoch_id <= ?2",
-                "DELETE FROM releases WHERE epoch_id > ?1 AND epoch_id <= ?2",
-                "DELETE FROM workers WHERE epoch_id > ?1 AND epoch_id <= ?2",
-                "UPDATE epochs SET compacted = 1 WHERE id > ?1 AND id <= ?2"};
-            for (size_t i = 0; i < sizeof(del) / sizeof(del[0]); i++)
-                if (exec_stmt(st, del[i], "ii", st->compacted_to, cutoff) != SQLITE_DONE)
-                    return SQLITE_ERROR;
+            if (roll_up(st, st->compacted_to, cutoff) != SQLITE_OK)
+                return SQLITE_ERROR;
             st->compacted_to = cutoff;
+            /* Epochs go only once what is left to roll up is rolled up
+             * and the store is still over its bound. */
+            if (over && (st->roll_behind || pages_used(st, &used) != SQLITE_DONE ||
+                         used <= st->max_bytes))
+                return st->roll_behind || used <= st->max_bytes ? SQLITE_OK : SQLITE_ERROR;
+        }
+    }
+    if (over) {
+        /* The share of epochs to go: what is over the bound, plus a
+         * twentieth, so that the next passes do not run at once. */
+        uint64_t lo, hi;
+        if (query_u64(st, &lo, "SELECT COALESCE(MIN(id), 0) FROM epochs", "") != SQLITE_DONE ||
+            query_u64(st, &hi, "SELECT COALESCE(MAX(id), 0) FROM epochs", "") != SQLITE_DONE)
+            return SQLITE_ERROR;
+        double share = (double)(used - st->max_bytes) / (double)used + 0.05;
+        uint64_t n = (uint64_t)((double)(hi - lo + 1) * share) + 1;
+        if (n > SIZE_CHUNK_EPOCHS)
+            n = SIZE_CHUNK_EPOCHS;
+        uint64_t oldest_ns;
+        if (query_u64(st, &oldest_ns, "SELECT COALESCE(MAX(received_ns), 0) FROM epochs"
+                                      " WHERE id < ?",
+                      "u", lo + n) != SQLITE_DONE ||
+            exec_stmt(st, "DELETE FROM epochs WHERE id < ?", "u", lo + n) != SQLITE_DONE)
+            return SQLITE_ERROR;
+        /* Said at most once an hour: the bound, not the age, decides
+         * what is kept. */
+        if (now - st->size_said_ns >= 3600ull * 1000000000ull) {
+            st->size_said_ns = now;
+            fprintf(stderr,
+                    "mkscope-collector: store at its size bound (%.1f GiB of --max-bytes %.1f"
+                    " GiB) with every epoch older than a minute rolled up: deleting epochs"
+                    " received %.1f h ago and older; raise --max-bytes or lower the agents'"
+                    " --budget to keep more (docs/collector.md, Retention)\n",
+                    (double)used / (1u << 30), (double)st->max_bytes / (1u << 30),
+                    now > oldest_ns ? (double)(now - oldest_ns) / 3.6e12 : 0.0);
         }
     }
     return SQLITE_OK;
@@ -963,6 +1102,27 @@ static int txn_end(struct mks_store *st, int ok)
         /* the commit of a message outside a batch failed (disk full...) */
         if (!sqlite3_get_autocommit(st->db) && !st->in_batch)
             sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return -EIO;
+    }
+    return 0;
+}
+
+int mks_store_idle(struct mks_store *st, uint64_t now_ns)
+{
+    if (!st || st->in_batch)
+        return 0;
+    /* Only when a pass is due: the check costs no statement otherwise. */
+    bool due = st->roll_behind ||
+               ((st->max_bytes || st->detail_age_ns) &&
+                now_ns - st->bounds_checked_ns >= AGE_CHECK_NS) ||
+               (st->max_age_ns && now_ns - st->age_checked_ns >= AGE_CHECK_NS);
+    if (!due)
+        return 0;
+    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+        return -EIO;
+    if (buf_flush(st, now_ns) != SQLITE_OK ||
+        sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
         return -EIO;
     }
     return 0;
@@ -1581,6 +1741,30 @@ int mks_store_retain(struct mks_store *st, uint64_t now_ns)
     if (rc == SQLITE_DONE && retain_bounds(st, now_ns) != SQLITE_OK)
         rc = SQLITE_ERROR;
     return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+int mks_store_rolled(struct mks_store *st, const char *job, struct mks_store_rolled *r)
+{
+    *r = (struct mks_store_rolled){.step_hi = -1};
+    sqlite3_stmt *s;
+    /* epochs_rolled holds the rolled-up epochs only: a small index */
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT COUNT(*), MAX(e.received_ns), (SELECT MAX(r.step_hi) FROM"
+                           " rollups r WHERE r.kind = 0 AND r.epoch_id IN (SELECT id FROM epochs"
+                           " WHERE job = ?1 AND compacted = 2)) FROM epochs e WHERE e.job = ?1"
+                           " AND e.compacted = 2",
+                           -1, &s, NULL) != SQLITE_OK)
+        return -EIO;
+    sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        r->epochs = sqlite3_column_int64(s, 0);
+        r->until_ns = (uint64_t)sqlite3_column_int64(s, 1);
+        if (sqlite3_column_type(s, 2) != SQLITE_NULL)
+            r->step_hi = sqlite3_column_int64(s, 2);
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_ROW ? 0 : -EIO;
 }
 
 void mks_store_class_name(struct mks_store *st, const char *job, uint32_t rank, uint32_t cls,

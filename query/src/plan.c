@@ -35,7 +35,8 @@ static const char *const source_sql[S_COUNT] = {
      * last advance and begins where the previous step ended).  An older
      * genprog-only agent's rows hold a step's busy span within one epoch
      * and are never complete: its ranks' steps come from advances. */
-    [S_STEP] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
+    [S_STEP] = "SELECT *, 1 AS n, v AS s, v AS mn, v AS mx, NULL AS h FROM ("
+               "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                " NULL AS class, s.step, NULL AS req_gen, NULL AS worker, NULL AS peer,"
                " NULL AS comm_gen, s.t_end_dev - s.t_begin_dev AS v FROM steps s JOIN epochs e"
                " ON e.id = s.epoch_id WHERE e.job = ?1 AND e.id >= ?2 AND s.complete"
@@ -50,12 +51,23 @@ static const char *const source_sql[S_COUNT] = {
                " WHERE e.job = ?1 AND e.id >= ?2 AND g.t_dev > 0 AND e.rank NOT IN (SELECT DISTINCT"
                " x.rank FROM steps s2 JOIN epochs x ON x.id = s2.epoch_id WHERE x.job = ?1 AND"
                " x.id >= ?2 AND s2.complete AND s2.t_begin_dev > 0) GROUP BY e.rank, g.step))"
-               " WHERE prev_step = step - 1 AND t >= prev_t",
+               " WHERE prev_step = step - 1 AND t >= prev_t)"
+               /* minutes rolled up past the detail window: a histogram each */
+               " UNION ALL SELECT e.job, e.rank, e.id, e.epoch, e.received_ns, NULL, NULL, NULL,"
+               " NULL, NULL, NULL, NULL, r.count, r.sum_ns, r.min_ns, r.max_ns, r.hist FROM"
+               " rollups r JOIN epochs e ON e.id = r.epoch_id WHERE r.kind = 0 AND r.count > 0"
+               " AND e.job = ?1 AND e.id >= ?2",
     [S_RWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                 " w.waiter_class AS class, w.step, NULL AS req_gen, w.worker, w.peer_rank AS peer,"
-                " w.comm_gen, w.t_end_dev - w.t_begin_dev AS v FROM waits w JOIN epochs e"
+                " w.comm_gen, w.t_end_dev - w.t_begin_dev AS v, 1 AS n,"
+                " w.t_end_dev - w.t_begin_dev AS s, w.t_end_dev - w.t_begin_dev AS mn,"
+                " w.t_end_dev - w.t_begin_dev AS mx, NULL AS h FROM waits w JOIN epochs e"
                 " ON e.id = w.epoch_id WHERE e.job = ?1 AND e.id >= ?2 AND w.t_begin_dev > 0"
-                " AND w.t_end_dev >= w.t_begin_dev",
+                " AND w.t_end_dev >= w.t_begin_dev"
+                " UNION ALL SELECT e.job, e.rank, e.id, e.epoch, e.received_ns, r.class, NULL,"
+                " NULL, NULL, r.peer_rank, NULL, NULL, r.count, r.sum_ns, r.min_ns, r.max_ns,"
+                " r.hist FROM rollups r JOIN epochs e ON e.id = r.epoch_id WHERE r.kind = 1"
+                " AND r.count > 0 AND e.job = ?1 AND e.id >= ?2",
     [S_LWAIT] = "SELECT e.job, e.rank, e.id AS epoch_id, e.epoch, e.received_ns AS time,"
                 " l.class, l.step, NULL AS req_gen, NULL AS worker, NULL AS peer,"
                 " NULL AS comm_gen, l.count, l.sum_ns, l.max_ns FROM local_waits l JOIN epochs e"
@@ -149,7 +161,17 @@ static const char *agg_sql(const struct q_agg_item *it, char *buf, size_t len, c
         *why = "local waits are aggregated on the device: count, sum, mean, max";
         return NULL;
     case M_STEP:
-    case M_REMOTE_WAIT: col = "v"; break;
+    case M_REMOTE_WAIT:
+        /* Rows of one value each and rolled-up rows of a minute's count,
+         * sum, extremes and histogram (source columns n, s, mn, mx, h). */
+        switch (a) {
+        case A_COUNT: return "SUM(n)";
+        case A_SUM: return "SUM(s)";
+        case A_MEAN: return "CAST(SUM(s) AS REAL) / NULLIF(SUM(n), 0)";
+        case A_MIN: return "MIN(mn)";
+        case A_MAX: return "MAX(mx)";
+        default: snprintf(buf, len, "mks_quantile_h(v, h, %g)", agg_q(a)); return buf;
+        }
     case M_IDLE: col = "idle_ns"; break;
     case M_BUSY: col = "busy_ns"; break;
     case M_DEPTH: col = "max_queue_depth"; break;
@@ -390,7 +412,8 @@ int mks_query_plan_from(const struct mks_query *q, const char *job, uint64_t now
            "WITH m AS MATERIALIZED (SELECT DISTINCT epoch_id FROM (%s) AS src%s)"
            " SELECT COALESCE(SUM(eligible), 0), COALESCE(SUM(ran), 0), COALESCE(SUM(throttled), 0),"
            " COALESCE(SUM(lost), 0), (SELECT COUNT(*) FROM m), COALESCE(SUM(undelivered), 0),"
-           " (SELECT COALESCE(SUM(lost_summaries), 0) FROM epochs WHERE id IN m) FROM coverage"
+           " (SELECT COALESCE(SUM(lost_summaries), 0) FROM epochs WHERE id IN m),"
+           " (SELECT COUNT(*) FROM epochs WHERE id IN m AND compacted = 2) FROM coverage"
            " WHERE epoch_id IN m",
            source_sql[pl.src], where.s ? where.s : "");
     if (sel.oom || where.oom || sql.oom || cov.oom) {
@@ -575,12 +598,149 @@ static void exact_final(sqlite3_context *ctx)
     sqlite3_free(a->v);
 }
 
+/* ---- histograms of rolled-up rows (the store's roll-up, docs/collector.md) ---- */
+
+/* The bucket of a value: 0 for 0, else b with 2^(b-1) <= v < 2^b, the last
+ * bucket holding everything above (as the device's histograms, maps.c). */
+static uint32_t hist_bucket(double v)
+{
+    if (!(v >= 1))
+        return 0;
+    if (v >= ldexp(1.0, MKS_HIST_BUCKETS - 1))
+        return MKS_HIST_BUCKETS - 1;
+    uint64_t u = (uint64_t)v;
+    uint32_t b = 64u - (uint32_t)__builtin_clzll(u);
+    return b < MKS_HIST_BUCKETS ? b : MKS_HIST_BUCKETS - 1;
+}
+
+static void hist_add_blob(uint64_t *b, sqlite3_value *v)
+{
+    if (sqlite3_value_type(v) != SQLITE_BLOB)
+        return;
+    int n = sqlite3_value_bytes(v);
+    const uint8_t *p = sqlite3_value_blob(v);
+    for (int i = 0; i < n / 8 && i < MKS_HIST_BUCKETS; i++) {
+        uint64_t x = 0;
+        for (int k = 0; k < 8; k++)
+            x |= (uint64_t)p[i * 8 + k] << (8 * k);
+        b[i] += x;
+    }
+}
+
+/* A histogram as a blob, cut after its last non-empty bucket (readers take
+ * missing buckets as empty): most hold a few decades of nanoseconds. */
+static void hist_result(sqlite3_context *ctx, const uint64_t *b)
+{
+    int n = MKS_HIST_BUCKETS;
+    while (n > 0 && !b[n - 1])
+        n--;
+    if (!n) {
+        sqlite3_result_null(ctx);
+        return;
+    }
+    uint8_t out[MKS_HIST_BUCKETS * 8];
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 8; k++)
+            out[i * 8 + k] = (uint8_t)(b[i] >> (8 * k));
+    sqlite3_result_blob(ctx, out, n * 8, SQLITE_TRANSIENT);
+}
+
+struct merge_acc {
+    uint64_t b[MKS_HIST_BUCKETS];
+};
+
+/* mks_hist_merge(blob): the bucket-wise sum of histogram blobs. */
+static void merge_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    struct merge_acc *a = sqlite3_aggregate_context(ctx, sizeof(*a));
+    if (a)
+        hist_add_blob(a->b, argv[0]);
+}
+
+/* mks_hist_of(value): the histogram of non-negative values. */
+static void of_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    struct merge_acc *a = sqlite3_aggregate_context(ctx, sizeof(*a));
+    if (a && sqlite3_value_type(argv[0]) != SQLITE_NULL)
+        a->b[hist_bucket(sqlite3_value_double(argv[0]))]++;
+}
+
+static void merge_final(sqlite3_context *ctx)
+{
+    struct merge_acc *a = sqlite3_aggregate_context(ctx, 0);
+    if (!a)
+        sqlite3_result_null(ctx);
+    else
+        hist_result(ctx, a->b);
+}
+
+/* mks_quantile_h(value, hist, q): over rows that hold one value each and
+ * rows that hold a histogram (a rolled-up minute), the exact nearest-rank
+ * quantile while no histogram came, else the histogram estimate over all
+ * of them (each value counted in its bucket). */
+struct mixed_acc {
+    struct exact_acc x;
+    uint64_t b[MKS_HIST_BUCKETS];
+    bool hist;
+};
+
+static void mixed_step(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    struct mixed_acc *a = sqlite3_aggregate_context(ctx, sizeof(*a));
+    if (!a)
+        return;
+    a->x.q = sqlite3_value_double(argv[2]);
+    if (sqlite3_value_type(argv[1]) == SQLITE_BLOB) {
+        hist_add_blob(a->b, argv[1]);
+        a->hist = true;
+        return;
+    }
+    if (sqlite3_value_type(argv[0]) == SQLITE_NULL || a->x.oom)
+        return;
+    a->b[hist_bucket(sqlite3_value_double(argv[0]))]++;
+    if (a->x.n == a->x.cap) {
+        size_t cap = a->x.cap ? a->x.cap * 2 : 64;
+        double *v = sqlite3_realloc64(a->x.v, cap * sizeof(*v));
+        if (!v) {
+            a->x.oom = true;
+            return;
+        }
+        a->x.v = v, a->x.cap = cap;
+    }
+    a->x.v[a->x.n++] = sqlite3_value_double(argv[0]);
+}
+
+static void mixed_final(sqlite3_context *ctx)
+{
+    struct mixed_acc *a = sqlite3_aggregate_context(ctx, 0);
+    if (!a || !a->hist) {
+        exact_final(ctx); /* the same context: exact_acc leads mixed_acc */
+        return;
+    }
+    sqlite3_free(a->x.v);
+    double v = mks_hist_quantile_est(a->b, MKS_HIST_BUCKETS, a->x.q);
+    if (isnan(v))
+        sqlite3_result_null(ctx);
+    else
+        sqlite3_result_double(ctx, v);
+}
+
 int mks_query_register_sql(sqlite3 *db)
 {
-    if (sqlite3_create_function_v2(db, "mks_hist_quantile", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
-                                   NULL, NULL, hist_step, hist_final, NULL) != SQLITE_OK ||
-        sqlite3_create_function_v2(db, "mks_quantile", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
-                                   NULL, exact_step, exact_final, NULL) != SQLITE_OK)
+    const int f = SQLITE_UTF8 | SQLITE_DETERMINISTIC;
+    if (sqlite3_create_function_v2(db, "mks_hist_quantile", 2, f, NULL, NULL, hist_step,
+                                   hist_final, NULL) != SQLITE_OK ||
+        sqlite3_create_function_v2(db, "mks_quantile", 2, f, NULL, NULL, exact_step, exact_final,
+                                   NULL) != SQLITE_OK ||
+        sqlite3_create_function_v2(db, "mks_quantile_h", 3, f, NULL, NULL, mixed_step,
+                                   mixed_final, NULL) != SQLITE_OK ||
+        sqlite3_create_function_v2(db, "mks_hist_merge", 1, f, NULL, NULL, merge_step,
+                                   merge_final, NULL) != SQLITE_OK ||
+        sqlite3_create_function_v2(db, "mks_hist_of", 1, f, NULL, NULL, of_step, merge_final,
+                                   NULL) != SQLITE_OK)
         return -EIO;
     return 0;
 }

@@ -191,8 +191,11 @@ static int64_t pages_used_bytes(struct mks_store *st)
            one(st, "PRAGMA page_size");
 }
 
-/* The size bound: ingest alone keeps the pages in use near max_bytes by
- * deleting the oldest epochs, and the newest stay. */
+/* The size bound: ingest alone keeps the pages in use near max_bytes.
+ * Summaries a second apart roll up (a rank's minute into one epoch) before
+ * any epoch goes: every summary stays counted and the last minute keeps
+ * its detail.  Summaries a minute apart roll up into nothing smaller, so
+ * the oldest epochs go and the newest stay. */
 static void test_max_bytes(void **state)
 {
     (void)state;
@@ -200,27 +203,50 @@ static void test_max_bytes(void **state)
     struct mks_store *st = open_store_opts(0, 0, 0, max, 0);
     int64_t peak = 0;
     for (uint64_t q = 1; q <= 3000; q++) {
-        /* a second apart: the bound is looked at once a second */
         ingest_detail(st, (uint32_t)(q % 2), q, q * SEC, 8);
         int64_t b = pages_used_bytes(st);
         if (q > 1500 && b > peak)
             peak = b;
     }
-    /* Within a pass's overshoot of the bound (one second's summaries). */
     assert_true(peak <= (int64_t)max + (64 << 10));
-    assert_true(one(st, "SELECT COUNT(*) FROM epochs") < 3000);
+    assert_true(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2") > 0);
     assert_int_equal(one(st, "SELECT MAX(seq) FROM epochs"), 3000);
+    assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs"), 1);
+    assert_int_equal(one(st, "SELECT SUM(count) FROM task_stats"), 3000);
+    assert_int_equal(one(st, "SELECT SUM(count) FROM rollups WHERE kind = 1") +
+                         one(st, "SELECT COUNT(*) FROM waits"),
+                     3000 * 8);
+    /* the last minute's detail is whole */
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM waits w JOIN epochs e ON e.id = w.epoch_id"
+                             " WHERE e.seq > 2940"),
+                     60 * 8);
+    mks_store_close(st);
+
+    st = open_store_opts(0, 0, 0, max / 2, 0);
+    peak = 0;
+    for (uint64_t q = 1; q <= 1500; q++) {
+        ingest_detail(st, (uint32_t)(q % 2), q, q * 60 * SEC, 8);
+        int64_t b = pages_used_bytes(st);
+        if (q > 750 && b > peak)
+            peak = b;
+    }
+    assert_true(peak <= (int64_t)max / 2 + (64 << 10));
+    assert_true(one(st, "SELECT COUNT(*) FROM epochs") < 1500);
+    assert_int_equal(one(st, "SELECT MAX(seq) FROM epochs"), 1500);
     assert_true(one(st, "SELECT MIN(seq) FROM epochs") > 1);
     /* Rows of deleted epochs went with them. */
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM rollups WHERE epoch_id NOT IN"
+                             " (SELECT id FROM epochs)"),
+                     0);
     assert_int_equal(one(st, "SELECT COUNT(*) FROM waits WHERE epoch_id NOT IN"
                              " (SELECT id FROM epochs)"),
                      0);
     mks_store_close(st);
 }
 
-/* The detail window: wait, release and worker rows of epochs older than
- * detail_age go, the epochs stay (steps, task statistics, coverage) and are
- * marked compacted; younger ones keep everything. */
+/* The detail window: epochs older than detail_age roll up, a rank's minute
+ * into its first epoch, whose rows sum those of all (no step); younger
+ * ones keep everything. */
 static void test_detail_age(void **state)
 {
     (void)state;
@@ -231,19 +257,39 @@ static void test_detail_age(void **state)
         ingest_detail(st, 0, q, 150 * SEC, 4);
     assert_int_equal(one(st, "SELECT COUNT(*) FROM waits"), 60);
     assert_int_equal(mks_store_retain(st, 170 * SEC), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 15);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted"), 10);
+    /* seq 1..10 (received in the second minute) are one epoch now */
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 6);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2"), 1);
+    assert_int_equal(one(st, "SELECT seq FROM epochs WHERE compacted = 2"), 1);
     assert_int_equal(one(st, "SELECT COUNT(*) FROM waits"), 20);
     assert_int_equal(one(st, "SELECT COUNT(*) FROM releases"), 20);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM workers"), 5);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM task_stats"), 15);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM workers"), 6);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM task_stats"), 6);
+    assert_int_equal(one(st, "SELECT count FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
+                             " WHERE e.compacted = 2 AND t.step IS NULL"),
+                     10);
+    assert_int_equal(one(st, "SELECT sum_run_ns FROM task_stats t JOIN epochs e ON"
+                             " e.id = t.epoch_id WHERE e.compacted = 2"),
+                     10000);
+    assert_int_equal(one(st, "SELECT busy_ns FROM workers w JOIN epochs e ON e.id = w.epoch_id"
+                             " WHERE e.compacted = 2 AND w.step IS NULL"),
+                     10000);
+    assert_int_equal(one(st, "SELECT SUM(eligible) FROM coverage"), 15);
+    /* the waits as counts, sums, extremes and the steps they came from */
+    assert_int_equal(one(st, "SELECT count FROM rollups WHERE kind = 1"), 40);
+    assert_int_equal(one(st, "SELECT sum_ns FROM rollups WHERE kind = 1"), 400);
+    assert_int_equal(one(st, "SELECT min_ns FROM rollups WHERE kind = 1"), 10);
+    assert_int_equal(one(st, "SELECT max_ns FROM rollups WHERE kind = 1"), 10);
+    assert_int_equal(one(st, "SELECT step_lo FROM rollups WHERE kind = 1"), 1);
+    assert_int_equal(one(st, "SELECT step_hi FROM rollups WHERE kind = 1"), 10);
     assert_int_equal(one(st, "SELECT MIN(e.seq) FROM waits w JOIN epochs e ON e.id = w.epoch_id"),
                      11);
-    /* Ingest applies it too, once a second: the rest goes. */
+    /* Ingest applies it too, once a second: the rest rolls up. */
     ingest_detail(st, 0, 16, 215 * SEC, 0);
     assert_int_equal(one(st, "SELECT COUNT(*) FROM waits"), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted"), 15);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 16);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2"), 2);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 3);
+    assert_int_equal(one(st, "SELECT SUM(count) FROM task_stats"), 16);
     mks_store_close(st);
 }
 

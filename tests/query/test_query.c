@@ -174,10 +174,13 @@ static void register_rank(uint32_t rank)
     ingest(&env);
 }
 
+/* The store's detail window (setup_rolled sets one). */
+static uint64_t detail_age_ns;
+
 static int setup_store(void **state)
 {
     (void)state;
-    struct mks_store_opts o = {.sz = sizeof(o), .path = ":memory:"};
+    struct mks_store_opts o = {.sz = sizeof(o), .path = ":memory:", .detail_age_ns = detail_age_ns};
     char err[256];
     if (mks_store_open(&o, &st, err, sizeof(err)))
         return -1;
@@ -612,6 +615,120 @@ static void test_filter_errors(void **state)
     mks_pred_free(p);
 }
 
+/* ---- rolled-up epochs ------------------------------------------------------- */
+
+static int setup_rolled(void **state)
+{
+    detail_age_ns = 1000000000ull;
+    int rc = setup_store(state);
+    detail_age_ns = 0;
+    return rc;
+}
+
+/* What each query answers before and after the roll-up: equal where the
+ * roll-up keeps it exactly (counts, sums, extremes, means, the quantiles
+ * of histograms), within the value's power-of-two bucket where a quantile
+ * of single values becomes a histogram's estimate. */
+static const struct {
+    const char *text;
+    bool estimate;
+} rolled_q[] = {
+    {"count(task) by rank, class", false},
+    {"sum(run), max(run), mean(queue) by class", false},
+    {"p99(run), p50(queue) by class", false},
+    {"count(remote_wait), sum(remote_wait), max(remote_wait), min(remote_wait) by peer", false},
+    {"mean(remote_wait) by rank", false},
+    {"count(step), sum(step), max(step), min(step) by rank", false},
+    {"mean(step)", false},
+    {"sum(idle), sum(busy) by rank", false},
+    {"p50(step), p90(step) by rank", true},
+    {"p99(remote_wait) by peer", true},
+    {"count(task) by rank where class = attn", false},
+};
+
+static void test_rolled_up(void **state)
+{
+    (void)state;
+    /* Steps with times and worker rows on every rank (the store's own
+     * summaries carry none): steps 1..6 of 1 + (r + s) % 5 ms. */
+    for (uint32_t r = 0; r < NR; r++)
+        for (uint32_t e = 1; e <= 6; e++) {
+            mks_envelope env;
+            Mkscope__V1__EpochSummary sum = MKSCOPE__V1__EPOCH_SUMMARY__INIT;
+            Mkscope__V1__StepTime stt = MKSCOPE__V1__STEP_TIME__INIT, *stp = &stt;
+            Mkscope__V1__WorkerStat wt = MKSCOPE__V1__WORKER_STAT__INIT, *wtp = &wt;
+            stt.step = e, stt.tasks = 4, stt.complete = true;
+            stt.t_begin_dev_ns = 1000000000ull * e;
+            stt.t_end_dev_ns = stt.t_begin_dev_ns + 1000000ull * (1 + (r + e) % 5) + 17 * e;
+            wt.worker = 0, wt.step = e, wt.busy_ns = 1000 * e, wt.idle_ns = 300 + e;
+            sum.steps = &stp, sum.n_steps = 1, sum.workers = &wtp, sum.n_workers = 1;
+            sum.epoch = NE + e;
+            mks_wire_init(&env, "q", r, NE + e);
+            recv_ns = 1000000000ull * (NE + e);
+            env.body_case = MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY;
+            env.epoch_summary = &sum;
+            ingest(&env);
+        }
+    size_t nq = sizeof(rolled_q) / sizeof(rolled_q[0]);
+    static double before[sizeof(rolled_q) / sizeof(rolled_q[0])][64];
+    size_t nrows[sizeof(rolled_q) / sizeof(rolled_q[0])], nc;
+    for (size_t i = 0; i < nq; i++) {
+        nrows[i] = run(rolled_q[i].text, 0, before[i], 64, &nc);
+        assert_true(nrows[i] > 0);
+    }
+    double v[64];
+    assert_true(run("count(task) where step >= 3", 0, v, 64, &nc) == 1 && v[0] > 0);
+    int64_t epochs = 0;
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(mks_store_db(st), "SELECT COUNT(*) FROM epochs", -1, &s,
+                                        NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    epochs = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    assert_int_equal(epochs, NR * (NE + 6));
+
+    /* An hour on, with a second of detail kept: all of it rolls up, each
+     * rank's twelve epochs (received within one minute) into one. */
+    assert_int_equal(mks_store_retain(st, 3600000000000ull), 0);
+    assert_int_equal(sqlite3_prepare_v2(mks_store_db(st),
+                                        "SELECT COUNT(*), SUM(compacted = 2) FROM epochs", -1,
+                                        &s, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int64(s, 0), NR);
+    assert_int_equal(sqlite3_column_int64(s, 1), NR);
+    sqlite3_finalize(s);
+    struct mks_store_rolled ru;
+    assert_int_equal(mks_store_rolled(st, "q", &ru), 0);
+    assert_int_equal(ru.epochs, NR);
+    assert_int_equal(ru.step_hi, 6);
+    assert_true(ru.until_ns == 1000000000ull * (NE + 6));
+
+    for (size_t i = 0; i < nq; i++) {
+        double after[64];
+        size_t n = run(rolled_q[i].text, 0, after, 64, &nc);
+        assert_int_equal(n, nrows[i]);
+        for (size_t k = 0; k < n * nc; k++) {
+            double b = before[i][k], a = after[k];
+            if (!rolled_q[i].estimate || k % nc < (size_t)(strstr(rolled_q[i].text, " by ")
+                                                                ? 1
+                                                                : 0)) {
+                if (!(fabs(a - b) <= 1e-9 * fabs(b)))
+                    fail_msg("'%s' column %zu: %g before the roll-up, %g after",
+                             rolled_q[i].text, k % nc, b, a);
+            } else if (!(a >= b / 2 && a <= b * 2)) {
+                fail_msg("'%s' column %zu: %g before the roll-up, estimate %g after",
+                         rolled_q[i].text, k % nc, b, a);
+            }
+        }
+    }
+    /* No step survives: a step filter reads none of the rolled rows. */
+    assert_true(run("count(task) where step >= 3", 0, v, 64, &nc) == 1 && isnan(v[0]));
+    assert_int_equal(run("count(task) by step", 0, v, 64, &nc), 1);
+    assert_true(isnan(v[0]));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -624,6 +741,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_injection_is_data, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_step_from_generations, setup_store, teardown_store),
         cmocka_unit_test_setup_teardown(test_step_busy_span, setup_store, teardown_store),
+        cmocka_unit_test_setup_teardown(test_rolled_up, setup_rolled, teardown_store),
         cmocka_unit_test(test_filter_agrees_with_c),
         cmocka_unit_test(test_filter_errors),
     };

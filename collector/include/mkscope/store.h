@@ -9,7 +9,7 @@
  * limits bound the database: the oldest epochs (and everything hanging off
  * them) are deleted when they are older than max_age_ns, when the store
  * holds more than max_bytes, or when a rank holds more than max_epochs;
- * the detail of epochs older than detail_age_ns is compacted.
+ * epochs older than detail_age_ns are rolled up per rank and minute.
  */
 #ifndef MKSCOPE_STORE_H
 #define MKSCOPE_STORE_H
@@ -46,9 +46,13 @@ struct mks_store_opts {
     /* The store's bytes in use (pages not free) at most about this many:
      * beyond, the oldest epochs of every job go first.  0 = no limit. */
     uint64_t max_bytes;
-    /* Wait and release records and worker rows of epochs received longer
-     * ago than this are deleted (the epoch keeps its steps, task
-     * statistics and coverage, and is marked compacted).  0 = keep. */
+    /* Epochs received longer ago than this are rolled up: a rank's epochs
+     * of one minute become one (compacted = 2) whose task statistics,
+     * coverage, worker rows and local waits are summed without a step,
+     * whose step times and remote waits are kept as count, sum, extremes
+     * and histogram (rollups), and whose release records and per-step rows
+     * go.  The size bound rolls up epochs older than a minute before it
+     * deletes any.  0 = keep the detail (unless the size bound needs it). */
     uint64_t detail_age_ns;
 };
 
@@ -99,6 +103,21 @@ size_t mks_store_take_commands(struct mks_store *st, const char *job, uint32_t r
 
 /* Apply the retention limits now (ingest also does so periodically). */
 int mks_store_retain(struct mks_store *st, uint64_t now_ns);
+
+/* What ingest does for the age, size and detail limits, once a second (or
+ * at once while a roll-up is behind), for a loop with nothing to ingest:
+ * a store no agent sends to still rolls up and sheds.  0 or -EIO. */
+int mks_store_idle(struct mks_store *st, uint64_t now_ns);
+
+/* What of a job is rolled up (older than the detail window): how many
+ * epochs, the newest one's receipt time (collector clock) and the highest
+ * step their step rows held (-1 if none).  Works on read-only stores too. */
+struct mks_store_rolled {
+    int64_t epochs;
+    uint64_t until_ns;
+    int64_t step_hi;
+};
+int mks_store_rolled(struct mks_store *st, const char *job, struct mks_store_rolled *r);
 
 /* Task class name of (job, rank, class), written into buf ("class<N>" when
  * the schema does not name it). */

@@ -1,0 +1,115 @@
+/*
+ * The diagnosis over a store whose oldest epochs are rolled up (older than
+ * the detail window): the steps rolled up are said to be, not diagnosed as
+ * if they had run well, and the steps still in detail are diagnosed.
+ */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "diag_fill.h"
+#include "diagnose.h"
+#include "mkscope/store.h"
+
+#define SEC   1000000000ull
+#define STEPS 40
+
+static void ingest_at(struct mks_store *st, uint32_t rank, uint64_t seq,
+                      const struct fa_summary *s, uint64_t now)
+{
+    uint8_t *buf;
+    size_t len;
+    char err[256];
+    assert_int_equal(fa_encode_summary("job", rank, 1, seq, s, &buf, &len), 0);
+    mks_envelope *e = NULL;
+    assert_int_equal(mks_wire_decode(buf, len, NULL, &e, err, sizeof(err)), 0);
+    free(buf);
+    uint64_t stored;
+    if (mks_store_ingest(st, e, now, &stored, err, sizeof(err)))
+        fail_msg("ingest: %s", err);
+    mks_wire_free(e);
+}
+
+static json_t *diagnose(struct mks_store *st, uint32_t lo, uint32_t hi)
+{
+    struct mks_diag_opts o = {.sz = sizeof(o), .only_step = -1};
+    if (hi)
+        o.range = 1, o.step_lo = lo, o.step_hi = hi;
+    json_t *out = NULL;
+    char err[256];
+    if (mks_diagnose(st, "job", &o, &out, err, sizeof(err)))
+        fail_msg("diagnose: %s", err);
+    return out;
+}
+
+static void test_rolled_steps_said(void **state)
+{
+    (void)state;
+    struct mks_store_opts o = {.sz = sizeof(o), .path = ":memory:", .detail_age_ns = 60 * SEC};
+    struct mks_store *st = NULL;
+    char err[256];
+    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    static const char *const names[] = {"gemm"};
+    for (uint32_t r = 0; r < 2; r++)
+        assert_int_equal(df_register(st, "job", r, 2, 1, names, NULL, 1, err, sizeof(err)), 0);
+    /* A step a summary, 1 ms each; steps 1..20 received in the first
+     * minute, 21..40 five minutes later: ingest itself then rolls up the
+     * first twenty (older than the minute of detail kept). */
+    for (uint32_t k = 1; k <= STEPS; k++) {
+        if (k == 21) {
+            json_t *a = diagnose(st, 0, 0);
+            assert_int_equal(json_integer_value(json_object_get(a, "steps")), 20);
+            assert_null(json_object_get(a, "rolled_up"));
+            json_decref(a);
+        }
+        for (uint32_t r = 0; r < 2; r++) {
+            static struct fa_summary s;
+            memset(&s, 0, sizeof(s));
+            s.epoch = k;
+            s.n_steps = 1;
+            s.steps[0].step = k;
+            s.steps[0].t_begin = k * 10000000ull;
+            s.steps[0].t_end = s.steps[0].t_begin + 1000000ull;
+            s.n_ts = 1;
+            s.ts[0].step = k, s.ts[0].count = 4, s.ts[0].sum_run = 900000;
+            ingest_at(st, r, k, &s, (k <= 20 ? 10 : 310) * SEC);
+        }
+    }
+    struct mks_store_rolled ru;
+    assert_int_equal(mks_store_rolled(st, "job", &ru), 0);
+    assert_int_equal(ru.epochs, 2);
+    assert_int_equal(ru.step_hi, 20);
+    json_t *a = diagnose(st, 0, 0);
+    assert_int_equal(json_integer_value(json_object_get(a, "steps")), STEPS - 20);
+    assert_int_equal(json_integer_value(json_object_get(a, "first_step")), 21);
+    json_t *r = json_object_get(a, "rolled_up");
+    assert_non_null(r);
+    assert_int_equal(json_integer_value(json_object_get(r, "steps_to")), 20);
+    json_decref(a);
+    /* Only rolled-up steps asked for: said so, nothing diagnosed. */
+    a = diagnose(st, 1, 10);
+    assert_int_equal(json_integer_value(json_object_get(a, "steps")), 0);
+    assert_non_null(strstr(json_string_value(json_object_get(a, "reason")), "rolled up"));
+    assert_int_equal(json_array_size(json_object_get(a, "groups")), 0);
+    json_decref(a);
+    /* Steps past them: nothing said of the roll-up. */
+    a = diagnose(st, 30, 40);
+    assert_null(json_object_get(a, "rolled_up"));
+    json_decref(a);
+    mks_store_close(st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rolled_steps_said),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
