@@ -13,7 +13,11 @@
 #     both), fire on a faulted run and not on a clean one (600 unpaced
 #     steps each); a trigger
 #     escalates once within its hold-off, the escalation is listed by
-#     `mkscope trace list` and its trace lands in --trace-dir.
+#     `mkscope trace list` and its trace lands in --trace-dir;
+#   - the same collector restarted on its store with a detail window of a
+#     second rolls every epoch up: counts, sums and maxima answer as before,
+#     answers say what is rolled up, a step filter and the diagnosis say
+#     the steps are rolled up.
 source "$(dirname "$0")/lib.sh"
 command -v jq >/dev/null || { echo "FAIL: jq is missing: run deploy/install-deps.sh" >&2; exit 1; }
 
@@ -116,6 +120,15 @@ jq -e '[.rows[] | select(.["max(run)"] < .["mean(run)"] or .["max(run)"] == 0)] 
   <<<"$mx" >/dev/null || fail "max(run) below mean(run) or zero: $mx"
 echo "ok counts, idle, waits and maxima agree with the run"
 
+# What the roll-up must keep: answered again at the end.
+keep_q=('count(task), sum(run), max(run) by rank, class' 'count(remote_wait), sum(remote_wait),'\
+' max(remote_wait) by rank, peer' 'count(step), sum(step), max(step), min(step) by rank'
+        'sum(idle), sum(busy) by rank')
+for i in "${!keep_q[@]}"; do
+  cli --job "$cal" -f json query "${keep_q[$i]}" | jq -c .rows >"$dir/keep$i.json" ||
+    fail "query '${keep_q[$i]}'"
+done
+
 # ---- the other documented commands -------------------------------------------
 cli status | grep -q "job $cal" || fail "status does not name the job"
 cli -f json diagnose >/dev/null || fail "diagnose failed"
@@ -174,3 +187,34 @@ done
 ls "$dir/traces/new"/mkscope-faulted-*.json >/dev/null 2>&1 ||
   fail "no trace in --trace-dir: $esc"
 echo "ok trace list and --trace-dir hold the escalation"
+
+# ---- the roll-up past the detail window ----------------------------------------
+kill -TERM "$collector_pid"
+for _ in $(seq 100); do kill -0 "$collector_pid" 2>/dev/null || break; sleep 0.1; done
+rm -f "$dir/cli"
+start "$dir/collector.log" "$MKS_COLLECTOR_BIN" --ingest "ipc://$dir/ingest" \
+  --survey "ipc://$dir/survey" --cli "ipc://$dir/cli" --metrics off --db "$dir/store.db" \
+  --ucx-port 0 --detail-age 1s
+collector_pid=$started
+for _ in $(seq 100); do [ -S "$dir/cli" ] && break; sleep 0.1; done
+# No agent sends: the collector's idle loop rolls up, a pass a second.
+for _ in $(seq 60); do
+  left=$(cli -f json sql "SELECT COUNT(*) AS n FROM epochs WHERE compacted < 2" 2>/dev/null |
+    jq '.rows[0].n') || left=x
+  [ "$left" = 0 ] && break
+  sleep 0.5
+done
+[ "$left" = 0 ] || fail "$left epochs not rolled up after 30 s"
+for i in "${!keep_q[@]}"; do
+  after=$(cli --job "$cal" -f json query "${keep_q[$i]}" | jq -c .rows)
+  [ "$after" = "$(cat "$dir/keep$i.json")" ] ||
+    fail "'${keep_q[$i]}' after the roll-up: $after; before: $(cat "$dir/keep$i.json")"
+done
+cli --job "$cal" query 'count(task) by class' | grep -q "is rolled up per rank and minute" ||
+  fail "an answer over rolled-up epochs does not say so"
+rc=0
+cli --job "$cal" query 'count(task) where step = 37' >/dev/null 2>"$dir/q.err" || rc=$?
+[ "$rc" = 4 ] && grep -q "steps up to 59 are rolled up" "$dir/q.err" ||
+  fail "a step filter over rolled-up steps (exit $rc): $(cat "$dir/q.err")"
+cli --job "$cal" diagnose | grep -q "rolled up per minute" || fail "diagnose of rolled-up steps"
+echo "ok the roll-up keeps counts, sums and maxima and says what is rolled up"
