@@ -345,9 +345,10 @@ static int btf_is_ref(uint32_t kind)
     }
 }
 
-/* The k-th type id type `id` refers to, UINT32_MAX past the last; with
- * parts, only what it is made of (no pointer target). */
-static uint32_t btf_edge(const struct btf_view *b, uint32_t id, uint32_t k, int parts)
+/* The k-th type id type `id` refers to, in *to; 0 past the last.  With
+ * parts, only what it is made of (no pointer target).  The answer is apart
+ * from the id: every u32, 0xffffffff included, is a reference to check. */
+static int btf_edge(const struct btf_view *b, uint32_t id, uint32_t k, int parts, uint32_t *to)
 {
     uint32_t t[3], kind, vlen, x[3];
     const uint8_t *extra = b->types + b->off[id] + 12;
@@ -356,32 +357,44 @@ static uint32_t btf_edge(const struct btf_view *b, uint32_t id, uint32_t k, int 
     vlen = t[1] & 0xffff;
     switch (kind) {
     case BTF_KIND_PTR:
-        return !parts && k == 0 ? t[2] : UINT32_MAX;
+        if (parts || k != 0)
+            return 0;
+        *to = t[2];
+        return 1;
     case BTF_KIND_ARRAY:
         if (k >= 2)
-            return UINT32_MAX;
+            return 0;
         memcpy(x, extra, 12);
-        return x[k];
+        *to = x[k];
+        return 1;
     case BTF_KIND_STRUCT:
     case BTF_KIND_UNION:
         if (k >= vlen)
-            return UINT32_MAX;
+            return 0;
         memcpy(x, extra + 12ull * k, 12);
-        return x[1];
+        *to = x[1];
+        return 1;
     case BTF_KIND_FUNC_PROTO:
-        if (k == 0)
-            return t[2];
         if (k > vlen)
-            return UINT32_MAX;
+            return 0;
+        if (k == 0) {
+            *to = t[2];
+            return 1;
+        }
         memcpy(x, extra + 8ull * (k - 1), 8);
-        return x[1];
+        *to = x[1];
+        return 1;
     case BTF_KIND_DATASEC:
         if (k >= vlen)
-            return UINT32_MAX;
+            return 0;
         memcpy(x, extra + 12ull * k, 12);
-        return x[0];
+        *to = x[0];
+        return 1;
     default:
-        return btf_is_ref(kind) && k == 0 ? t[2] : UINT32_MAX;
+        if (!btf_is_ref(kind) || k != 0)
+            return 0;
+        *to = t[2];
+        return 1;
     }
 }
 
@@ -445,10 +458,8 @@ static int btf_scan(struct btf_view *b, uint32_t type_len, int pass, char *err, 
         }
         off += extra;
         if (pass == 1) {
-            for (uint32_t k = 0;; k++) {
-                uint32_t to = btf_edge(b, id, k, 0);
-                if (to == UINT32_MAX)
-                    break;
+            uint32_t to;
+            for (uint32_t k = 0; btf_edge(b, id, k, 0, &to); k++) {
                 if (to > b->n)
                     return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type %u (%s) refers to type %u, which does not exist (%u types)",
                                   b->name, id, btf_kind_name(kind), to, b->n);
@@ -502,10 +513,10 @@ static int btf_graph(const struct btf_view *b, char *err, size_t elen)
         depth[root] = (uint8_t)onpath;
         while (sp > 0 && rc == 0) {
             struct frame *f = &stk[sp - 1];
-            uint32_t to = btf_edge(b, f->id, f->k++, 1);
-            if (to == UINT32_MAX) {
+            uint32_t to;
+            if (!btf_edge(b, f->id, f->k++, 1, &to)) {
                 uint32_t best = 0;
-                for (uint32_t k = 0; (to = btf_edge(b, f->id, k, 1)) != UINT32_MAX; k++)
+                for (uint32_t k = 0; btf_edge(b, f->id, k, 1, &to); k++)
                     if (to && depth[to] > best)
                         best = depth[to];
                 depth[f->id] = (uint8_t)(best + 1);

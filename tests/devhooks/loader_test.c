@@ -438,6 +438,45 @@ static int edit_missing_type(struct btf_edit *e)
     return 0;
 }
 
+/* A reference to type 0xffffffff: the check once took that id for "no more
+ * references" and let it through, and the chain walk then read the record
+ * of type 4294967295 (found by fuzz_loader: a VAR of type 0xffffffff). */
+static int edit_var_type_max(struct btf_edit *e)
+{
+    uint32_t v = btf_edit_find(e, BTF_KIND_VAR, 0);
+    if (!v)
+        return -1;
+    btf_edit_set(e, v, 2, 0xffffffffu);
+    return 0;
+}
+
+static int edit_typedef_type_max(struct btf_edit *e)
+{
+    uint32_t t = btf_edit_find(e, BTF_KIND_TYPEDEF, 0);
+    if (!t)
+        return -1;
+    btf_edit_set(e, t, 2, 0xffffffffu);
+    return 0;
+}
+
+static int edit_member_type_max(struct btf_edit *e)
+{
+    uint32_t s = some_struct(e);
+    if (!s)
+        return -1;
+    btf_edit_xset(e, s, 1, 0xffffffffu);
+    return 0;
+}
+
+static int edit_array_type_max(struct btf_edit *e)
+{
+    uint32_t a = btf_edit_find(e, BTF_KIND_ARRAY, 0);
+    if (!a)
+        return -1;
+    btf_edit_xset(e, a, 1, 0xffffffffu); /* the index type */
+    return 0;
+}
+
 static int edit_name_offset(struct btf_edit *e)
 {
     uint32_t t = btf_edit_find(e, BTF_KIND_TYPEDEF, 0);
@@ -475,6 +514,10 @@ static const struct btf_case btf_cases[] = {
     {"struct contains a typedef of itself", "contains itself", edit_struct_via_typedef},
     {"array of itself", "contains itself", edit_array_self},
     {"reference past the last type", "does not exist", edit_missing_type},
+    {"variable of type 0xffffffff", "refers to type 4294967295, which does not exist", edit_var_type_max},
+    {"typedef of type 0xffffffff", "refers to type 4294967295, which does not exist", edit_typedef_type_max},
+    {"struct member of type 0xffffffff", "refers to type 4294967295, which does not exist", edit_member_type_max},
+    {"array index of type 0xffffffff", "refers to type 4294967295, which does not exist", edit_array_type_max},
     {"type name outside the strings", "outside", edit_name_offset},
     {"member name outside the strings", "outside", edit_member_name},
     {"section variable of type void", "void", edit_datasec_void},
