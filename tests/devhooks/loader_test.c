@@ -211,6 +211,7 @@ static void test_bad_objects(void **state)
     expect_error("bad_hist.bpf.o", -EINVAL, "map 'h' (key 4, value 8, max_entries 4): value must be struct mks_hist");
     expect_error("core.bpf.o", -EOPNOTSUPP, "CO-RE relocations");
     expect_error("too_big.bpf.o", -E2BIG, "instructions with its subprograms; at most 4096");
+    expect_error("many_progs.bpf.o", -E2BIG, "65 programs; at most 64 per object (the control block's program slots)");
     expect_error("extern.bpf.o", -EOPNOTSUPP, "extern symbol 'LINUX_KERNEL_VERSION' (kernel symbol or config)");
 
     /* a FIFO with no writer would block open() and read() forever; a

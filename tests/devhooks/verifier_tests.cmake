@@ -8,6 +8,7 @@ set(MKS_VERIFIER_PROG_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/bad_hist.bpf.c
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/core.bpf.c
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/too_big.bpf.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/progs/many_progs.bpf.c
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/abi_v2.bpf.c
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/rejected.bpf.c
   ${CMAKE_CURRENT_SOURCE_DIR}/progs/extern.bpf.c
