@@ -127,13 +127,19 @@ static const struct cmd_help cmds[] = {
      "  --iterations N     stop after N refreshes\n"
      "  --once             one refresh, no screen clearing (scripts, tests)\n",
      "  mkscope top\n  mkscope top --interval 0.5\n  mkscope top --once\n"},
-    {"trigger", "mkscope trigger add 'SLO' [--hold-off D] | list | rm ID",
+    {"trigger", "mkscope trigger add 'SLO' [--hold-off D] [--probe 'PROBE' [--probe-for D]] | list | rm ID",
      "SLO triggers, evaluated per rank over what arrived each second; one that fires\n"
      "escalates the ranks over the line to a narrow raw trace, then only counts its\n"
-     "firings until its hold-off has passed (docs/collector.md).",
+     "firings until its hold-off has passed (docs/collector.md). With --probe it\n"
+     "starts that probe on those ranks instead (and the ranks their waits lead to),\n"
+     "for --probe-for: a question asked only while the SLO is at risk; mkscope probe\n"
+     "--id N (N from trigger list's last_probe) follows its answer (docs/probes.md).",
      "  --hold-off D       escalate again only D after an escalation (90s, 5m, 1h)\n"
-     "                     [the collector's --trigger-hold-off, 5m]\n",
+     "                     [the collector's --trigger-hold-off, 5m]\n"
+     "  --probe PROBE      start this probe when it fires, not a raw trace\n"
+     "  --probe-for D      the probe's window (1s to 1h) [10s]\n",
      "  mkscope trigger add 'p99(step) > 2ms where step >= 10'\n"
+     "  mkscope trigger add 'max(step) > 10ms' --probe 'hist(run) by class' --probe-for 5s\n"
      "  mkscope trigger add 'max(run) > 5ms where class = \"attention\"' --hold-off 1m\n"
      "  mkscope trigger add 'remote_wait(rank = 3) > 20us'\n"
      "  mkscope trigger list\n  mkscope trigger rm 2\n"},

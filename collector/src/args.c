@@ -60,6 +60,8 @@ static const struct mks_opt commands_opts[] = {
 };
 static const struct mks_opt trigger_add_opts[] = {
     K("hold-off", MKS_OPT_DURATION, "a duration such as 90s, 5m or 1h (at most a week)"),
+    {"probe", MKS_OPT_TEXT, 1, 4096, 0, 0, 0, NULL, "a probe such as 'count() by class where event = task_end'"},
+    K("probe-for", MKS_OPT_DURATION, "a duration such as 10s or 5m (at most 1h)"),
     END,
 };
 static const struct mks_opt probe_opts[] = {
@@ -277,6 +279,17 @@ int mks_args_value(const struct mks_opt *o, const char *value, char *err, size_t
         uint64_t ns;
         if (mks_args_duration(v, &ns))
             return fail(err, errlen, "--%s wants %s, got '%.64s'", o->name, o->what, v);
+        return 0;
+    }
+    case MKS_OPT_TEXT: {
+        size_t n = strlen(v), i = 0;
+        while (i < n && (unsigned char)v[i] >= 0x20 && v[i] != 0x7f)
+            i++;
+        if (n < o->umin || n > o->umax || i < n)
+            return fail(err, errlen, "--%s wants %s: one line of %llu to %llu characters, got"
+                        " '%.64s'",
+                        o->name, o->what, (unsigned long long)o->umin,
+                        (unsigned long long)o->umax, v);
         return 0;
     }
     case MKS_OPT_IDS:

@@ -27,6 +27,7 @@ enum mks_opt_kind {
     MKS_OPT_CHOICE, /* one of choices, "a|b|c" */
     MKS_OPT_RANGE,  /* step numbers "A-B" (A <= B) or "A" */
     MKS_OPT_DURATION, /* "90", "90s", "5m", "1h": at most a week */
+    MKS_OPT_TEXT,   /* one line of printable text, 1..umax bytes (a probe: the collector parses it) */
 };
 
 struct mks_opt {

@@ -452,21 +452,28 @@ static void run_triggers(struct collector *c)
         char ranks[256] = "";
         size_t k, off = 0;
         json_t *r;
-        json_array_foreach(json_object_get(f, "escalation_ranks"), k, r)
+        json_t *on = json_object_get(f, "escalation_ranks");
+        if (!on)
+            on = json_object_get(f, "probe_ranks");
+        json_array_foreach(on, k, r)
         {
             if (off < sizeof(ranks))
                 off += (size_t)snprintf(ranks + off, sizeof(ranks) - off, "%s%lld",
                                         k ? "," : " of ranks ", (long long)json_integer_value(r));
         }
         bool esc = json_is_true(json_object_get(f, "escalated"));
+        const char *what = json_string_value(json_object_get(f, "escalation"));
+        const char *probe = json_string_value(json_object_get(f, "probe"));
         fprintf(stderr, "mkscope-collector: trigger %lld '%s' fired on rank %lld (value %g)%s%s%s\n",
                 (long long)json_integer_value(json_object_get(f, "trigger")),
                 json_string_value(json_object_get(f, "expr")),
                 (long long)json_integer_value(json_object_get(f, "rank")),
                 json_real_value(json_object_get(f, "value")),
-                esc ? ": escalation " : " (within its hold-off)",
-                esc ? json_string_value(json_object_get(f, "escalation")) : "",
-                esc ? ranks : "");
+                !esc     ? " (within its hold-off)"
+                : probe  ? ": probe "
+                : what   ? ": escalation "
+                         : ": its probe did not start",
+                !esc ? "" : probe ? probe : what ? what : "", esc && (probe || what) ? ranks : "");
     }
     /* Per trigger: the ranks it fired on, and the escalation it started. */
     for (i = 0; i < json_array_size(fired); i++) {
@@ -484,6 +491,7 @@ static void run_triggers(struct collector *c)
             n_fired++;
             if (json_is_true(json_object_get(f, "escalated")))
                 n_esc = json_array_size(json_object_get(f, "escalation_ranks"));
+            /* a probe is not an escalation: no raw trace was asked for */
         }
         mks_metrics_trigger(c->stats.registry, job, id, n_fired, n_esc);
     }

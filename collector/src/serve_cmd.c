@@ -16,6 +16,8 @@
 
 #include <sodium.h>
 
+#include "args.h"
+#include "mkscope/probe.h"
 #include "mkscope/query.h"
 #include "serve.h"
 #include "trigger.h"
@@ -312,6 +314,29 @@ int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliReq
                                   "trigger add: --hold-off wants a duration such as 90s, 5m or 1h"
                                   " (at most a week), got '%s'",
                                   hold_s);
+        /* A probe to start when it fires (docs/probes.md): its grammar is
+         * checked now, its classes against the job it fires for. */
+        const char *probe = mks_serve_arg(req, "probe"), *pfor_s = mks_serve_arg(req, "probe-for");
+        uint64_t pfor = 10ull * 1000000000ull;
+        if (pfor_s && !probe)
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "trigger add: --probe-for is the window of --probe; give both");
+        if (pfor_s && (mks_args_duration(pfor_s, &pfor) || !pfor || pfor > 3600ull * 1000000000ull))
+            return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
+                                  "trigger add: --probe-for wants a duration of 1 s to 1 h (30s,"
+                                  " 5m), got '%.32s'",
+                                  pfor_s);
+        if (probe) {
+            struct mks_probe *p = NULL;
+            struct mks_query_error qe;
+            if (mks_probe_parse(probe, &p, &qe)) {
+                char msg[1024];
+                mks_query_error_format(probe, &qe, msg, sizeof(msg));
+                return mks_serve_fail(err, errlen, MKS_EXIT_USAGE, "trigger add: --probe: %s",
+                                      msg);
+            }
+            mks_probe_free(p);
+        }
         json_t *again = NULL;
         rc = mks_serve_seen_request(env, req,
                           "SELECT request_hash, id, 0 FROM triggers WHERE request_id = ?", &again,
@@ -326,7 +351,7 @@ int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliReq
         }
         if (sqlite3_prepare_v2(db,
                                "INSERT INTO triggers(expr, created_ns, hold_off_ns, request_id,"
-                               " request_hash) VALUES(?, ?, ?, ?, ?)",
+                               " request_hash, probe, probe_for_ns) VALUES(?, ?, ?, ?, ?, ?, ?)",
                                -1, &s, NULL) != SQLITE_OK)
             return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
         sqlite3_bind_text(s, 1, expr, -1, SQLITE_TRANSIENT);
@@ -337,12 +362,18 @@ int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliReq
             sqlite3_bind_int64(s, 4, (int64_t)req->id);
             sqlite3_bind_int64(s, 5, mks_serve_request_hash(req));
         }
+        if (probe) {
+            sqlite3_bind_text(s, 6, probe, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(s, 7, (int64_t)pfor);
+        }
         rc = sqlite3_step(s);
         sqlite3_finalize(s);
         if (rc != SQLITE_DONE)
             return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
         *out = json_pack("{s:I, s:s}", "id", (json_int_t)sqlite3_last_insert_rowid(db), "expr",
                          expr);
+        if (probe)
+            json_object_set_new(*out, "probe", json_string(probe));
         return 0;
     }
     if (!strcmp(req->verb, "trigger-rm")) {
@@ -366,7 +397,10 @@ int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliReq
         if (sqlite3_prepare_v2(db,
                                "SELECT id, expr, enabled, fired, last_fired_ns, last_value,"
                                " COALESCE(escalations, 0) AS escalations, last_escalated_ns,"
-                               " hold_off_ns / 1000000000 AS hold_off_s FROM triggers ORDER BY id",
+                               " hold_off_ns / 1000000000 AS hold_off_s, probe,"
+                               " probe_for_ns / 1000000000 AS probe_for_s, COALESCE(probes, 0) AS"
+                               " probes, CAST(last_probe AS TEXT) AS last_probe, probe_error"
+                               " FROM triggers ORDER BY id",
                                -1, &s, NULL) != SQLITE_OK)
             return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
         json_t *rows;

@@ -733,8 +733,8 @@ static int serve_read(const struct mks_serve_env *env, const Mkscope__V1__CliReq
         }
         sqlite3_finalize(s);
     }
-    mks_probe_free(p);
     if (rc) {
+        mks_probe_free(p);
         json_decref(jrows), json_decref(jother), json_decref(jranks), json_decref(jhooks);
         return rc;
     }
@@ -772,6 +772,7 @@ static int serve_read(const struct mks_serve_env *env, const Mkscope__V1__CliReq
                                               l->cols[c].agg == MKS_PROBE_COUNT
                                                   ? "number"
                                                   : unit_name(l->cols[c].unit)));
+    mks_probe_free(p); /* l, its layout, was read up to here */
     json_object_set_new(a, "keys", keys);
     json_object_set_new(a, "columns", cols);
     json_object_set_new(a, "rows", jrows);

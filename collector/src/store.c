@@ -227,7 +227,8 @@ static const char schema_sql[] =
     " created_ns INTEGER, enabled INTEGER DEFAULT 1, fired INTEGER DEFAULT 0,"
     " last_fired_ns INTEGER, last_value REAL, last_epoch_id INTEGER DEFAULT 0,"
     " hold_off_ns INTEGER, last_escalated_ns INTEGER, escalations INTEGER DEFAULT 0,"
-    " request_id INTEGER, request_hash INTEGER);\n"
+    " request_id INTEGER, request_hash INTEGER, probe TEXT, probe_for_ns INTEGER,"
+    " probes INTEGER DEFAULT 0, last_probe INTEGER, probe_error TEXT);\n"
     "CREATE TABLE IF NOT EXISTS commands(id INTEGER PRIMARY KEY, job TEXT, rank INTEGER,"
     " kind TEXT, name TEXT, hook INTEGER, created_ns INTEGER, sent_ns INTEGER,"
     " replied_ns INTEGER, ok INTEGER, error TEXT, verifier_log TEXT, cost INTEGER,"
@@ -307,6 +308,11 @@ static const struct {
     {"triggers", "request_id", "INTEGER"},
     {"triggers", "request_hash", "INTEGER"},
     {"epochs", "compacted", "INTEGER DEFAULT 0"},
+    {"triggers", "probe", "TEXT"},
+    {"triggers", "probe_for_ns", "INTEGER"},
+    {"triggers", "probes", "INTEGER DEFAULT 0"},
+    {"triggers", "last_probe", "INTEGER"},
+    {"triggers", "probe_error", "TEXT"},
 };
 
 static int add_missing_columns(sqlite3 *db, char *err, size_t errlen)

@@ -8,8 +8,11 @@
  * ranks their remote waits lead to, transitively, so the trace shows both
  * ends of each wait on the chain.  A rank that crossed gets the trigger's
  * predicate compiled to an eBPF filter; a rank on its chain records its
- * waits, releases and transfers (the hooks that explain a wait).  See
- * serve_cmd.c for how commands reach agents.
+ * waits, releases and transfers (the hooks that explain a wait).  A
+ * trigger with a probe (trigger add --probe) starts that probe on the same
+ * ranks instead, for its window: the question is asked only while the SLO
+ * is at risk, and again only after the hold-off.  See serve_cmd.c for how
+ * commands reach agents.
  */
 #include <ctype.h>
 #include <stdbool.h>
@@ -281,6 +284,40 @@ static void escalate(const struct mks_serve_env *env, const char *job, int64_t r
 /* Ranks one escalation may cover: the collector's per-rank arrays. */
 #define ESC_MAX_RANKS 4096
 
+/* Start trigger id's probe on the ranks in[] for for_ns, as `mkscope probe
+ * TEXT --for D --ranks R` would (serve_probe.c: compiled, verified, queued
+ * per rank); its id into probe_id, or the reason it did not start into
+ * why.  0 or -1. */
+static int start_probe(const struct mks_serve_env *env, const char *job, const char *text,
+                       uint64_t for_ns, const bool *in, char *probe_id, size_t id_len, char *why,
+                       size_t why_len)
+{
+    static char ranks[ESC_MAX_RANKS * 6 + 16];
+    char job_arg[MKS_WIRE_MAX_JOB + 8], for_arg[40];
+    size_t off = (size_t)snprintf(ranks, sizeof(ranks), "--ranks=");
+    for (int r = 0; r < ESC_MAX_RANKS && off < sizeof(ranks) - 8; r++)
+        if (in[r])
+            off += (size_t)snprintf(ranks + off, sizeof(ranks) - off, "%s%d",
+                                    ranks[off - 1] == '=' ? "" : ",", r);
+    snprintf(job_arg, sizeof(job_arg), "--job=%s", job);
+    /* whole seconds: trigger add took a duration in s, m or h */
+    snprintf(for_arg, sizeof(for_arg), "--for=%llus",
+             (unsigned long long)(for_ns / 1000000000ull ? for_ns / 1000000000ull : 1));
+    char *args[] = {(char *)text, job_arg, for_arg, ranks};
+    Mkscope__V1__CliRequest req = MKSCOPE__V1__CLI_REQUEST__INIT;
+    req.verb = (char *)"probe";
+    req.args = args;
+    req.n_args = sizeof(args) / sizeof(args[0]);
+    json_t *out = NULL;
+    int rc = mks_serve_probe(env, &req, &out, why, why_len);
+    if (rc == 0)
+        snprintf(probe_id, id_len, "%s", json_string_value(json_object_get(out, "probe"))
+                                             ? json_string_value(json_object_get(out, "probe"))
+                                             : "");
+    json_decref(out);
+    return rc == 0 && *probe_id ? 0 : -1;
+}
+
 /* Add to in[] every rank the marked ones waited on (remote waits of the
  * epochs from since_epoch_id on), and the ranks those waited on, so that
  * the raw trace holds both ends of every wait on the chain: a stall seen
@@ -331,8 +368,8 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, int64_t s
     mks_query_register_sql(db);
     sqlite3_stmt *ts;
     if (sqlite3_prepare_v2(db,
-                           "SELECT id, expr, hold_off_ns, last_escalated_ns FROM triggers WHERE"
-                           " enabled ORDER BY id",
+                           "SELECT id, expr, hold_off_ns, last_escalated_ns, probe, probe_for_ns"
+                           " FROM triggers WHERE enabled ORDER BY id",
                            -1, &ts, NULL) != SQLITE_OK)
         return -EIO;
     int n_fired = 0;
@@ -343,6 +380,8 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, int64_t s
                             ? hold_off_ns
                             : (uint64_t)sqlite3_column_int64(ts, 2);
         uint64_t last_esc = (uint64_t)sqlite3_column_int64(ts, 3);
+        const char *probe = (const char *)sqlite3_column_text(ts, 4);
+        uint64_t probe_for = (uint64_t)sqlite3_column_int64(ts, 5);
         /* One raw trace per incident: once a trigger escalated, it only
          * counts its firings until the hold-off has passed. */
         bool may_escalate = !last_esc || env->now_ns - last_esc >= hold;
@@ -414,7 +453,39 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, int64_t s
         }
         uint64_t esc_id = (uint64_t)id << 32 | (env->now_ns / 1000000000ull & 0xffffffffu);
         json_t *esc_ranks = json_array();
-        if (any_fresh) {
+        char probe_id[24] = "";
+        if (any_fresh && probe && *probe) {
+            /* The probe instead of a raw trace, on the ranks that crossed
+             * and those their waits lead to; a probe that cannot start (a
+             * class this job lacks, over the budget) is said in trigger
+             * list, and the hold-off still applies. */
+            chain_peers(db, job, since_epoch_id, in);
+            char why[1024] = "";
+            int ok = start_probe(env, job, probe, probe_for, in, probe_id, sizeof(probe_id), why,
+                                 sizeof(why)) == 0;
+            for (int64_t r = 0; r < ESC_MAX_RANKS; r++)
+                if (in[r])
+                    json_array_append_new(esc_ranks, json_integer(r));
+            sqlite3_stmt *u;
+            if (sqlite3_prepare_v2(db,
+                                   "UPDATE triggers SET last_escalated_ns = ?1, probes ="
+                                   " COALESCE(probes, 0) + ?2, last_probe = CASE WHEN ?2 THEN ?3"
+                                   " ELSE last_probe END, probe_error = ?4 WHERE id = ?5",
+                                   -1, &u, NULL) == SQLITE_OK) {
+                sqlite3_bind_int64(u, 1, (int64_t)env->now_ns);
+                sqlite3_bind_int(u, 2, ok);
+                sqlite3_bind_int64(u, 3, ok ? strtoll(probe_id, NULL, 10) : 0);
+                if (!ok)
+                    sqlite3_bind_text(u, 4, *why ? why : "the probe did not start", -1,
+                                      SQLITE_TRANSIENT);
+                sqlite3_bind_int64(u, 5, id);
+                sqlite3_step(u);
+                sqlite3_finalize(u);
+            }
+            if (!ok)
+                fprintf(stderr, "mkscope-collector: trigger %lld: its probe did not start: %s\n",
+                        (long long)id, why);
+        } else if (any_fresh) {
             chain_peers(db, job, since_epoch_id, in);
             for (int64_t r = 0; r < ESC_MAX_RANKS; r++) {
                 if (!in[r])
@@ -445,7 +516,11 @@ int mks_trigger_eval(const struct mks_serve_env *env, const char *job, int64_t s
             json_t *f = json_pack("{s:I, s:s, s:I, s:f, s:b}", "trigger", (json_int_t)id, "expr",
                                   expr, "rank", (json_int_t)cr[i].rank, "value", cr[i].v,
                                   "escalated", cr[i].fresh);
-            if (cr[i].fresh) {
+            if (cr[i].fresh && probe && *probe) {
+                if (*probe_id)
+                    json_object_set_new(f, "probe", json_string(probe_id));
+                json_object_set(f, "probe_ranks", esc_ranks);
+            } else if (cr[i].fresh) {
                 char eid[24];
                 snprintf(eid, sizeof(eid), "%llu", (unsigned long long)esc_id);
                 json_object_set_new(f, "escalation", json_string(eid));

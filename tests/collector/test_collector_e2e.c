@@ -582,6 +582,85 @@ static void test_trigger_and_trace(void **state)
     assert_int_equal(run_cli(NULL, "%s", rm), 0);
 }
 
+/* A trigger with a probe: its probe is checked when it is added, and a
+ * firing queues that probe (compiled for the job's classes, for its
+ * window) to the rank that crossed instead of an escalation. */
+static void test_trigger_probe(void **state)
+{
+    (void)state;
+    char *out;
+    assert_int_equal(run_cli(NULL, "trigger add 'max(step) > 1ms' --probe-for 5s"), 2);
+    assert_non_null(strstr(cli_err(), "give both"));
+    assert_int_equal(run_cli(NULL, "trigger add 'max(step) > 1ms' --probe 'count() by clas'"), 2);
+    assert_non_null(strstr(cli_err(), "cannot group by 'clas'"));
+    assert_int_equal(run_cli(NULL, "trigger add 'max(step) > 1ms' --probe ''"), 2);
+    assert_int_equal(run_cli(&out, "trigger add 'max(step) > 1700us' --probe 'count() by class"
+                                   " where event = task_end' --probe-for 3s -f json"),
+                     0);
+    json_t *j = json_loads(out, 0, NULL);
+    free(out);
+    assert_non_null(j);
+    json_int_t tid = json_integer_value(json_object_get(j, "id"));
+    assert_string_equal(json_string_value(json_object_get(j, "probe")),
+                        "count() by class where event = task_end");
+    json_decref(j);
+
+    int s = ingest_sock();
+    struct fa_summary *sum = calloc(1, sizeof(*sum));
+    sum->epoch = N_EPOCHS + 3;
+    sum->steps[0].step = N_EPOCHS + 3;
+    sum->steps[0].t_begin = 200000000;
+    sum->steps[0].t_end = 202500000;
+    sum->n_steps = 1;
+    mks_envelope *rep = NULL;
+    assert_int_equal(fa_send_summary(s, "e2e", 0, 100, N_EPOCHS + 3, sum, &rep), 0);
+    mks_wire_free(rep);
+    free(sum);
+    json_t *t = NULL;
+    for (int i = 0; i < 60 && !t; i++) {
+        json_t *trig = cli_json("trigger list -f %s", "json");
+        size_t k;
+        json_t *x;
+        json_array_foreach(json_object_get(trig, "triggers"), k, x)
+            if (json_integer_value(json_object_get(x, "id")) == tid &&
+                json_integer_value(json_object_get(x, "probes")) > 0)
+                t = json_incref(x);
+        json_decref(trig);
+        if (!t)
+            usleep(100000);
+    }
+    assert_non_null(t);
+    assert_int_equal(json_integer_value(json_object_get(t, "probes")), 1);
+    assert_int_equal(json_integer_value(json_object_get(t, "escalations")), 0);
+    assert_true(json_is_null(json_object_get(t, "probe_error")));
+    uint64_t pid = strtoull(json_string_value(json_object_get(t, "last_probe")), NULL, 10);
+    assert_true(pid > 0);
+    json_decref(t);
+
+    /* rank 0's next Ack carries the probe, not an escalation */
+    rep = NULL;
+    assert_int_equal(fa_send_heartbeat(s, "e2e", 0, 100, N_EPOCHS + 3, &rep), 0);
+    assert_int_equal(rep->body_case, MKSCOPE__V1__ENVELOPE__BODY_ACK);
+    assert_int_equal(rep->ack->n_commands, 1);
+    Mkscope__V1__Command *cmd = rep->ack->commands[0];
+    assert_int_equal(cmd->kind_case, MKSCOPE__V1__COMMAND__KIND_PROBE);
+    assert_int_equal(cmd->probe->probe_id, pid);
+    assert_int_equal(cmd->probe->duration_ms, 3000);
+    assert_string_equal(cmd->probe->text, "count() by class where event = task_end");
+    assert_int_equal(cmd->probe->n_programs, 1);
+    assert_int_equal(cmd->probe->programs[0]->hook, MKS_EV_TASK_END);
+    mks_wire_free(rep);
+    /* rank 1 did not cross and waited on no one: nothing for it */
+    rep = NULL;
+    assert_int_equal(fa_send_heartbeat(s, "e2e", 1, 101, N_EPOCHS + 1, &rep), 0);
+    assert_int_equal(rep->ack->n_commands, 0);
+    mks_wire_free(rep);
+    nn_close(s);
+    char rm[64];
+    snprintf(rm, sizeof(rm), "trigger rm %lld", (long long)tid);
+    assert_int_equal(run_cli(NULL, "%s", rm), 0);
+}
+
 /* The metrics port the collector logged ("metrics on http://H:P/metrics"). */
 static int metrics_port(void)
 {
@@ -869,6 +948,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sql_and_errors),
         cmocka_unit_test(test_trigger_and_trace),
         cmocka_unit_test(test_metrics_http),
+        cmocka_unit_test(test_trigger_probe),
         cmocka_unit_test(test_survey),
         cmocka_unit_test(test_bounded_requests),
     };
