@@ -216,6 +216,16 @@ static int elf_check(const char *name, const uint8_t *buf, size_t len, char *err
             if (rc)
                 return rc;
         }
+        /* .BTF.ext: libbpf checks its tables' offsets for alignment but
+         * not the header's length they are relative to, and then reads
+         * the records as u32s in place. */
+        if (sh.sh_type == SHT_PROGBITS && strcmp(elf_secname(&ev, &sh), ".BTF.ext") == 0 && sh.sh_size >= 8) {
+            uint32_t hl;
+            memcpy(&hl, buf + sh.sh_offset + 4, 4);
+            if (hl % 4)
+                return ld_err(err, elen, -ENOEXEC, "%s: corrupt .BTF.ext: header length %u is not a multiple of 4", name,
+                              hl);
+        }
     }
     if (n_symtab != 1)
         return ld_err(err, elen, -ENOEXEC, "%s: %zu symbol tables; expected exactly one (clang -c output)", name, n_symtab);
@@ -560,6 +570,11 @@ static int btf_check(const char *name, const uint8_t *d, uint64_t len, char *err
     uint32_t hdr_len = h[0], type_off = h[1], type_len = h[2], str_off = h[3], str_len = h[4];
     if (magic != 0xeb9f || d[2] != 1 || hdr_len < 24 || hdr_len > len)
         return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF header (magic %#x, version %u)", name, magic, d[2]);
+    /* libbpf reads the records in place as u32s: it checks type_off's
+     * alignment but not the header's length. */
+    if (hdr_len % 4 || type_off % 4)
+        return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF header: length %u or type offset %u not a multiple of 4", name,
+                      hdr_len, type_off);
     uint64_t tb = (uint64_t)hdr_len + type_off, sb = (uint64_t)hdr_len + str_off;
     if (tb + type_len > len || sb + str_len > len || str_len == 0 || d[sb + str_len - 1] != '\0' || type_len % 4)
         return ld_err(err, elen, -ENOEXEC, "%s: corrupt BTF: type or string section outside the data", name);

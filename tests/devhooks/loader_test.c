@@ -515,13 +515,13 @@ static const struct btf_case btf_cases[] = {
     {"struct contains a typedef of itself", "contains itself", edit_struct_via_typedef},
     {"array of itself", "contains itself", edit_array_self},
     {"reference past the last type", "does not exist", edit_missing_type},
+    {"type name outside the strings", "outside", edit_name_offset},
+    {"member name outside the strings", "outside", edit_member_name},
+    {"section variable of type void", "void", edit_datasec_void},
     {"variable of type 0xffffffff", "refers to type 4294967295, which does not exist", edit_var_type_max},
     {"typedef of type 0xffffffff", "refers to type 4294967295, which does not exist", edit_typedef_type_max},
     {"struct member of type 0xffffffff", "refers to type 4294967295, which does not exist", edit_member_type_max},
     {"array index of type 0xffffffff", "refers to type 4294967295, which does not exist", edit_array_type_max},
-    {"type name outside the strings", "outside", edit_name_offset},
-    {"member name outside the strings", "outside", edit_member_name},
-    {"section variable of type void", "void", edit_datasec_void},
 };
 
 /* Child: 0 when refused with `expect` in the one-line error, 1 accepted,
@@ -579,6 +579,42 @@ static void test_hostile_btf(void **state)
     assert_int_equal(failed, 0);
     /* every case applies to at least one of the objects */
     assert_true(ran >= (int)(sizeof(btf_cases) / sizeof(btf_cases[0])));
+}
+
+/* A .BTF or .BTF.ext header whose length is not a multiple of 4: libbpf
+ * reads the records behind it as u32s in place, misaligned (UBSan in an
+ * instrumented libbpf, found by fuzz_loader); refused before libbpf. */
+static void test_misaligned_btf_headers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *sec, *expect;
+    } cases[] = {
+        {".BTF", "corrupt BTF header: length 25 or type offset 0 not a multiple of 4"},
+        {".BTF.ext", "corrupt .BTF.ext: header length 33 is not a multiple of 4"},
+    };
+    size_t len;
+    uint8_t *orig = read_obj("count.bpf.o", &len), *buf = malloc(len);
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        memcpy(buf, orig, len);
+        size_t at = elf_edit_section(buf, len, cases[k].sec);
+        assert_true(at > 0);
+        Elf64_Shdr sh;
+        memcpy(&sh, buf + at, sizeof(sh));
+        uint32_t hl;
+        memcpy(&hl, buf + sh.sh_offset + 4, 4);
+        assert_true(hl == 24 || hl == 32);
+        hl++;
+        memcpy(buf + sh.sh_offset + 4, &hl, 4);
+        struct mks_obj *obj = NULL;
+        char err[512];
+        assert_int_equal(mks_obj_open_mem(buf, len, "odd.bpf.o", &obj, err, sizeof(err)), -ENOEXEC);
+        if (!strstr(err, cases[k].expect))
+            fail_msg("%s: %s", cases[k].sec, err);
+        assert_null(obj);
+    }
+    free(buf);
+    free(orig);
 }
 
 /* A .bss (or .data) far larger than its file: refused before libbpf, which
@@ -743,6 +779,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_no_bpf_syscall), cmocka_unit_test(test_sections),
         cmocka_unit_test(test_hostile_btf),
         cmocka_unit_test(test_huge_global_data),
+        cmocka_unit_test(test_misaligned_btf_headers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
