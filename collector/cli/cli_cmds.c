@@ -269,6 +269,13 @@ int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n
         {
             text_group(cli->out, g, !strcmp(cmd, "waitchain"));
         }
+        json_int_t n_slow = json_integer_value(json_object_get(a, "slow_steps")),
+                   n_exam = json_integer_value(json_object_get(a, "slow_steps_examined"));
+        if (json_is_integer(json_object_get(a, "slow_steps_examined")) && n_exam < n_slow)
+            fprintf(cli->out,
+                    "(%lld slow steps; the %lld slowest examined: narrow with --steps A-B or "
+                    "--last N to examine every one)\n",
+                    (long long)n_slow, (long long)n_exam);
         json_int_t hidden = json_integer_value(json_object_get(a, "hidden_groups"));
         if (hidden > 0)
             fprintf(cli->out, "(%lld shorter group%s of slow steps left out by --min-steps)\n",

@@ -81,6 +81,12 @@
 /* Above this many steps, detail rows are loaded for a sample of steps. */
 #define DIAG_DETAIL_MAX 4096
 #define DIAG_SAMPLE 1024
+/* In a sampled job, the steps around straggler runs' edges loaded in all,
+ * and the runs of an epoch's steps that slow steps are examined in. */
+#define DIAG_EDGE_STEPS 4096
+/* --step N: the steps either side read with it. */
+#define DIAG_STEP_CONTEXT 1024
+#define DIAG_SLOW_RUNS 64
 /* Stragglers: blame above tau = max(2 min_excess, SEG_REL x median step) in
  * the rolling median of SEG_WIN steps, for SEG_MIN steps or more, positive
  * in SEG_FRAC of them, the run's median blame above tau (1 + SEG_SHORT / n)
@@ -122,7 +128,8 @@ struct rrow {
 struct estep { /* a step an epoch carried */
     int64_t epoch;
     uint32_t rank, step;
-    bool loaded; /* the epoch's rows are loaded */
+    bool loaded; /* the epoch's rows of this step are loaded */
+    bool keep;   /* while loading: this step's rows are wanted */
 };
 
 /* A norm: medians of up to four measures of one key. */
@@ -500,18 +507,47 @@ static int prep_detail(struct diag *d)
  * task rows of a known step go to that step; rows of no known step (the
  * agent folds steps it could not keep apart into step 0) are spread evenly
  * over the epoch's steps that got no rows of their own. */
+/* Where an epoch's step is in its list (es: the epoch's steps, in step
+ * order); n when it is not there. */
+static size_t es_pos(const struct estep *es, size_t n, uint32_t step)
+{
+    size_t a = 0, b = n;
+    while (a < b) {
+        size_t m = a + (b - a) / 2;
+        if (es[m].step < step)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a < n && es[a].step == step ? a : n;
+}
+
+/* Whether an epoch's step is among its wanted ones. */
+static bool kept_step(const struct estep *es, size_t n, uint32_t step)
+{
+    size_t i = es_pos(es, n, step);
+    return i < n && es[i].keep;
+}
+
 static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct estep *es,
                       size_t n)
 {
     sqlite3_stmt *s = d->q_cls;
-    size_t first = d->nc;
-    bool carries0 = false;
+    bool carries0 = false, all = true;
     for (size_t i = 0; i < n; i++)
-        carries0 |= es[i].step == 0;
+        carries0 |= es[i].step == 0, all &= es[i].keep;
+    /* Only the wanted steps' rows are kept (a sampled long job reads an
+     * epoch for a few of its steps); a row of a step the epoch does not
+     * list is kept only when the whole epoch is. */
+#define KEPT(st) (all || kept_step(es, n, (st)))
     sqlite3_reset(s);
     sqlite3_bind_int64(s, 1, epoch);
     struct crow unknown[64];
     size_t nu = 0;
+    /* the epoch's steps with class rows of their own, wanted or not */
+    uint8_t *own = calloc(n ? n : 1, 1);
+    if (!own)
+        return -ENOMEM;
     while (sqlite3_step(s) == SQLITE_ROW) {
         struct crow r = {.rank = rank, .cls = (uint32_t)u64(s, 0), .step = (uint32_t)u64(s, 1)};
         r.count = (double)u64(s, 2), r.run = (double)u64(s, 3);
@@ -525,6 +561,11 @@ static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct
                 unknown[nu++] = r;
             continue;
         }
+        size_t oi = es_pos(es, n, r.step);
+        if (oi < n)
+            own[oi] = 1;
+        if (!KEPT(r.step))
+            continue;
         GROW(d->c, d->nc, d->cap_c);
         d->c[d->nc++] = r;
     }
@@ -533,21 +574,15 @@ static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct
         size_t targets = 0;
         double total = 0;
         for (size_t i = 0; i < n; i++) {
-            bool own = false;
-            for (size_t k = first; k < d->nc && !own; k++)
-                own = d->c[k].step == es[i].step;
-            targets += !own;
+            targets += !own[i];
             const struct cell *c = cell_at(d, rank, es[i].step);
-            if (!own && c)
+            if (!own[i] && c)
                 total += step_dur(c);
         }
         /* tasks evenly, their run and queueing time by each step's length:
          * the long step of the epoch is where its time went */
         for (size_t i = 0; i < n && targets; i++) {
-            bool own = false;
-            for (size_t k = first; k < d->nc && !own; k++)
-                own = d->c[k].step == es[i].step && !d->c[k].coarse;
-            if (own)
+            if (own[i] || !es[i].keep)
                 continue;
             const struct cell *c = cell_at(d, rank, es[i].step);
             double w = total > 0 ? (c ? step_dur(c) : 0) / total : 1.0 / (double)targets;
@@ -566,6 +601,8 @@ static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct
     sqlite3_reset(s);
     sqlite3_bind_int64(s, 1, epoch);
     while (sqlite3_step(s) == SQLITE_ROW) {
+        if (!KEPT((uint32_t)u64(s, 0)))
+            continue;
         GROW(d->w, d->nw, d->cap_w);
         struct wrow *w = &d->w[d->nw++];
         w->rank = rank, w->step = (uint32_t)u64(s, 0), w->peer = (uint32_t)u64(s, 1);
@@ -578,6 +615,8 @@ static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct
     sqlite3_reset(s);
     sqlite3_bind_int64(s, 1, epoch);
     while (sqlite3_step(s) == SQLITE_ROW) {
+        if (!KEPT((uint32_t)u64(s, 0)))
+            continue;
         GROW(d->r, d->nr, d->cap_r);
         struct rrow *r = &d->r[d->nr++];
         r->rank = rank, r->step = (uint32_t)u64(s, 0), r->consumer = (uint32_t)u64(s, 1);
@@ -592,7 +631,7 @@ static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct
                    ? sqlite3_column_int(s, 0)
                    : 2;
     for (size_t i = 0; i < n; i++) {
-        struct cell *c = cell_at(d, rank, es[i].step);
+        struct cell *c = es[i].keep ? cell_at(d, rank, es[i].step) : NULL;
         if (c && tier < c->tier)
             c->tier = (uint8_t)(tier < 0 ? 0 : tier);
     }
@@ -601,7 +640,7 @@ static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct
     sqlite3_bind_int64(s, 1, epoch);
     if (sqlite3_step(s) == SQLITE_ROW)
         for (size_t i = 0; i < n; i++) {
-            struct cell *c = cell_at(d, rank, es[i].step);
+            struct cell *c = es[i].keep ? cell_at(d, rank, es[i].step) : NULL;
             if (c) {
                 c->elig += (double)u64(s, 0), c->ran += (double)u64(s, 1);
                 c->thr += (double)u64(s, 2), c->lost += (double)u64(s, 3);
@@ -611,15 +650,18 @@ static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct
     sqlite3_reset(s);
     sqlite3_bind_int64(s, 1, epoch);
     while (sqlite3_step(s) == SQLITE_ROW) {
-        struct cell *c = cell_at(d, rank, (uint32_t)u64(s, 0));
+        struct cell *c = KEPT((uint32_t)u64(s, 0)) ? cell_at(d, rank, (uint32_t)u64(s, 0)) : NULL;
         /* agents that measure no idle time send zeros: not a measurement */
         if (c && (u64(s, 1) || u64(s, 2))) {
             c->idle += (double)u64(s, 1);
             c->has_workers = true;
         }
     }
+    free(own);
     return 0;
+#undef KEPT
 oom:
+    free(own);
     return -ENOMEM;
 }
 
@@ -741,8 +783,8 @@ static int load_detail(struct diag *d, const bool *want)
         bool need = false;
         while (j < d->nes && d->es[j].epoch == d->es[i].epoch) {
             struct cell *c = cell_at(d, d->es[j].rank, d->es[j].step);
-            if (c && !d->es[j].loaded && (!want || want[c - d->s]))
-                need = true;
+            d->es[j].keep = c && !d->es[j].loaded && (!want || want[c - d->s]);
+            need |= d->es[j].keep;
             j++;
         }
         if (need) {
@@ -750,7 +792,7 @@ static int load_detail(struct diag *d, const bool *want)
             if (rc)
                 return rc;
             for (size_t k = i; k < j; k++)
-                d->es[k].loaded = true;
+                d->es[k].loaded |= d->es[k].keep;
         }
         i = j;
     }
@@ -1856,6 +1898,62 @@ static double blame_at(const struct blame *b, size_t k, uint32_t r)
 /* Runs of steps where one rank's blame stays above tau: the rolling median
  * over SEG_WIN steps at or above tau, for SEG_MIN steps or more, its median
  * blame above tau and positive in SEG_FRAC of the steps. */
+/* Keeps as slow the slowest steps (by excess) that fall in at most
+ * DIAG_SLOW_RUNS runs of blk steps; *n_kept: how many.  The others are
+ * left out, and counted as slow but not examined. */
+struct slow_ref {
+    double ex;
+    size_t k;
+};
+
+static int cmp_slow_ref(const void *a, const void *b)
+{
+    const struct slow_ref *x = a, *y = b;
+    if (x->ex != y->ex)
+        return x->ex > y->ex ? -1 : 1; /* larger excess first */
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+static int pick_slow(bool *slow, const double *exs, size_t n, size_t blk, size_t *n_kept)
+{
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++)
+        m += slow[k];
+    *n_kept = m;
+    struct slow_ref *ord = malloc((m + 1) * sizeof(*ord));
+    bool *run = calloc(n / blk + 1, sizeof(bool));
+    if (!ord || !run) {
+        free(ord);
+        free(run);
+        return -ENOMEM;
+    }
+    m = 0;
+    for (size_t k = 0; k < n; k++)
+        if (slow[k])
+            ord[m++] = (struct slow_ref){.ex = exs[k], .k = k};
+    qsort(ord, m, sizeof(*ord), cmp_slow_ref);
+    size_t used = 0;
+    *n_kept = 0;
+    for (size_t i = 0; i < m; i++) {
+        size_t r = ord[i].k / blk;
+        if (!run[r] && used >= DIAG_SLOW_RUNS) {
+            slow[ord[i].k] = false;
+            continue;
+        }
+        used += !run[r], run[r] = true;
+        (*n_kept)++;
+    }
+    free(ord);
+    free(run);
+    return 0;
+}
+
+/* What a straggler run weighs: its blame over its length. */
+static double seg_weight(const struct segment *g)
+{
+    return g->blame * (double)(g->last - g->first + 1);
+}
+
 static int find_segments(struct diag *d, const struct blame *b, double tau, struct segment **out,
                          size_t *n_out)
 {
@@ -2697,6 +2795,16 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     json_t *groups = json_array();
     uint32_t lo, hi;
     int rc = step_range(&d, &lo, &hi);
+    /* One step is judged against its neighbours and the norms of the
+     * steps around it, not against the whole job: a long job's --step
+     * reads DIAG_STEP_CONTEXT steps either side. */
+    if (!rc && d.o.only_step >= 0 && (uint64_t)d.o.only_step >= lo && (uint64_t)d.o.only_step <= hi) {
+        uint32_t at = (uint32_t)d.o.only_step;
+        if (at - lo > DIAG_STEP_CONTEXT)
+            lo = at - DIAG_STEP_CONTEXT;
+        if (hi - at > DIAG_STEP_CONTEXT)
+            hi = at + DIAG_STEP_CONTEXT;
+    }
     if (!rc)
         rc = load_cells(&d, lo, hi);
     if (!rc)
@@ -2797,14 +2905,26 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     }
     /* Detail rows: every step, or in a long run an even sample and the
      * slow steps. */
-    size_t stride = 1;
+    size_t stride = 1, blk = 1, n_examined;
     if (n_steps > DIAG_DETAIL_MAX && d.o.only_step < 0) {
+        /* Rows are read an epoch at a time: the sample is of runs of
+         * consecutive steps, an epoch's worth each (blk), so that a
+         * sampled step does not cost an epoch of its own. */
+        size_t n_ep = 0;
+        for (size_t k = 0; k < d.nes; k++)
+            n_ep += !k || d.es[k].epoch != d.es[k - 1].epoch;
+        blk = n_ep ? (d.nes + n_ep - 1) / n_ep : 1;
         stride = (n_steps + DIAG_SAMPLE - 1) / DIAG_SAMPLE;
         want = calloc(d.ns + 1, sizeof(bool));
         if (!want)
             goto oom;
+        /* The slow steps examined: the slowest first, while they fall in
+         * at most DIAG_SLOW_RUNS such runs (a fault's steps share theirs;
+         * a loaded machine's scattered slow steps each take one). */
+        if ((rc = pick_slow(slow, exs, n_steps, blk, &n_examined)))
+            goto fail_rc;
         for (size_t i = 0; i < d.ns; i++)
-            want[i] = slow[cell_step[i]] || cell_step[i] % stride == 0;
+            want[i] = slow[cell_step[i]] || (cell_step[i] / blk) % stride == 0;
     }
     if ((rc = load_detail(&d, want)))
         goto fail_rc;
@@ -2821,14 +2941,32 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             goto fail_rc;
         if (!want || pass || !n_seg)
             break;
+        /* The edges of the runs that weigh most (blame times length), up
+         * to DIAG_EDGE_STEPS steps in all: on a loaded machine a long job
+         * has dozens of short runs of noise, and loading the edges of
+         * every one of them is loading the whole job. */
+        uint32_t span = (uint32_t)(2 * stride * SEG_WIN);
+        bool *edge = calloc(n_seg, sizeof(bool));
+        if (!edge)
+            goto oom;
+        for (uint64_t budget = 0;;) {
+            size_t best = n_seg;
+            for (size_t g = 0; g < n_seg; g++)
+                if (!edge[g] && (best == n_seg || seg_weight(&seg[g]) > seg_weight(&seg[best])))
+                    best = g;
+            if (best == n_seg || (budget && budget + 4ull * span > DIAG_EDGE_STEPS))
+                break;
+            edge[best] = true, budget += 4ull * span;
+        }
         memset(want, 0, (d.ns + 1) * sizeof(bool));
         for (size_t i = 0; i < d.ns; i++)
             for (size_t g = 0; g < n_seg; g++) {
-                uint32_t s = d.s[i].step, span = (uint32_t)(2 * stride * SEG_WIN);
-                if ((s + span >= seg[g].first && s <= seg[g].first + span) ||
-                    (s + span >= seg[g].last && s <= seg[g].last + span))
+                uint32_t s = d.s[i].step;
+                if (edge[g] && ((s + span >= seg[g].first && s <= seg[g].first + span) ||
+                                (s + span >= seg[g].last && s <= seg[g].last + span)))
                     want[i] = true;
             }
+        free(edge);
         if ((rc = load_detail(&d, want)))
             goto fail_rc;
     }
@@ -3080,6 +3218,12 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
                      (json_int_t)n_slow, "groups", groups, "hidden_groups", (json_int_t)hidden,
                      "stragglers", (json_int_t)n_seg, "reason",
                      reason ? json_string(reason) : json_null());
+    /* a long job on a loaded machine: the slowest steps examined, the
+     * others counted */
+    n_examined = 0;
+    for (size_t k = 0; k < n_steps; k++)
+        n_examined += slow[k];
+    json_object_set_new(*out, "slow_steps_examined", json_integer((json_int_t)n_examined));
     json_object_set_new(*out, "first_step", n_steps ? json_integer(steps[0]) : json_null());
     json_object_set_new(*out, "last_step",
                         n_steps ? json_integer(steps[n_steps - 1]) : json_null());

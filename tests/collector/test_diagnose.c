@@ -512,6 +512,62 @@ static void test_empty(void **s)
     mks_store_close(st);
 }
 
+/* A long job on a loaded machine: LONG_STEPS steps (past the point where
+ * detail is sampled), a lone step of rank 0 stretched by 250 us every 37th
+ * step (about 110 scattered slow steps, each in an epoch of its own), and
+ * the slow attn of rank 2 on steps 10..12 (400 us).  The slow steps
+ * examined are bounded and say so; the fault is among them and its group
+ * first; --step reads the steps around the one asked about, not the job. */
+#define LONG_STEPS 4200
+static void test_long_noisy(void **s)
+{
+    (void)s;
+    gens_only = false;
+    struct mks_store_opts o = {.sz = sizeof(o), .path = ":memory:"};
+    struct mks_store *st;
+    char err[256];
+    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    unsigned n_noise = 0;
+    for (uint32_t r = 0; r < R; r++) {
+        if (df_register(st, "diag", r, R, NW, names, NULL, 3, err, sizeof(err)))
+            fail_msg("register: %s", err);
+        for (uint32_t k = 1; k <= LONG_STEPS; k++) {
+            struct fa_summary *sum = calloc(1, sizeof(*sum));
+            make(sum, r, k, SLOW_TASK);
+            if (r == 0 && k > 100 && k % 37 == 5)
+                sum->steps[0].t_end += 250 * US, n_noise++;
+            if (df_summary(st, "diag", r, k, sum, err, sizeof(err)))
+                fail_msg("ingest: %s", err);
+            free(sum);
+        }
+    }
+    json_t *d = diagnose(st);
+    json_int_t n_slow = json_integer_value(json_object_get(d, "slow_steps"));
+    json_int_t n_exam = json_integer_value(json_object_get(d, "slow_steps_examined"));
+    if (n_slow < (json_int_t)n_noise + 3 || n_exam < 3 || n_exam >= n_slow)
+        fail_msg("%lld slow steps, %lld examined, %u stretched: %s", (long long)n_slow,
+                 (long long)n_exam, n_noise, json_dumps(d, 0));
+    json_t *g = json_array_get(json_object_get(d, "groups"), 0);
+    json_t *root = json_object_get(g, "root");
+    if (strcmp(js(g, "cause"), "slow_task") || json_integer_value(json_object_get(root, "rank")) != 2 ||
+        strcmp(js(root, "task_class"), "attn") || json_array_size(json_object_get(g, "steps")) != 3)
+        fail_msg("first group: %s", json_dumps(g, 0));
+    json_decref(d);
+    /* one step: its neighbourhood only */
+    struct mks_diag_opts so = {.sz = sizeof(so), .only_step = 11};
+    d = NULL;
+    if (mks_diagnose(st, "diag", &so, &d, err, sizeof(err)))
+        fail_msg("diagnose --step: %s", err);
+    assert_int_equal(json_integer_value(json_object_get(d, "first_step")), 1);
+    assert_int_equal(json_integer_value(json_object_get(d, "last_step")), 11 + 1024);
+    g = json_array_get(json_object_get(d, "groups"), 0);
+    if (strcmp(js(g, "cause"), "slow_task") ||
+        json_integer_value(json_object_get(json_object_get(g, "root"), "rank")) != 2)
+        fail_msg("--step 11: %s", json_dumps(d, 0));
+    json_decref(d);
+    mks_store_close(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -532,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_low_coverage),
         cmocka_unit_test(test_min_steps),
         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_long_noisy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
