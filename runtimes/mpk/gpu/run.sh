@@ -6,9 +6,17 @@
 # attached, and in MPK's profiling build; replaces, detaches and re-attaches
 # monitors during one launch; injects faults for the diagnosis; prints one
 # table last (also OUT/summary.txt).
+# Before any of that, probe/probe.sh generates the task graph of Mirage's own
+# rmsnorm test five ways (the C++ core alone, the Python extension with and
+# without torch, as MPK's programs import it): where that crashes, the probe's
+# log names the native frames (fatal_bt, cuda-gdb), the symbols bound outside
+# the extension and the toolchain, and Mirage is built again as a Debug build
+# (-O0, asserts on, the extension linked -Bsymbolic); the runs use the first
+# build whose probe passes. Every process of the runs has fatal_bt preloaded.
 #   runtimes/mpk/gpu/run.sh CARRY_DIR [OUT]      (CARRY_DIR from runtimes/mpk/gpu/prep.sh)
 # Environment: MPK_LAYERS (8), MPK_SEQ (512), MPK_GROUPS (4), MPK_ROUNDS (3),
-# MPK_BUDGET (seconds for the runs, 420).
+# MPK_BUDGET (seconds for the runs; default 420, less so that the whole
+# script ends within 570 s of its start, inside one 600 s device call).
 set -uo pipefail
 carry=$(cd "${1:?usage: run.sh CARRY_DIR [OUT]}" && pwd)
 out=${2:-${OUT:-$PWD/mpk-out}}
@@ -53,33 +61,58 @@ fail() {
 }
 [ -z "$missing" ] || fail "libraries missing for our programs: $missing"
 [ $mk_rc -eq 0 ] || fail "mirage build failed"
-# MPK's own smallest test (rmsnorm in test mode) on the headers as they came
-# in the kit (MIRAGE_ROOT: a pristine include/ beside the built deps/), run
-# while ours compile: whether MPK itself runs on this machine, apart from us
+# a native backtrace on a fatal signal, for every MPK process below (no gdb here)
+bt=$w/fatal_bt.so
+cc -std=c11 -O2 -shared -fPIC -o "$bt" "$src/runtimes/mpk/gpu/probe/fatal_bt.c" >>"$w/res/builds.txt" 2>&1 || bt=""
+# does MPK's task-graph generation run on this machine (it crashed in every
+# MPK process on the first H200 runs)? Where not, Mirage once more as a
+# Debug build, the extension linked -Bsymbolic, and the runs take that one
+mk=$w/mk
+if ! bash "$src/runtimes/mpk/gpu/probe/probe.sh" "$mk" "$w/res/mpk_probe.log" "$bt" | tee -a "$w/res/builds.txt"; then
+    CMAKE_BUILD_TYPE=Debug CFLAGS="-O0 -g" LDFLAGS="-Wl,-Bsymbolic" \
+        bash "$w/kit/build-offline.sh" "$w/mkdbg" python3 >"$w/res/build-mirage-debug.log" 2>&1
+    echo "builds: mirage Debug rc $?, $((SECONDS - t0)) s" | tee -a "$w/res/builds.txt"
+    bash "$src/runtimes/mpk/gpu/probe/probe.sh" "$w/mkdbg" "$w/res/mpk_probe_debug.log" "$bt" |
+        tee -a "$w/res/builds.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || fail "MPK's task-graph generation crashes in both builds (res/mpk_probe*.log)"
+    mk=$w/mkdbg
+fi
+# MPK's own smallest test (rmsnorm in test mode) on the kit's sources as they
+# came, beside the built core and deps (MIRAGE_ROOT for the headers, a copy of
+# the Python package: apply.sh below patches the tree's), run while ours
+# compile: whether MPK itself runs on this machine, apart from us
 mkdir -p "$w/pristine"
-tar -xzf "$w/kit/mirage-a9e0f745-with-deps.tar.gz" -C "$w/pristine" --strip-components=1 mirage/include
-ln -s "$w/mk/mirage/deps" "$w/pristine/deps"
+tar -xzf "$w/kit/mirage-a9e0f745-with-deps.tar.gz" -C "$w/pristine" --strip-components=1 \
+    mirage/include mirage/tests/runtime_python/test_mode
+cp -r "$mk/mirage/python" "$w/pristine/python"
+ln -s "$mk/mirage/deps" "$w/pristine/deps"
+ln -s "$mk/mirage/build" "$w/pristine/build"
 (
-    cd "$w/mk/mirage/tests/runtime_python/test_mode" &&
-        MIRAGE_ROOT=$w/pristine PYTHONPATH=$w/mk/mirage/python:$w/mk/py \
-            LD_LIBRARY_PATH=$w/mk/z3/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-            PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 timeout 500 python3 test_rmsnorm_testmode.py
+    cd "$w/pristine/tests/runtime_python/test_mode" &&
+        MIRAGE_ROOT=$w/pristine PYTHONPATH=$w/pristine/python:$mk/py \
+            LD_LIBRARY_PATH=$mk/z3/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+            LD_PRELOAD=$bt PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 timeout 300 python3 test_rmsnorm_testmode.py
     echo "exit $?"
 ) >"$w/res/mpk_selftest.log" 2>&1 &
 selftest=$!
-"$src/runtimes/mpk/apply.sh" "$w/mk/mirage" || fail "patch refused"
-export PYTHONPATH=$w/mk/mirage/python:$w/mk/py
-export LD_LIBRARY_PATH=$w/mk/z3/usr/lib/x86_64-linux-gnu:$w/mpklib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+"$src/runtimes/mpk/apply.sh" "$mk/mirage" || fail "patch refused"
+export PYTHONPATH=$mk/mirage/python:$mk/py
+export LD_LIBRARY_PATH=$mk/z3/usr/lib/x86_64-linux-gnu:$w/mpklib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+[ -n "$bt" ] && export LD_PRELOAD=$bt${LD_PRELOAD:+:$LD_PRELOAD}
+budget=${MPK_BUDGET:-420}
+left=$((570 - (SECONDS - t0)))
+[ "$budget" -le "$left" ] || budget=$left
 export MKS_DEPS_LIB=$deps_lib
 export MKS_MONITORS_DIR=$carry/monitors
 python3 -u "$src/runtimes/mpk/gpu/drive.py" --bin "$w/build" --monitors "$carry/monitors" \
     --out "$w/res" --layers "${MPK_LAYERS:-8}" --seq "${MPK_SEQ:-512}" --groups "${MPK_GROUPS:-4}" \
-    --rounds "${MPK_ROUNDS:-3}" --budget "${MPK_BUDGET:-420}" --batches "${MPK_BATCHES:-1,8}" 2>&1 | tee "$w/res/drive.out"
+    --rounds "${MPK_ROUNDS:-3}" --budget "$budget" --batches "${MPK_BATCHES:-1,8}" 2>&1 | tee "$w/res/drive.out"
 rc=${PIPESTATUS[0]}
 wait "$selftest"
 st=$(grep -E "^(PASSED|FAILED)" "$w/res/mpk_selftest.log" | tail -n 1)
-echo "MPK's own test (rmsnorm in test mode, the kit's headers): ${st:-did not finish ($(tail -n 1 "$w/res/mpk_selftest.log"))}" |
+echo "MPK's own test (rmsnorm in test mode, the kit's sources): ${st:-did not finish ($(tail -n 1 "$w/res/mpk_selftest.log"))}" |
     tee -a "$w/res/drive.out"
+grep "^graph probe" "$w/res/builds.txt" | tee -a "$w/res/drive.out"
 # at most 8 files come back: the table, the results, the logs, a task graph
 grep -A100 "^== MPK with mkscope" "$w/res/drive.out" >"$out/summary.txt" || true
 cp "$w/res/results.json" "$out/" 2>/dev/null
