@@ -270,6 +270,12 @@ static void body_reduce(struct br_rt *rt, uint32_t w, struct br_task *t)
 
 static void body_expert(struct br_rt *rt, uint32_t w, struct br_task *t);
 
+static void release_no_experts(struct br_rt *rt, uint32_t w, struct br_task *t)
+{
+    (void)w;
+    br_event_fire(rt, ev_of(RK(rt), t->layer, OP_EXPERT));
+}
+
 static void body_router(struct br_rt *rt, uint32_t w, struct br_task *t)
 {
     (void)w;
@@ -315,8 +321,14 @@ static void body_router(struct br_rt *rt, uint32_t w, struct br_task *t)
             }
         }
     }
+    /* No expert of this rank got a token: the combine is released with the
+     * router's own release, not from its body, so that a postponed release
+     * (notify-delay) holds the combine back as it would hold the experts, and
+     * no release of this step arrives after the step has ended (events count
+     * up across steps: a late one would count toward the next step's target
+     * and leave that step's router unfired, the rank hung). */
     if (!n_new)
-        br_event_fire(rt, ev_of(rk, l, OP_EXPERT));
+        t->release = release_no_experts;
 }
 
 static void body_expert(struct br_rt *rt, uint32_t w, struct br_task *t)
