@@ -34,7 +34,9 @@
  *    neighbours, so the steps are also compared across ranks: per step the
  *    blame of a rank is how long its peers waited on it minus how long it
  *    waited on them.  A run of steps where one rank's blame stays above the
- *    noise (find_segments) is a straggler group, named from its first step;
+ *    noise (find_segments), or that stays positive in nearly every step
+ *    asked about by less (a steady straggler), is a straggler group, named
+ *    from its first step;
  *    its cause is scored as in 3, each measure of the rank against the
  *    median of its peers' same measure in the same steps.
  * 5. Coverage.  A link on a rank whose observed share of events is below
@@ -98,6 +100,10 @@
 #define SEG_REL 0.15
 #define SEG_FRAC 0.7
 #define SEG_SHORT 30.0
+/* A steady straggler: blame positive in SEG_STEADY of every step asked
+ * about, its median above SEG_STEADY_REL x tau. */
+#define SEG_STEADY 0.9
+#define SEG_STEADY_REL 0.5
 /* slow_rank: no class holds more than this share of the run-time excess. */
 #define SPREAD_TOP 0.6
 
@@ -1895,6 +1901,19 @@ static double blame_at(const struct blame *b, size_t k, uint32_t r)
     return isnan(in) || isnan(out) ? NAN : in - out;
 }
 
+static int seg_push(struct segment **out, size_t *n, size_t *cap, struct segment sg)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 8;
+        struct segment *ns = realloc(*out, nc * sizeof(*ns));
+        if (!ns)
+            return -ENOMEM;
+        *out = ns, *cap = nc;
+    }
+    (*out)[(*n)++] = sg;
+    return 0;
+}
+
 /* Runs of steps where one rank's blame stays above tau: the rolling median
  * over SEG_WIN steps at or above tau, for SEG_MIN steps or more, its median
  * blame above tau and positive in SEG_FRAC of the steps. */
@@ -2019,27 +2038,45 @@ static int find_segments(struct diag *d, const struct blame *b, double tau, stru
                     }
                 double med = m ? median(v, m) : 0, frac = m ? (double)pos / (double)m : 0;
                 /* a run over every step asked about may be longer than
-                 * what was asked: no penalty for its length */
-                bool whole = ra == 0 && re + 1 == n;
+                 * what was asked: no penalty for its length.  Its first
+                 * and last few steps may fall short (a run's first steps
+                 * start ranks at different times; the rolling median turns
+                 * a little inside the ends) */
+                bool whole = ra <= SEG_WIN / 2 && re + 1 + SEG_WIN / 2 >= n;
                 double need = whole ? tau : tau * (1 + SEG_SHORT / (double)m);
                 if (m >= SEG_MIN && b->step[re] - b->step[ra] + 1 >= SEG_MIN && med >= need &&
-                    frac >= SEG_FRAC) {
-                    if (*n_out == cap) {
-                        size_t nc = cap ? 2 * cap : 8;
-                        struct segment *ns = realloc(*out, nc * sizeof(*ns));
-                        if (!ns)
-                            goto oom;
-                        *out = ns, cap = nc;
-                    }
-                    (*out)[(*n_out)++] = (struct segment){.rank = r, .first = b->step[ra],
-                                                          .last = b->step[re], .blame = med,
-                                                          .frac = frac, .n = m};
-                }
+                    frac >= SEG_FRAC &&
+                    seg_push(out, n_out, &cap,
+                             (struct segment){.rank = r, .first = b->step[ra], .last = b->step[re],
+                                              .blame = med, .frac = frac, .n = m}))
+                    goto oom;
             }
             if (at_end)
                 break;
             open = true, ra = a, re = e;
         }
+        /* A steady straggler: late in nearly every step asked about, by
+         * less than tau (its blame dips under tau now and then, so no
+         * rolling median holds above it).  Noise is not steady: a loaded
+         * machine's rank is late in bursts and early in between. */
+        if (*n_out && (*out)[*n_out - 1].rank == r)
+            continue;
+        size_t m = 0, pos = 0;
+        double *v = scratch(d, n);
+        if (!v)
+            goto oom;
+        for (size_t x = 0; x < n; x++)
+            if (!isnan(z[x])) {
+                v[m++] = z[x];
+                pos += z[x] > 0;
+            }
+        double med = m ? median(v, m) : 0, frac = m ? (double)pos / (double)m : 0;
+        if (m >= SEG_MIN && (double)m >= 0.8 * (double)n && med >= SEG_STEADY_REL * tau &&
+            frac >= SEG_STEADY &&
+            seg_push(out, n_out, &cap,
+                     (struct segment){.rank = r, .first = b->step[0], .last = b->step[n - 1],
+                                      .blame = med, .frac = frac, .n = m}))
+            goto oom;
     }
     free(z), free(win), free(hi);
     return 0;
