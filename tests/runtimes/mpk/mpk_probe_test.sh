@@ -40,7 +40,8 @@ if command -v python3 >/dev/null; then
     # Python's dump comes first, then ours
     awk '/Fatal Python error/ {p = NR} /mkscope fatal_bt: SIGSEGV/ {b = NR} END {exit !(p && b && p < b)}' "$tmp/py" ||
         fail "python: the native backtrace is not after faulthandler's dump"
-    python3 -m py_compile "$src/runtimes/mpk/gpu/probe/graph_probe.py" || fail "graph_probe.py does not compile"
+    python3 -c 'import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)' \
+        "$src/runtimes/mpk/gpu/probe/graph_probe.py" "$tmp/graph_probe.pyc" || fail "graph_probe.py does not compile"
 fi
 
 mkdir -p "$tmp/empty"
