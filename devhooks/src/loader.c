@@ -41,6 +41,7 @@
 #include "mkscope/bpf_isa.h"
 #include "mkscope/hook_abi.h"
 #include "mkscope/loader.h"
+#include "msg.h"
 
 #ifndef EM_BPF
 #define EM_BPF 247
@@ -121,6 +122,7 @@ __attribute__((format(printf, 4, 5))) static int ld_err(char *err, size_t len, i
         va_start(ap, fmt);
         vsnprintf(err, len, fmt, ap);
         va_end(ap);
+        mks_msg_one_line(err);
     }
     return code;
 }

@@ -59,6 +59,7 @@
 #include "mkscope/hook_abi.h"
 #include "mkscope/loader.h"
 #include "mkscope/verifier.h"
+#include "msg.h"
 #include "vf_scalar.h"
 
 /* Instructions processed before the program is called too complex: the
@@ -225,6 +226,7 @@ __attribute__((format(printf, 4, 5))) static int verr(struct vf *v, uint32_t idx
             vsnprintf(v->log + n, v->log_len - (size_t)n, fmt, ap);
             va_end(ap);
         }
+        mks_msg_one_line(v->log);
     }
     return -code;
 }

@@ -433,6 +433,20 @@ static void test_log_truncation(void **state)
     assert_int_equal(verify_simple(p, 2, OBS, 1, NULL, 0, NULL, 0), -MKS_VERR_CTX_ACCESS);
 }
 
+/* A map's name comes from the object and may hold any byte: the message
+ * quoting it stays one line. */
+static void test_log_one_line(void **state)
+{
+    (void)state;
+    static const struct mks_map_spec odd = {"a\nb\rc", MKS_MAP_ARRAY, 4, 8, 1};
+    struct mks_insn p[] = {LD_MAPVAL(1, 0, 0), LDX(DW, 0, 1, 8), EXIT()};
+    struct mks_verify_opts o = {.sz = sizeof(o), .prog_type = OBS, .abi_version = 1, .hook = -1, .maps = &odd, .n_maps = 1};
+    char log[256];
+    assert_int_equal(mks_verify(p, 4, &o, NULL, log, sizeof(log)), -MKS_VERR_MAP_BOUNDS);
+    assert_non_null(strstr(log, "map 'a?b?c'"));
+    assert_null(strchr(log, '\n'));
+}
+
 /* Branches that each spill a different kind of pointer cannot be pruned or
  * widened; exploration stops at its cap with a clear line. */
 static void test_too_complex(void **state)
@@ -552,7 +566,7 @@ int main(void)
     const struct CMUnitTest extra[] = {
         cmocka_unit_test(test_empty),        cmocka_unit_test(test_too_long),
         cmocka_unit_test(test_unknown_abi),  cmocka_unit_test(test_helper_outside_allowed_set),
-        cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_log_truncation),
+        cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_log_truncation), cmocka_unit_test(test_log_one_line),
         cmocka_unit_test(test_codes_covered),  cmocka_unit_test(test_too_complex),
         cmocka_unit_test(test_state_memory_bounded), cmocka_unit_test(test_comparisons_bounded),
     };
