@@ -13,20 +13,28 @@
 # diagnoses that ran in the second phase with their mean time.
 # docs/PERF.md has the figures.
 #
+# --store FILE takes that store (its job named by --job) instead of
+# diag_bench's; --diagnose "ARGS" adds arguments to each diagnose
+# (e.g. "--last 1000").
+#
 #   bench/ingest_during_diagnose.sh [--bin BUILD_DIR] [--ranks 4] [--steps 60000]
 #                                   [--agents 64] [--rate 10] [--seconds 20]
+#                                   [--store FILE --job JOB] [--diagnose ARGS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/build ranks=4 steps=60000 agents=64 rate=10 seconds=20
+bin=$root/build ranks=4 steps=60000 agents=64 rate=10 seconds=20 store="" job=bench dargs=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --store) store=$2 ;;
+    --job) job=$2 ;;
+    --diagnose) dargs=$2 ;;
     --bin) bin=$2 ;;
     --ranks) ranks=$2 ;;
     --steps) steps=$2 ;;
     --agents) agents=$2 ;;
     --rate) rate=$2 ;;
     --seconds) seconds=$2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "ingest_during_diagnose.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -41,8 +49,15 @@ cleanup() {
 trap cleanup EXIT
 
 # The long job (made once: filling takes minutes).
-"$bin/collector/diag_bench" "$ranks" "$steps" /tmp >"$work/diag_bench.txt"
-store=/tmp/mks-diag-bench-${ranks}x${steps}.db
+if [ -z "$store" ]; then
+  "$bin/collector/diag_bench" "$ranks" "$steps" /tmp >"$work/diag_bench.txt"
+  store=/tmp/mks-diag-bench-${ranks}x${steps}.db
+else
+  : >"$work/diag_bench.txt"
+  steps=$(sqlite3 "$store" "SELECT MAX(s.step) + 1 FROM steps s JOIN epochs e ON e.id = s.epoch_id
+                            WHERE e.job = '$job'")
+  ranks=$(sqlite3 "$store" "SELECT COUNT(DISTINCT rank) FROM epochs WHERE job = '$job'")
+fi
 cp "$store" "$work/store.db"
 # (diag_bench's epochs carry made-up receive times: no age or size bound)
 "$bin/collector/mkscope-collector" --ingest "ipc://$work/ingest" --cli "ipc://$work/cli" \
@@ -63,7 +78,9 @@ load "$work/alone.json"
 (
   n=0 t0=$(date +%s%N)
   while [ ! -e "$work/stop" ]; do
-    cli --job bench -f json diagnose >"$work/diag.json" || { echo "diagnose failed" >&2; break; }
+    # shellcheck disable=SC2086 # ARGS are words
+    cli --job "$job" -f json diagnose $dargs >"$work/diag.json" ||
+      { echo "diagnose failed" >&2; break; }
     grep -q '"cause":"none"' "$work/diag.json" && { echo "diagnose found nothing" >&2; break; }
     n=$((n + 1))
   done
@@ -80,7 +97,8 @@ row() {
     (.due_to_ack_ms.p50 * 10 | round / 10), (.due_to_ack_ms.p99 * 10 | round / 10),
     (.due_to_ack_ms.max * 10 | round / 10), .timeouts, .lost] | @tsv' "$1"
 }
-echo "store: $ranks ranks x $steps steps ($(du -h "$store" | cut -f1)); load: $agents agents at $rate epochs/s"
+echo "store: $ranks ranks x $steps steps ($(du -h "$store" | cut -f1)); load: $agents agents at $rate epochs/s;" \
+  "diagnose ${dargs:-(every step)}"
 grep -i "diagnose (every step)" "$work/diag_bench.txt" || true
 printf '%-28s %10s %10s %10s %10s %9s %5s\n' phase "acked/s" "p50 ms" "p99 ms" "max ms" timeouts lost
 { row "$work/alone.json" "ingest alone"; row "$work/busy.json" "ingest + diagnose loop"; } |

@@ -368,9 +368,11 @@ static int step_range(struct diag *d, uint32_t *lo, uint32_t *hi)
         *lo = d->o.step_lo, *hi = d->o.step_hi;
     if (d->o.last) {
         sqlite3_stmt *s;
+        /* Down the step index from the top: the first row of the job is
+         * its last step, however long the job. */
         if (prep(d,
-                 "SELECT MAX(s.step) FROM steps s JOIN epochs e ON e.id = s.epoch_id WHERE"
-                 " e.job = ?1",
+                 "SELECT s.step FROM steps s CROSS JOIN epochs e ON e.id = s.epoch_id WHERE"
+                 " e.job = ?1 AND s.step IS NOT NULL ORDER BY s.step DESC LIMIT 1",
                  &s))
             return -EIO;
         if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL) {
@@ -391,10 +393,16 @@ static int load_cells(struct diag *d, uint32_t lo, uint32_t hi)
 {
     sqlite3_stmt *s;
     size_t cap = 0, cap_es = 0;
+    /* A range of steps is read through the step index (its rows only, not
+     * the job's); all of them through the job's epochs. */
+    bool ranged = lo > 0 || hi < UINT32_MAX;
     if (prep(d,
-             "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
-             " s.queued_while_idle_ns FROM steps s JOIN epochs e ON e.id = s.epoch_id"
-             " WHERE e.job = ?1 AND s.step BETWEEN ?2 AND ?3",
+             ranged ? "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
+                      " s.queued_while_idle_ns FROM steps s CROSS JOIN epochs e ON"
+                      " e.id = s.epoch_id WHERE e.job = ?1 AND s.step BETWEEN ?2 AND ?3"
+                    : "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
+                      " s.queued_while_idle_ns FROM steps s JOIN epochs e ON e.id = s.epoch_id"
+                      " WHERE e.job = ?1 AND s.step BETWEEN ?2 AND ?3",
              &s))
         return -EIO;
     sqlite3_bind_int64(s, 2, lo);
@@ -883,15 +891,31 @@ static void build_clock(struct diag *d)
     sqlite3_stmt *s;
     if (mks_clock_model_create(d->n_ranks, NULL, &d->clock))
         return;
+    /* Anchors from the epochs the steps asked for came in (all of the
+     * job's without --last or --steps): a range of a long job reads its own
+     * epochs, not the hour before it. */
+    int64_t emin = 0, emax = INT64_MAX;
+    if (d->o.range || d->o.last) {
+        emin = INT64_MAX, emax = 0;
+        for (size_t i = 0; i < d->nes; i++) {
+            if (d->es[i].epoch < emin)
+                emin = d->es[i].epoch;
+            if (d->es[i].epoch > emax)
+                emax = d->es[i].epoch;
+        }
+    }
     if (prep(d,
-             "SELECT rank, t_begin_dev, t_begin_host FROM epochs WHERE job = ?1 AND"
-             " t_begin_dev > 0 AND t_begin_host > 0 UNION ALL SELECT rank, t_end_dev,"
-             " t_end_host FROM epochs WHERE job = ?1 AND t_end_dev > 0 AND t_end_host > 0",
+             "SELECT rank, t_begin_dev, t_begin_host FROM epochs WHERE job = ?1 AND id BETWEEN"
+             " ?2 AND ?3 AND t_begin_dev > 0 AND t_begin_host > 0 UNION ALL SELECT rank,"
+             " t_end_dev, t_end_host FROM epochs WHERE job = ?1 AND id BETWEEN ?2 AND ?3 AND"
+             " t_end_dev > 0 AND t_end_host > 0",
              &s)) {
         mks_clock_model_destroy(d->clock);
         d->clock = NULL;
         return;
     }
+    sqlite3_bind_int64(s, 2, emin);
+    sqlite3_bind_int64(s, 3, emax);
     size_t n = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
         struct mks_clock_anchor a = {.rank = (uint32_t)u64(s, 0), .device_ns = u64(s, 1)};

@@ -174,6 +174,9 @@ static const char schema_sql[] =
     " step INTEGER, t_begin_dev INTEGER, t_end_dev INTEGER, tasks INTEGER, complete INTEGER,"
     " queued_while_idle_ns INTEGER);\n"
     "CREATE INDEX IF NOT EXISTS steps_e ON steps(epoch_id);\n"
+    /* the steps of a range (diagnose --last N, --steps A-B) whatever the
+     * job's length */
+    "CREATE INDEX IF NOT EXISTS steps_step ON steps(step);\n"
     "CREATE TABLE IF NOT EXISTS waits(epoch_id INTEGER REFERENCES epochs(id) ON DELETE CASCADE,"
     " comm_gen INTEGER, peer_rank INTEGER, waiter_class INTEGER, step INTEGER, worker INTEGER,"
     " t_begin_dev INTEGER, t_end_dev INTEGER, producer_class INTEGER);\n"
