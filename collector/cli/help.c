@@ -119,6 +119,21 @@ static const struct cmd_help cmds[] = {
      "  mkscope probe 'sum(run) by tile_x where class = expert.3 and step >= 500'\n"
      "  mkscope probe 'p99(wait), count() by channel, peer' --dry-run\n"
      "  mkscope probe --id 4 -f json\n"},
+    {"maps", "mkscope maps PROG/MAP [--ranks R] [--sum]",
+     "A map of a monitor of your own (mkscope attach OBJ.bpf.o), as the agents sent it\n"
+     "with their summaries, decoded with the object's own BTF types: structs by member,\n"
+     "enums by name, char arrays as text, no hex. PROG is the program's name as mkscope\n"
+     "programs lists it (its attach name, or name/function), MAP the map's name in the\n"
+     "object. The maps are per epoch: each rank's newest epoch is shown, or with --sum\n"
+     "every integer of a key added up over the rank's stored epochs (a counter's total).\n"
+     "Without BTF (an object built without -g, a built-in monitor) the entries are\n"
+     "shown in hex with a note saying why. Exit 4 when there is no such program or\n"
+     "map, or no dump of it yet (the error lists what there is).",
+     "  --ranks R          all, or ranks such as 0,2 [all]\n"
+     "  --sum              add each key's integers up over every stored epoch\n",
+     "  mkscope maps classrun/by_class\n"
+     "  mkscope maps classrun/by_class --sum -f json\n"
+     "  mkscope maps classrun/by_class --ranks 0\n"},
     {"top", "mkscope top [--interval S] [--iterations N] [--once]",
      "A live view refreshed every interval: per rank agent state, epochs, tasks,\n"
      "and p99 run time, mean queue time and task count of the last 5 s. q or\n"

@@ -41,6 +41,7 @@ static void usage(FILE *f)
             "                              wait chain (--step N, --steps A-B)\n"
             "  waitchain [--step N]        the wait chain as a text tree (-f dot: a graph)\n"
             "  programs                    programs attached per rank\n"
+            "  maps PROG/MAP [--sum]       a monitor of your own's map, decoded with its BTF\n"
             "  attach OBJ|--builtin NAME   attach a BPF object or built-in monitor\n"
             "         [--name N] [--ranks all|0,2] [--wait MS]\n"
             "  detach NAME [--ranks ...]   detach a program\n"
@@ -463,6 +464,75 @@ static void render_survey(struct mks_cli *cli, json_t *a)
     }
 }
 
+/* A decoded key or value in one line, C-like: {a = 1, b = [2, 3], c = "x"}. */
+static void put_value(FILE *f, json_t *v)
+{
+    size_t i;
+    json_t *x;
+    const char *k;
+    if (json_is_object(v)) {
+        fputc('{', f);
+        i = 0;
+        json_object_foreach(v, k, x)
+        {
+            fprintf(f, "%s%s = ", i++ ? ", " : "", k);
+            put_value(f, x);
+        }
+        fputc('}', f);
+    } else if (json_is_array(v)) {
+        fputc('[', f);
+        json_array_foreach(v, i, x)
+        {
+            if (i)
+                fputs(", ", f);
+            put_value(f, x);
+        }
+        fputc(']', f);
+    } else if (json_is_string(v) && strncmp(json_string_value(v), "0x", 2)) {
+        fprintf(f, "\"%s\"", json_string_value(v));
+    } else {
+        char *s = json_dumps(v, JSON_ENCODE_ANY);
+        fputs(s && json_is_string(v) ? json_string_value(v) : s ? s : "?", f);
+        free(s);
+    }
+}
+
+static void render_maps(struct mks_cli *cli, json_t *a)
+{
+    bool sum = json_is_true(json_object_get(a, "sum"));
+    fprintf(cli->out, "%s/%s, job %s: %s\n", json_string_value(json_object_get(a, "program")),
+            json_string_value(json_object_get(a, "map")), json_string_value(json_object_get(a, "job")),
+            sum ? "every stored epoch's entries added up per rank (--sum)"
+                : "each rank's newest epoch (the maps are per epoch: --sum adds them up)");
+    if (json_is_string(json_object_get(a, "note")))
+        fprintf(cli->out, "note: %s\n", json_string_value(json_object_get(a, "note")));
+    size_t i;
+    json_t *r;
+    long long last = -1;
+    json_array_foreach(json_object_get(a, "rows"), i, r)
+    {
+        long long rank = (long long)json_integer_value(json_object_get(r, "rank"));
+        if (rank != last) {
+            if (sum)
+                fprintf(cli->out, "rank %lld:\n", rank);
+            else
+                fprintf(cli->out, "rank %lld, epoch %lld:\n", rank,
+                        (long long)json_integer_value(json_object_get(r, "epoch")));
+            last = rank;
+        }
+        fputs("  ", cli->out);
+        put_value(cli->out, json_object_get(r, "key"));
+        fputs(" => ", cli->out);
+        put_value(cli->out, json_object_get(r, "value"));
+        if (sum)
+        {
+            long long ne = (long long)json_integer_value(json_object_get(r, "epochs"));
+            fprintf(cli->out, "  (%lld epoch%s)", ne, ne == 1 ? "" : "s");
+        }
+        fputc('\n', cli->out);
+    }
+}
+
 /* ---- subcommands ----------------------------------------------------------------------- */
 
 static int print_json(struct mks_cli *cli, json_t *a)
@@ -495,6 +565,8 @@ static int cmd_simple(struct mks_cli *cli, const char *verb, char **args, size_t
         render_rows(cli, json_object_get(a, "jobs"));
     else if (!strcmp(verb, "trigger-list"))
         render_rows(cli, json_object_get(a, "triggers"));
+    else if (!strcmp(verb, "maps"))
+        render_maps(cli, a);
     else if (!strcmp(verb, "trace-list"))
         render_rows(cli, json_object_get(a, "escalations"));
     else if (!strcmp(verb, "trigger-add"))
@@ -593,7 +665,7 @@ int main(int argc, char **argv)
     size_t npos = a.np - 1;
     if (!strcmp(cmd, "status") || !strcmp(cmd, "ranks") || !strcmp(cmd, "programs") ||
         !strcmp(cmd, "metrics") || !strcmp(cmd, "jobs") || !strcmp(cmd, "query") ||
-        !strcmp(cmd, "sql") || !strcmp(cmd, "survey")) {
+        !strcmp(cmd, "sql") || !strcmp(cmd, "survey") || !strcmp(cmd, "maps")) {
         rc = cmd_simple(&cli, cmd, args, na);
     } else if (!strcmp(cmd, "diagnose") || !strcmp(cmd, "waitchain")) {
         rc = mks_cli_diagnose(&cli, cmd, args, na);

@@ -17,7 +17,7 @@
 static const char *const commands[] = {
     "status",  "ranks",  "jobs", "programs", "metrics", "query", "sql", "diagnose", "waitchain",
     "attach",  "detach", "trigger",  "trace",   "top",   "survey", "verify",   "help",
-    "probe",
+    "probe",   "maps",
 };
 
 static int known(const char *cmd)
@@ -212,6 +212,14 @@ static int check_positional(const struct mks_cli_args *a, char *err, size_t errl
                    named_value(a, "ranks")))
             return usage_fail(err, errlen, cmd,
                               "--id follows a probe started before: it takes --interval only");
+        max = 1;
+    } else if (!strcmp(cmd, "maps")) {
+        const char *sl = npos ? strrchr(p[0], '/') : NULL;
+        if (!sl || sl == p[0] || !sl[1])
+            return usage_fail(err, errlen, cmd,
+                              "give PROG/MAP: a program of mkscope programs and one of its maps,"
+                              " got '%.64s'",
+                              npos ? p[0] : "");
         max = 1;
     } else if (!strcmp(cmd, "verify")) {
         return 0; /* its own options and files: mks_cmd_verify */

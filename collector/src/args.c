@@ -74,6 +74,11 @@ static const struct mks_opt probe_opts[] = {
     U("id", 1, UINT32_MAX, "a probe id"),
     END,
 };
+static const struct mks_opt maps_opts[] = {
+    K("ranks", MKS_OPT_RANKS, "'all' or ranks such as 0,2,3"),
+    K("sum", MKS_OPT_FLAG, NULL),
+    END,
+};
 static const struct mks_opt probe_id_opts[] = {
     U("id", 1, UINT32_MAX, "a probe id"),
     END,
@@ -101,6 +106,7 @@ static const struct cmd cmds[] = {
     {"top", top_opts, 0, 0},
     {"probe", probe_opts, 1, 1},   {"probe-read", probe_id_opts, 0, 0},
     {"probe-stop", probe_id_opts, 0, 0},
+    {"maps", maps_opts, 1, 1},
 };
 
 static const struct cmd *find_cmd(const char *name)

@@ -615,6 +615,8 @@ int mks_serve_cli(const struct mks_serve_env *env, const Mkscope__V1__CliRequest
         return mks_serve_trigger(env, req, out, err, errlen);
     if (!strcmp(v, "probe") || !strcmp(v, "probe-read") || !strcmp(v, "probe-stop"))
         return mks_serve_probe(env, req, out, err, errlen);
+    if (!strcmp(v, "maps"))
+        return mks_serve_maps(env, req, out, err, errlen);
     return mks_serve_fail(err, errlen, MKS_EXIT_USAGE,
                           "unknown request '%s': this collector is older than the CLI?", v);
 }

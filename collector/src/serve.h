@@ -87,6 +87,9 @@ int mks_serve_trace_list(const struct mks_serve_env *env, const Mkscope__V1__Cli
                          json_t **out, char *err, size_t errlen);
 int mks_serve_trigger(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                       json_t **out, char *err, size_t errlen);
+/* maps PROG/MAP: a user monitor's map decoded with its BTF (serve_maps.c) */
+int mks_serve_maps(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
+                   json_t **out, char *err, size_t errlen);
 /* probe, probe-read, probe-stop (serve_probe.c) */
 int mks_serve_probe(const struct mks_serve_env *env, const Mkscope__V1__CliRequest *req,
                     json_t **out, char *err, size_t errlen);

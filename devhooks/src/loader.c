@@ -37,6 +37,9 @@
 #include <unistd.h>
 
 #include <bpf/libbpf.h>
+/* From <bpf/btf.h>, which cannot be included here: its inline btf_kind()
+ * and friends have the names of this file's own raw-BTF walk below. */
+LIBBPF_API const void *btf__raw_data(const struct btf *btf, __u32 *size);
 
 #include "mkscope/bpf_isa.h"
 #include "mkscope/hook_abi.h"
@@ -65,6 +68,12 @@ struct mks_obj {
     void **map_init; /* per map: initial value of an internal map, else NULL */
     size_t *map_init_len;
     uint32_t n_maps;
+    /* The object's BTF (raw, as libbpf left it after relocation) and per
+     * map its key and value type ids (0: none), kept so that whoever reads
+     * the maps back can decode them with the program's own types. */
+    void *btf;
+    size_t btf_len;
+    uint32_t *map_btf; /* 2 per map: key, value */
 };
 
 /* ---- libbpf messages --------------------------------------------------- */
@@ -690,6 +699,8 @@ void mks_obj_close(struct mks_obj *obj)
         free(obj->map_init ? obj->map_init[i] : NULL);
     free(obj->map_init);
     free(obj->map_init_len);
+    free(obj->map_btf);
+    free(obj->btf);
     free(obj->maps);
     free(obj->progs);
     free(obj->name);
@@ -813,12 +824,26 @@ static int obj_extract(struct mks_obj *obj, struct bpf_object *bo, uint32_t abi,
     obj->maps = calloc(n ? n : 1, sizeof(*obj->maps));
     obj->map_init = calloc(n ? n : 1, sizeof(*obj->map_init));
     obj->map_init_len = calloc(n ? n : 1, sizeof(*obj->map_init_len));
-    if (!obj->maps || !obj->map_init || !obj->map_init_len)
+    obj->map_btf = calloc(2 * (n ? n : 1), sizeof(*obj->map_btf));
+    if (!obj->maps || !obj->map_init || !obj->map_init_len || !obj->map_btf)
         return ld_err(err, elen, -ENOMEM, "%s: out of memory", obj->name);
+    const struct btf *btf = bpf_object__btf(bo);
+    if (btf) {
+        uint32_t sz = 0;
+        const void *raw = btf__raw_data(btf, &sz);
+        if (raw && sz && (obj->btf = malloc(sz))) {
+            memcpy(obj->btf, raw, sz);
+            obj->btf_len = sz;
+        }
+    }
     bpf_object__for_each_map(bm, bo) {
         struct mks_map_spec *m = &obj->maps[obj->n_maps];
         uint32_t i = obj->n_maps++;
         map_name(m, bm);
+        if (obj->btf) {
+            obj->map_btf[2 * i] = bpf_map__btf_key_type_id(bm);
+            obj->map_btf[2 * i + 1] = bpf_map__btf_value_type_id(bm);
+        }
         if (bpf_map__is_internal(bm)) {
             size_t sz = 0;
             const void *init = bpf_map__initial_value(bm, &sz);
@@ -1090,5 +1115,32 @@ int mks_obj_map_init(const struct mks_obj *obj, uint32_t i, const void **data_p,
         *data_p = obj->map_init[i];
     if (len_p)
         *len_p = obj->map_init_len[i];
+    return 0;
+}
+
+int mks_obj_btf(const struct mks_obj *obj, const void **data_p, size_t *len_p)
+{
+    if (!obj)
+        return -EINVAL;
+    if (!obj->btf)
+        return -ENOENT;
+    if (data_p)
+        *data_p = obj->btf;
+    if (len_p)
+        *len_p = obj->btf_len;
+    return 0;
+}
+
+int mks_obj_map_btf(const struct mks_obj *obj, uint32_t i, uint32_t *key_type_p,
+                    uint32_t *value_type_p)
+{
+    if (!obj || i >= obj->n_maps)
+        return -EINVAL;
+    if (!obj->btf || (!obj->map_btf[2 * i] && !obj->map_btf[2 * i + 1]))
+        return -ENOENT;
+    if (key_type_p)
+        *key_type_p = obj->map_btf[2 * i];
+    if (value_type_p)
+        *value_type_p = obj->map_btf[2 * i + 1];
     return 0;
 }

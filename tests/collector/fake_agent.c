@@ -144,6 +144,8 @@ struct sum_msgs {
     Mkscope__V1__WorkerStat ws[FA_MAX_WORKERS * FA_MAX_STEPS], *wsp[FA_MAX_WORKERS * FA_MAX_STEPS];
     Mkscope__V1__Coverage cov, *covp;
     Mkscope__V1__GenProgress gp, *gpp;
+    Mkscope__V1__MapDump md, *mdp;
+    Mkscope__V1__MapEntry me, *mep;
 };
 
 static void build_summary(struct sum_msgs *m, const struct fa_summary *s)
@@ -252,6 +254,22 @@ static void build_summary(struct sum_msgs *m, const struct fa_summary *s)
         m->gpp = &m->gp;
         m->sum.gens = &m->gpp;
         m->sum.n_gens = 1;
+    }
+    if (s->map_name) {
+        mkscope__v1__map_dump__init(&m->md);
+        mkscope__v1__map_entry__init(&m->me);
+        m->md.prog_name = (char *)(s->map_prog ? s->map_prog : "");
+        m->md.map_name = (char *)s->map_name;
+        m->me.key.data = (uint8_t *)s->map_key;
+        m->me.key.len = s->map_key_len;
+        m->me.value.data = (uint8_t *)s->map_value;
+        m->me.value.len = s->map_value_len;
+        m->mep = &m->me;
+        m->md.entries = &m->mep;
+        m->md.n_entries = 1;
+        m->mdp = &m->md;
+        m->sum.maps = &m->mdp;
+        m->sum.n_maps = 1;
     }
 }
 

@@ -59,6 +59,10 @@ struct fa_summary {
     /* one generation advance (t_gen 0: none) */
     uint32_t gen_step;
     uint64_t t_gen;
+    /* one entry of a user map's dump (map_name NULL: none) */
+    const char *map_prog, *map_name;
+    uint8_t map_key[16], map_value[16];
+    uint32_t map_key_len, map_value_len;
 };
 
 /* Fill a Register envelope body; class names "c0".."cN" unless names given. */

@@ -661,6 +661,53 @@ static void test_trigger_probe(void **state)
     assert_int_equal(run_cli(NULL, "%s", rm), 0);
 }
 
+/* mkscope maps of a map no attach of this collector describes: the entry in
+ * hex, and a note that says why; the errors of a bad PROG/MAP. */
+static void test_maps_without_types(void **state)
+{
+    (void)state;
+    int s = ingest_sock();
+    struct fa_summary *sum = calloc(1, sizeof(*sum));
+    sum->epoch = N_EPOCHS + 4;
+    sum->map_prog = "mine/count";
+    sum->map_name = "hits";
+    sum->map_key[0] = 7;
+    sum->map_key_len = 4;
+    sum->map_value[0] = 0x2a;
+    sum->map_value_len = 8;
+    mks_envelope *rep = NULL;
+    assert_int_equal(fa_send_summary(s, "e2e", 1, 101, N_EPOCHS + 4, sum, &rep), 0);
+    mks_wire_free(rep);
+    free(sum);
+    nn_close(s);
+    json_t *m = NULL;
+    for (int i = 0; i < 50 && !m; i++) {
+        char *out;
+        if (run_cli(&out, "maps mine/hits -f json") == 0)
+            m = json_loads(out, 0, NULL);
+        free(out);
+        if (!m)
+            usleep(100000);
+    }
+    assert_non_null(m);
+    assert_false(json_is_true(json_object_get(m, "decoded")));
+    assert_non_null(strstr(json_string_value(json_object_get(m, "note")), "shown in hex"));
+    json_t *r = json_array_get(json_object_get(m, "rows"), 0);
+    assert_int_equal(json_integer_value(json_object_get(r, "rank")), 1);
+    assert_string_equal(json_string_value(json_object_get(r, "key")), "0x07000000");
+    assert_string_equal(json_string_value(json_object_get(r, "value")), "0x2a00000000000000");
+    json_decref(m);
+    /* the program by its full name too; a map it has no dump of; bad forms */
+    assert_int_equal(run_cli(NULL, "maps mine/count/hits"), 0);
+    assert_int_equal(run_cli(NULL, "maps mine/misses"), 4);
+    assert_non_null(strstr(cli_err(), "no dump of mine/misses"));
+    assert_int_equal(run_cli(NULL, "maps nosuch/hits"), 4);
+    assert_non_null(strstr(cli_err(), "no program 'nosuch'"));
+    assert_non_null(strstr(cli_err(), "mine/count"));
+    assert_int_equal(run_cli(NULL, "maps hits"), 2);
+    assert_int_equal(run_cli(NULL, "maps mine/"), 2);
+}
+
 /* The metrics port the collector logged ("metrics on http://H:P/metrics"). */
 static int metrics_port(void)
 {
@@ -949,6 +996,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trigger_and_trace),
         cmocka_unit_test(test_metrics_http),
         cmocka_unit_test(test_trigger_probe),
+        cmocka_unit_test(test_maps_without_types),
         cmocka_unit_test(test_survey),
         cmocka_unit_test(test_bounded_requests),
     };

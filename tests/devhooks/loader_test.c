@@ -66,6 +66,34 @@ static const struct mks_map_spec *find_map(const struct mks_obj *obj, const char
     return NULL;
 }
 
+/* The object's BTF and its maps' key and value types are kept (mkscope maps
+ * decodes dumps with them). */
+static void test_btf_kept(void **state)
+{
+    (void)state;
+    struct mks_obj *obj = NULL;
+    char err[512];
+    assert_int_equal(open_file("multi.bpf.o", &obj, err, sizeof(err)), 0);
+    const void *raw = NULL;
+    size_t len = 0;
+    assert_int_equal(mks_obj_btf(obj, &raw, &len), 0);
+    assert_true(len > 24);
+    assert_int_equal(((const uint8_t *)raw)[0] | ((const uint8_t *)raw)[1] << 8, 0xeb9f);
+    uint32_t i, k = 0, v = 0, k2 = 0, v2 = 0;
+    assert_non_null(find_map(obj, "by_gen", &i));
+    assert_int_equal(mks_obj_map_btf(obj, i, &k, &v), 0);
+    assert_true(k > 0 && v > 0 && k != v); /* __u64 key, __u32 value */
+    assert_non_null(find_map(obj, "counts", &i));
+    assert_int_equal(mks_obj_map_btf(obj, i, &k2, &v2), 0);
+    assert_true(k2 > 0 && v2 == k); /* __u32 key, __u64 value: the same types */
+    assert_non_null(find_map(obj, ".rodata", &i));
+    assert_int_equal(mks_obj_map_btf(obj, i, &k2, &v2), 0);
+    assert_true(v2 > 0); /* the section's DATASEC */
+    assert_int_equal(mks_obj_map_btf(obj, mks_obj_map_count(obj), &k2, &v2), -EINVAL);
+    assert_int_equal(mks_obj_btf(NULL, &raw, &len), -EINVAL);
+    mks_obj_close(obj);
+}
+
 static void test_multi(void **state)
 {
     (void)state;
@@ -778,6 +806,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_truncated),     cmocka_unit_test(test_flipped_bytes),
         cmocka_unit_test(test_no_bpf_syscall), cmocka_unit_test(test_sections),
         cmocka_unit_test(test_hostile_btf),
+        cmocka_unit_test(test_btf_kept),
         cmocka_unit_test(test_huge_global_data),
         cmocka_unit_test(test_misaligned_btf_headers),
     };

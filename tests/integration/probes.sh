@@ -263,6 +263,46 @@ jq -e 'all(.ranks[]; .ran_ns >= 2e9 and .ran_ns <= 3.5e9)' <<<"$a" >/dev/null ||
   fail "--probe-for 2s: ran $(jq -c '[.ranks[].ran_ns]' <<<"$a")"
 echo "ok the SLO's probe $pid ran on ranks $(jq -c '[.ranks[].rank]' <<<"$a") while it was at risk"
 
+# ---- a monitor of one's own, read back by name: mkscope maps ----------------------
+# classrun.bpf.o (tests/integration/progs) counts task ends per (class,
+# rank) in a hash map of structs; the ranks wait until it is attached, so
+# its per-epoch dumps added up (--sum) are the megakernel's class counts.
+if [ -n "${MKS_IT_USER_MONITOR:-}" ] && [ -f "$MKS_IT_USER_MONITOR" ]; then
+  job usermon '' --steps 100 --wait-agents 20000
+  registered usermon
+  cli --job usermon attach "$MKS_IT_USER_MONITOR" --name classrun >"$dir/usermon/attach.txt" ||
+    fail "attach of the user monitor failed: $(cat "$dir/usermon/attach.txt")"
+  job_end usermon
+  # the agents' last summaries (application ended) are in once both are gone
+  for _ in $(seq 100); do pgrep -f "$dir/usermon/agent" >/dev/null || break; sleep 0.1; done
+  m=$(cli --job usermon -f json maps classrun/by_class --sum) || fail "maps --sum failed"
+  jq -e '.decoded == true and (.note == null)' <<<"$m" >/dev/null || fail "not decoded: $(jq -c 'del(.rows)' <<<"$m")"
+  names=$(cli -f json sql "SELECT rank, id, name FROM task_classes WHERE job = 'usermon'" | jq -c '.rows')
+  diff <(jq -r '.ranks[] | .rank as $r | .class_counts | to_entries[] | select(.value > 0) |
+                "\($r) \(.key) \(.value)"' "$dir/usermon/bench.json" | sort) \
+       <(jq -r --argjson n "$names" '.rows[] | .rank as $r | .key.task_class as $c |
+                ($n[] | select(.rank == $r and .id == $c) | .name) as $name |
+                "\($r) \($name) \(.value.tasks)"' <<<"$m" | sort) ||
+    fail "maps classrun/by_class --sum differs from the megakernel's class counts (< bench, > maps)"
+  jq -e 'all(.rows[]; .key.rank == .rank and (.value.kind == "CLASSRUN_COMPUTE" or
+         .value.kind == "CLASSRUN_COMM") and .value.tag == "tasks" and .value.run_ns > 0)' <<<"$m" \
+    >/dev/null || fail "decoded fields wrong: $(jq -c '.rows[0]' <<<"$m")"
+  jq -e '[.rows[] | select(.value.kind == "CLASSRUN_COMM")] | length > 0' <<<"$m" >/dev/null ||
+    fail "no communication class came out as CLASSRUN_COMM"
+  cli --job usermon maps classrun/by_class >"$dir/usermon/maps.txt" || fail "maps (text) failed"
+  ! grep -q '0x' "$dir/usermon/maps.txt" || fail "the text answer has hex: $(head -5 "$dir/usermon/maps.txt")"
+  echo "--- mkscope maps classrun/by_class"; head -6 "$dir/usermon/maps.txt"
+  if cli --job usermon maps classrun/nosuch 2>"$dir/usermon/err.txt"; then fail "a map the object lacks answered"; fi
+  grep -q "has no map 'nosuch'; its maps: by_class" "$dir/usermon/err.txt" ||
+    fail "no such map: $(cat "$dir/usermon/err.txt")"
+  if cli --job usermon maps nosuch/by_class 2>"$dir/usermon/err.txt"; then fail "a program never attached answered"; fi
+  grep -q "no program 'nosuch'.*classrun" "$dir/usermon/err.txt" ||
+    fail "no such program: $(cat "$dir/usermon/err.txt")"
+  echo "ok mkscope maps: $(jq '.rows | length' <<<"$m") (class, rank) entries decoded, their sums the megakernel's counts"
+else
+  echo "note: MKS_IT_USER_MONITOR unset (ctest sets it): mkscope maps not checked" >&2
+fi
+
 # ---- the page shows what ran ----------------------------------------------------
 ran_sorted=$(printf '%s\n' "${ran_examples[@]}" | sort -u)
 missing=$(comm -23 <(echo "$docs_examples") <(echo "$ran_sorted"))

@@ -48,6 +48,15 @@ const struct mks_map_spec *mks_obj_maps(const struct mks_obj *obj);
  * into entry 0.  -ENOENT for ordinary maps, which start zeroed. */
 int mks_obj_map_init(const struct mks_obj *obj, uint32_t i, const void **data_p, size_t *len_p);
 
+/* The object's BTF, raw (btf__new() reads it), kept from the object so that
+ * its maps' contents can be decoded with the program's own types (mkscope
+ * maps); -ENOENT when the object has none (built without -g). */
+int mks_obj_btf(const struct mks_obj *obj, const void **data_p, size_t *len_p);
+/* The BTF type ids of map i's key and value (0: not given, e.g. the key of a
+ * .rodata map); -ENOENT when the map has neither. */
+int mks_obj_map_btf(const struct mks_obj *obj, uint32_t i, uint32_t *key_type_p,
+                    uint32_t *value_type_p);
+
 /* Hook from a section name: "mkscope/<event>" (OBSERVE) or
  * "mkscope.control/<event>" (CONTROL). */
 int mks_hook_from_section(const char *section, int32_t *hook_p, uint32_t *prog_type_p);
