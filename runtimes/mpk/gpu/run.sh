@@ -67,10 +67,17 @@ cc -std=c11 -O2 -shared -fPIC -o "$bt" "$src/runtimes/mpk/gpu/probe/fatal_bt.c" 
 # does MPK's task-graph generation run on this machine (it crashed in every
 # MPK process on the first H200 runs)? Where not, Mirage once more as a
 # Debug build, the extension linked -Bsymbolic, and the runs take that one
+# (the Debug build starts beside the probe, in its own process group, and is
+# stopped when the probe passes)
 mk=$w/mk
-if ! bash "$src/runtimes/mpk/gpu/probe/probe.sh" "$mk" "$w/res/mpk_probe.log" "$bt" | tee -a "$w/res/builds.txt"; then
-    CMAKE_BUILD_TYPE=Debug CFLAGS="-O0 -g" LDFLAGS="-Wl,-Bsymbolic" \
-        bash "$w/kit/build-offline.sh" "$w/mkdbg" python3 >"$w/res/build-mirage-debug.log" 2>&1
+CMAKE_BUILD_TYPE=Debug CFLAGS="-O0 -g" LDFLAGS="-Wl,-Bsymbolic" \
+    setsid bash "$w/kit/build-offline.sh" "$w/mkdbg" python3 >"$w/res/build-mirage-debug.log" 2>&1 &
+dbg=$!
+if bash "$src/runtimes/mpk/gpu/probe/probe.sh" "$mk" "$w/res/mpk_probe.log" "$bt" | tee -a "$w/res/builds.txt"; then
+    kill -- -"$dbg" 2>/dev/null
+    wait "$dbg" 2>/dev/null
+else
+    wait "$dbg"
     echo "builds: mirage Debug rc $?, $((SECONDS - t0)) s" | tee -a "$w/res/builds.txt"
     bash "$src/runtimes/mpk/gpu/probe/probe.sh" "$w/mkdbg" "$w/res/mpk_probe_debug.log" "$bt" |
         tee -a "$w/res/builds.txt"

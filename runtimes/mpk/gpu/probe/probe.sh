@@ -63,68 +63,86 @@ pre=()
 [ -n "$bt" ] && [ -f "$bt" ] && pre=(env "LD_PRELOAD=$bt")
 export LD_LIBRARY_PATH=$zl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONPATH=$dest/py${PYTHONPATH:+:$PYTHONPATH}
-verdict=""
-declare -A rc
-run() { # NAME COMMAND...
+# each probe in the background into its own log (they are independent, and
+# the GPU machine has the cores), gathered in a fixed order afterwards
+job() { # NAME COMMAND...: runs it with fatal_bt preloaded, rc into NAME.rc
     local name=$1
     shift
-    say "== $name: $*"
-    timeout 300 "${pre[@]}" "$@" >>"$log" 2>&1
-    rc[$name]=$?
-    local v="rc ${rc[$name]}"
-    [ "${rc[$name]}" -eq 0 ] && v=PASSED
-    [ "${rc[$name]}" -eq 139 ] && v="SIGSEGV"
-    [ "${rc[$name]}" -eq 134 ] && v="SIGABRT"
-    [ "${rc[$name]}" -eq 124 ] && v="timed out"
+    { echo "== $name: $*"; timeout 240 "${pre[@]}" "$@"; } >"$work/$name.log" 2>&1
+    echo $? >"$work/$name.rc"
+}
+cxx_probe() { # the C++ core alone, with Mirage's release flags (CMake: -O2 -O3 -DNDEBUG)
+    if "$cxx" -std=gnu++17 -fopenmp -O3 -DNDEBUG -g -w \
+        -DMIRAGE_BACKEND_USE_CUDA -DMIRAGE_FINGERPRINT_USE_CUDA \
+        -I"$m/include" -I"$m/deps/json/include" -I"$m/deps/cutlass/include" \
+        -I"$m/deps/cutlass/tools/util/include" -I"$dest/py/z3/include" -I"$cuda/include" \
+        "$here/graph_probe.cc" -o "$work/graph_probe" "$m/build/libmirage_runtime.a" \
+        -L"$m/build/abstract_subexpr/release" -L"$m/build/formal_verifier/release" \
+        -labstract_subexpr -lformal_verifier -L"$zl" -lz3 -L"$cuda/lib64" -L"$cuda/lib64/stubs" \
+        -lcudart -lcuda -lgomp -lrt -ldl -lpthread -lstdc++fs \
+        -Wl,-rpath,"$m/build/abstract_subexpr/release:$m/build/formal_verifier/release:$zl" \
+        >"$work/build.log" 2>&1; then
+        job c++ "$work/graph_probe" rmsnorm_hopper "$work/task_graph.json"
+        cat "$work/build.log" >>"$work/c++.log"
+    else
+        { echo "== c++: graph_probe.cc did not build with $cxx"; cat "$work/build.log"; } >"$work/c++.log"
+        echo build >"$work/c++.rc"
+    fi
+}
+cxx_probe &
+for mode in none after before full; do
+    job "py-$mode" python3 "$here/graph_probe.py" --core "$core" --torch "$mode" &
+done
+wait
+verdict=""
+for name in c++ py-none py-after py-before py-full; do
+    cat "$work/$name.log" >>"$log"
+    r=$(cat "$work/$name.rc" 2>/dev/null || echo lost)
+    case $r in
+    0) v=PASSED ;;
+    139) v=SIGSEGV ;;
+    134) v=SIGABRT ;;
+    124) v="timed out" ;;
+    build) v="did not build" ;;
+    *) v="rc $r" ;;
+    esac
     say "-- $name: $v"
     verdict="$verdict${verdict:+, }$name $v"
-}
-
-# the C++ core alone, with Mirage's own release flags (CMake: -O2 -O3 -DNDEBUG)
-say "== building graph_probe with $cxx"
-if "$cxx" -std=gnu++17 -fopenmp -O3 -DNDEBUG -g -w \
-    -DMIRAGE_BACKEND_USE_CUDA -DMIRAGE_FINGERPRINT_USE_CUDA \
-    -I"$m/include" -I"$m/deps/json/include" -I"$m/deps/cutlass/include" \
-    -I"$m/deps/cutlass/tools/util/include" -I"$dest/py/z3/include" -I"$cuda/include" \
-    "$here/graph_probe.cc" -o "$work/graph_probe" "$m/build/libmirage_runtime.a" \
-    -L"$m/build/abstract_subexpr/release" -L"$m/build/formal_verifier/release" \
-    -labstract_subexpr -lformal_verifier -L"$zl" -lz3 -L"$cuda/lib64" -L"$cuda/lib64/stubs" \
-    -lcudart -lcuda -lgomp -lrt -ldl -lpthread -lstdc++fs \
-    -Wl,-rpath,"$m/build/abstract_subexpr/release:$m/build/formal_verifier/release:$zl" >>"$log" 2>&1; then
-    run c++ "$work/graph_probe" rmsnorm_hopper "$work/task_graph.json"
-else
-    say "-- c++: did not build"
-    verdict="c++ did not build"
-fi
-for mode in none after before full; do
-    run "py-$mode" python3 "$here/graph_probe.py" --core "$core" --torch "$mode"
 done
+full_rc=$(cat "$work/py-full.rc" 2>/dev/null || echo 1)
 
-if [ "${rc[py-full]}" -ne 0 ]; then
+if [ "$full_rc" != 0 ]; then
     # which of the extension's references the dynamic linker gave to objects
-    # other than the extension itself and the C and C++ runtimes
-    say "== py-full under LD_DEBUG=bindings: the extension's symbols bound elsewhere"
-    LD_DEBUG=bindings LD_DEBUG_OUTPUT=$work/bind timeout 300 "${pre[@]}" \
-        python3 "$here/graph_probe.py" --core "$core" --torch full >/dev/null 2>&1
-    cat "$work"/bind.* 2>/dev/null | grep -F "binding file $core " |
-        grep -v -F "to $core " |
-        sed -E 's/.* to ([^ ]+) \[[0-9]+\]: (normal|weak) symbol `([^'"'"']+).*/\1 \3/' |
-        grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libpython[0-9.]*)\.so|/bin/python' |
-        sort | uniq | awk '{n[$1]++; if (n[$1] <= 40) print} END {for (l in n) print "bound to", l ":", n[l], "symbols"}' \
-        >>"$log" 2>&1
-    rm -f "$work"/bind.*
+    # other than the extension itself and the C and C++ runtimes; and the
+    # crash under a debugger (both at once)
+    (
+        LD_DEBUG=bindings LD_DEBUG_OUTPUT=$work/ld.bind timeout 240 "${pre[@]}" \
+            python3 "$here/graph_probe.py" --core "$core" --torch full >/dev/null 2>&1
+        echo "== py-full under LD_DEBUG=bindings: the extension's symbols bound elsewhere"
+        cat "$work"/ld.bind.* 2>/dev/null | grep -F "binding file $core " |
+            grep -v -F "to $core " |
+            sed -E 's/.* to ([^ ]+) \[[0-9]+\]: (normal|weak) symbol `([^'"'"']+).*/\1 \3/' |
+            grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libpython[0-9.]*)\.so|/bin/python' |
+            sort | uniq | awk '{n[$1]++; if (n[$1] <= 40) print} END {for (l in n) print "bound to", l ":", n[l], "symbols"}'
+        rm -f "$work"/ld.bind.*
+    ) >"$work/bind.log" 2>&1 &
     gdb=$(command -v cuda-gdb || command -v gdb || true)
     if [ -n "$gdb" ]; then
-        say "== py-full under $gdb"
-        timeout 300 "$gdb" -q -batch -nx -ex 'set pagination off' -ex 'set confirm off' \
-            -ex run -ex bt -ex 'info registers rip rsp' -ex 'x/8i $pc' -ex 'info sharedlibrary' \
-            --args "$(python3 -c 'import sys; print(sys.executable)')" "$here/graph_probe.py" --core "$core" --torch full >>"$log" 2>&1
-        say "-- $gdb: rc $?"
+        {
+            echo "== py-full under $gdb"
+            timeout 240 "$gdb" -q -batch -nx -ex 'set pagination off' -ex 'set confirm off' \
+                -ex run -ex bt -ex 'info registers rip rsp' -ex 'x/8i $pc' -ex 'info sharedlibrary' \
+                --args "$(python3 -c 'import sys; print(sys.executable)')" "$here/graph_probe.py" \
+                --core "$core" --torch full
+            echo "-- $gdb: rc $?"
+        } >"$work/gdb.log" 2>&1 &
     else
-        say "-- no cuda-gdb or gdb here"
+        echo "-- no cuda-gdb or gdb here" >"$work/gdb.log"
     fi
+    wait
+    cat "$work/bind.log" "$work/gdb.log" >>"$log"
 fi
 command -v c++filt >/dev/null && { c++filt <"$log" >"$work/log" && cat "$work/log" >"$log"; }
 rm -rf "$work"
 echo "graph probe ($dest): $verdict" | tee -a "$log"
-[ "${rc[py-full]}" -eq 0 ]
+[ "$full_rc" = 0 ]
