@@ -209,11 +209,14 @@ json_t *mks_serve_column(sqlite3_stmt *s, int i)
         /* Blobs as hex: histograms and map keys are small. */
         int n = sqlite3_column_bytes(s, i);
         const uint8_t *p = sqlite3_column_blob(s, i);
+        static const char digits[] = "0123456789abcdef";
         char *hex = malloc((size_t)n * 2 + 1);
         if (!hex)
             return json_null();
-        for (int k = 0; k < n; k++)
-            snprintf(hex + 2 * k, 3, "%02x", p[k]);
+        for (int k = 0; k < n; k++) {
+            hex[2 * k] = digits[p[k] >> 4];
+            hex[2 * k + 1] = digits[p[k] & 15];
+        }
         hex[2 * n] = 0;
         json_t *v = json_string(hex);
         free(hex);
@@ -231,14 +234,20 @@ int mks_serve_rows(sqlite3_stmt *s, size_t max_rows, json_t **rows_p, bool *trun
     int rc;
     size_t n = 0;
     bool trunc = false;
+    size_t bytes = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (n++ >= max_rows) {
+        if (n++ >= max_rows || bytes > MKS_SERVE_ANSWER_BYTES) {
             trunc = true;
             break;
         }
         json_t *row = json_object();
-        for (int i = 0; i < sqlite3_column_count(s); i++)
+        for (int i = 0; i < sqlite3_column_count(s); i++) {
+            /* What the value takes in the answer, about (blobs as hex). */
+            int t = sqlite3_column_type(s, i);
+            size_t vb = (size_t)sqlite3_column_bytes(s, i);
+            bytes += strlen(sqlite3_column_name(s, i)) + 8 + (t == SQLITE_BLOB ? 2 * vb : t == SQLITE_TEXT ? vb : 24);
             json_object_set_new(row, sqlite3_column_name(s, i), mks_serve_column(s, i));
+        }
         json_array_append_new(rows, row);
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
@@ -493,9 +502,14 @@ static int serve_sql(const struct mks_serve_env *env, const Mkscope__V1__CliRequ
     json_t *rows;
     bool trunc;
     struct mks_serve_limit lim;
+    /* No one value larger than an answer may be: SQLite refuses to make
+     * it (randomblob(1e9) took 1 GB and minutes of this thread), where the
+     * progress handler would only look after it was made. */
+    int maxlen = sqlite3_limit(db, SQLITE_LIMIT_LENGTH, MKS_SERVE_VALUE_BYTES);
     mks_serve_limit_begin(db, &lim, env->limit_ns);
     int rc = mks_serve_rows(s, MAX_ROWS, &rows, &trunc, err, errlen);
     mks_serve_limit_end(db);
+    sqlite3_limit(db, SQLITE_LIMIT_LENGTH, maxlen);
     if (rc)
         return mks_serve_limit_check(&lim, "sql", err, errlen) ? MKS_EXIT_ERROR : rc;
     *out = json_pack("{s:o, s:b}", "rows", rows, "truncated", trunc);

@@ -36,6 +36,11 @@ int mks_serve_rows(sqlite3_stmt *s, size_t max_rows, json_t **rows_p, bool *trun
  * the statement (SQLITE_INTERRUPT) once the time is up or the library's
  * memory grew by more than MKS_SERVE_MEM_BYTES since the start. */
 #define MKS_SERVE_MEM_BYTES (512ll << 20)
+/* The largest string or blob a `mkscope sql` statement may make (SQLite's
+ * SQLITE_LIMIT_LENGTH while it runs), and about the most an answer's rows
+ * may take (then `truncated`): a CLI reply is at most 16 MiB. */
+#define MKS_SERVE_VALUE_BYTES (4 << 20)
+#define MKS_SERVE_ANSWER_BYTES ((size_t)6 << 20)
 struct mks_serve_limit {
     uint64_t deadline_mono_ns, limit_ns;
     int64_t mem_base;

@@ -64,7 +64,12 @@ static int parse_value(const char *s, double *v)
                 rest++;
             if (*rest)
                 return -EINVAL;
+            /* Every metric is a count or a duration: a negative, NaN or
+             * infinite threshold is a mistake (one fires on every epoch,
+             * the others never). */
             *v = x * units[i].m;
+            if (!isfinite(*v) || *v < 0)
+                return -ERANGE;
             return 0;
         }
     }
@@ -116,7 +121,7 @@ static int trig_parse(const char *expr, struct trig *t, char *err, size_t errlen
     }
     if (parse_value(rhs, &t->threshold))
         return mks_serve_fail(err, errlen, -EINVAL,
-                              "trigger: '%s' is not a value (a number with ns, us, ms or s)", rhs);
+                              "trigger: '%s' is not a value (a finite number >= 0, with ns, us, ms or s)", rhs);
     /* lhs: AGG(METRIC) or METRIC(PRED) */
     char *lp = strchr(lhs, '('), *rp = strrchr(lhs, ')');
     if (!lp || !rp || rp < lp)

@@ -436,6 +436,14 @@ static void test_trigger_and_trace(void **state)
     /* A bad SLO is refused with the reason. */
     assert_int_equal(run_cli(NULL, "trigger add 'max(stepp) > 1ms'"), 2);
     assert_non_null(strstr(cli_err(), "unknown metric 'stepp'"));
+    /* A negative threshold fired on every epoch, NaN and infinity never. */
+    static const char *const bad[] = {"-2ms", "nan", "inf", "1e400s", "-0.5"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char cmd[96];
+        snprintf(cmd, sizeof(cmd), "trigger add 'p99(step) > %s'", bad[i]);
+        assert_int_equal(run_cli(NULL, cmd), 2);
+        assert_non_null(strstr(cli_err(), "is not a value (a finite number >= 0"));
+    }
     assert_int_equal(run_cli(&out, "trigger add 'max(step) > 1700us' -f json"), 0);
     json_t *j = json_loads(out, 0, NULL);
     free(out);
@@ -912,6 +920,17 @@ static void test_bounded_requests(void **state)
     /* Reporting pragmas still work. */
     json_t *j = cli_json("sql 'PRAGMA table_info(epochs)' -f %s", "json");
     assert_true(json_array_size(json_object_get(j, "rows")) > 5);
+    json_decref(j);
+    /* One value of 1 GB was made before the progress handler could look
+     * (1 GB and minutes of a worker): refused at once now. */
+    assert_int_equal(run_cli(NULL, "sql 'SELECT randomblob(1000000000)'"), 1);
+    assert_non_null(strstr(cli_err(), "string or blob too big"));
+    /* Rows of 1 MiB each stop at about 6 MiB of answer, truncated. */
+    j = cli_json("sql 'WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r LIMIT 40)"
+                 " SELECT x, zeroblob(500000) AS b FROM r' -f %s", "json");
+    assert_true(json_is_true(json_object_get(j, "truncated")));
+    size_t got = json_array_size(json_object_get(j, "rows"));
+    assert_true(got >= 5 && got <= 8);
     json_decref(j);
 
     /* A recursive CTE without an end, in the background. */
