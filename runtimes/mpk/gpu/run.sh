@@ -56,6 +56,7 @@ echo "builds: mirage rc $mk_rc, $((SECONDS - t0)) s; libraries not found: ${miss
 fail() {
     echo "$*" | tee -a "$w/res/builds.txt"
     tail -n 40 "$w/res/build-mirage.log"
+    cp "$w/res/builds.txt" "$out/summary.txt"
     tar -czf "$out/logs.tgz" -C "$w" res
     exit 1
 }
@@ -81,7 +82,8 @@ else
     echo "builds: mirage Debug rc $?, $((SECONDS - t0)) s" | tee -a "$w/res/builds.txt"
     bash "$src/runtimes/mpk/gpu/probe/probe.sh" "$w/mkdbg" "$w/res/mpk_probe_debug.log" "$bt" |
         tee -a "$w/res/builds.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || fail "MPK's task-graph generation crashes in both builds (res/mpk_probe*.log)"
+    [ "${PIPESTATUS[0]}" -eq 0 ] ||
+        fail "no Mirage build here generates MPK's task graph (res/mpk_probe*.log, res/build-mirage-debug.log)"
     mk=$w/mkdbg
 fi
 # MPK's own smallest test (rmsnorm in test mode) on the kit's sources as they

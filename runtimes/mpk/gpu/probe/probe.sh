@@ -80,7 +80,7 @@ cxx_probe() { # the C++ core alone, with Mirage's release flags (CMake: -O2 -O3 
         -L"$m/build/abstract_subexpr/release" -L"$m/build/formal_verifier/release" \
         -labstract_subexpr -lformal_verifier -L"$zl" -lz3 -L"$cuda/lib64" -L"$cuda/lib64/stubs" \
         -lcudart -lcuda -lgomp -lrt -ldl -lpthread -lstdc++fs \
-        -Wl,-rpath,"$m/build/abstract_subexpr/release:$m/build/formal_verifier/release:$zl" \
+        -Wl,-rpath,"$m/build/abstract_subexpr/release:$m/build/formal_verifier/release:$zl:$cuda/lib64" \
         >"$work/build.log" 2>&1; then
         job c++ "$work/graph_probe" rmsnorm_hopper "$work/task_graph.json"
         cat "$work/build.log" >>"$work/c++.log"
