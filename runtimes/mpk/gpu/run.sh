@@ -7,8 +7,9 @@
 # monitors during one launch; injects faults for the diagnosis; prints one
 # table last (also OUT/summary.txt).
 # Before any of that, probe/probe.sh generates the task graph of Mirage's own
-# rmsnorm test five ways (the C++ core alone, the Python extension with and
-# without torch, as MPK's programs import it): where that crashes, the probe's
+# rmsnorm test six ways (the C++ core alone, the Python extension with and
+# without torch, as MPK's programs import it, through MPK's front end with
+# CUDA tensors as its test drives it): where that crashes, the probe's
 # log names the native frames (fatal_bt, cuda-gdb), the symbols bound outside
 # the extension and the toolchain, and Mirage is built again as a Debug build
 # (-O0, asserts on, the extension linked -Bsymbolic); the runs use the first

@@ -1,31 +1,58 @@
 """The graph of graph_probe.cc (Mirage's rmsnorm test-mode graph) through
 Mirage's Python extension (mirage.core, the calls persistent_kernel.py and
 kernel.py make for it), then generate_task_graph, in a process arranged one
-of four ways, to tell where the crash seen on the GPU machine comes from:
+of five ways, to tell where the crash seen on the GPU machine comes from:
 
     --torch none    torch never loaded (a stand-in module for core's import)
     --torch after   mirage.core loaded first; it imports torch itself
     --torch before  torch imported first, then mirage.core
     --torch full    `import mirage` as MPK's programs do (torch, z3 stand-in,
                     the Rust stand-ins preloaded, the whole package)
+    --torch mpk     MPK's front end as its test drives it: CUDA tensors,
+                    get_configurations_from_gpu, PersistentKernel in test mode,
+                    rmsnorm_layer, then the graph's generate_task_graph (the
+                    test without its kernel compile; needs a GPU)
 
     python3 graph_probe.py --core PATH_TO_core.cpython-*.so --torch MODE
 
-Prints "graph_probe.py (MODE): PASSED ..." or dies as the test did.  Needs no
-GPU: graph generation makes no CUDA call.
+Prints "graph_probe.py (MODE): PASSED ..." or dies as the test did.  Only
+--torch mpk needs a GPU: graph generation itself makes no CUDA call.
 """
 import argparse, faulthandler, importlib.util, os, sys, types
 
 faulthandler.enable()
 p = argparse.ArgumentParser()
 p.add_argument("--core", required=True, help="mirage/core.cpython-*.so of the build under test")
-p.add_argument("--torch", choices=("none", "after", "before", "full"), default="before")
+p.add_argument("--torch", choices=("none", "after", "before", "full", "mpk"), default="before")
 a = p.parse_args()
 
-if a.torch == "full":
+if a.torch in ("full", "mpk"):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(a.core))))
     import mirage
     core = mirage.core
+if a.torch == "mpk":
+    import torch
+    from mirage.mpk.persistent_kernel import PersistentKernel
+
+    B, H = 16, 4096
+    xt = torch.randn(B, H, dtype=torch.bfloat16, device="cuda")
+    wt = torch.randn(H, dtype=torch.bfloat16, device="cuda")
+    ot = torch.zeros(B, H, dtype=torch.bfloat16, device="cuda")
+    workers, schedulers = mirage.get_configurations_from_gpu(0)
+    params = PersistentKernel.get_default_init_parameters()
+    params.update(test_mode=True, num_workers=workers, num_local_schedulers=schedulers,
+                  mpi_rank=0, world_size=1)
+    pk = PersistentKernel(**params)
+    x = pk.attach_input(xt, name="x")
+    w = pk.attach_input(wt, name="w")
+    o = pk.attach_input(ot, name="out")
+    pk.rmsnorm_layer(input=x, weight=w, output=o, grid_dim=(B, 1, 1),
+                     block_dim=(256, 1, 1) if pk.target_cc >= 90 else (128, 1, 1))
+    print("graph_probe.py (mpk): generate_task_graph...", flush=True)
+    r = pk.kn_graph.generate_task_graph(num_gpus=1, my_gpu_id=0)
+    print("graph_probe.py (mpk): PASSED: %d bytes of code, %d bytes of task graph" %
+          (len(r["cuda_code"]), len(r["json_file"])), flush=True)
+    sys.exit(0)
 else:
     if a.torch == "none":
         sys.modules["torch"] = types.ModuleType("torch")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where MPK's task-graph generation crashes, on a machine with no gdb (the lent
 # GPU machines; runtimes/mpk/gpu/run.sh runs this after building Mirage). The
-# rmsnorm graph of Mirage's own test-mode test is generated five ways, each
+# rmsnorm graph of Mirage's own test-mode test is generated six ways, each
 # preloaded with fatal_bt (a native backtrace on a fatal signal):
 #   c++            graph_probe.cc linked with the build's libmirage_runtime.a
 #                  (the C++ core alone, no Python)
@@ -9,13 +9,15 @@
 #   py-after       mirage.core first, torch imported by it
 #   py-before      torch first, then mirage.core
 #   py-full        `import mirage`, as MPK's programs do
-# then, where py-full crashes: which of the extension's symbols the dynamic
+#   py-mpk         MPK's front end as its test drives it (CUDA tensors,
+#                  PersistentKernel in test mode), without the kernel compile
+# then, where py-full (else py-mpk) crashes: which of the extension's symbols the dynamic
 # linker bound to other objects than its own (LD_DEBUG=bindings), and the
 # crash under cuda-gdb where it exists (it debugs host code too), with the
 # environment (compilers, Python's build flags, limits) beside it.
 #   probe.sh DEST LOG [FATAL_BT_SO]      (DEST: build-offline.sh's destination)
 # Prints one verdict line last (also at the end of LOG); exits 0 when py-full
-# passed, 1 when it did not, 2 when nothing could be probed.
+# and py-mpk passed, 1 when either did not, 2 when nothing could be probed.
 set -uo pipefail
 dest=$(cd "${1:?usage: probe.sh DEST LOG [FATAL_BT_SO]}" && pwd)
 log=${2:?usage: probe.sh DEST LOG [FATAL_BT_SO]}
@@ -90,12 +92,12 @@ cxx_probe() { # the C++ core alone, with Mirage's release flags (CMake: -O2 -O3 
     fi
 }
 cxx_probe &
-for mode in none after before full; do
+for mode in none after before full mpk; do
     job "py-$mode" python3 "$here/graph_probe.py" --core "$core" --torch "$mode" &
 done
 wait
 verdict=""
-for name in c++ py-none py-after py-before py-full; do
+for name in c++ py-none py-after py-before py-full py-mpk; do
     cat "$work/$name.log" >>"$log"
     r=$(cat "$work/$name.rc" 2>/dev/null || echo lost)
     case $r in
@@ -110,15 +112,19 @@ for name in c++ py-none py-after py-before py-full; do
     verdict="$verdict${verdict:+, }$name $v"
 done
 full_rc=$(cat "$work/py-full.rc" 2>/dev/null || echo 1)
+mpk_rc=$(cat "$work/py-mpk.rc" 2>/dev/null || echo 1)
+# the post-mortems take the first of the two that failed
+pm=full
+[ "$full_rc" = 0 ] && pm=mpk
 
-if [ "$full_rc" != 0 ]; then
+if [ "$full_rc" != 0 ] || [ "$mpk_rc" != 0 ]; then
     # which of the extension's references the dynamic linker gave to objects
     # other than the extension itself and the C and C++ runtimes; and the
     # crash under a debugger (both at once)
     (
         LD_DEBUG=bindings LD_DEBUG_OUTPUT=$work/ld.bind timeout 240 "${pre[@]}" \
-            python3 "$here/graph_probe.py" --core "$core" --torch full >/dev/null 2>&1
-        echo "== py-full under LD_DEBUG=bindings: the extension's symbols bound elsewhere"
+            python3 "$here/graph_probe.py" --core "$core" --torch $pm >/dev/null 2>&1
+        echo "== py-$pm under LD_DEBUG=bindings: the extension's symbols bound elsewhere"
         cat "$work"/ld.bind.* 2>/dev/null | grep -F "binding file $core " |
             grep -v -F "to $core " |
             sed -E 's/.* to ([^ ]+) \[[0-9]+\]: (normal|weak) symbol `([^'"'"']+).*/\1 \3/' |
@@ -129,11 +135,11 @@ if [ "$full_rc" != 0 ]; then
     gdb=$(command -v cuda-gdb || command -v gdb || true)
     if [ -n "$gdb" ]; then
         {
-            echo "== py-full under $gdb"
+            echo "== py-$pm under $gdb"
             timeout 240 "$gdb" -q -batch -nx -ex 'set pagination off' -ex 'set confirm off' \
                 -ex run -ex bt -ex 'info registers rip rsp' -ex 'x/8i $pc' -ex 'info sharedlibrary' \
                 --args "$(python3 -c 'import sys; print(sys.executable)')" "$here/graph_probe.py" \
-                --core "$core" --torch full
+                --core "$core" --torch $pm
             echo "-- $gdb: rc $?"
         } >"$work/gdb.log" 2>&1 &
     else
@@ -145,4 +151,4 @@ fi
 command -v c++filt >/dev/null && { c++filt <"$log" >"$work/log" && cat "$work/log" >"$log"; }
 rm -rf "$work"
 echo "graph probe ($dest): $verdict" | tee -a "$log"
-[ "$full_rc" = 0 ]
+[ "$full_rc" = 0 ] && [ "$mpk_rc" = 0 ]
