@@ -71,8 +71,11 @@ cc -std=c11 -O2 -shared -fPIC -o "$bt" "$src/runtimes/mpk/gpu/probe/fatal_bt.c" 
 # Debug build, the extension linked -Bsymbolic, and the runs take that one
 # (the Debug build starts beside the probe, in its own process group, and is
 # stopped when the probe passes)
+# (-Bsymbolic through LDSHARED, which only the extension's link reads: CMake
+# would hand LDFLAGS to nvcc too, which refuses -Wl options)
 mk=$w/mk
-CMAKE_BUILD_TYPE=Debug CFLAGS="-O0 -g" LDFLAGS="-Wl,-Bsymbolic" \
+ldshared=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("LDSHARED"))')
+CMAKE_BUILD_TYPE=Debug CFLAGS="-O0 -g" LDSHARED="$ldshared -Wl,-Bsymbolic" \
     setsid bash "$w/kit/build-offline.sh" "$w/mkdbg" python3 >"$w/res/build-mirage-debug.log" 2>&1 &
 dbg=$!
 if bash "$src/runtimes/mpk/gpu/probe/probe.sh" "$mk" "$w/res/mpk_probe.log" "$bt" | tee -a "$w/res/builds.txt"; then
