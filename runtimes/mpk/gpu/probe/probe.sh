@@ -11,10 +11,10 @@
 #   py-full        `import mirage`, as MPK's programs do
 #   py-mpk         MPK's front end as its test drives it (CUDA tensors,
 #                  PersistentKernel in test mode), without the kernel compile
-# then, where py-full (else py-mpk) crashes: which of the extension's symbols the dynamic
-# linker bound to other objects than its own (LD_DEBUG=bindings), and the
-# crash under cuda-gdb where it exists (it debugs host code too), with the
-# environment (compilers, Python's build flags, limits) beside it.
+# then, where py-full (else py-mpk) crashes: which of the extension's symbols
+# the dynamic linker bound to other objects than its own (LD_DEBUG=bindings),
+# and the crash under cuda-gdb where it exists (it debugs host code too), with
+# the environment (compilers, Python's build flags, limits) beside it.
 #   probe.sh DEST LOG [FATAL_BT_SO]      (DEST: build-offline.sh's destination)
 # Prints one verdict line last (also at the end of LOG); exits 0 when py-full
 # and py-mpk passed, 1 when either did not, 2 when nothing could be probed.
@@ -26,6 +26,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 m=$dest/mirage
 zl=$dest/z3/usr/lib/x86_64-linux-gnu
 work=$(mktemp -d "${TMPDIR:-/tmp}/mpk-probe.XXXXXX")
+trap 'rm -rf "$work"' EXIT
 core=$(ls "$m"/python/mirage/core.cpython-*.so 2>/dev/null | head -n 1)
 cuda=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}
 cxx=${CXX:-$(command -v g++ || command -v c++)}
@@ -149,6 +150,5 @@ if [ "$full_rc" != 0 ] || [ "$mpk_rc" != 0 ]; then
     cat "$work/bind.log" "$work/gdb.log" >>"$log"
 fi
 command -v c++filt >/dev/null && { c++filt <"$log" >"$work/log" && cat "$work/log" >"$log"; }
-rm -rf "$work"
 echo "graph probe ($dest): $verdict" | tee -a "$log"
 [ "$full_rc" = 0 ] && [ "$mpk_rc" = 0 ]
