@@ -71,7 +71,7 @@ export PYTHONPATH=$dest/py${PYTHONPATH:+:$PYTHONPATH}
 job() { # NAME COMMAND...: runs it with fatal_bt preloaded, rc into NAME.rc
     local name=$1
     shift
-    { echo "== $name: $*"; timeout 240 "${pre[@]}" "$@"; } >"$work/$name.log" 2>&1
+    { echo "== $name: $*"; timeout 180 "${pre[@]}" "$@"; } >"$work/$name.log" 2>&1
     echo $? >"$work/$name.rc"
 }
 cxx_probe() { # the C++ core alone, with Mirage's release flags (CMake: -O2 -O3 -DNDEBUG)
@@ -123,7 +123,7 @@ if [ "$full_rc" != 0 ] || [ "$mpk_rc" != 0 ]; then
     # other than the extension itself and the C and C++ runtimes; and the
     # crash under a debugger (both at once)
     (
-        LD_DEBUG=bindings LD_DEBUG_OUTPUT=$work/ld.bind timeout 240 "${pre[@]}" \
+        LD_DEBUG=bindings LD_DEBUG_OUTPUT=$work/ld.bind timeout 150 "${pre[@]}" \
             python3 "$here/graph_probe.py" --core "$core" --torch $pm >/dev/null 2>&1
         echo "== py-$pm under LD_DEBUG=bindings: the extension's symbols bound elsewhere"
         cat "$work"/ld.bind.* 2>/dev/null | grep -F "binding file $core " |
@@ -137,7 +137,7 @@ if [ "$full_rc" != 0 ] || [ "$mpk_rc" != 0 ]; then
     if [ -n "$gdb" ]; then
         {
             echo "== py-$pm under $gdb"
-            timeout 240 "$gdb" -q -batch -nx -ex 'set pagination off' -ex 'set confirm off' \
+            timeout 150 env -u DEBUGINFOD_URLS "$gdb" -q -batch -nx -ex 'set pagination off' -ex 'set confirm off' \
                 -ex run -ex bt -ex 'info registers rip rsp' -ex 'x/8i $pc' -ex 'info sharedlibrary' \
                 --args "$(python3 -c 'import sys; print(sys.executable)')" "$here/graph_probe.py" \
                 --core "$core" --torch $pm
