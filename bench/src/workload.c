@@ -638,23 +638,33 @@ static uint32_t max_tasks(const struct bw_rank *rk)
 /* Let an agent attach before the first task, so its counts cover the whole
  * run: wait until programs are attached and the attach mask has not changed
  * for a while (an agent attaches its monitors one after another), at most
- * wait_ms.  Returns 1 when an agent attached. */
+ * wait_ms.  That while scales with the machine: twice the time the first
+ * monitor took to appear (the agent verifies each before it attaches it; on
+ * a loaded machine a monitor took over 100 ms, and a rank that started
+ * after 50 ms of quiet ran its first steps without wait records), at least
+ * 50 ms, at most 1 s.  Returns 1 when an agent attached. */
 static int wait_agent(struct mks_rt *hooks, uint32_t wait_ms, const _Atomic uint32_t *abort_p)
 {
     const volatile uint32_t *mask = ((const struct mks_rt_hot *)(const void *)hooks)->mask;
-    const uint64_t settle = 50ull * 1000 * 1000, t0 = bb_now_ns();
-    const uint64_t limit = (uint64_t)wait_ms * 1000 * 1000;
+    const uint64_t ms = 1000ull * 1000, t0 = bb_now_ns();
+    const uint64_t limit = (uint64_t)wait_ms * ms;
+    uint64_t settle = 50 * ms;
     uint32_t last = *mask;
     uint64_t since = t0;
     while (bb_now_ns() - t0 < limit && !atomic_load(abort_p)) {
         uint32_t m = *mask;
+        uint64_t now = bb_now_ns();
         if (m != last) {
+            if (!last && since == t0) {
+                uint64_t first = 2 * (now - t0);
+                settle = first < 50 * ms ? 50 * ms : first > 1000 * ms ? 1000 * ms : first;
+            }
             last = m;
-            since = bb_now_ns();
-        } else if (m && bb_now_ns() - since >= settle) {
+            since = now;
+        } else if (m && now - since >= settle) {
             return 1;
         }
-        bb_sleep_ns(2 * 1000 * 1000);
+        bb_sleep_ns(2 * ms);
     }
     return last != 0;
 }
