@@ -366,7 +366,9 @@ int mks_cli_probe(struct mks_cli *cli, char **args, size_t npos, size_t n)
             first = false;
             next = t + interval;
         }
-        usleep(any || !first ? 100000 : 50000);
+        /* until the first answer, poll often: it comes one to two agent
+         * epochs after the command, and a coarse poll would add to that */
+        usleep(any || !first ? 100000 : 10000);
     }
     sigaction(SIGINT, &old, NULL);
     if (rc) {

@@ -329,7 +329,8 @@ static int find_object(sqlite3 *db, const char *job, const char *prog, uint8_t *
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(db,
                            "SELECT payload FROM commands WHERE job = ?1 AND kind IN ('attach',"
-                           " 'replace') AND (name = ?2 OR ?2 LIKE name || '/%') AND payload IS NOT"
+                           " 'replace') AND (name = ?2 OR substr(?2, 1, length(name) + 1) = name ||"
+                           " '/') AND payload IS NOT"
                            " NULL ORDER BY id DESC LIMIT 1",
                            -1, &s, NULL) != SQLITE_OK)
         return -EIO;
@@ -398,10 +399,10 @@ int mks_serve_maps(const struct mks_serve_env *env, const Mkscope__V1__CliReques
         " AND kind IN ('attach', 'replace') UNION SELECT DISTINCT m.prog_name FROM maps m JOIN"
         " epochs e ON e.id = m.epoch_id WHERE e.job = ?1";
     bool known = false;
-    char known_sql[sizeof(names_sql) + 96];
+    char known_sql[sizeof(names_sql) + 256];
     snprintf(known_sql, sizeof(known_sql),
-             "SELECT 1 FROM (%s) WHERE name = ?2 OR name LIKE ?2 || '/%%' OR ?2 LIKE name ||"
-             " '/%%' LIMIT 1",
+             "SELECT 1 FROM (%s) WHERE name = ?2 OR substr(name, 1, length(?2) + 1) = ?2 ||"
+             " '/' OR substr(?2, 1, length(name) + 1) = name || '/' LIMIT 1",
              names_sql);
     if (sqlite3_prepare_v2(db, known_sql, -1, &s, NULL) == SQLITE_OK) {
         sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
@@ -478,11 +479,12 @@ int mks_serve_maps(const struct mks_serve_env *env, const Mkscope__V1__CliReques
     if (sqlite3_prepare_v2(db,
                            "SELECT e.rank, e.epoch, m.key, m.value, m.prog_name FROM maps m JOIN"
                            " epochs e ON e.id = m.epoch_id WHERE e.job = ?1 AND m.map_name = ?2"
-                           " AND (m.prog_name = ?3 OR m.prog_name LIKE ?3 || '/%') AND (?4 OR"
+                           " AND (m.prog_name = ?3 OR substr(m.prog_name, 1, length(?3) + 1) = ?3 ||"
+                           " '/') AND (?4 OR"
                            " m.epoch_id = (SELECT MAX(m2.epoch_id) FROM maps m2 JOIN epochs e2 ON"
                            " e2.id = m2.epoch_id WHERE e2.job = ?1 AND e2.rank = e.rank AND"
-                           " m2.map_name = ?2 AND (m2.prog_name = ?3 OR m2.prog_name LIKE ?3 ||"
-                           " '/%'))) ORDER BY e.rank, m.epoch_id",
+                           " m2.map_name = ?2 AND (m2.prog_name = ?3 OR substr(m2.prog_name, 1,"
+                           " length(?3) + 1) = ?3 || '/'))) ORDER BY e.rank, m.epoch_id",
                            -1, &s, NULL) != SQLITE_OK) {
         btf__free(btf);
         mks_obj_close(obj);
@@ -493,6 +495,7 @@ int mks_serve_maps(const struct mks_serve_env *env, const Mkscope__V1__CliReques
     sqlite3_bind_text(s, 3, prog, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(s, 4, sum);
     json_t *rows = json_array();
+    json_t *index = json_object(); /* --sum: "rank key" -> the row that adds it up */
     char why[200] = "";
     size_t n = 0;
     int st;
@@ -509,19 +512,15 @@ int mks_serve_maps(const struct mks_serve_env *env, const Mkscope__V1__CliReques
                            (size_t)sqlite3_column_bytes(s, 2), why, sizeof(why));
         json_t *v = decode(btf, value_type, sqlite3_column_blob(s, 3),
                            (size_t)sqlite3_column_bytes(s, 3), why, sizeof(why));
+        char *ks = NULL, *ix = NULL;
+        if (sum && (ks = json_dumps(k, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)) &&
+            asprintf(&ix, "%lld %s", (long long)rank, ks) < 0)
+            ix = NULL;
+        free(ks);
         if (sum) { /* the same rank and key: add */
-            json_t *prev = NULL;
-            size_t i;
-            json_t *r;
-            json_array_foreach(rows, i, r)
-            {
-                if (json_integer_value(json_object_get(r, "rank")) == rank &&
-                    json_equal(json_object_get(r, "key"), k)) {
-                    prev = r;
-                    break;
-                }
-            }
+            json_t *prev = ix ? json_object_get(index, ix) : NULL;
             if (prev) {
+                free(ix);
                 json_t *pv = json_object_get(prev, "value");
                 if (json_is_integer(pv) && json_is_integer(v))
                     json_object_set_new(prev, "value", json_integer(json_integer_value(pv) +
@@ -538,12 +537,17 @@ int mks_serve_maps(const struct mks_serve_env *env, const Mkscope__V1__CliReques
         }
         json_t *r = json_pack("{s:I, s:o, s:o, s:o}", "rank", (json_int_t)rank, "epoch",
                               mks_serve_column(s, 1), "key", k, "value", v);
-        if (sum)
+        if (sum) {
             json_object_set_new(r, "epochs", json_integer(1));
+            if (ix)
+                json_object_set(index, ix, r);
+        }
+        free(ix);
         json_array_append_new(rows, r);
         n++;
     }
     sqlite3_finalize(s);
+    json_decref(index);
     bool decoded = btf && !*note && !*why;
     btf__free(btf);
     mks_obj_close(obj);

@@ -297,7 +297,7 @@ static int start_probe(const struct mks_serve_env *env, const char *job, const c
                        uint64_t for_ns, const bool *in, char *probe_id, size_t id_len, char *why,
                        size_t why_len)
 {
-    static char ranks[ESC_MAX_RANKS * 6 + 16];
+    char ranks[ESC_MAX_RANKS * 6 + 16];
     char job_arg[MKS_WIRE_MAX_JOB + 8], for_arg[40];
     size_t off = (size_t)snprintf(ranks, sizeof(ranks), "--ranks=");
     for (int r = 0; r < ESC_MAX_RANKS && off < sizeof(ranks) - 8; r++)
