@@ -15,7 +15,9 @@
 # (-O0, asserts on, the extension linked -Bsymbolic); the runs use the first
 # build whose probe passes. Every process of the runs has fatal_bt preloaded.
 #   runtimes/mpk/gpu/run.sh CARRY_DIR [OUT]      (CARRY_DIR from runtimes/mpk/gpu/prep.sh)
-# Environment: MPK_LAYERS (8), MPK_SEQ (512), MPK_GROUPS (4), MPK_ROUNDS (3),
+# Environment: MPK_MIRAGE (release: the kit's build, Debug as the fallback;
+# debug: the Debug build only, when a probe has shown the release build fails),
+# MPK_LAYERS (8), MPK_SEQ (512), MPK_GROUPS (4), MPK_ROUNDS (3),
 # MPK_BUDGET (seconds for the runs; default 420, less so that the whole
 # script ends within 570 s of its start, inside one 600 s device call).
 set -uo pipefail
@@ -51,7 +53,14 @@ echo "-DMKS_MPK -I$src/devhooks/include -I$src/runtimes/mpk/include -L$b/runtime
 missing=$(for x in "$b/agent/mkscope-agent" "$b/collector/mkscope-collector" "$b/collector/cli/mkscope"; do
     LD_LIBRARY_PATH=$deps_lib ldd "$x"; done | grep "not found" | sort -u)
 cp -r "$carry/kit" "$w/kit"
-bash "$w/kit/build-offline.sh" "$w/mk" python3 >"$w/res/build-mirage.log" 2>&1
+# the Debug build's settings (the fallback below; MPK_MIRAGE=debug takes it at once)
+ldshared=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("LDSHARED"))')
+debug_env=(env CMAKE_BUILD_TYPE=Debug CFLAGS="-O0 -g" LDSHARED="$ldshared -Wl,-Bsymbolic")
+if [ "${MPK_MIRAGE:-release}" = debug ]; then
+    "${debug_env[@]}" bash "$w/kit/build-offline.sh" "$w/mk" python3 >"$w/res/build-mirage.log" 2>&1
+else
+    bash "$w/kit/build-offline.sh" "$w/mk" python3 >"$w/res/build-mirage.log" 2>&1
+fi
 mk_rc=$?
 echo "builds: mirage rc $mk_rc, $((SECONDS - t0)) s; libraries not found: ${missing:-none}" | tee "$w/res/builds.txt"
 fail() {
@@ -74,13 +83,16 @@ cc -std=c11 -O2 -shared -fPIC -o "$bt" "$src/runtimes/mpk/gpu/probe/fatal_bt.c" 
 # (-Bsymbolic through LDSHARED, which only the extension's link reads: CMake
 # would hand LDFLAGS to nvcc too, which refuses -Wl options)
 mk=$w/mk
-ldshared=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("LDSHARED"))')
-CMAKE_BUILD_TYPE=Debug CFLAGS="-O0 -g" LDSHARED="$ldshared -Wl,-Bsymbolic" \
-    setsid bash "$w/kit/build-offline.sh" "$w/mkdbg" python3 >"$w/res/build-mirage-debug.log" 2>&1 &
-dbg=$!
+dbg=""
+if [ "${MPK_MIRAGE:-release}" != debug ]; then
+    setsid "${debug_env[@]}" bash "$w/kit/build-offline.sh" "$w/mkdbg" python3 \
+        >"$w/res/build-mirage-debug.log" 2>&1 &
+    dbg=$!
+fi
 if bash "$src/runtimes/mpk/gpu/probe/probe.sh" "$mk" "$w/res/mpk_probe.log" "$bt" | tee -a "$w/res/builds.txt"; then
-    kill -- -"$dbg" 2>/dev/null
-    wait "$dbg" 2>/dev/null
+    [ -z "$dbg" ] || { kill -- -"$dbg" 2>/dev/null; wait "$dbg" 2>/dev/null; }
+elif [ -z "$dbg" ]; then
+    fail "MPK_MIRAGE=debug: the Debug build does not generate MPK's task graph (res/mpk_probe.log)"
 else
     wait "$dbg"
     echo "builds: mirage Debug rc $?, $((SECONDS - t0)) s" | tee -a "$w/res/builds.txt"
