@@ -41,7 +41,7 @@ static void usage(FILE *f)
             "                              wait chain (--step N, --steps A-B)\n"
             "  waitchain [--step N]        the wait chain as a text tree (-f dot: a graph)\n"
             "  programs                    programs attached per rank\n"
-            "  maps PROG/MAP [--sum]       a monitor of your own's map, decoded with its BTF\n"
+            "  maps PROG/MAP [--sum]       a map of your own monitor, decoded with its BTF\n"
             "  attach OBJ|--builtin NAME   attach a BPF object or built-in monitor\n"
             "         [--name N] [--ranks all|0,2] [--wait MS]\n"
             "  detach NAME [--ranks ...]   detach a program\n"
@@ -524,8 +524,7 @@ static void render_maps(struct mks_cli *cli, json_t *a)
         put_value(cli->out, json_object_get(r, "key"));
         fputs(" => ", cli->out);
         put_value(cli->out, json_object_get(r, "value"));
-        if (sum)
-        {
+        if (sum) {
             long long ne = (long long)json_integer_value(json_object_get(r, "epochs"));
             fprintf(cli->out, "  (%lld epoch%s)", ne, ne == 1 ? "" : "s");
         }

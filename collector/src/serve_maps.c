@@ -26,6 +26,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,11 @@
 
 #include "mkscope/loader.h"
 #include "serve.h"
+
+/* The loader keeps its last libbpf message in static buffers and swaps
+ * libbpf's print callback while it opens an object: one open at a time
+ * across the CLI server's workers. */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Nesting of types followed in one value (the kernel's BTF resolve depth). */
 #define MAPS_MAX_DEPTH 32
@@ -95,8 +101,11 @@ static uint32_t skip_mods(const struct btf *b, uint32_t id)
         case BTF_KIND_RESTRICT:
         case BTF_KIND_TYPE_TAG:
         case BTF_KIND_DECL_TAG:
-        case BTF_KIND_VAR: id = t->type; break;
-        default: return id;
+        case BTF_KIND_VAR:
+            id = t->type;
+            break;
+        default:
+            return id;
         }
     }
     return id;
@@ -140,8 +149,8 @@ static json_t *walk(struct walk *w, uint32_t id, size_t off, uint32_t bits, uint
     case BTF_KIND_INT: {
         uint32_t sz = t->size, enc = btf_int_encoding(t);
         if (sz > 16 || off + sz > w->len)
-            return fail_fit(w, "an integer of %u bytes past the value's end (byte %" PRIu64 ")",
-                            sz, off);
+            return fail_fit(w, "an integer of %u bytes past the value's end (byte %" PRIu64 ")", sz,
+                            off);
         if (sz > 8)
             return hex(w->data + off, sz);
         uint64_t v = load_le(w->data + off, sz);
@@ -169,8 +178,8 @@ static json_t *walk(struct walk *w, uint32_t id, size_t off, uint32_t bits, uint
         for (uint16_t i = 0; i < n; i++) {
             uint64_t ev = kind == BTF_KIND_ENUM ? (uint64_t)(uint32_t)btf_enum(t)[i].val
                                                 : btf_enum64_value(&btf_enum64(t)[i]);
-            uint32_t name = kind == BTF_KIND_ENUM ? btf_enum(t)[i].name_off
-                                                  : btf_enum64(t)[i].name_off;
+            uint32_t name =
+                kind == BTF_KIND_ENUM ? btf_enum(t)[i].name_off : btf_enum64(t)[i].name_off;
             if (sz < 8)
                 ev &= (1ull << (8 * sz)) - 1;
             if (ev == v)
@@ -277,8 +286,8 @@ static json_t *walk(struct walk *w, uint32_t id, size_t off, uint32_t bits, uint
 
 /* A key or value: decoded when the type is known and fits, else hex (and
  * the reason into why, once). */
-static json_t *decode(const struct btf *b, uint32_t type, const void *data, size_t len,
-                      char *why, size_t why_len)
+static json_t *decode(const struct btf *b, uint32_t type, const void *data, size_t len, char *why,
+                      size_t why_len)
 {
     if (b && type) {
         struct walk w = {.btf = b, .data = data, .len = len};
@@ -303,8 +312,8 @@ static void add_into(json_t *a, json_t *b)
         {
             json_t *x = json_object_get(a, k);
             if (x && json_is_integer(x) && json_is_integer(v))
-                json_object_set_new(a, k, json_integer(json_integer_value(x) +
-                                                       json_integer_value(v)));
+                json_object_set_new(a, k,
+                                    json_integer(json_integer_value(x) + json_integer_value(v)));
             else if (x)
                 add_into(x, v);
         }
@@ -312,8 +321,8 @@ static void add_into(json_t *a, json_t *b)
         for (size_t i = 0; i < json_array_size(a) && i < json_array_size(b); i++) {
             json_t *x = json_array_get(a, i), *v = json_array_get(b, i);
             if (json_is_integer(x) && json_is_integer(v))
-                json_array_set_new(a, i, json_integer(json_integer_value(x) +
-                                                      json_integer_value(v)));
+                json_array_set_new(a, i,
+                                   json_integer(json_integer_value(x) + json_integer_value(v)));
             else
                 add_into(x, v);
         }
@@ -341,11 +350,10 @@ static int find_object(sqlite3 *db, const char *job, const char *prog, uint8_t *
         Mkscope__V1__Command *c = mkscope__v1__command__unpack(
             NULL, (size_t)sqlite3_column_bytes(s, 0), sqlite3_column_blob(s, 0));
         const Mkscope__V1__AttachProgram *ap =
-            !c ? NULL
-            : c->kind_case == MKSCOPE__V1__COMMAND__KIND_ATTACH ? c->attach
-            : c->kind_case == MKSCOPE__V1__COMMAND__KIND_REPLACE && c->replace
-                ? c->replace->program
-                : NULL;
+            !c                                                                 ? NULL
+            : c->kind_case == MKSCOPE__V1__COMMAND__KIND_ATTACH                ? c->attach
+            : c->kind_case == MKSCOPE__V1__COMMAND__KIND_REPLACE && c->replace ? c->replace->program
+                                                                               : NULL;
         if (ap && ap->bpf_object.len) {
             *obj_p = malloc(ap->bpf_object.len);
             if (*obj_p) {
@@ -432,7 +440,10 @@ int mks_serve_maps(const struct mks_serve_env *env, const Mkscope__V1__CliReques
     char note[600] = "", lerr[256] = "";
     bool map_in_obj = false;
     if (objbuf) {
-        if (mks_obj_open_mem(objbuf, objlen, prog, &obj, lerr, sizeof(lerr)) == 0) {
+        pthread_mutex_lock(&open_lock);
+        int orc = mks_obj_open_mem(objbuf, objlen, prog, &obj, lerr, sizeof(lerr));
+        pthread_mutex_unlock(&open_lock);
+        if (orc == 0) {
             const struct mks_map_spec *ms = mks_obj_maps(obj);
             for (uint32_t i = 0; i < mks_obj_map_count(obj); i++) {
                 if (strcmp(ms[i].name, map))
@@ -452,15 +463,14 @@ int mks_serve_maps(const struct mks_serve_env *env, const Mkscope__V1__CliReques
             if (!map_in_obj) {
                 char names[400] = "";
                 size_t off = 0;
-                for (uint32_t i = 0; i < mks_obj_map_count(obj) && off < sizeof(names) - 70;
-                     i++)
-                    off += (size_t)snprintf(names + off, sizeof(names) - off, "%s%s",
-                                            i ? ", " : "", ms[i].name);
+                for (uint32_t i = 0; i < mks_obj_map_count(obj) && off < sizeof(names) - 70; i++)
+                    off += (size_t)snprintf(names + off, sizeof(names) - off, "%s%s", i ? ", " : "",
+                                            ms[i].name);
                 mks_obj_close(obj);
                 free(objbuf);
                 return mks_serve_fail(err, errlen, MKS_EXIT_NODATA,
-                                      "program '%s' has no map '%s'; its maps: %s", prog,
-                                      map, *names ? names : "none");
+                                      "program '%s' has no map '%s'; its maps: %s", prog, map,
+                                      *names ? names : "none");
             }
         } else {
             snprintf(note, sizeof(note), "its object no longer opens here (%s): shown in hex",
@@ -476,16 +486,17 @@ int mks_serve_maps(const struct mks_serve_env *env, const Mkscope__V1__CliReques
     }
 
     /* The dumps: each rank's newest, or every one with --sum. */
-    if (sqlite3_prepare_v2(db,
-                           "SELECT e.rank, e.epoch, m.key, m.value, m.prog_name FROM maps m JOIN"
-                           " epochs e ON e.id = m.epoch_id WHERE e.job = ?1 AND m.map_name = ?2"
-                           " AND (m.prog_name = ?3 OR substr(m.prog_name, 1, length(?3) + 1) = ?3 ||"
-                           " '/') AND (?4 OR"
-                           " m.epoch_id = (SELECT MAX(m2.epoch_id) FROM maps m2 JOIN epochs e2 ON"
-                           " e2.id = m2.epoch_id WHERE e2.job = ?1 AND e2.rank = e.rank AND"
-                           " m2.map_name = ?2 AND (m2.prog_name = ?3 OR substr(m2.prog_name, 1,"
-                           " length(?3) + 1) = ?3 || '/'))) ORDER BY e.rank, m.epoch_id",
-                           -1, &s, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT e.rank, e.epoch, m.key, m.value, m.prog_name FROM maps m JOIN"
+            " epochs e ON e.id = m.epoch_id WHERE e.job = ?1 AND m.map_name = ?2"
+            " AND (m.prog_name = ?3 OR substr(m.prog_name, 1, length(?3) + 1) = ?3 ||"
+            " '/') AND (?4 OR"
+            " m.epoch_id = (SELECT MAX(m2.epoch_id) FROM maps m2 JOIN epochs e2 ON"
+            " e2.id = m2.epoch_id WHERE e2.job = ?1 AND e2.rank = e.rank AND"
+            " m2.map_name = ?2 AND (m2.prog_name = ?3 OR substr(m2.prog_name, 1,"
+            " length(?3) + 1) = ?3 || '/'))) ORDER BY e.rank, m.epoch_id",
+            -1, &s, NULL) != SQLITE_OK) {
         btf__free(btf);
         mks_obj_close(obj);
         return mks_serve_fail(err, errlen, MKS_EXIT_ERROR, "store: %s", sqlite3_errmsg(db));
@@ -523,14 +534,14 @@ int mks_serve_maps(const struct mks_serve_env *env, const Mkscope__V1__CliReques
                 free(ix);
                 json_t *pv = json_object_get(prev, "value");
                 if (json_is_integer(pv) && json_is_integer(v))
-                    json_object_set_new(prev, "value", json_integer(json_integer_value(pv) +
-                                                                    json_integer_value(v)));
+                    json_object_set_new(
+                        prev, "value",
+                        json_integer(json_integer_value(pv) + json_integer_value(v)));
                 else
                     add_into(pv, v);
-                json_object_set_new(prev, "epochs",
-                                    json_integer(json_integer_value(
-                                                     json_object_get(prev, "epochs")) +
-                                                 1));
+                json_object_set_new(
+                    prev, "epochs",
+                    json_integer(json_integer_value(json_object_get(prev, "epochs")) + 1));
                 json_decref(k), json_decref(v);
                 continue;
             }
