@@ -63,10 +63,16 @@
 #include "mkscope/ctl.h"
 #include "mkscope/hook_abi.h"
 #include "mkscope/maps.h"
-#include "mkscope/probe.h"
 #include "mkscope/verifier.h"
 #include "mkscope/vm.h"
+/* --probes needs the query module (a build of devhooks alone has none). */
+#ifdef MKS_FZ_PROBES
+#include "mkscope/probe.h"
 #include "probe_gen.h"
+#define FZ_HASH_VALUE (8 * MKS_PROBE_MAX_WORDS) /* a compiled probe's groups */
+#else
+#define FZ_HASH_VALUE 4096
+#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #define FZ_ASAN 1
@@ -1684,7 +1690,7 @@ static void build_worlds(const struct fz_prog *fp)
             continue;
         for (uint32_t k = 0; k < d->max_entries / 2 + 1; k++) {
             /* values as large as a compiled probe's groups (histograms) */
-            static uint8_t val[8 * MKS_PROBE_MAX_WORDS];
+            static uint8_t val[FZ_HASH_VALUE];
             uint8_t key[512] = {0};
             uint32_t kv = rn(4);
             memcpy(key, &kv, 4);
@@ -1899,6 +1905,7 @@ static int load_report(const char *path, struct fz_prog *fp)
     return fp->type && fp->n ? 0 : -1;
 }
 
+#ifdef MKS_FZ_PROBES
 static int64_t probe_class(const char *name, void *arg)
 {
     (void)arg;
@@ -1964,14 +1971,17 @@ static void probe_programs(uint64_t idx)
     mks_probe_code_free(c);
     mks_probe_free(p);
 }
+#endif
 
 /* Generate or mutate program idx, verify it, run it if accepted. */
 static void one_program(uint64_t idx)
 {
+#ifdef MKS_FZ_PROBES
     if (opt.probes) {
         probe_programs(idx);
         return;
     }
+#endif
     rs = splitmix(opt.seed * 0x100000001b3ull ^ splitmix(idx)) | 1;
     cur_index = idx;
     bool mut = chance(45); /* drawn always, so --only makes the same program */
@@ -2126,8 +2136,10 @@ int main(int argc, char **argv)
             opt.self_test = true;
         else if (i + 1 < argc && !strcmp(argv[i], "--replay"))
             opt.replay = argv[++i];
+#ifdef MKS_FZ_PROBES
         else if (!strcmp(argv[i], "--probes"))
             opt.probes = true;
+#endif
         else
             usage();
     }

@@ -63,6 +63,7 @@ if(TARGET mks_query)
   target_sources(mkscope-fuzz-soundness PRIVATE ${PROJECT_SOURCE_DIR}/tests/query/probe_gen.c)
   target_include_directories(mkscope-fuzz-soundness PRIVATE ${PROJECT_SOURCE_DIR}/tests/query)
   target_link_libraries(mkscope-fuzz-soundness PRIVATE mks_query)
+  target_compile_definitions(mkscope-fuzz-soundness PRIVATE MKS_FZ_PROBES)
   add_test(NAME devhooks_fuzz_soundness_probes
            COMMAND mkscope-fuzz-soundness --probes --seed 11 --programs 1500 -q)
   set_tests_properties(devhooks_fuzz_soundness_probes PROPERTIES LABELS "unit;fuzz" TIMEOUT 120)
