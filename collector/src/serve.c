@@ -283,31 +283,18 @@ static int serve_ranks(const struct mks_serve_env *env, const Mkscope__V1__CliRe
     if (rc)
         return rc;
     sqlite3_stmt *s;
-    /* Coverage over every stored epoch of the rank (eligible counts the
-     * events of summaries the agent dropped, undelivered says how many);
-     * tasks from task_end counts in the summaries.  One pass over each
-     * table for all ranks.  TOTAL, not SUM: a sum past 2^63 is an error in
-     * SQLite (counts are bounded at ingest, their sums over a long job are
-     * not). */
+    /* Coverage (eligible counts the events of summaries the agent
+     * dropped, undelivered says how many) and tasks (task_end counts) of
+     * every summary stored for the rank, summed by ingest: a long job's
+     * status reads one row a rank, not its every epoch. */
     rc = prepare(env,
                  "SELECT r.rank, r.n_ranks, r.host, r.pid, r.gpu_uuid, r.agent_version,"
                  " r.n_workers, r.epoch_ns, r.incarnation, r.registered_ns, r.last_seen_ns,"
                  " r.last_heartbeat_ns, r.app_alive, r.summaries, r.duplicates,"
                  " r.lost_summaries, r.last_epoch, r.last_seq, r.acked_seq, r.unacked,"
-                 " r.heartbeat_ns, COALESCE(cv.eligible, 0), COALESCE(cv.ran, 0),"
-                 " COALESCE(cv.throttled, 0), COALESCE(cv.lost, 0), COALESCE(tk.tasks, 0),"
-                 " COALESCE(cv.undelivered, 0)"
-                 " FROM ranks r LEFT JOIN (SELECT e.rank AS rk,"
-                 "  CAST(TOTAL(c.eligible) AS INTEGER) AS eligible,"
-                 "  CAST(TOTAL(c.ran) AS INTEGER) AS ran,"
-                 "  CAST(TOTAL(c.throttled) AS INTEGER) AS throttled,"
-                 "  CAST(TOTAL(c.lost) AS INTEGER) AS lost,"
-                 "  CAST(TOTAL(c.undelivered) AS INTEGER) AS undelivered FROM coverage c JOIN"
-                 "  epochs e ON e.id = c.epoch_id WHERE e.job = ?1 GROUP BY e.rank) cv"
-                 "  ON cv.rk = r.rank LEFT JOIN (SELECT e.rank AS rk,"
-                 "  CAST(TOTAL(t.count) AS INTEGER) AS tasks FROM task_stats t JOIN"
-                 "  epochs e ON e.id = t.epoch_id WHERE e.job = ?1 GROUP BY e.rank) tk"
-                 "  ON tk.rk = r.rank WHERE r.job = ?1 ORDER BY r.rank",
+                 " r.heartbeat_ns, r.cov_eligible, r.cov_ran, r.cov_throttled, r.cov_lost,"
+                 " r.tasks_total, r.cov_undelivered FROM ranks r WHERE r.job = ?1"
+                 " ORDER BY r.rank",
                  &s, err, errlen);
     if (rc)
         return rc;

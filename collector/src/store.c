@@ -51,6 +51,8 @@
 /* A rank's epochs beyond max_epochs are deleted every this many summaries
  * it stores: deleting is cheap, but not free enough to do per message. */
 #define RETAIN_EVERY 64u
+/* Epochs past max_age one pass deletes at most (with their rows). */
+#define AGE_CHUNK_EPOCHS 1024u
 /* Epochs older than max_age are looked for at most this often. */
 #define AGE_CHECK_NS 1000000000ull
 /* Chunk sizes of multi-row inserts (chunk_rows), and the tables they fill. */
@@ -144,7 +146,10 @@ static const char schema_sql[] =
     " acked_seq INTEGER DEFAULT 0, app_alive INTEGER, summaries INTEGER DEFAULT 0,"
     " duplicates INTEGER DEFAULT 0, lost_summaries INTEGER DEFAULT 0, unacked INTEGER DEFAULT 0,"
     " last_epoch INTEGER, heartbeat_ns INTEGER, lost_cur_sum INTEGER DEFAULT 0,"
-    " lost_cur_hb INTEGER DEFAULT 0, state_sent_ns INTEGER DEFAULT 0, PRIMARY KEY(job, rank));\n"
+    " lost_cur_hb INTEGER DEFAULT 0, state_sent_ns INTEGER DEFAULT 0,"
+    " tasks_total INTEGER DEFAULT 0, cov_eligible INTEGER DEFAULT 0, cov_ran INTEGER DEFAULT 0,"
+    " cov_throttled INTEGER DEFAULT 0, cov_lost INTEGER DEFAULT 0,"
+    " cov_undelivered INTEGER DEFAULT 0, PRIMARY KEY(job, rank));\n"
     "CREATE TABLE IF NOT EXISTS task_classes(job TEXT, rank INTEGER, id INTEGER, name TEXT,"
     " source_op TEXT, device_fn TEXT, region_class TEXT, comm INTEGER,"
     " PRIMARY KEY(job, rank, id));\n"
@@ -316,6 +321,28 @@ static const struct {
     {"triggers", "probes", "INTEGER DEFAULT 0"},
     {"triggers", "last_probe", "INTEGER"},
     {"triggers", "probe_error", "TEXT"},
+    {"ranks", "tasks_total", "INTEGER DEFAULT 0"},
+    {"ranks", "cov_eligible", "INTEGER DEFAULT 0"},
+    {"ranks", "cov_ran", "INTEGER DEFAULT 0"},
+    {"ranks", "cov_throttled", "INTEGER DEFAULT 0"},
+    {"ranks", "cov_lost", "INTEGER DEFAULT 0"},
+    {"ranks", "cov_undelivered", "INTEGER DEFAULT 0"},
+};
+
+/* Values an added column gets from what the store holds, run once it is
+ * added: a rank's tasks and coverage, summed at ingest since (status reads
+ * them instead of a long job's every epoch), from the rows stored so far. */
+static const struct {
+    const char *table, *column, *fill;
+} column_fills[] = {
+    {"ranks", "cov_undelivered",
+     "UPDATE ranks SET tasks_total = (SELECT CAST(TOTAL(t.count) AS INTEGER) FROM task_stats t"
+     " JOIN epochs e ON e.id = t.epoch_id WHERE e.job = ranks.job AND e.rank = ranks.rank),"
+     " (cov_eligible, cov_ran, cov_throttled, cov_lost, cov_undelivered) = (SELECT"
+     " CAST(TOTAL(c.eligible) AS INTEGER), CAST(TOTAL(c.ran) AS INTEGER),"
+     " CAST(TOTAL(c.throttled) AS INTEGER), CAST(TOTAL(c.lost) AS INTEGER),"
+     " CAST(TOTAL(c.undelivered) AS INTEGER) FROM coverage c JOIN epochs e ON"
+     " e.id = c.epoch_id WHERE e.job = ranks.job AND e.rank = ranks.rank)"},
 };
 
 static int add_missing_columns(sqlite3 *db, char *err, size_t errlen)
@@ -335,6 +362,11 @@ static int add_missing_columns(sqlite3 *db, char *err, size_t errlen)
                  added_columns[i].column, added_columns[i].decl);
         if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
             return fail(err, errlen, -EIO, "store: schema: %s", sqlite3_errmsg(db));
+        for (size_t k = 0; k < sizeof(column_fills) / sizeof(column_fills[0]); k++)
+            if (!strcmp(column_fills[k].table, added_columns[i].table) &&
+                !strcmp(column_fills[k].column, added_columns[i].column) &&
+                sqlite3_exec(db, column_fills[k].fill, NULL, NULL, NULL) != SQLITE_OK)
+                return fail(err, errlen, -EIO, "store: schema: %s", sqlite3_errmsg(db));
     }
     return 0;
 }
@@ -896,10 +928,15 @@ static int buf_flush(struct mks_store *st, uint64_t now)
     st->raw_trim_due = 0;
     if (rc == SQLITE_OK && st->max_age_ns && now > st->max_age_ns &&
         now - st->age_checked_ns >= AGE_CHECK_NS) {
-        st->age_checked_ns = now;
-        if (exec_stmt(st, "DELETE FROM epochs WHERE received_ns < ?", "u",
-                      now - st->max_age_ns) != SQLITE_DONE)
+        /* At most a chunk a pass (a store opened after a weekend holds days
+         * past the age at once), the next pass at once while more are left. */
+        if (exec_stmt(st,
+                      "DELETE FROM epochs WHERE id IN (SELECT id FROM epochs WHERE received_ns < ?"
+                      " ORDER BY received_ns LIMIT ?)",
+                      "uu", now - st->max_age_ns, (uint64_t)AGE_CHUNK_EPOCHS) != SQLITE_DONE)
             rc = SQLITE_ERROR;
+        else if (sqlite3_changes(st->db) < (int)AGE_CHUNK_EPOCHS)
+            st->age_checked_ns = now;
     }
     if (rc == SQLITE_OK && (st->max_bytes || st->detail_age_ns) &&
         (st->roll_behind || now - st->bounds_checked_ns >= AGE_CHECK_NS)) {
@@ -1585,10 +1622,24 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
     uint64_t stored = 0, acked = 0, inc = 0;
     sqlite3_stmt *u;
     rc = SQLITE_ERROR;
+    /* what status reports of the rank, summed as the rows are stored */
+    uint64_t tot[6] = {0};
+    for (size_t i = 0; fresh && i < s->n_task_stats; i++)
+        tot[0] += s->task_stats[i]->count;
+    for (size_t i = 0; fresh && i < s->n_coverage; i++) {
+        const Mkscope__V1__Coverage *c = s->coverage[i];
+        tot[1] += c->eligible + c->undelivered, tot[2] += c->ran, tot[3] += c->throttled;
+        tot[4] += c->lost, tot[5] += c->undelivered;
+    }
     if ((u = stmt(st, "INSERT INTO ranks(job, rank, incarnation, last_seen_ns, summaries,"
-                      " duplicates, last_epoch, lost_summaries, acked_seq, lost_cur_sum)"
-                      " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?8)"
+                      " duplicates, last_epoch, lost_summaries, acked_seq, lost_cur_sum,"
+                      " tasks_total, cov_eligible, cov_ran, cov_throttled, cov_lost,"
+                      " cov_undelivered)"
+                      " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?8,?10,?11,?12,?13,?14,?15)"
                       " ON CONFLICT(job, rank) DO UPDATE SET last_seen_ns = excluded.last_seen_ns,"
+                      " tasks_total = tasks_total + ?10, cov_eligible = cov_eligible + ?11,"
+                      " cov_ran = cov_ran + ?12, cov_throttled = cov_throttled + ?13,"
+                      " cov_lost = cov_lost + ?14, cov_undelivered = cov_undelivered + ?15,"
                       " summaries = summaries + excluded.summaries,"
                       " duplicates = duplicates + excluded.duplicates,"
                       " last_epoch = CASE WHEN ?5 AND incarnation = ?3 THEN ?7 ELSE last_epoch END,"
@@ -1609,6 +1660,8 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
         sqlite3_bind_int64(u, 7, (int64_t)s->epoch);
         sqlite3_bind_int64(u, 8, fresh ? (int64_t)s->lost_summaries : 0);
         sqlite3_bind_int64(u, 9, fresh ? (int64_t)env->seq : 0);
+        for (int i = 0; i < 6; i++)
+            sqlite3_bind_int64(u, 10 + i, (int64_t)tot[i]);
         if ((rc = sqlite3_step(u)) == SQLITE_ROW) {
             stored = (uint64_t)sqlite3_column_int64(u, 0);
             acked = (uint64_t)sqlite3_column_int64(u, 1);

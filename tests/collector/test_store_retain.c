@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -185,6 +186,26 @@ static void test_max_age(void **state)
     mks_store_close(st);
 }
 
+/* Epochs past the age go a bounded chunk a pass, the next pass at once
+ * while more are left: a store opened long after its epochs were received
+ * does not hold the ingest loop for all of them at once.  The loop's idle
+ * turns carry on where no summary comes. */
+static void test_max_age_bounded(void **state)
+{
+    (void)state;
+    struct mks_store *st = open_store(0, 10 * SEC, 0);
+    for (uint64_t q = 1; q <= 2500; q++)
+        ingest_summary(st, (uint32_t)(q % 2), q, 100 * SEC);
+    ingest_summary(st, 0, 2501, 200 * SEC);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 2501 - 1024);
+    ingest_summary(st, 1, 2502, 200 * SEC + 1);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 2502 - 2048);
+    assert_int_equal(mks_store_idle(st, 200 * SEC + 2), 0);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 2);
+    assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs"), 2501);
+    mks_store_close(st);
+}
+
 static int64_t pages_used_bytes(struct mks_store *st)
 {
     return (one(st, "PRAGMA page_count") - one(st, "PRAGMA freelist_count")) *
@@ -293,6 +314,68 @@ static void test_detail_age(void **state)
     mks_store_close(st);
 }
 
+/* What status reports of a rank (its tasks and coverage) is summed at
+ * ingest: equal to the stored rows' sums, not lowered by retention, and
+ * filled from the rows of a store written before the sums were kept. */
+static void test_rank_totals(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/mks-test-totals-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    struct mks_store_opts o = {.sz = sizeof(o), .path = path};
+    struct mks_store *st = NULL;
+    char err[256];
+    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    for (uint32_t r = 0; r < 2; r++) {
+        mks_envelope env;
+        Mkscope__V1__Register reg;
+        fa_register_env(&env, &reg, "job", r, 2, 1);
+        assert_int_equal(mks_store_ingest(st, &env, 1, NULL, err, sizeof(err)), 0);
+    }
+    for (uint64_t q = 1; q <= 12; q++)
+        ingest_detail(st, (uint32_t)(q % 2), q, q * SEC, 0);
+    ingest_detail(st, 1, 3, 13 * SEC, 0); /* a replay: counted once */
+    static const char *const sums =
+        "SELECT (SELECT SUM(tasks_total) FROM ranks) = (SELECT SUM(count) FROM task_stats) AND"
+        " (SELECT SUM(cov_eligible) FROM ranks) = (SELECT SUM(eligible) FROM coverage) AND"
+        " (SELECT SUM(cov_ran) FROM ranks) = (SELECT SUM(ran) FROM coverage)";
+    assert_int_equal(one(st, sums), 1);
+    assert_int_equal(one(st, "SELECT tasks_total FROM ranks WHERE rank = 1"), 6);
+    assert_int_equal(one(st, "SELECT cov_eligible FROM ranks WHERE rank = 0"), 6);
+    mks_store_close(st);
+
+    /* As an older collector left it: no sums kept; opened, they are filled. */
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    static const char *const cols[] = {"tasks_total", "cov_eligible", "cov_ran",
+                                       "cov_throttled", "cov_lost", "cov_undelivered"};
+    for (size_t i = 0; i < 6; i++) {
+        char sql[96];
+        snprintf(sql, sizeof(sql), "ALTER TABLE ranks DROP COLUMN %s", cols[i]);
+        assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    }
+    sqlite3_close(db);
+    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    assert_int_equal(one(st, sums), 1);
+    assert_int_equal(one(st, "SELECT tasks_total FROM ranks WHERE rank = 1"), 6);
+    /* Retention takes epochs, not what the rank reported. */
+    mks_store_close(st);
+    o.max_epochs = 2;
+    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    assert_int_equal(mks_store_retain(st, 20 * SEC), 0);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 4);
+    assert_int_equal(one(st, "SELECT tasks_total FROM ranks WHERE rank = 1"), 6);
+    mks_store_close(st);
+    unlink(path);
+    char wal[64];
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    unlink(wal);
+    snprintf(wal, sizeof(wal), "%s-shm", path);
+    unlink(wal);
+}
+
 static void test_raw_cap(void **state)
 {
     (void)state;
@@ -316,8 +399,10 @@ int main(void)
         cmocka_unit_test(test_max_epochs),
         cmocka_unit_test(test_applied_by_ingest),
         cmocka_unit_test(test_max_age),
+        cmocka_unit_test(test_max_age_bounded),
         cmocka_unit_test(test_max_bytes),
         cmocka_unit_test(test_detail_age),
+        cmocka_unit_test(test_rank_totals),
         cmocka_unit_test(test_raw_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
