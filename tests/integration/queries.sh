@@ -130,9 +130,11 @@ for i in "${!keep_q[@]}"; do
 done
 
 # ---- the other documented commands -------------------------------------------
-cli status | grep -q "job $cal" || fail "status does not name the job"
+cli status >"$dir/out.txt"
+grep -q "job $cal" "$dir/out.txt" || fail "status does not name the job: $(cat "$dir/out.txt")"
 cli -f json diagnose >/dev/null || fail "diagnose failed"
-cli -f dot waitchain --step 37 | grep -q digraph || fail "waitchain -f dot is not a graph"
+cli -f dot waitchain --step 37 >"$dir/out.txt"
+grep -q digraph "$dir/out.txt" || fail "waitchain -f dot is not a graph: $(head -5 "$dir/out.txt")"
 [ "$(cli -f json sql 'SELECT rank, COUNT(*) FROM epochs GROUP BY rank' | jq '.rows | length')" -ge 4 ] ||
   fail "the sql example"
 echo "ok status, diagnose, waitchain, sql"
@@ -190,7 +192,8 @@ echo "ok trace list and --trace-dir hold the escalation"
 
 # ---- the roll-up past the detail window ----------------------------------------
 kill -TERM "$collector_pid"
-for _ in $(seq 100); do kill -0 "$collector_pid" 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 300); do kill -0 "$collector_pid" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$collector_pid" 2>/dev/null || fail "the collector did not stop within 30 s"
 rm -f "$dir/cli"
 start "$dir/collector.log" "$MKS_COLLECTOR_BIN" --ingest "ipc://$dir/ingest" \
   --survey "ipc://$dir/survey" --cli "ipc://$dir/cli" --metrics off --db "$dir/store.db" \
@@ -210,11 +213,15 @@ for i in "${!keep_q[@]}"; do
   [ "$after" = "$(cat "$dir/keep$i.json")" ] ||
     fail "'${keep_q[$i]}' after the roll-up: $after; before: $(cat "$dir/keep$i.json")"
 done
-cli --job "$cal" query 'count(task) by class' | grep -q "is rolled up per rank and minute" ||
-  fail "an answer over rolled-up epochs does not say so"
+# (answers to files first: grep -q leaving early would fail the pipe)
+cli --job "$cal" query 'count(task) by class' >"$dir/rolled.txt"
+grep -q "is rolled up per rank and minute" "$dir/rolled.txt" ||
+  fail "an answer over rolled-up epochs does not say so: $(cat "$dir/rolled.txt")"
 rc=0
 cli --job "$cal" query 'count(task) where step = 37' >/dev/null 2>"$dir/q.err" || rc=$?
 [ "$rc" = 4 ] && grep -q "steps up to 59 are rolled up" "$dir/q.err" ||
   fail "a step filter over rolled-up steps (exit $rc): $(cat "$dir/q.err")"
-cli --job "$cal" diagnose | grep -q "rolled up per minute" || fail "diagnose of rolled-up steps"
+cli --job "$cal" diagnose >"$dir/rolled.txt"
+grep -q "rolled up per minute" "$dir/rolled.txt" ||
+  fail "diagnose of rolled-up steps: $(cat "$dir/rolled.txt")"
 echo "ok the roll-up keeps counts, sums and maxima and says what is rolled up"
