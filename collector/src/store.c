@@ -222,6 +222,12 @@ static const char schema_sql[] =
     " step_hi INTEGER, count INTEGER, sum_ns INTEGER, min_ns INTEGER, max_ns INTEGER,"
     " hist BLOB);\n"
     "CREATE INDEX IF NOT EXISTS rollups_e ON rollups(epoch_id);\n"
+    /* The highest seq of a rank's incarnation rolled up: its epoch row is
+     * gone, so a replay of it (an ack lost, the agent sending it again
+     * after the roll-up) is told from a new summary here. */
+    "CREATE TABLE IF NOT EXISTS rolled_seqs(job TEXT NOT NULL, rank INTEGER NOT NULL,"
+    " incarnation INTEGER NOT NULL, seq_hi INTEGER NOT NULL, PRIMARY KEY(job, rank,"
+    " incarnation)) WITHOUT ROWID;\n"
     "CREATE TABLE IF NOT EXISTS raw_events(id INTEGER PRIMARY KEY, job TEXT, rank INTEGER,"
     " escalation_id INTEGER, event INTEGER, flags INTEGER, worker INTEGER, sm INTEGER,"
     " class INTEGER, task_gen INTEGER, req_gen INTEGER, step INTEGER, dep_class INTEGER,"
@@ -1001,6 +1007,10 @@ static int roll_up(struct mks_store *st, int64_t lo, int64_t hi)
         " epoch_id IN (SELECT id FROM roll_map) AND t_begin_dev > 0 AND t_end_dev >="
         " t_begin_dev) w JOIN roll_map m ON m.id = w.epoch_id GROUP BY m.keep, w.waiter_class,"
         " w.peer_rank",
+        "INSERT INTO rolled_seqs(job, rank, incarnation, seq_hi) SELECT job, rank, incarnation,"
+        " MAX(seq) FROM epochs WHERE id IN (SELECT id FROM roll_map) GROUP BY job, rank,"
+        " incarnation ON CONFLICT(job, rank, incarnation) DO UPDATE SET seq_hi ="
+        " MAX(seq_hi, excluded.seq_hi)",
         "DELETE FROM steps WHERE epoch_id IN (SELECT id FROM roll_map)",
         "DELETE FROM waits WHERE epoch_id IN (SELECT id FROM roll_map)",
         "DELETE FROM releases WHERE epoch_id IN (SELECT id FROM roll_map)",
@@ -1600,7 +1610,10 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
     rc = exec_stmt(st,
                    "INSERT OR IGNORE INTO epochs(job, rank, incarnation, seq, epoch, t_begin_host,"
                    " t_end_host, t_begin_dev, t_end_dev, detail_tier, sample_shift,"
-                   " lost_summaries, waits_dropped, received_ns) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                   " lost_summaries, waits_dropped, received_ns) SELECT ?1, ?2, ?3, ?4, ?5, ?6,"
+                   " ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14 WHERE NOT EXISTS (SELECT 1 FROM"
+                   " rolled_seqs WHERE job = ?1 AND rank = ?2 AND incarnation = ?3 AND"
+                   " seq_hi >= ?4)",
                    "tiuuuuuuuiiuuu", env->job, (int64_t)env->rank, env->incarnation, env->seq,
                    s->epoch, s->t_begin_host_ns, s->t_end_host_ns, s->t_begin_dev_ns,
                    s->t_end_dev_ns, (int64_t)s->detail_tier, (int64_t)s->sample_shift,

@@ -23,22 +23,6 @@
 #define SEC   1000000000ull
 #define STEPS 40
 
-static void ingest_at(struct mks_store *st, uint32_t rank, uint64_t seq,
-                      const struct fa_summary *s, uint64_t now)
-{
-    uint8_t *buf;
-    size_t len;
-    char err[256];
-    assert_int_equal(fa_encode_summary("job", rank, 1, seq, s, &buf, &len), 0);
-    mks_envelope *e = NULL;
-    assert_int_equal(mks_wire_decode(buf, len, NULL, &e, err, sizeof(err)), 0);
-    free(buf);
-    uint64_t stored;
-    if (mks_store_ingest(st, e, now, &stored, err, sizeof(err)))
-        fail_msg("ingest: %s", err);
-    mks_wire_free(e);
-}
-
 static json_t *diagnose_last(struct mks_store *st, const char *job, uint32_t lo, uint32_t hi,
                              uint32_t last)
 {
@@ -57,9 +41,12 @@ static json_t *diagnose(struct mks_store *st, uint32_t lo, uint32_t hi)
     return diagnose_last(st, "job", lo, hi, 0);
 }
 
-static void ingest_steps(struct mks_store *st, const char *job, uint32_t n, uint64_t now)
+/* Steps from..to of `job`'s two ranks, a step a summary, 1 ms each,
+ * received at `now`. */
+static void ingest_steps(struct mks_store *st, const char *job, uint32_t from, uint32_t to,
+                         uint64_t now)
 {
-    for (uint32_t k = 1; k <= n; k++)
+    for (uint32_t k = from; k <= to; k++)
         for (uint32_t r = 0; r < 2; r++) {
             static struct fa_summary s;
             memset(&s, 0, sizeof(s));
@@ -96,8 +83,8 @@ static void test_ranges_per_job(void **state)
         assert_int_equal(df_register(st, "job", r, 2, 1, names, NULL, 1, err, sizeof(err)), 0);
         assert_int_equal(df_register(st, "other", r, 2, 1, names, NULL, 1, err, sizeof(err)), 0);
     }
-    ingest_steps(st, "job", 40, 10 * SEC);
-    ingest_steps(st, "other", 90, 10 * SEC);
+    ingest_steps(st, "job", 1, 40, 10 * SEC);
+    ingest_steps(st, "other", 1, 90, 10 * SEC);
     json_t *a = diagnose_last(st, "job", 0, 0, 5);
     assert_int_equal(json_integer_value(json_object_get(a, "steps")), 5);
     assert_int_equal(json_integer_value(json_object_get(a, "first_step")), 36);
@@ -126,34 +113,20 @@ static void test_rolled_steps_said(void **state)
     static const char *const names[] = {"gemm"};
     for (uint32_t r = 0; r < 2; r++)
         assert_int_equal(df_register(st, "job", r, 2, 1, names, NULL, 1, err, sizeof(err)), 0);
-    /* A step a summary, 1 ms each; steps 1..20 received in the first
-     * minute, 21..40 five minutes later: ingest itself then rolls up the
-     * first twenty (older than the minute of detail kept). */
-    for (uint32_t k = 1; k <= STEPS; k++) {
-        if (k == 21) {
-            json_t *a = diagnose(st, 0, 0);
-            assert_int_equal(json_integer_value(json_object_get(a, "steps")), 20);
-            assert_null(json_object_get(a, "rolled_up"));
-            json_decref(a);
-        }
-        for (uint32_t r = 0; r < 2; r++) {
-            static struct fa_summary s;
-            memset(&s, 0, sizeof(s));
-            s.epoch = k;
-            s.n_steps = 1;
-            s.steps[0].step = k;
-            s.steps[0].t_begin = k * 10000000ull;
-            s.steps[0].t_end = s.steps[0].t_begin + 1000000ull;
-            s.n_ts = 1;
-            s.ts[0].step = k, s.ts[0].count = 4, s.ts[0].sum_run = 900000;
-            ingest_at(st, r, k, &s, (k <= 20 ? 10 : 310) * SEC);
-        }
-    }
+    /* Steps 1..20 received in the first minute, 21..40 five minutes
+     * later: ingest itself then rolls up the first twenty (older than the
+     * minute of detail kept). */
+    ingest_steps(st, "job", 1, 20, 10 * SEC);
+    json_t *a = diagnose(st, 0, 0);
+    assert_int_equal(json_integer_value(json_object_get(a, "steps")), 20);
+    assert_null(json_object_get(a, "rolled_up"));
+    json_decref(a);
+    ingest_steps(st, "job", 21, STEPS, 310 * SEC);
     struct mks_store_rolled ru;
     assert_int_equal(mks_store_rolled(st, "job", &ru), 0);
     assert_int_equal(ru.epochs, 2);
     assert_int_equal(ru.step_hi, 20);
-    json_t *a = diagnose(st, 0, 0);
+    a = diagnose(st, 0, 0);
     assert_int_equal(json_integer_value(json_object_get(a, "steps")), STEPS - 20);
     assert_int_equal(json_integer_value(json_object_get(a, "first_step")), 21);
     json_t *r = json_object_get(a, "rolled_up");

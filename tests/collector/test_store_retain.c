@@ -212,6 +212,20 @@ static int64_t pages_used_bytes(struct mks_store *st)
            one(st, "PRAGMA page_size");
 }
 
+/* Summaries 1..n of ranks 0 and 1 in turn, `apart` ns apart, with 8 waits
+ * and releases each; the most pages in use over the second half. */
+static int64_t fill_peak(struct mks_store *st, uint64_t n, uint64_t apart)
+{
+    int64_t peak = 0;
+    for (uint64_t q = 1; q <= n; q++) {
+        ingest_detail(st, (uint32_t)(q % 2), q, q * apart, 8);
+        int64_t b = pages_used_bytes(st);
+        if (q > n / 2 && b > peak)
+            peak = b;
+    }
+    return peak;
+}
+
 /* The size bound: ingest alone keeps the pages in use near max_bytes.
  * Summaries a second apart roll up (a rank's minute into one epoch) before
  * any epoch goes: every summary stays counted and the last minute keeps
@@ -222,14 +236,7 @@ static void test_max_bytes(void **state)
     (void)state;
     const uint64_t max = 512u << 10;
     struct mks_store *st = open_store_opts(0, 0, 0, max, 0);
-    int64_t peak = 0;
-    for (uint64_t q = 1; q <= 3000; q++) {
-        ingest_detail(st, (uint32_t)(q % 2), q, q * SEC, 8);
-        int64_t b = pages_used_bytes(st);
-        if (q > 1500 && b > peak)
-            peak = b;
-    }
-    assert_true(peak <= (int64_t)max + (64 << 10));
+    assert_true(fill_peak(st, 3000, SEC) <= (int64_t)max + (64 << 10));
     assert_true(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2") > 0);
     assert_int_equal(one(st, "SELECT MAX(seq) FROM epochs"), 3000);
     assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs"), 1);
@@ -244,14 +251,7 @@ static void test_max_bytes(void **state)
     mks_store_close(st);
 
     st = open_store_opts(0, 0, 0, max / 2, 0);
-    peak = 0;
-    for (uint64_t q = 1; q <= 1500; q++) {
-        ingest_detail(st, (uint32_t)(q % 2), q, q * 60 * SEC, 8);
-        int64_t b = pages_used_bytes(st);
-        if (q > 750 && b > peak)
-            peak = b;
-    }
-    assert_true(peak <= (int64_t)max / 2 + (64 << 10));
+    assert_true(fill_peak(st, 1500, 60 * SEC) <= (int64_t)max / 2 + (64 << 10));
     assert_true(one(st, "SELECT COUNT(*) FROM epochs") < 1500);
     assert_int_equal(one(st, "SELECT MAX(seq) FROM epochs"), 1500);
     assert_true(one(st, "SELECT MIN(seq) FROM epochs") > 1);
@@ -311,6 +311,13 @@ static void test_detail_age(void **state)
     assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2"), 2);
     assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 3);
     assert_int_equal(one(st, "SELECT SUM(count) FROM task_stats"), 16);
+    /* A summary sent again after its epoch was rolled up is a duplicate
+     * still; a new one of the rank is not. */
+    ingest_detail(st, 0, 5, 216 * SEC, 4);
+    assert_int_equal(one(st, "SELECT SUM(count) FROM task_stats"), 16);
+    assert_int_equal(one(st, "SELECT duplicates FROM ranks WHERE rank = 0"), 1);
+    ingest_detail(st, 0, 17, 217 * SEC, 4);
+    assert_int_equal(one(st, "SELECT SUM(count) FROM task_stats"), 17);
     mks_store_close(st);
 }
 
