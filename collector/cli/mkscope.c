@@ -409,7 +409,7 @@ void mks_cli_rolled(FILE *f, json_t *r)
     json_t *steps = json_object_get(r, "steps_to");
     char st[48] = "";
     if (json_is_integer(steps))
-        snprintf(st, sizeof(st), ", steps up to %lld", (long long)json_integer_value(steps));
+        snprintf(st, sizeof(st), ", steps up to %lld,", (long long)json_integer_value(steps));
     char rd[48] = "";
     if (json_is_integer(json_object_get(r, "read")))
         snprintf(rd, sizeof(rd), ", %lld of them read",

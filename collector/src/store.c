@@ -566,11 +566,11 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
         mks_store_close(st);
         return -EIO;
     }
-    /* Age retention finds old epochs by this index; without --max-age no
-     * summary pays for keeping it. */
-    if (st->max_age_ns && sqlite3_exec(st->db, "CREATE INDEX IF NOT EXISTS epochs_received ON"
-                                               " epochs(received_ns)",
-                                       NULL, NULL, NULL) != SQLITE_OK) {
+    /* Age retention and the roll-up find old epochs by this index; with no
+     * retention at all no summary pays for keeping it. */
+    if ((st->max_age_ns || st->detail_age_ns || st->max_bytes) &&
+        sqlite3_exec(st->db, "CREATE INDEX IF NOT EXISTS epochs_received ON epochs(received_ns)",
+                     NULL, NULL, NULL) != SQLITE_OK) {
         fail(err, errlen, -EIO, "store: %s: %s", o.path, sqlite3_errmsg(st->db));
         mks_store_close(st);
         return -EIO;
@@ -1080,7 +1080,12 @@ static int retain_bounds(struct mks_store *st, uint64_t now)
         uint64_t age = over ? ROLL_NS : st->detail_age_ns;
         if (!over && age > now)
             age = now;
-        if (query_u64(st, &v, "SELECT COALESCE(MAX(id), 0) FROM epochs WHERE received_ns < ?",
+        /* The newest epoch received before the cut, down the receive-time
+         * index (MAX(id) over the range read every rolled-up epoch of the
+         * day each second). */
+        if (query_u64(st, &v,
+                      "SELECT COALESCE((SELECT id FROM epochs WHERE received_ns < ? ORDER BY"
+                      " received_ns DESC LIMIT 1), 0)",
                       "u", now - age) != SQLITE_DONE)
             return SQLITE_ERROR;
         int64_t cutoff = (int64_t)v;
