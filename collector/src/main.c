@@ -1063,7 +1063,6 @@ int main(int argc, char **argv)
     if (mks_metrics_create(&c.stats.registry)) {
         fprintf(stderr, "mkscope-collector: out of memory\n");
         mks_store_close(c.st);
-    mks_metrics_destroy(c.stats.registry);
         remove_db(tmp_db);
         return MKS_EXIT_ERROR;
     }
@@ -1174,6 +1173,8 @@ out:
     mks_ingest_destroy(c.ing);
     if (c.ingest >= 0)
         nn_close(c.ingest);
+    /* after everything that observes into it (ingest, the HTTP thread) */
+    mks_metrics_destroy(c.stats.registry);
     if (c.sigfd >= 0)
         close(c.sigfd);
     mks_store_close(c.st);
