@@ -26,15 +26,20 @@ usage: bench/counter.sh [OPTIONS]
 
   --build DIR        build tree [build/]
   --out DIR          results, resumable [BUILD/counter]
-  --subset S         full (bench/accuracy.sh's matrix) or ci (every fault type,
-                     windowed and persistent, 4 ranks, large magnitude, one seed,
-                     two clean runs) [full]
+  --subset S         full (bench/accuracy.sh's matrix), classes (the matrix with
+                     one task class a fault type, the CI's: every fault type,
+                     every magnitude, windowed and persistent, clean runs) or ci
+                     (every fault type, windowed and persistent, 4 ranks, large
+                     magnitude, one seed, two clean runs) [full]
   --ranks LIST       rank counts [4]
   --seeds N          seeds per cell [3]
   --steps N          steps a run [30]
   --long-steps N     steps of the long clean run [1000 in full, 0 in ci]
+  --clean N          short clean runs of the classes subset [10]
   --jobs N           runs at once [1]
   --agent-budget B   agents' telemetry budget, bytes per second [unlimited]
+  --epoch-ms MS      agents' epoch [5, bench/accuracy.sh's; the agent's own
+                     default is 100]
   --measure          also measure the step-time perturbation of each tool
                      (interleaved rounds) and the time to ask a new question
                      (attach on a live job; rebuild of the counters build)
@@ -48,7 +53,9 @@ usage: bench/counter.sh [OPTIONS]
 
 EXAMPLES
   bench/counter.sh --subset ci --assert             # what ctest runs
-  bench/counter.sh --jobs 2 --measure               # docs/RESULTS.md
+  bench/counter.sh --subset classes --seeds 1 --long-steps 1000 --measure
+  bench/counter.sh --subset classes --seeds 1 --long-steps 1000 --epoch-ms 100 \
+      --out build/counter-e100                      # the agent's defaults
   bench/counter.sh --report
 USAGE
 }
@@ -56,7 +63,7 @@ USAGE
 root=$(cd "$(dirname "$0")/.." && pwd)
 here=$root/bench/counter
 build=$root/build out="" subset=full ranks=4 seeds=3 steps=30 long="" jobs=1 budget=""
-measure=0 rounds=5 fresh=0 report_only=0 assert=0
+measure=0 rounds=5 fresh=0 report_only=0 assert=0 epoch=5 clean=10
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -68,6 +75,8 @@ while [ $# -gt 0 ]; do
     --long-steps) long=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --agent-budget) budget=$2; shift 2 ;;
+    --epoch-ms) epoch=$2; shift 2 ;;
+    --clean) clean=$2; shift 2 ;;
     --measure) measure=1; shift ;;
     --rounds) rounds=$2; shift 2 ;;
     --fresh) fresh=1; shift ;;
@@ -77,11 +86,13 @@ while [ $# -gt 0 ]; do
     *) echo "counter: unknown option '$1'; see --help" >&2; exit 2 ;;
   esac
 done
-case "$subset" in full|ci) ;; *) echo "counter: --subset wants full or ci" >&2; exit 2 ;; esac
+case "$subset" in full|ci|classes) ;; *) echo "counter: --subset wants full, classes or ci" >&2; exit 2 ;; esac
 [ -n "$long" ] || { [ "$subset" = ci ] && long=0 || long=1000; }
-for v in "$seeds" "$steps" "$long" "$jobs" "$rounds" ${budget:+"$budget"}; do
-  case "$v" in ''|*[!0-9]*) echo "counter: --seeds, --steps, --long-steps, --jobs, --rounds, --agent-budget want numbers" >&2; exit 2 ;; esac
+for v in "$seeds" "$steps" "$long" "$jobs" "$rounds" "$epoch" "$clean" ${budget:+"$budget"}; do
+  case "$v" in ''|*[!0-9]*) echo "counter: --seeds, --steps, --long-steps, --jobs, --rounds, --epoch-ms, --clean, --agent-budget want numbers" >&2; exit 2 ;; esac
 done
+[ "$epoch" -ge 1 ] && [ "$clean" -ge 1 ] && [ "$jobs" -ge 1 ] ||
+  { echo "counter: --epoch-ms, --clean and --jobs must be at least 1" >&2; exit 2; }
 command -v jq >/dev/null || { echo "counter: jq is missing (deploy/install-deps.sh)" >&2; exit 1; }
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "counter: no build tree $build" >&2; exit 1; }
 [ -n "$out" ] || out=$build/counter
@@ -96,17 +107,64 @@ for b in "$obs" "$MKS_BASELINES_BIN"; do
   [ -x "$b" ] || { echo "counter: $b missing: build first" >&2; exit 1; }
 done
 export MKS_BENCH_BIN=$obs MKS_ACC_HOOK=$here/hook.sh MKS_COUNTER_OUT=$out
-export MKS_COUNTER_LAUNCH=${budget:+--budget
-$budget}
+# the launcher takes the last --epoch-ms it is given: these come after
+# accuracy.sh's own 5 ms
+export MKS_COUNTER_EPOCH=$epoch MKS_COUNTER_BUDGET=${budget:-0}
+MKS_COUNTER_LAUNCH="--epoch-ms
+$epoch${budget:+
+--budget
+$budget}"
+export MKS_COUNTER_LAUNCH
 
 # ---- the runs (bench/accuracy.sh with the hook) ---------------------------------
-acc=("$root/bench/accuracy.sh" --build "$build" --out "$out" --subset "$subset" --ranks "$ranks"
-     --seeds "$seeds" --steps "$steps" --long-steps "$long" --jobs "$jobs")
-if [ "$report_only" = 0 ]; then
-  # mkscope's own matrix as accuracy.sh prints it
-  "${acc[@]}"
+acc=("$root/bench/accuracy.sh" --build "$build" --out "$out" --ranks "$ranks" --seeds "$seeds"
+     --steps "$steps" --long-steps "$long")
+# the classes subset: accuracy.sh's matrix, one class a fault type (the
+# CI's), run line by line through its --one
+classes_re='^(clean|td\.o_proj|ms\.expert|nd\.allreduce_send|qo\.qkv_proj|cd\.all|ts\.qkv_proj|sr\.rank)\.'
+if [ "$subset" = classes ]; then
+  # with --clean N short clean runs (seeds 1..N) for the false alarms
+  plan=$({ "${acc[@]}" --subset full --list | grep -E "$classes_re" | grep -Ev '^clean\.r[0-9]+\.s'
+           "${acc[@]}" --subset full --seeds "$clean" --list | grep -E '^clean\.r[0-9]+\.s'; })
+else
+  plan=$("${acc[@]}" --subset "$subset" --list)
 fi
-
+# missing: the runs of the plan that not every tool has scored yet
+missing() {
+  local id _ t
+  while read -r id _; do
+    for t in mkscope trace trace_sampled counters steps; do
+      [ -s "$out/tools/$id.$t.score" ] || { echo "$id"; break; }
+    done
+  done <<<"$plan"
+}
+runs() {
+  if [ "$subset" = classes ]; then
+    echo "counter: $(missing | wc -l) of $(wc -l <<<"$plan") runs to do, $jobs at a time (results in $out)" >&2
+    local t0=$SECONDS p
+    # in a fixed shuffled order, as accuracy.sh runs its own: a run cut short
+    # still covers every kind of run; done runs are skipped by --one itself
+    # (the first alone: it writes accuracy.sh's OUT/base-R that the others read)
+    p=$(sort -R --random-source=<(yes) <<<"$plan")
+    "${acc[@]}" --one "$(head -n 1 <<<"$p")" || true
+    tail -n +2 <<<"$p" | tr '\n' '\0' | xargs -0 -r -P "$jobs" -I{} "${acc[@]}" --one "{}" || true
+    echo "counter: runs done in $((SECONDS - t0)) s" >&2
+    "${acc[@]}" --report || true
+  else
+    # mkscope's own matrix as accuracy.sh prints it
+    "${acc[@]}" --subset "$subset" --jobs "$jobs"
+  fi
+}
+if [ "$report_only" = 0 ]; then
+  runs
+  # a run that failed (not one answered wrong: that is scored) is tried once
+  # more, as accuracy.sh resumes; one failing twice is reported and, with
+  # --assert, fails the benchmark
+  if [ -n "$(missing)" ]; then
+    echo "counter: $(missing | wc -l) runs failed; trying them once more" >&2
+    runs
+  fi
+fi
 # ---- --measure: perturbation and the time to ask a new question ---------------
 
 median_steps() { # FILE...: median of every rank's step_ns past the first 2 steps, us
@@ -130,7 +188,7 @@ measure() {
         counters) "$build/bench/mkscope-bench-counters" run --ranks "$R" --steps 200 --seed "$i" \
                     --json "$d.json" --counters "$d.ct" -q; rm -f "$d".ct.* ;;
         mkscope) MKS_BENCH_BIN=$build/bench/mkscope-bench "$root/deploy/local/mkscope-launch" \
-                   --ranks "$R" --steps 200 --dir "$d" --epoch-ms 5 -q --job "cm$i$$" \
+                   --ranks "$R" --steps 200 --dir "$d" --epoch-ms "$epoch" -q --job "cm$i$$" \
                    ${budget:+--budget "$budget"} -- --seed "$i" >/dev/null
                  cp "$d/bench.json" "$d.json"; rm -rf "$d" ;;
       esac
@@ -169,7 +227,9 @@ measure() {
       attach=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
     fi
   fi
-  kill -INT "$lp" 2>/dev/null || true
+  # TERM, not INT: a job started in the background of a script ignores
+  # SIGINT, and the launcher could not trap it
+  kill -TERM "$lp" 2>/dev/null || true
   wait "$lp" 2>/dev/null || true
   t0=$(date +%s%N)
   touch "$root/bench/src/runtime/rt.c"
@@ -196,15 +256,22 @@ measure() {
 [ "$measure" = 1 ] && measure
 
 # ---- the tables: per tool last ------------------------------------------------
-files=$(find "$out/tools" -name '*.score' 2>/dev/null | sort)
-[ -n "$files" ] || { echo "counter: no runs scored yet in $out/tools" >&2; exit 1; }
-# shellcheck disable=SC2086
-jq -s . $files >"$out/tools.json"
+# the plan's runs only: OUT may hold runs of another subset too
+files=()
+while read -r id _; do
+  for f in "$out/tools/$id".*.score; do if [ -s "$f" ]; then files+=("$f"); fi; done
+done <<<"$plan"
+[ "${#files[@]}" -gt 0 ] || { echo "counter: no runs of the plan scored yet in $out/tools" >&2; exit 1; }
+jq -s . "${files[@]}" >"$out/tools.json"
 m=null
 [ -s "$out/measure.json" ] && m=$(cat "$out/measure.json")
 echo
 jq -r -f "$here/targets.jq" "$out/tools.json" | tee "$out/targets.txt"
 echo
 jq -r --argjson m "$m" -f "$here/report.jq" "$out/tools.json"
+if [ -n "$(missing)" ]; then
+  echo "counter: runs of the plan not scored by every tool: $(missing | tr '\n' ' ')" >&2
+  [ "$assert" = 0 ] || exit 1
+fi
 if [ "$assert" = 1 ] && head -n 2 "$out/targets.txt" | grep -q '^FAIL'; then exit 1; fi
 exit 0

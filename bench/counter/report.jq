@@ -34,7 +34,7 @@ def human: if . >= 1048576 then "\((. / 104857.6 | round) / 10) MB"
       | ($ty | pad(14)) + (if $p then "persistent " else "windowed   " end)
         + ([ $order[] | . as $t | select($by[$t] != null)
              | ($by[$t] | map(select((.clean | not) and .type == $ty and .persistent == $p))) as $x
-             | "\($t) \($x | map(select(.correct)) | length)/\($x | length)" | pad(18) ]
+             | "\($t) \($x | map(select(.correct)) | length)/\($x | length)" | pad(20) ]
            | join("")) ),
     "",
     "== by magnitude (us), per tool",
@@ -43,8 +43,17 @@ def human: if . >= 1048576 then "\((. / 104857.6 | round) / 10) MB"
       | (if $p then "persistent " else "windowed   " end) + ($mu | tostring | lpad(7)) + "  "
         + ([ $order[] | . as $t | select($by[$t] != null)
              | ($by[$t] | map(select((.clean | not) and .persistent == $p and .magnitude_us == $mu))) as $x
-             | "\($t) \($x | map(select(.correct)) | length)/\($x | length)" | pad(18) ]
+             | "\($t) \($x | map(select(.correct)) | length)/\($x | length)" | pad(20) ]
            | join("")) ),
+    "",
+    "== bytes (mkscope's agents at \([$by.mkscope // [] | .[].epoch_ms | select(. != null)] | unique | map(tostring + " ms") | join(", ")) epochs, budget \([$by.mkscope // [] | .[].agent_budget | select(. != null)] | unique | map(if . == 0 then "unlimited" else tostring + " B/s" end) | join(", ")))",
+    ( $rows[] | . as $r | $by[$r.tool] as $s
+      | (.tool | pad(15)) + "\(($s | map(.bytes) | add) / ($s | map(.steps * .ranks) | add) | round) B a step and rank"
+        + ( [ $s[] | select(.id | test("\\.long$")) ] as $L
+            | if ($L | length) == 0 then ""
+              else "; long clean run (\($L[0].steps) steps): \($L | map(.bytes) | add | human), "
+                   + pct(($L | map(.bytes) | add) * 1000; ($L | map(.trace_bytes) | add) * 1000) + " of the trace's"
+              end ) ),
     "",
     "== per tool: \($rows[0].faulty // 0) faulty and \(($rows[0].runs // 0) - ($rows[0].faulty // 0)) clean runs, the same runs for every tool",
     ("tool" | pad(15)) + ("cause" | lpad(8)) + ("culprit" | lpad(9)) + ("both" | lpad(8))
