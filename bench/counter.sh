@@ -30,7 +30,7 @@ usage: bench/counter.sh [OPTIONS]
                      one task class a fault type, the CI's: every fault type,
                      every magnitude, windowed and persistent, clean runs) or ci
                      (every fault type, windowed and persistent, 4 ranks, large
-                     magnitude, one seed, two clean runs) [full]
+                     magnitude, two seeds, two clean runs) [full]
   --ranks LIST       rank counts [4]
   --seeds N          seeds per cell [3]
   --steps N          steps a run [30]
