@@ -30,9 +30,9 @@ usage: bench/counter.sh [OPTIONS]
                      one task class a fault type, the CI's: every fault type,
                      every magnitude, windowed and persistent, clean runs) or ci
                      (every fault type, windowed and persistent, 4 ranks, large
-                     magnitude, two seeds, two clean runs) [full]
+                     magnitude, four seeds, two clean runs) [full]
   --ranks LIST       rank counts [4]
-  --seeds N          seeds per cell [3]
+  --seeds N          seeds per cell [3; 4 in ci]
   --steps N          steps a run [30]
   --long-steps N     steps of the long clean run [1000 in full, 0 in ci]
   --clean N          short clean runs of the classes subset [10]
@@ -62,7 +62,7 @@ USAGE
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 here=$root/bench/counter
-build=$root/build out="" subset=full ranks=4 seeds=3 steps=30 long="" jobs=1 budget=""
+build=$root/build out="" subset=full ranks=4 seeds="" steps=30 long="" jobs=1 budget=""
 measure=0 rounds=5 fresh=0 report_only=0 assert=0 epoch=5 clean=10
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -88,6 +88,9 @@ while [ $# -gt 0 ]; do
 done
 case "$subset" in full|ci|classes) ;; *) echo "counter: --subset wants full, classes or ci" >&2; exit 2 ;; esac
 [ -n "$long" ] || { [ "$subset" = ci ] && long=0 || long=1000; }
+# the CI subset's four seeds: 56 faulty runs, so that one confident wrong
+# answer is not already past the 2% false-confidence target
+[ -n "$seeds" ] || { [ "$subset" = ci ] && seeds=4 || seeds=3; }
 for v in "$seeds" "$steps" "$long" "$jobs" "$rounds" "$epoch" "$clean" ${budget:+"$budget"}; do
   case "$v" in ''|*[!0-9]*) echo "counter: --seeds, --steps, --long-steps, --jobs, --rounds, --epoch-ms, --clean, --agent-budget want numbers" >&2; exit 2 ;; esac
 done
