@@ -230,8 +230,11 @@ static int elf_check(const char *name, const uint8_t *buf, size_t len, char *err
         /* .BTF.ext: libbpf checks its tables' offsets for alignment but
          * not the header's length they are relative to, and then reads
          * the records as u32s in place. */
-        if (sh.sh_type == SHT_PROGBITS && strcmp(elf_secname(&ev, &sh), ".BTF.ext") == 0 && sh.sh_size >= 8) {
+        if (sh.sh_type == SHT_PROGBITS && strcmp(elf_secname(&ev, &sh), ".BTF.ext") == 0) {
             uint32_t hl;
+            if (sh.sh_size < 8) /* libbpf copies from its NULL data */
+                return ld_err(err, elen, -ENOEXEC, "%s: corrupt .BTF.ext: %llu bytes, shorter than its header", name,
+                              (unsigned long long)sh.sh_size);
             memcpy(&hl, buf + sh.sh_offset + 4, 4);
             if (hl % 4)
                 return ld_err(err, elen, -ENOEXEC, "%s: corrupt .BTF.ext: header length %u is not a multiple of 4", name,

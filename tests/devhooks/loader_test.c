@@ -641,6 +641,18 @@ static void test_misaligned_btf_headers(void **state)
             fail_msg("%s: %s", cases[k].sec, err);
         assert_null(obj);
     }
+    /* an empty .BTF.ext: libbpf copied from its NULL data (UBSan) */
+    memcpy(buf, orig, len);
+    size_t at = elf_edit_section(buf, len, ".BTF.ext");
+    assert_true(at > 0);
+    Elf64_Shdr sh;
+    memcpy(&sh, buf + at, sizeof(sh));
+    sh.sh_size = 0;
+    memcpy(buf + at, &sh, sizeof(sh));
+    struct mks_obj *obj = NULL;
+    char err[512];
+    assert_int_equal(mks_obj_open_mem(buf, len, "odd.bpf.o", &obj, err, sizeof(err)), -ENOEXEC);
+    assert_non_null(strstr(err, "corrupt .BTF.ext: 0 bytes, shorter than its header"));
     free(buf);
     free(orig);
 }
