@@ -517,10 +517,6 @@ static int prep_detail(struct diag *d)
     return 0;
 }
 
-/* The rows of one epoch (rank `rank`, carrying es[0..n) of its steps):
- * task rows of a known step go to that step; rows of no known step (the
- * agent folds steps it could not keep apart into step 0) are spread evenly
- * over the epoch's steps that got no rows of their own. */
 /* Where an epoch's step is in its list (es: the epoch's steps, in step
  * order); n when it is not there. */
 static size_t es_pos(const struct estep *es, size_t n, uint32_t step)
@@ -543,6 +539,11 @@ static bool kept_step(const struct estep *es, size_t n, uint32_t step)
     return i < n && es[i].keep;
 }
 
+/* The rows of one epoch (rank `rank`, carrying es[0..n) of its steps,
+ * those with keep wanted):
+ * task rows of a known step go to that step; rows of no known step (the
+ * agent folds steps it could not keep apart into step 0) are spread evenly
+ * over the epoch's steps that got no rows of their own. */
 static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct estep *es,
                       size_t n)
 {
