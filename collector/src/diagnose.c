@@ -1942,9 +1942,6 @@ static int seg_push(struct segment **out, size_t *n, size_t *cap, struct segment
 /* Runs of steps where one rank's blame stays above tau: the rolling median
  * over SEG_WIN steps at or above tau, for SEG_MIN steps or more, its median
  * blame above tau and positive in SEG_FRAC of the steps. */
-/* Keeps as slow the slowest steps (by excess) that fall in at most
- * DIAG_SLOW_RUNS runs of blk steps; *n_kept: how many.  The others are
- * left out, and counted as slow but not examined. */
 struct slow_ref {
     double ex;
     size_t k;
@@ -1958,6 +1955,9 @@ static int cmp_slow_ref(const void *a, const void *b)
     return x->k < y->k ? -1 : x->k > y->k;
 }
 
+/* Keeps as slow the slowest steps (by excess) that fall in at most
+ * DIAG_SLOW_RUNS runs of blk steps; *n_kept: how many.  The others are
+ * left out, and counted as slow but not examined. */
 static int pick_slow(bool *slow, const double *exs, size_t n, size_t blk, size_t *n_kept)
 {
     size_t m = 0;
