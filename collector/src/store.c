@@ -884,8 +884,15 @@ static void bind_cell(sqlite3_stmt *s, int idx, const struct mks_store *st, cons
     switch (c->type) {
     case 'i':
     case 'u': sqlite3_bind_int64(s, idx, c->i); break;
-    case 't': sqlite3_bind_text(s, idx, st->arena + c->i, c->n, SQLITE_STATIC); break;
-    case 'b': sqlite3_bind_blob(s, idx, st->arena + c->i, c->n, SQLITE_STATIC); break;
+    /* An empty value is an empty text or blob, never NULL (the arena
+     * may not exist yet, and SQLite binds a NULL pointer as NULL). */
+    case 't': sqlite3_bind_text(s, idx, c->n ? st->arena + c->i : "", c->n, SQLITE_STATIC); break;
+    case 'b':
+        if (c->n)
+            sqlite3_bind_blob(s, idx, st->arena + c->i, c->n, SQLITE_STATIC);
+        else
+            sqlite3_bind_zeroblob(s, idx, 0);
+        break;
     default: sqlite3_bind_null(s, idx); break;
     }
 }
