@@ -1956,14 +1956,13 @@ static int cmp_slow_ref(const void *a, const void *b)
 }
 
 /* Keeps as slow the slowest steps (by excess) that fall in at most
- * DIAG_SLOW_RUNS runs of blk steps; *n_kept: how many.  The others are
- * left out, and counted as slow but not examined. */
-static int pick_slow(bool *slow, const double *exs, size_t n, size_t blk, size_t *n_kept)
+ * DIAG_SLOW_RUNS runs of blk steps.  The others are left out, and
+ * counted as slow but not examined. */
+static int pick_slow(bool *slow, const double *exs, size_t n, size_t blk)
 {
     size_t m = 0;
     for (size_t k = 0; k < n; k++)
         m += slow[k];
-    *n_kept = m;
     struct slow_ref *ord = malloc((m + 1) * sizeof(*ord));
     bool *run = calloc(n / blk + 1, sizeof(bool));
     if (!ord || !run) {
@@ -1977,7 +1976,6 @@ static int pick_slow(bool *slow, const double *exs, size_t n, size_t blk, size_t
             ord[m++] = (struct slow_ref){.ex = exs[k], .k = k};
     qsort(ord, m, sizeof(*ord), cmp_slow_ref);
     size_t used = 0;
-    *n_kept = 0;
     for (size_t i = 0; i < m; i++) {
         size_t r = ord[i].k / blk;
         if (!run[r] && used >= DIAG_SLOW_RUNS) {
@@ -1985,7 +1983,6 @@ static int pick_slow(bool *slow, const double *exs, size_t n, size_t blk, size_t
             continue;
         }
         used += !run[r], run[r] = true;
-        (*n_kept)++;
     }
     free(ord);
     free(run);
@@ -2983,7 +2980,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         /* The slow steps examined: the slowest first, while they fall in
          * at most DIAG_SLOW_RUNS such runs (a fault's steps share theirs;
          * a loaded machine's scattered slow steps each take one). */
-        if ((rc = pick_slow(slow, exs, n_steps, blk, &n_examined)))
+        if ((rc = pick_slow(slow, exs, n_steps, blk)))
             goto fail_rc;
         for (size_t i = 0; i < d.ns; i++)
             want[i] = slow[cell_step[i]] || (cell_step[i] / blk) % stride == 0;
