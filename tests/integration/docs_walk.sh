@@ -30,6 +30,11 @@ for _ in $(seq 150); do
 done
 [ "$(mkscope -f json status | jq '[.ranks[] | select(.epochs > 2)] | length')" = 2 ] ||
   fail "the live job did not come up: $(tail -5 "$dir/launch.log")"
+# The examples filter on steps up to 30: the job must have stored them.
+for _ in $(seq 300); do
+  mkscope -f json query 'count(step) where step >= 40' >/dev/null 2>&1 && break
+  sleep 0.2
+done
 
 # The examples: indented lines starting with "mkscope ", the description
 # after a run of spaces dropped.
