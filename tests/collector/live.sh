@@ -38,11 +38,13 @@ for r in 0 1 2 3; do
     --collector "ipc://$dir/ingest" --survey "ipc://$dir/survey" --epoch-ms 50 --exit-with-app -v
   agent_pid[$r]=$started
 done
-# Long enough for the trigger (evaluated once a second), the 200 ms window
-# and two surveys: 4000 steps paced at 3 ms (12 s; on 2 shared cores the
-# four ranks' raw batches can take seconds to be stored).
-bench_argv "$job" --ranks 4 --steps 4000 --step-interval-us 3000 -q
+# The job must outlive parts 1-3, however slowly a loaded machine takes
+# them (the trigger is evaluated once a second, the raw batches of four
+# ranks can take seconds to be stored): 40000 steps paced at 3 ms (two
+# minutes), stopped by the test once part 3 is done.
+bench_argv "$job" --ranks 4 --steps 40000 --step-interval-us 3000 -q
 start "$dir/bench.log" "${bench_cmd[@]}"
+bench_pid=$started
 
 # 1. escalation over UCX: the collector writes the trace once every rank
 # asked has sent its last batch.
@@ -78,12 +80,21 @@ cli -f json survey status 1500 >"$dir/survey1.json"
 n=$(jq '.answers | length' "$dir/survey1.json")
 miss=$(jq -c '.missing' "$dir/survey1.json")
 [ "$n" = 4 ] && [ "$miss" = "[]" ] || fail "survey: $n answers, missing $miss (want 4, [])"
+kill -0 "$bench_pid" 2>/dev/null || fail "the job ended before part 3 (see bench.log)"
+kill -0 "${agent_pid[2]}" 2>/dev/null || fail "rank 2's agent exited before it was to be killed"
 kill -KILL -- "-${agent_pid[2]}"
 cli -f json survey status 1500 >"$dir/survey2.json"
 n=$(jq '.answers | length' "$dir/survey2.json")
 miss=$(jq -c '.missing' "$dir/survey2.json")
 [ "$n" = 3 ] && [ "$miss" = "[2]" ] || fail "survey after killing rank 2's agent: $n answers, missing $miss (want 3, [2])"
 cli survey status 1000 2>&1 | grep -q "did not answer.*2" || fail "text survey does not name rank 2"
+# Stop the job; the other agents exit with it (--exit-with-app) after their
+# last summaries and batches, so what is counted below no longer moves.
+kill -TERM -- "-$bench_pid"
+for r in 0 1 3; do
+  for _ in $(seq 150); do kill -0 "${agent_pid[$r]}" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "${agent_pid[$r]}" 2>/dev/null && fail "rank $r's agent still runs 15 s after its job stopped"
+done
 # 1, continued: what the escalation stored (the store outlives the ranks).
 sql() { cli -f json sql "$1" | jq -r '.rows[0] | to_entries[0].value'; }
 attn=$(sql "SELECT id FROM task_classes WHERE job = '$job' AND rank = 1 AND name = 'attention'")
