@@ -67,19 +67,6 @@ struct {
     __type(value, __u64);
 } wait_max SEC(".maps");
 
-/* Raise *p to v; a few compare-and-swap tries, as in latency.bpf.c. */
-static __always_inline void raise_max(__u64 *p, __u64 v)
-{
-#pragma unroll
-    for (int i = 0; i < 3; i++) {
-        __u64 old = *p;
-        if (v <= old)
-            return;
-        if (__sync_val_compare_and_swap(p, old, v) == old)
-            return;
-    }
-}
-
 SEC("mkscope/dep_wait_begin")
 int wait_begin(const struct mks_hook_ctx *ctx)
 {
@@ -124,7 +111,7 @@ int wait_end(const struct mks_hook_ctx *ctx)
         __u64 *mx = mks_map_lookup(&wait_max, &hkey);
 
         if (mx)
-            raise_max(mx, d);
+            mks_mon_raise_max(mx, d);
     }
     if (dep != MKS_DEP_REMOTE)
         return 0;

@@ -53,22 +53,6 @@ struct {
     __type(value, struct mks_mon_worker_time);
 } worker_time SEC(".maps");
 
-/* Raise *p to v.  Workers of a step update one entry side by side: a
- * compare-and-swap retried a few times keeps the larger value (each retry
- * means another worker raised it meanwhile, so after three the entry is
- * all but certainly at least v's neighbour in time). */
-static __always_inline void raise_max(__u64 *p, __u64 v)
-{
-#pragma unroll
-    for (int i = 0; i < 3; i++) {
-        __u64 old = *p;
-        if (v <= old)
-            return;
-        if (__sync_val_compare_and_swap(p, old, v) == old)
-            return;
-    }
-}
-
 /* The (class, step) slot of ctx, claimed for ctx's step when empty and
  * marked mixed when another step holds it; NULL when the map is missing or
  * the runtime does not know the step. */
@@ -147,13 +131,13 @@ int lat_run_prog(const struct mks_hook_ctx *ctx)
         if (r && s >= r && !MKS_CTX_IS_ABSENT64(r) && !MKS_CTX_IS_ABSENT64(s)) {
             __sync_fetch_and_add(&e->queue_count, 1);
             __sync_fetch_and_add(&e->queue_sum, s - r);
-            raise_max(&e->queue_max, s - r);
+            mks_mon_raise_max(&e->queue_max, s - r);
         }
     }
     if (!d)
         return 0;
     __sync_fetch_and_add(&e->run_count, 1);
     __sync_fetch_and_add(&e->run_sum, d);
-    raise_max(&e->run_max, d);
+    mks_mon_raise_max(&e->run_max, d);
     return 0;
 }

@@ -226,4 +226,22 @@ struct mks_mon_gen {
     uint64_t t_task_last;  /* latest task_end of the step */
 };
 
+#ifdef __bpf__
+/* Raise *p to v.  Workers of a step update one entry side by side: a
+ * compare-and-swap retried a few times keeps the larger value (each retry
+ * means another worker raised it meanwhile, so after three the entry is
+ * all but certainly at least v's neighbour in time).  Monitors only. */
+static __always_inline void mks_mon_raise_max(__u64 *p, __u64 v)
+{
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        __u64 old = *p;
+        if (v <= old)
+            return;
+        if (__sync_val_compare_and_swap(p, old, v) == old)
+            return;
+    }
+}
+#endif
+
 #endif /* MKSCOPE_AGENT_MONITORS_H */
