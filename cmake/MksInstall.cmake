@@ -84,8 +84,10 @@ foreach(s mkscope-launch mkscope-node-agent mkscope-srun mkscope-slurm-collector
     COMMENT "man page ${s}.1 from ${s} --help" VERBATIM)
   list(APPEND mks_pages ${page})
 endforeach()
-set(mks_completion ${mks_gen}/bash-completion/completions/mkscope)
+# Only where the CLI is built (a build of some modules has none).
+set(mks_completion "")
 if(TARGET mkscope)
+  set(mks_completion ${mks_gen}/bash-completion/completions/mkscope)
   add_custom_command(OUTPUT ${mks_completion}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${mks_gen}/bash-completion/completions
     COMMAND bash ${PROJECT_SOURCE_DIR}/cmake/help2completion.sh $<TARGET_FILE:mkscope>
