@@ -17,6 +17,10 @@
 
 /* Nesting of types followed in one value (the kernel's BTF resolve depth). */
 #define MAPS_MAX_DEPTH 32
+/* Parts (leaves and containers) of one decoded value.  Members of a struct
+ * or union may overlap, so a small value can name a huge tree of parts
+ * (65535 members, each an array over the whole value): the walk stops. */
+#define MAPS_MAX_PARTS (1u << 18)
 
 static json_t *hex(const uint8_t *p, size_t n)
 {
@@ -56,8 +60,17 @@ struct walk {
     const struct btf *btf;
     const uint8_t *data;
     size_t len;
+    uint32_t parts; /* made so far (MAPS_MAX_PARTS) */
     char why[160]; /* the first reason a value did not fit */
 };
+
+/* A name of the BTF; "" where the offset is not in its strings (libbpf
+ * checks the offsets of the types it resolves, not of every name). */
+static const char *name_of(const struct btf *b, uint32_t off)
+{
+    const char *n = btf__name_by_offset(b, off);
+    return n ? n : "";
+}
 
 static uint32_t skip_mods(const struct btf *b, uint32_t id)
 {
@@ -97,6 +110,9 @@ static json_t *walk(struct walk *w, uint32_t id, size_t off, uint32_t bits, uint
     if (depth > MAPS_MAX_DEPTH)
         return fail_fit(w, "types nested deeper than %u (at byte %" PRIu64 ")", MAPS_MAX_DEPTH,
                         off);
+    if (++w->parts > MAPS_MAX_PARTS)
+        return fail_fit(w, "a type of more than %u parts (at byte %" PRIu64 ")", MAPS_MAX_PARTS,
+                        off);
     id = skip_mods(w->btf, id);
     const struct btf_type *t = btf__type_by_id(w->btf, id);
     if (!t)
@@ -124,11 +140,17 @@ static json_t *walk(struct walk *w, uint32_t id, size_t off, uint32_t bits, uint
                             off);
         if (sz > 8)
             return hex(w->data + off, sz);
+        /* libbpf accepts any bit range within 128 bits: the range must lie
+         * within the integer's own bytes */
+        uint32_t ioff = btf_int_offset(t), ibits = btf_int_bits(t);
+        if (!sz || ioff + ibits > 8 * sz)
+            return fail_fit(w, "an integer of %u bytes whose bits lie outside it (byte %" PRIu64 ")",
+                            sz, off);
         uint64_t v = load_le(w->data + off, sz);
-        if (btf_int_offset(t) || btf_int_bits(t) < 8 * sz) { /* an int with its own bit range */
-            v >>= btf_int_offset(t);
-            if (btf_int_bits(t) < 64)
-                v &= (1ull << btf_int_bits(t)) - 1;
+        if (ioff || ibits < 8 * sz) { /* an int with its own bit range */
+            v >>= ioff;
+            if (ibits < 64)
+                v &= (1ull << ibits) - 1;
         }
         if (enc & BTF_INT_BOOL)
             return json_boolean(v != 0);
@@ -154,7 +176,7 @@ static json_t *walk(struct walk *w, uint32_t id, size_t off, uint32_t bits, uint
             if (sz < 8)
                 ev &= (1ull << (8 * sz)) - 1;
             if (ev == v)
-                return json_string(btf__name_by_offset(w->btf, name));
+                return json_string(name_of(w->btf, name));
         }
         return uint_json(v);
     }
@@ -189,7 +211,7 @@ static json_t *walk(struct walk *w, uint32_t id, size_t off, uint32_t bits, uint
                             a->nelems, off);
         if (btf_kind(e) == BTF_KIND_INT && e->size == 1 &&
             ((btf_int_encoding(e) & BTF_INT_CHAR) ||
-             !strcmp(btf__name_by_offset(w->btf, e->name_off), "char"))) {
+             !strcmp(name_of(w->btf, e->name_off), "char"))) {
             /* char[N]: the text up to its NUL, when it is text */
             const char *c = (const char *)w->data + off;
             size_t n = strnlen(c, a->nelems);
@@ -226,9 +248,9 @@ static json_t *walk(struct walk *w, uint32_t id, size_t off, uint32_t bits, uint
                 json_decref(o);
                 return NULL;
             }
-            const char *name = btf__name_by_offset(w->btf, m[i].name_off);
+            const char *name = name_of(w->btf, m[i].name_off);
             char anon[24];
-            if (!name || !*name) {
+            if (!*name) {
                 snprintf(anon, sizeof(anon), "(anonymous %u)", i);
                 name = anon;
             }
@@ -246,7 +268,8 @@ static json_t *walk(struct walk *w, uint32_t id, size_t off, uint32_t bits, uint
                 json_decref(o);
                 return NULL;
             }
-            json_object_set_new(o, var ? btf__name_by_offset(w->btf, var->name_off) : "?", x);
+            const char *name = var ? name_of(w->btf, var->name_off) : "";
+            json_object_set_new(o, *name ? name : "?", x);
         }
         return o;
     }
