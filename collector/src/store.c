@@ -25,6 +25,7 @@
 #include "mkscope/query.h"
 #include "mkscope/store.h"
 #include "probe_store.h"
+#include "step_aggs.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -55,6 +56,9 @@
 #define AGE_CHUNK_EPOCHS 1024u
 /* Epochs older than max_age are looked for at most this often. */
 #define AGE_CHECK_NS 1000000000ull
+/* Steps one pass of the step aggregates' fill recomputes at most (about
+ * 20 ms of reads and writes for 4 ranks' steps). */
+#define STEPAGG_FILL_STEPS 2048u
 /* Chunk sizes of multi-row inserts (chunk_rows), and the tables they fill. */
 #define INS_CHUNKS 4
 enum ins_table { T_TASK, T_STEPS, T_WAITS, T_RELEASES, T_LOCAL_WAITS, T_WORKERS, T_GENS, T_MAPS,
@@ -119,6 +123,8 @@ struct mks_store {
     struct checkpointer *ckpt;
     struct prog_seen progs_seen[PROGS_SEEN];
     int raw_trim_due;
+    struct mks_stepagg agg; /* per-step aggregates of the buffered step rows */
+    bool fill_due;          /* some job's aggregates may need filling */
 };
 
 static int trim_raw(struct mks_store *st);
@@ -274,6 +280,9 @@ static const char schema_sql[] =
     "DROP TRIGGER IF EXISTS epochs_delete;\n"
     "CREATE TRIGGER epochs_delete AFTER DELETE ON epochs BEGIN"
     " DELETE FROM task_stats WHERE epoch_id = old.id;"
+    /* the job's step aggregates hold no longer for this epoch's steps */
+    " UPDATE step_agg_jobs SET cut = MAX(cut, COALESCE((SELECT MAX(step) FROM steps WHERE"
+    " epoch_id = old.id), cut)) WHERE job = old.job;"
     " DELETE FROM steps WHERE epoch_id = old.id;"
     " DELETE FROM waits WHERE epoch_id = old.id;"
     " DELETE FROM releases WHERE epoch_id = old.id;"
@@ -557,10 +566,24 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
      * instead).  The page cache stays at SQLite's 2 MiB: a 64 MiB one made
      * every commit scan it (SQLite 3.40 truncates the cache to the database
      * size at each commit, bucket by bucket), a quarter of ingest. */
+    /* A store made before the step aggregates: its jobs are filled from
+     * their rows (mks_store_idle), read from the rows until then. */
+    sqlite3_stmt *q;
+    bool had_aggs = false;
+    if (sqlite3_prepare_v2(st->db, "SELECT 1 FROM sqlite_master WHERE name = 'step_agg_jobs'", -1,
+                           &q, NULL) == SQLITE_OK) {
+        had_aggs = sqlite3_step(q) == SQLITE_ROW;
+        sqlite3_finalize(q);
+    }
     if (sqlite3_exec(st->db,
                      "PRAGMA wal_autocheckpoint = 8192; PRAGMA journal_size_limit = 67108864;",
                      NULL, NULL, NULL) != SQLITE_OK ||
-        sqlite3_exec(st->db, schema_sql, NULL, NULL, &msg) != SQLITE_OK) {
+        sqlite3_exec(st->db, mks_stepagg_schema, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(st->db, schema_sql, NULL, NULL, &msg) != SQLITE_OK ||
+        (!had_aggs && sqlite3_exec(st->db,
+                                   "INSERT OR IGNORE INTO step_agg_jobs(job, cut) SELECT DISTINCT"
+                                   " job, 9223372036854775807 FROM epochs",
+                                   NULL, NULL, &msg) != SQLITE_OK)) {
         fail(err, errlen, -EIO, "store: %s: schema: %s", o.path, msg ? msg : "?");
         sqlite3_free(msg);
         mks_store_close(st);
@@ -597,6 +620,7 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
         mks_store_close(st);
         return -EIO;
     }
+    st->fill_due = true;
     *st_p = st;
     return 0;
 }
@@ -617,6 +641,7 @@ void mks_store_close(struct mks_store *st)
     }
     free(st->arena);
     free(st->trims);
+    mks_stepagg_free(&st->agg);
     sqlite3_close_v2(st->db);
     free(st);
 }
@@ -867,6 +892,7 @@ static void buf_mark(struct mks_store *st)
         st->rows[t].mark = st->rows[t].n;
     st->arena_mark = st->arena_len;
     st->trims_mark = st->n_trims;
+    mks_stepagg_mark(&st->agg);
     st->raw_since_mark = st->raw_since_trim;
 }
 
@@ -876,6 +902,7 @@ static void buf_truncate(struct mks_store *st)
         st->rows[t].n = st->rows[t].mark;
     st->arena_len = st->arena_mark;
     st->n_trims = st->trims_mark;
+    mks_stepagg_truncate(&st->agg);
     st->raw_since_trim = st->raw_since_mark;
 }
 
@@ -927,6 +954,13 @@ static int buf_flush(struct mks_store *st, uint64_t now)
         rb->n = 0;
     }
     st->arena_len = 0;
+    /* the step aggregates of the rows just written, in their transaction */
+    if (rc == SQLITE_OK)
+        rc = mks_stepagg_apply(&st->agg, st->db);
+    else
+        mks_stepagg_apply(&st->agg, NULL);
+    /* retention below may take steps the aggregates hold: refilled */
+    sqlite3_int64 changes = sqlite3_total_changes64(st->db);
     for (size_t i = 0; i < st->n_trims && rc == SQLITE_OK && st->max_epochs; i++) {
         const struct trim *tr = &st->trims[i];
         if (exec_stmt(st,
@@ -956,6 +990,7 @@ static int buf_flush(struct mks_store *st, uint64_t now)
         st->bounds_checked_ns = now;
         rc = retain_bounds(st, now);
     }
+    st->fill_due |= sqlite3_total_changes64(st->db) != changes;
     return rc;
 }
 
@@ -1018,6 +1053,10 @@ static int roll_up(struct mks_store *st, int64_t lo, int64_t hi)
         " MAX(seq) FROM epochs WHERE id IN (SELECT id FROM roll_map) GROUP BY job, rank,"
         " incarnation ON CONFLICT(job, rank, incarnation) DO UPDATE SET seq_hi ="
         " MAX(seq_hi, excluded.seq_hi)",
+        /* the step aggregates hold no longer for the rolled steps */
+        "UPDATE step_agg_jobs SET cut = MAX(cut, x.hi) FROM (SELECT e.job AS job, MAX(s.step)"
+        " AS hi FROM roll_map m JOIN epochs e ON e.id = m.id JOIN steps s ON"
+        " s.epoch_id = m.id GROUP BY e.job) AS x WHERE step_agg_jobs.job = x.job",
         "DELETE FROM steps WHERE epoch_id IN (SELECT id FROM roll_map)",
         "DELETE FROM waits WHERE epoch_id IN (SELECT id FROM roll_map)",
         "DELETE FROM releases WHERE epoch_id IN (SELECT id FROM roll_map)",
@@ -1183,16 +1222,36 @@ int mks_store_idle(struct mks_store *st, uint64_t now_ns)
     bool due = st->roll_behind ||
                ((st->max_bytes || st->detail_age_ns) &&
                 now_ns - st->bounds_checked_ns >= AGE_CHECK_NS) ||
-               (st->max_age_ns && now_ns - st->age_checked_ns >= AGE_CHECK_NS);
+               (st->max_age_ns && now_ns - st->age_checked_ns >= AGE_CHECK_NS) || st->fill_due;
     if (!due)
         return 0;
     if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
         return -EIO;
+    int fill = 0;
     if (buf_flush(st, now_ns) != SQLITE_OK ||
+        (st->fill_due && (fill = mks_stepagg_fill(st->db, STEPAGG_FILL_STEPS)) < 0) ||
         sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
         return -EIO;
     }
+    st->fill_due = fill > 0;
+    return 0;
+}
+
+int mks_store_fill_steps(struct mks_store *st)
+{
+    if (!st || st->in_batch)
+        return -EINVAL;
+    for (int more = 1; more;) {
+        if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+            return -EIO;
+        more = mks_stepagg_fill(st->db, STEPAGG_FILL_STEPS);
+        if (more < 0 || sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+            sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+            return -EIO;
+        }
+    }
+    st->fill_due = false;
     return 0;
 }
 
@@ -1481,7 +1540,8 @@ static void hist_blob(const Mkscope__V1__Hist *h, uint8_t *buf, int *len)
     *len = (int)(n * 8);
 }
 
-static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__V1__EpochSummary *s)
+static int store_summary_rows(struct mks_store *st, const mks_envelope *env, int64_t eid,
+                              const Mkscope__V1__EpochSummary *s)
 {
     struct ins in = {0};
     int rc = SQLITE_OK;
@@ -1517,6 +1577,8 @@ static int store_summary_rows(struct mks_store *st, int64_t eid, const Mkscope__
         ROW("iiuuuiu", eid, (int64_t)t->step, t->t_begin_dev_ns, t->t_end_dev_ns, t->tasks,
             (int64_t)t->complete, t->queued_while_idle_ns);
     }
+    if (mks_stepagg_note(&st->agg, env->job, env->rank, eid, s))
+        return SQLITE_NOMEM;
     INS(T_WAITS, s->n_remote_waits);
     for (size_t i = 0; i < s->n_remote_waits; i++) {
         const Mkscope__V1__RemoteWait *w = s->remote_waits[i];
@@ -1634,7 +1696,7 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
         goto fail;
     /* not stored again if it is a replay of a summary we hold: counted */
     int fresh = sqlite3_changes(st->db) != 0;
-    if (fresh && (rc = store_summary_rows(st, sqlite3_last_insert_rowid(st->db), s)) != SQLITE_OK)
+    if (fresh && (rc = store_summary_rows(st, env, sqlite3_last_insert_rowid(st->db), s)) != SQLITE_OK)
         goto fail;
     /* probe results add up into the probe's groups: once per summary */
     if (fresh && s->n_probes && mks_probe_store(st->db, env, now) != 0)
@@ -1827,6 +1889,7 @@ int mks_store_retain(struct mks_store *st, uint64_t now_ns)
         rc = trim_raw(st);
     if (rc == SQLITE_DONE && retain_bounds(st, now_ns) != SQLITE_OK)
         rc = SQLITE_ERROR;
+    st->fill_due = true;
     return rc == SQLITE_DONE ? 0 : -EIO;
 }
 

@@ -109,6 +109,11 @@ int mks_store_retain(struct mks_store *st, uint64_t now_ns);
  * a store no agent sends to still rolls up and sheds.  0 or -EIO. */
 int mks_store_idle(struct mks_store *st, uint64_t now_ns);
 
+/* Fill the per-step aggregates of every job that lacks them (a store an
+ * older collector wrote, steps whose epochs retention took), all at once;
+ * mks_store_idle does the same a bounded chunk a pass.  0 or -EIO. */
+int mks_store_fill_steps(struct mks_store *st);
+
 /* What of a job is rolled up (older than the detail window): how many
  * epochs, the newest one's receipt time (collector clock) and the highest
  * step their step rows held (-1 if none).  Works on read-only stores too. */
