@@ -143,19 +143,19 @@ static json_t *walk(struct walk *w, uint32_t id, size_t off, uint32_t bits, uint
         /* libbpf accepts any bit range within 128 bits: the range must lie
          * within the integer's own bytes */
         uint32_t ioff = btf_int_offset(t), ibits = btf_int_bits(t);
-        if (!sz || ioff + ibits > 8 * sz)
+        if (!ibits || ioff + ibits > 8 * sz)
             return fail_fit(w, "an integer of %u bytes whose bits lie outside it (byte %" PRIu64 ")",
                             sz, off);
         uint64_t v = load_le(w->data + off, sz);
-        if (ioff || ibits < 8 * sz) { /* an int with its own bit range */
+        if (ioff || ibits < 64) { /* the integer's own bit range */
             v >>= ioff;
             if (ibits < 64)
                 v &= (1ull << ibits) - 1;
         }
         if (enc & BTF_INT_BOOL)
             return json_boolean(v != 0);
-        if ((enc & BTF_INT_SIGNED) && sz < 8 && (v >> (8 * sz - 1)) & 1)
-            return json_integer((json_int_t)(v | ~((1ull << (8 * sz)) - 1)));
+        if ((enc & BTF_INT_SIGNED) && ibits < 64 && (v >> (ibits - 1)) & 1)
+            return json_integer((json_int_t)(v | ~((1ull << ibits) - 1)));
         if (enc & BTF_INT_SIGNED)
             return json_integer((json_int_t)v);
         return uint_json(v);
