@@ -156,6 +156,11 @@ struct agent {
 
     uint64_t last_send_ns, first_send_ns, last_heartbeat_ns;
     int final_heartbeat; /* tell the collector at once that the application ended */
+    /* The collector said (survey "commands") that commands wait for this
+     * rank: ask for them with the next request the link can take, rather
+     * than with the next summary's ack, up to an epoch later. */
+    int commands_due;
+    uint64_t n_wakeups;  /* such notices acted on (--stats) */
     int app_alive;       /* as last seen (kept when the agent stops on a signal) */
     int stopping;
     uint64_t stop_deadline_ns;
@@ -332,10 +337,14 @@ static void pump(struct agent *a, uint64_t now)
         return;
     }
     /* Heartbeats go out on their own clock, also while summaries flow: they
-     * carry the attached programs and liveness, which summaries do not. */
-    if (a->final_heartbeat || now - a->last_heartbeat_ns >= a->o.heartbeat_ms * 1000000ull) {
+     * carry the attached programs and liveness, which summaries do not.  One
+     * goes out at once when commands wait: its ack brings them (a summary
+     * due meanwhile waits a round trip, the commands no epoch). */
+    if (a->final_heartbeat || a->commands_due ||
+        now - a->last_heartbeat_ns >= a->o.heartbeat_ms * 1000000ull) {
         if (send_heartbeat(a, now) == 0) {
             a->final_heartbeat = 0;
+            a->commands_due = 0;
             a->last_heartbeat_ns = now;
         }
         return;
@@ -1221,10 +1230,13 @@ static void begin_stop(struct agent *a, const char *why)
     agt_log_info("stopping: %s", why);
     a->stopping = 1;
     a->stop_deadline_ns = mono_ns() + a->o.drain_ms * 1000000ull;
-    if (a->ctl && mks_ctl_alive(a->ctl)) {
-        snapshot(a, 1, 0);
+    if (a->ctl) {
+        /* An application that ended since the last tick left its last epoch
+         * in the block, still mapped here: taken as the tick would. */
+        int alive = mks_ctl_alive(a->ctl);
+        snapshot(a, 1, !alive);
         /* leave the rank as we found it */
-        while (a->progs.n) {
+        while (alive && a->progs.n) {
             uint64_t gen;
             char name[96];
             snprintf(name, sizeof(name), "%s", a->progs.progs[0].name);
@@ -1322,6 +1334,19 @@ static void on_survey(struct agent *a)
         mks_wire_free(env);
         return;
     }
+    /* "commands" (filter: the job) is a notice, not a question: commands
+     * wait at the collector for some ranks of the job.  Not answered; the
+     * next request fetches them (pump). */
+    const Mkscope__V1__SurveyRequest *sq = env->survey_request;
+    if (sq->what && !strcmp(sq->what, "commands")) {
+        if (sq->filter && !strcmp(sq->filter, a->o.job) && a->registered) {
+            a->commands_due = 1;
+            a->n_wakeups++;
+            agt_log_debug("commands wait at the collector: asking for them now");
+        }
+        mks_wire_free(env);
+        return;
+    }
     Mkscope__V1__SurveyReply r = MKSCOPE__V1__SURVEY_REPLY__INIT;
     Mkscope__V1__Coverage cov[MKS_EV_COUNT], *covp[MKS_EV_COUNT];
     Mkscope__V1__ProgramState ps[AGT_MAX_PROGS], *psp[AGT_MAX_PROGS];
@@ -1369,14 +1394,13 @@ static void write_stats(struct agent *a)
             ",\"unacked\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"held_epochs\":%" PRIu64
             ",\"bytes_sent\":%" PRIu64 ",\"sending_seconds\":%.3f,\"sends\":%" PRIu64
             ",\"resends\":%" PRIu64 ",\"attaches\":%" PRIu64 ",\"raw_batches_dropped\":%" PRIu64
-            ",\"pressured\":%" PRIu64
-            ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "],\"class_counts\":{",
+            ",\"pressured\":%" PRIu64 ",\"wakeups\":%" PRIu64 ",\"tiers\":[%" PRIu64 ",%" PRIu64
+            ",%" PRIu64 "],\"class_counts\":{",
             a->o.rank, a->incarnation, secs, a->n_epochs, a->n_summaries, a->acked, a->seq,
             st.entries, st.lost + st.stale, a->n_held, a->budget.sent,
             (double)(a->last_send_ns - a->first_send_ns) / 1e9, a->n_sends, a->n_resends,
-            a->n_attaches, a->raw_dropped, a->n_pressured, a->tiers[AGT_TIER_COUNTS],
-            a->tiers[AGT_TIER_HIST],
-            a->tiers[AGT_TIER_FULL]);
+            a->n_attaches, a->raw_dropped, a->n_pressured, a->n_wakeups, a->tiers[AGT_TIER_COUNTS],
+            a->tiers[AGT_TIER_HIST], a->tiers[AGT_TIER_FULL]);
     int first = 1;
     for (int c = 0; c < MKS_MON_MAX_CLASSES; c++) {
         if (!a->class_counts[c])

@@ -108,6 +108,10 @@ struct collector {
         struct mks_cliserv_req *queued[MAX_QUEUED_SURVEYS];
         unsigned n_queued;
     } sv;
+    /* Commands up to this id were announced to their agents (wake_agents);
+     * looked for after what may queue some (CLI requests, triggers). */
+    int64_t woke_id;
+    bool wake_check;
 };
 
 static void refused(struct collector *c, enum mks_refusal why, const char *what)
@@ -746,6 +750,49 @@ static void finish_survey(struct collector *c)
     }
 }
 
+/* Tell the agents of every job with newly queued commands, through the
+ * survey socket, that commands wait (a SurveyRequest "commands", filter the
+ * job; not answered): each asks for them with a request of its own at once
+ * and runs them on its ack, instead of with the ack of its next summary, up
+ * to an epoch later (docs/probes.md: a probe's start).  Agents without the
+ * survey socket still get them that way.  A survey sent while another is
+ * out would cancel it: the notice waits until it is over. */
+static void wake_agents(struct collector *c)
+{
+    if (!c->wake_check || c->sv.active)
+        return;
+    c->wake_check = false;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(mks_store_db(c->st),
+                           "SELECT id, job FROM commands WHERE id > ? AND sent_ns IS NULL"
+                           " ORDER BY id",
+                           -1, &s, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(s, 1, c->woke_id);
+    char told[8][MKS_WIRE_MAX_JOB + 1];
+    unsigned n_told = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        c->woke_id = sqlite3_column_int64(s, 0);
+        const char *job = (const char *)sqlite3_column_text(s, 1);
+        bool seen = !job;
+        for (unsigned i = 0; !seen && i < n_told; i++)
+            seen = !strcmp(told[i], job);
+        if (seen)
+            continue;
+        if (n_told < 8)
+            snprintf(told[n_told++], sizeof(told[0]), "%s", job);
+        mks_envelope env;
+        Mkscope__V1__SurveyRequest sr = MKSCOPE__V1__SURVEY_REQUEST__INIT;
+        mks_wire_init(&env, "", 0, 0);
+        sr.what = "commands";
+        sr.filter = (char *)job;
+        env.body_case = MKSCOPE__V1__ENVELOPE__BODY_SURVEY_REQUEST;
+        env.survey_request = &sr;
+        send_env(c, c->survey, &env);
+    }
+    sqlite3_finalize(s);
+}
+
 /* ---- metrics ------------------------------------------------------------------ */
 
 static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, const char *url,
@@ -1146,12 +1193,16 @@ int main(int argc, char **argv)
             struct mks_cliserv_req *req;
             while ((req = mks_cliserv_loop_take(c.cli)))
                 handle_cli(&c, req);
+            c.wake_check = true;
         }
         if (pf[2].revents & POLLIN && c.sv.active)
             drain(&c, c.survey, survey_reply);
         if (c.sv.active && mks_mono_ns() >= c.sv.deadline_ns)
             finish_survey(&c);
+        uint64_t trig_was = c.trig_last_mono;
         run_triggers(&c);
+        c.wake_check |= c.trig_last_mono != trig_was;
+        wake_agents(&c);
         flush_traces(&c);
     }
 out:

@@ -303,6 +303,80 @@ else
   echo "note: MKS_IT_USER_MONITOR unset (ctest sets it): mkscope maps not checked" >&2
 fi
 
+# ---- the start reaches every rank at once, not with its next summary's ack -------
+# Agents whose epochs (60 s, the longest) and heartbeats (10 min) do not
+# end while the test runs: after registering and sending their first
+# heartbeat they send nothing of their own, so the probe's command can only
+# reach them because the collector tells them on the survey socket that it
+# waits.  Every rank must have attached it (its reply stored) while none of
+# them has closed an epoch, and the ranks, waiting for it, run every step
+# under it: when the agents stop, its counts are the megakernel's.  (How
+# many milliseconds that takes is measured by bench/probe_start.sh.)
+name=pushed
+mkdir -p "$dir/$name"
+it_jobs+=("$name")
+start "$dir/$name/bench.log" "$obs_bin" run --ranks "$ranks" --job "$name" --json "$dir/$name/bench.json" \
+  --steps "$steps" --step-interval-us "$pace_us" --wait-agents 60000
+bench_pid=$started
+# An agent looks for its application at its first epoch tick (1 ms after it
+# starts), then once an epoch: it starts once the control blocks are there,
+# and again if it missed a block still being set up.
+for _ in $(seq 100); do
+  [ "$(ls /dev/shm/mkscope."$name".* 2>/dev/null | wc -l)" -ge "$ranks" ] && break
+  sleep 0.1
+done
+declare -A agent_pid=()
+for attempt in 1 2 3 4 5; do
+  for r in $(seq 0 $((ranks - 1))); do
+    [ -n "$(cli -f json sql "SELECT rank FROM ranks WHERE job = '$name' AND rank = $r AND last_heartbeat_ns IS NOT NULL" |
+            jq -r '.rows[0].rank // empty')" ] && continue
+    [ -n "${agent_pid[$r]:-}" ] && { kill -TERM -- "-${agent_pid[$r]}" 2>/dev/null || true; sleep 0.2; }
+    start "$dir/$name/agent-$r.log" "$MKS_AGENT_BIN" --job "$name" --rank "$r" \
+      --collector "ipc://$dir/ingest" --survey "ipc://$dir/survey" --attach '' \
+      --epoch-ms 60000 --heartbeat-ms 600000 --stats "$dir/$name/agent-$r.json"
+    agent_pid[$r]=$started
+  done
+  n_hb=0
+  for _ in $(seq 50); do
+    n_hb=$(cli -f json sql "SELECT COUNT(*) AS n FROM ranks WHERE job = '$name' AND last_heartbeat_ns IS NOT NULL" |
+           jq '.rows[0].n')
+    [ "$n_hb" = "$ranks" ] && break
+    sleep 0.1
+  done
+  [ "$n_hb" = "$ranks" ] && break
+done
+[ "$n_hb" = "$ranks" ] || fail "job $name: $n_hb of $ranks agents registered and sent their heartbeat"
+t0=$(date +%s)
+start "$dir/$name/probe.txt" "$MKS_CLI_BIN" --collector "ipc://$dir/cli" --job "$name" \
+  probe 'count() by rank where event = task_end' --for 1s
+cli_pid=$started
+n_ok=0
+for _ in $(seq 300); do
+  n_ok=$(cli -f json sql "SELECT COUNT(*) AS n FROM commands WHERE job = '$name' AND kind = 'probe' AND ok = 1" |
+         jq '.rows[0].n')
+  [ "$n_ok" = "$ranks" ] && break
+  sleep 0.1
+done
+n_epochs=$(cli -f json sql "SELECT COUNT(*) AS n FROM epochs WHERE job = '$name'" | jq '.rows[0].n')
+[ "$n_ok" = "$ranks" ] || fail "job $name: $n_ok of $ranks ranks attached the probe in 30 s: $(cli -f json sql "SELECT rank, sent_ns, replied_ns, ok, error FROM commands WHERE job = '$name'" | jq -c .rows)"
+[ "$n_epochs" = 0 ] || fail "job $name: $n_epochs epochs were stored before every rank had the probe"
+[ $(($(date +%s) - t0)) -lt 50 ] || fail "job $name: the check took so long that an epoch may have ended"
+# the ranks run their steps under it; the agents' last summaries carry its counts
+job_end "$name"
+for r in $(seq 0 $((ranks - 1))); do kill -TERM -- "-${agent_pid[$r]}" 2>/dev/null || true; done
+for _ in $(seq 300); do kill -0 "$cli_pid" 2>/dev/null || break; sleep 0.1; done
+id=$(sed -n 's/^probe \([0-9][0-9]*\) sent to .*/\1/p' "$dir/$name/probe.txt" | head -1)
+[ -n "$id" ] || fail "job $name: no probe id: $(head -3 "$dir/$name/probe.txt")"
+a=$(cli --job "$name" -f json probe --id "$id")
+diff <(jq -r '.ranks[] | "\(.rank) \([.class_counts[]] | add)"' "$dir/$name/bench.json" | sort) \
+     <(jq -r '.rows[] | "\(.rank) \(.["count()"])"' <<<"$a" | sort) ||
+  fail "job $name: the probe's task counts differ from the megakernel's (< bench, > probe)"
+for r in $(seq 0 $((ranks - 1))); do
+  jq -e '.wakeups >= 1' "$dir/$name/agent-$r.json" >/dev/null ||
+    fail "job $name: agent $r was never told that commands waited: $(cat "$dir/$name/agent-$r.json")"
+done
+echo "ok the probe reached all $ranks ranks before any closed an epoch (60 s epochs); its counts are the megakernel's"
+
 # ---- the page shows what ran ----------------------------------------------------
 ran_sorted=$(printf '%s\n' "${ran_examples[@]}" | sort -u)
 missing=$(comm -23 <(echo "$docs_examples") <(echo "$ran_sorted"))
