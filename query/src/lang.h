@@ -99,6 +99,35 @@ int mks_q_lexer_init(struct q_lexer *lx, const char *text, struct mks_query_erro
 int mks_q_lex_next(struct q_lexer *lx);
 /* The predicate starting at the current token (or-expression). */
 int mks_q_parse_pred(struct q_lexer *lx, struct mks_pred **out);
+/* The clauses after the first token, as both grammars (queries, probes)
+ * have them: AGG, ... [by FIELD, ...] [where PREDICATE] [limit N], each
+ * clause at most once, in any order after the aggregates.  What differs is
+ * given: how one aggregate parses, which fields may be grouped by, whether
+ * there is a limit; the results go where the pointers say. */
+struct q_clauses {
+    int max_aggs;
+    const char *aggs_in; /* "" or " in a probe": "at most N aggregates<aggs_in>" */
+    /* Parse the aggregate at the current token into the caller's item i
+     * (the lexer left after it). */
+    int (*parse_agg)(struct q_lexer *lx, int i, void *arg);
+    int max_groups;
+    /* 0 when field f (-1: not a field) at the current token may be grouped
+     * by, else the error (mks_q_err). */
+    int (*check_group)(struct q_lexer *lx, int f, void *arg);
+    bool unique_groups;   /* a field grouped by twice is an error */
+    bool has_limit;       /* `limit N`, 1..1000000 */
+    const char *no_limit; /* without one: the error for a `limit`, or NULL */
+    const char *expected; /* what may follow the aggregates: "',', by, where or" */
+    void *arg;
+    int *n_aggs;
+    enum q_field *groups;
+    int *gpos, *glen, *n_groups;
+    struct mks_pred **where;
+    int64_t *limit;
+};
+/* The clauses from the current token to the end of the text.  On an error
+ * what was parsed stays where the pointers say, for the caller to free. */
+int mks_q_parse_clauses(struct q_lexer *lx, const struct q_clauses *c);
 int mks_q_field_lookup(const char *name); /* -1 when unknown */
 const char *mks_q_field_list(void);
 const char *mks_q_event_name(int ev); /* "task_end", "?" when out of range */

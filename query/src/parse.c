@@ -575,6 +575,93 @@ void mks_query_free(struct mks_query *q)
     free(q);
 }
 
+/* ---- the clauses of queries and probes ------------------------------------------ */
+
+int mks_q_parse_clauses(struct q_lexer *lx, const struct q_clauses *c)
+{
+    struct mks_query_error *e = lx->e;
+    const char *text = lx->s;
+    int rc;
+    for (;;) {
+        if (*c->n_aggs == c->max_aggs)
+            return mks_q_err(e, lx->cur.pos, lx->cur.len, "at most %d aggregates%s", c->max_aggs,
+                             c->aggs_in);
+        if ((rc = c->parse_agg(lx, (*c->n_aggs)++, c->arg)))
+            return rc;
+        if (lx->cur.kind != T_COMMA)
+            break;
+        if ((rc = mks_q_lex_next(lx)))
+            return rc;
+    }
+    bool seen_by = false, seen_where = false, seen_limit = false;
+    while (lx->cur.kind == T_IDENT) {
+        struct q_tok kw = lx->cur;
+        if (!strcmp(kw.text, "by") && !seen_by) {
+            seen_by = true;
+            do {
+                if ((rc = mks_q_lex_next(lx)))
+                    return rc;
+                int f = lx->cur.kind == T_IDENT ? mks_q_field_lookup(lx->cur.text) : -1;
+                if ((rc = c->check_group(lx, f, c->arg)))
+                    return rc;
+                int n = *c->n_groups;
+                if (n == c->max_groups)
+                    return mks_q_err(e, lx->cur.pos, lx->cur.len, "at most %d group fields",
+                                     c->max_groups);
+                for (int i = 0; c->unique_groups && i < n; i++)
+                    if (c->groups[i] == (enum q_field)f)
+                        return mks_q_err(e, lx->cur.pos, lx->cur.len, "'%s' is grouped by twice",
+                                         lx->cur.text);
+                c->gpos[n] = lx->cur.pos, c->glen[n] = lx->cur.len;
+                c->groups[n] = (enum q_field)f;
+                *c->n_groups = n + 1;
+                if ((rc = mks_q_lex_next(lx)))
+                    return rc;
+            } while (lx->cur.kind == T_COMMA);
+        } else if (!strcmp(kw.text, "where") && !seen_where) {
+            seen_where = true;
+            if ((rc = mks_q_lex_next(lx)) || (rc = mks_q_parse_pred(lx, c->where)))
+                return rc;
+        } else if (!strcmp(kw.text, "limit") && !seen_limit && c->has_limit) {
+            seen_limit = true;
+            if ((rc = mks_q_lex_next(lx)))
+                return rc;
+            if (lx->cur.kind != T_NUM || lx->cur.num <= 0 || lx->cur.num > 1000000)
+                return mks_q_err(e, lx->cur.pos, lx->cur.len, "limit wants a number 1..1000000");
+            *c->limit = lx->cur.num;
+            if ((rc = mks_q_lex_next(lx)))
+                return rc;
+        } else {
+            break;
+        }
+    }
+    if (lx->cur.kind == T_END)
+        return 0;
+    if (c->no_limit && lx->cur.kind == T_IDENT && !strcmp(lx->cur.text, "limit"))
+        return mks_q_err(e, lx->cur.pos, lx->cur.len, "%s", c->no_limit);
+    return mks_q_err(e, lx->cur.pos, lx->cur.len, "unexpected '%.*s': expected %s the end",
+                     lx->cur.len, text + lx->cur.pos, c->expected);
+}
+
+/* ---- parsing a query -------------------------------------------------------------- */
+
+static int query_agg(struct q_lexer *lx, int i, void *arg)
+{
+    return parse_agg(lx, &((struct mks_query *)arg)->aggs[i]);
+}
+
+/* Store queries group by what the store keeps per row. */
+static int query_group(struct q_lexer *lx, int f, void *arg)
+{
+    (void)arg;
+    if (f < 0 || !mks_q_fields[f].sql || f == F_TIME || f == F_COMM_GEN)
+        return mks_q_err(lx->e, lx->cur.pos, lx->cur.len,
+                         "cannot group by '%.*s' (rank, class, step, req_gen, epoch, worker,"
+                         " peer)",
+                         lx->cur.len, lx->s + lx->cur.pos);
+    return 0;
+}
+
 int mks_query_parse(const char *text, struct mks_query **q_p, struct mks_query_error *e)
 {
     if (!text || !q_p)
@@ -587,72 +674,27 @@ int mks_query_parse(const char *text, struct mks_query **q_p, struct mks_query_e
     if (!q)
         return -ENOMEM;
     q->limit = 10000;
-    for (;;) {
-        if (q->n_aggs == Q_MAX_AGGS) {
-            rc = mks_q_err(e, lx.cur.pos, lx.cur.len, "at most %d aggregates", Q_MAX_AGGS);
-            goto fail;
-        }
-        if ((rc = parse_agg(&lx, &q->aggs[q->n_aggs++])))
-            goto fail;
-        if (lx.cur.kind != T_COMMA)
-            break;
-        if ((rc = mks_q_lex_next(&lx)))
-            goto fail;
-    }
-    bool seen_by = false, seen_where = false, seen_limit = false;
-    while (lx.cur.kind == T_IDENT) {
-        struct q_tok kw = lx.cur;
-        if (!strcmp(kw.text, "by") && !seen_by) {
-            seen_by = true;
-            do {
-                if ((rc = mks_q_lex_next(&lx)))
-                    goto fail;
-                int f = lx.cur.kind == T_IDENT ? mks_q_field_lookup(lx.cur.text) : -1;
-                if (f < 0 || !mks_q_fields[f].sql || f == F_TIME || f == F_COMM_GEN) {
-                    rc = mks_q_err(e, lx.cur.pos, lx.cur.len,
-                                   "cannot group by '%.*s' (rank, class, step, req_gen, epoch,"
-                                   " worker, peer)",
-                                   lx.cur.len, text + lx.cur.pos);
-                    goto fail;
-                }
-                if (q->n_groups == Q_MAX_GROUPS) {
-                    rc = mks_q_err(e, lx.cur.pos, lx.cur.len, "at most %d group fields",
-                                   Q_MAX_GROUPS);
-                    goto fail;
-                }
-                q->gpos[q->n_groups] = lx.cur.pos, q->glen[q->n_groups] = lx.cur.len;
-                q->groups[q->n_groups++] = (enum q_field)f;
-                if ((rc = mks_q_lex_next(&lx)))
-                    goto fail;
-            } while (lx.cur.kind == T_COMMA);
-        } else if (!strcmp(kw.text, "where") && !seen_where) {
-            seen_where = true;
-            if ((rc = mks_q_lex_next(&lx)) || (rc = mks_q_parse_pred(&lx, &q->where)))
-                goto fail;
-        } else if (!strcmp(kw.text, "limit") && !seen_limit) {
-            seen_limit = true;
-            if ((rc = mks_q_lex_next(&lx)))
-                goto fail;
-            if (lx.cur.kind != T_NUM || lx.cur.num <= 0 || lx.cur.num > 1000000) {
-                rc = mks_q_err(e, lx.cur.pos, lx.cur.len, "limit wants a number 1..1000000");
-                goto fail;
-            }
-            q->limit = lx.cur.num;
-            if ((rc = mks_q_lex_next(&lx)))
-                goto fail;
-        } else {
-            break;
-        }
-    }
-    if (lx.cur.kind != T_END) {
-        rc = mks_q_err(e, lx.cur.pos, lx.cur.len,
-                       "unexpected '%.*s': expected ',', by, where, limit or the end", lx.cur.len,
-                       text + lx.cur.pos);
-        goto fail;
+    const struct q_clauses c = {
+        .max_aggs = Q_MAX_AGGS,
+        .aggs_in = "",
+        .parse_agg = query_agg,
+        .max_groups = Q_MAX_GROUPS,
+        .check_group = query_group,
+        .has_limit = true,
+        .expected = "',', by, where, limit or",
+        .arg = q,
+        .n_aggs = &q->n_aggs,
+        .groups = q->groups,
+        .gpos = q->gpos,
+        .glen = q->glen,
+        .n_groups = &q->n_groups,
+        .where = &q->where,
+        .limit = &q->limit,
+    };
+    if ((rc = mks_q_parse_clauses(&lx, &c))) {
+        mks_query_free(q);
+        return rc;
     }
     *q_p = q;
     return 0;
-fail:
-    mks_query_free(q);
-    return rc;
 }

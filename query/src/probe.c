@@ -642,6 +642,23 @@ static int analyse(struct mks_probe *p, const char *text, struct mks_query_error
     return build_layout(p, e);
 }
 
+static int probe_agg(struct q_lexer *lx, int i, void *arg)
+{
+    return parse_agg(lx, &((struct mks_probe *)arg)->aggs[i]);
+}
+
+/* A probe groups by what the hook context carries (derived fields too). */
+static int probe_group(struct q_lexer *lx, int f, void *arg)
+{
+    (void)arg;
+    if (f < 0 || !field_events((enum q_field)f))
+        return mks_q_err(lx->e, lx->cur.pos, lx->cur.len,
+                         f < 0 ? "cannot group by '%.*s': not a field (fields: %s)"
+                               : "cannot group by '%.*s': not in the hook context (fields: %s)",
+                         lx->cur.len, lx->s + lx->cur.pos, mks_q_field_list());
+    return 0;
+}
+
 int mks_probe_parse(const char *text, struct mks_probe **p_p, struct mks_query_error *e)
 {
     if (!text || !p_p)
@@ -653,76 +670,31 @@ int mks_probe_parse(const char *text, struct mks_probe **p_p, struct mks_query_e
     struct mks_probe *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
-    for (;;) {
-        if (p->n_aggs == MKS_PROBE_MAX_AGGS) {
-            rc = mks_q_err(e, lx.cur.pos, lx.cur.len, "at most %d aggregates in a probe",
-                           MKS_PROBE_MAX_AGGS);
-            goto fail;
-        }
-        if ((rc = parse_agg(&lx, &p->aggs[p->n_aggs++])))
-            goto fail;
-        if (lx.cur.kind != T_COMMA)
-            break;
-        if ((rc = mks_q_lex_next(&lx)))
-            goto fail;
+    /* the query's grammar, whose aggregates take a field; no limit */
+    const struct q_clauses c = {
+        .max_aggs = MKS_PROBE_MAX_AGGS,
+        .aggs_in = " in a probe",
+        .parse_agg = probe_agg,
+        .max_groups = MKS_PROBE_MAX_KEYS,
+        .check_group = probe_group,
+        .unique_groups = true,
+        .no_limit = "a probe has no limit: it keeps --groups groups, the rest counted as other",
+        .expected = "',', by, where or",
+        .arg = p,
+        .n_aggs = &p->n_aggs,
+        .groups = p->keys,
+        .gpos = p->kpos,
+        .glen = p->klen,
+        .n_groups = &p->n_keys,
+        .where = &p->where,
+    };
+    if ((rc = mks_q_parse_clauses(&lx, &c)) || (rc = check_pred_fields(p->where, e)) ||
+        (rc = analyse(p, text, e))) {
+        mks_probe_free(p);
+        return rc;
     }
-    bool seen_by = false, seen_where = false;
-    while (lx.cur.kind == T_IDENT) {
-        struct q_tok kw = lx.cur;
-        if (!strcmp(kw.text, "by") && !seen_by) {
-            seen_by = true;
-            do {
-                if ((rc = mks_q_lex_next(&lx)))
-                    goto fail;
-                int f = lx.cur.kind == T_IDENT ? mks_q_field_lookup(lx.cur.text) : -1;
-                if (f < 0 || !field_events((enum q_field)f)) {
-                    rc = mks_q_err(e, lx.cur.pos, lx.cur.len,
-                                   f < 0 ? "cannot group by '%.*s': not a field (fields: %s)"
-                                         : "cannot group by '%.*s': not in the hook context"
-                                           " (fields: %s)",
-                                   lx.cur.len, text + lx.cur.pos, mks_q_field_list());
-                    goto fail;
-                }
-                if (p->n_keys == MKS_PROBE_MAX_KEYS) {
-                    rc = mks_q_err(e, lx.cur.pos, lx.cur.len, "at most %d group fields",
-                                   MKS_PROBE_MAX_KEYS);
-                    goto fail;
-                }
-                for (int i = 0; i < p->n_keys; i++)
-                    if (p->keys[i] == (enum q_field)f) {
-                        rc = mks_q_err(e, lx.cur.pos, lx.cur.len, "'%s' is grouped by twice",
-                                       lx.cur.text);
-                        goto fail;
-                    }
-                p->kpos[p->n_keys] = lx.cur.pos, p->klen[p->n_keys] = lx.cur.len;
-                p->keys[p->n_keys++] = (enum q_field)f;
-                if ((rc = mks_q_lex_next(&lx)))
-                    goto fail;
-            } while (lx.cur.kind == T_COMMA);
-        } else if (!strcmp(kw.text, "where") && !seen_where) {
-            seen_where = true;
-            if ((rc = mks_q_lex_next(&lx)) || (rc = mks_q_parse_pred(&lx, &p->where)))
-                goto fail;
-        } else {
-            break;
-        }
-    }
-    if (lx.cur.kind != T_END) {
-        rc = mks_q_err(e, lx.cur.pos, lx.cur.len,
-                       lx.cur.kind == T_IDENT && !strcmp(lx.cur.text, "limit")
-                           ? "a probe has no limit: it keeps --groups groups, the rest counted"
-                             " as other"
-                           : "unexpected '%.*s': expected ',', by, where or the end",
-                       lx.cur.len, text + lx.cur.pos);
-        goto fail;
-    }
-    if ((rc = check_pred_fields(p->where, e)) || (rc = analyse(p, text, e)))
-        goto fail;
     *p_p = p;
     return 0;
-fail:
-    mks_probe_free(p);
-    return rc;
 }
 
 /* ---- merging and reading ---------------------------------------------------- */
