@@ -368,12 +368,9 @@ static int step_range(struct diag *d, uint32_t *lo, uint32_t *hi)
         *lo = d->o.step_lo, *hi = d->o.step_hi;
     if (d->o.last) {
         sqlite3_stmt *s;
-        /* Down the step index from the top: the first row of the job is
+        /* The top of the job's epochs by their steps' range (epochs_step):
          * its last step, however long the job. */
-        if (prep(d,
-                 "SELECT s.step FROM steps s CROSS JOIN epochs e ON e.id = s.epoch_id WHERE"
-                 " e.job = ?1 AND s.step IS NOT NULL ORDER BY s.step DESC LIMIT 1",
-                 &s))
+        if (prep(d, "SELECT MAX(step_hi) FROM epochs WHERE job = ?1", &s))
             return -EIO;
         if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL) {
             uint32_t top = (uint32_t)u64(s, 0);
@@ -393,13 +390,17 @@ static int load_cells(struct diag *d, uint32_t lo, uint32_t hi)
 {
     sqlite3_stmt *s;
     size_t cap = 0, cap_es = 0;
-    /* A range of steps is read through the step index (its rows only, not
-     * the job's); all of them through the job's epochs. */
+    /* A range of steps is read through the epochs whose steps' range meets
+     * it (epochs_step: an epoch's last step is at most the widest range a
+     * rank's epoch had past the range's end), not the job's every epoch;
+     * all of them through the job's epochs. */
     bool ranged = lo > 0 || hi < UINT32_MAX;
     if (prep(d,
              ranged ? "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
-                      " s.queued_while_idle_ns FROM steps s CROSS JOIN epochs e ON"
-                      " e.id = s.epoch_id WHERE e.job = ?1 AND s.step BETWEEN ?2 AND ?3"
+                      " s.queued_while_idle_ns FROM epochs e INDEXED BY epochs_step CROSS JOIN"
+                      " steps s ON s.epoch_id = e.id WHERE e.job = ?1 AND e.step_hi BETWEEN ?2"
+                      " AND ?3 + (SELECT COALESCE(MAX(step_span), 0) FROM ranks WHERE"
+                      " job = ?1) AND e.step_lo <= ?3 AND s.step BETWEEN ?2 AND ?3"
                     : "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
                       " s.queued_while_idle_ns FROM steps s JOIN epochs e ON e.id = s.epoch_id"
                       " WHERE e.job = ?1 AND s.step BETWEEN ?2 AND ?3",

@@ -155,7 +155,7 @@ static const char schema_sql[] =
     " lost_cur_hb INTEGER DEFAULT 0, state_sent_ns INTEGER DEFAULT 0,"
     " tasks_total INTEGER DEFAULT 0, cov_eligible INTEGER DEFAULT 0, cov_ran INTEGER DEFAULT 0,"
     " cov_throttled INTEGER DEFAULT 0, cov_lost INTEGER DEFAULT 0,"
-    " cov_undelivered INTEGER DEFAULT 0, PRIMARY KEY(job, rank));\n"
+    " cov_undelivered INTEGER DEFAULT 0, step_span INTEGER DEFAULT 0, PRIMARY KEY(job, rank));\n"
     "CREATE TABLE IF NOT EXISTS task_classes(job TEXT, rank INTEGER, id INTEGER, name TEXT,"
     " source_op TEXT, device_fn TEXT, region_class TEXT, comm INTEGER,"
     " PRIMARY KEY(job, rank, id));\n"
@@ -171,7 +171,7 @@ static const char schema_sql[] =
     " t_begin_host INTEGER, t_end_host INTEGER, t_begin_dev INTEGER, t_end_dev INTEGER,"
     " detail_tier INTEGER, sample_shift INTEGER, lost_summaries INTEGER,"
     " waits_dropped INTEGER, received_ns INTEGER, compacted INTEGER DEFAULT 0,"
-    " UNIQUE(job, rank, incarnation, seq));\n"
+    " step_lo INTEGER, step_hi INTEGER, UNIQUE(job, rank, incarnation, seq));\n"
     "CREATE INDEX IF NOT EXISTS epochs_rank ON epochs(job, rank, id);\n"
     /* (job, id): the epochs of a job from some id on (triggers read only
      * what arrived since their last run). */
@@ -185,9 +185,6 @@ static const char schema_sql[] =
     " step INTEGER, t_begin_dev INTEGER, t_end_dev INTEGER, tasks INTEGER, complete INTEGER,"
     " queued_while_idle_ns INTEGER);\n"
     "CREATE INDEX IF NOT EXISTS steps_e ON steps(epoch_id);\n"
-    /* the steps of a range (diagnose --last N, --steps A-B) whatever the
-     * job's length */
-    "CREATE INDEX IF NOT EXISTS steps_step ON steps(step);\n"
     "CREATE TABLE IF NOT EXISTS waits(epoch_id INTEGER REFERENCES epochs(id) ON DELETE CASCADE,"
     " comm_gen INTEGER, peer_rank INTEGER, waiter_class INTEGER, step INTEGER, worker INTEGER,"
     " t_begin_dev INTEGER, t_end_dev INTEGER, producer_class INTEGER);\n"
@@ -342,6 +339,9 @@ static const struct {
     {"ranks", "cov_throttled", "INTEGER DEFAULT 0"},
     {"ranks", "cov_lost", "INTEGER DEFAULT 0"},
     {"ranks", "cov_undelivered", "INTEGER DEFAULT 0"},
+    {"epochs", "step_lo", "INTEGER"},
+    {"epochs", "step_hi", "INTEGER"},
+    {"ranks", "step_span", "INTEGER DEFAULT 0"},
 };
 
 /* Values an added column gets from what the store holds, run once it is
@@ -358,6 +358,14 @@ static const struct {
      " CAST(TOTAL(c.throttled) AS INTEGER), CAST(TOTAL(c.lost) AS INTEGER),"
      " CAST(TOTAL(c.undelivered) AS INTEGER) FROM coverage c JOIN epochs e ON"
      " e.id = c.epoch_id WHERE e.job = ranks.job AND e.rank = ranks.rank)"},
+    /* the step range of each epoch's step rows, and the widest per rank;
+     * the index on steps.step it replaces goes (see epochs_step) */
+    {"epochs", "step_hi",
+     "UPDATE epochs SET (step_lo, step_hi) = (SELECT MIN(step), MAX(step) FROM steps WHERE"
+     " epoch_id = epochs.id)"},
+    {"ranks", "step_span",
+     "UPDATE ranks SET step_span = (SELECT COALESCE(MAX(step_hi - step_lo), 0) FROM epochs"
+     " WHERE job = ranks.job AND rank = ranks.rank); DROP INDEX IF EXISTS steps_step"},
 };
 
 static int add_missing_columns(sqlite3 *db, char *err, size_t errlen)
@@ -604,9 +612,14 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
     }
     /* The rolled-up epochs of a job (queries and the diagnosis say what
      * detail is gone), and the roll-up's scratch map of epoch to the epoch
-     * it folds into; the roll-up's SQL functions (histogram merges). */
+     * it folds into; the roll-up's SQL functions (histogram merges).  The
+     * epochs of a range of steps (diagnose --last N, --steps A-B) are found
+     * by their steps' range, whatever the job's length: one entry an epoch,
+     * near the index's end, where an index on steps.step took one an epoch's
+     * step at a place in the middle of the index (a quarter of ingest). */
     if (sqlite3_exec(st->db,
-                     "CREATE INDEX IF NOT EXISTS epochs_rolled ON epochs(job, id) WHERE"
+                     "CREATE INDEX IF NOT EXISTS epochs_step ON epochs(job, step_hi);"
+                     " CREATE INDEX IF NOT EXISTS epochs_rolled ON epochs(job, id) WHERE"
                      " compacted = 2; CREATE TEMP TABLE IF NOT EXISTS roll_map(id INTEGER PRIMARY"
                      " KEY, keep INTEGER NOT NULL);",
                      NULL, NULL, NULL) != SQLITE_OK ||
@@ -1068,7 +1081,8 @@ static int roll_up(struct mks_store *st, int64_t lo, int64_t hi)
         " MIN(x.t_begin_host), MAX(x.t_end_host), MIN(x.t_begin_dev), MAX(x.t_end_dev),"
         " SUM(x.lost_summaries), SUM(x.waits_dropped), MAX(x.received_ns), MIN(x.detail_tier),"
         " MAX(x.sample_shift), 2 FROM epochs x JOIN roll_map m ON m.id = x.id WHERE"
-        " m.keep = epochs.id) WHERE id IN (SELECT keep FROM roll_map)",
+        " m.keep = epochs.id), step_lo = NULL, step_hi = NULL WHERE id IN (SELECT keep FROM"
+        " roll_map)",
         "DELETE FROM epochs WHERE id IN (SELECT id FROM roll_map WHERE id != keep)",
         "DELETE FROM roll_map"};
     if (exec_stmt(st, "DELETE FROM roll_map", "") != SQLITE_DONE ||
@@ -1681,17 +1695,32 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
     int rc = need_registered(st, env, &rs, err, errlen);
     if (rc)
         return rc;
-    rc = exec_stmt(st,
-                   "INSERT OR IGNORE INTO epochs(job, rank, incarnation, seq, epoch, t_begin_host,"
-                   " t_end_host, t_begin_dev, t_end_dev, detail_tier, sample_shift,"
-                   " lost_summaries, waits_dropped, received_ns) SELECT ?1, ?2, ?3, ?4, ?5, ?6,"
-                   " ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14 WHERE NOT EXISTS (SELECT 1 FROM"
-                   " rolled_seqs WHERE job = ?1 AND rank = ?2 AND incarnation = ?3 AND"
-                   " seq_hi >= ?4)",
-                   "tiuuuuuuuiiuuu", env->job, (int64_t)env->rank, env->incarnation, env->seq,
-                   s->epoch, s->t_begin_host_ns, s->t_end_host_ns, s->t_begin_dev_ns,
-                   s->t_end_dev_ns, (int64_t)s->detail_tier, (int64_t)s->sample_shift,
-                   s->lost_summaries, s->waits_dropped, now);
+    /* the range of the epoch's step rows (epochs_step) */
+    int64_t step_lo = -1, step_hi = -1;
+    for (size_t i = 0; i < s->n_steps; i++) {
+        int64_t k = (int64_t)s->steps[i]->step;
+        if (step_lo < 0 || k < step_lo)
+            step_lo = k;
+        if (k > step_hi)
+            step_hi = k;
+    }
+    static const char ins_epoch[] =
+        "INSERT OR IGNORE INTO epochs(job, rank, incarnation, seq, epoch, t_begin_host,"
+        " t_end_host, t_begin_dev, t_end_dev, detail_tier, sample_shift, lost_summaries,"
+        " waits_dropped, received_ns, step_lo, step_hi) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
+        " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16 WHERE NOT EXISTS (SELECT 1 FROM rolled_seqs"
+        " WHERE job = ?1 AND rank = ?2 AND incarnation = ?3 AND seq_hi >= ?4)";
+    rc = step_lo < 0
+             ? exec_stmt(st, ins_epoch, "tiuuuuuuuiiuuunn", env->job, (int64_t)env->rank,
+                         env->incarnation, env->seq, s->epoch, s->t_begin_host_ns,
+                         s->t_end_host_ns, s->t_begin_dev_ns, s->t_end_dev_ns,
+                         (int64_t)s->detail_tier, (int64_t)s->sample_shift, s->lost_summaries,
+                         s->waits_dropped, now)
+             : exec_stmt(st, ins_epoch, "tiuuuuuuuiiuuuii", env->job, (int64_t)env->rank,
+                         env->incarnation, env->seq, s->epoch, s->t_begin_host_ns,
+                         s->t_end_host_ns, s->t_begin_dev_ns, s->t_end_dev_ns,
+                         (int64_t)s->detail_tier, (int64_t)s->sample_shift, s->lost_summaries,
+                         s->waits_dropped, now, step_lo, step_hi);
     if (rc != SQLITE_DONE)
         goto fail;
     /* not stored again if it is a replay of a summary we hold: counted */
@@ -1721,12 +1750,13 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
     if ((u = stmt(st, "INSERT INTO ranks(job, rank, incarnation, last_seen_ns, summaries,"
                       " duplicates, last_epoch, lost_summaries, acked_seq, lost_cur_sum,"
                       " tasks_total, cov_eligible, cov_ran, cov_throttled, cov_lost,"
-                      " cov_undelivered)"
-                      " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?8,?10,?11,?12,?13,?14,?15)"
+                      " cov_undelivered, step_span)"
+                      " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?8,?10,?11,?12,?13,?14,?15,?16)"
                       " ON CONFLICT(job, rank) DO UPDATE SET last_seen_ns = excluded.last_seen_ns,"
                       " tasks_total = tasks_total + ?10, cov_eligible = cov_eligible + ?11,"
                       " cov_ran = cov_ran + ?12, cov_throttled = cov_throttled + ?13,"
                       " cov_lost = cov_lost + ?14, cov_undelivered = cov_undelivered + ?15,"
+                      " step_span = MAX(COALESCE(step_span, 0), ?16),"
                       " summaries = summaries + excluded.summaries,"
                       " duplicates = duplicates + excluded.duplicates,"
                       " last_epoch = CASE WHEN ?5 AND incarnation = ?3 THEN ?7 ELSE last_epoch END,"
@@ -1749,6 +1779,7 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
         sqlite3_bind_int64(u, 9, fresh ? (int64_t)env->seq : 0);
         for (int i = 0; i < 6; i++)
             sqlite3_bind_int64(u, 10 + i, (int64_t)tot[i]);
+        sqlite3_bind_int64(u, 16, fresh && step_lo >= 0 ? step_hi - step_lo : 0);
         if ((rc = sqlite3_step(u)) == SQLITE_ROW) {
             stored = (uint64_t)sqlite3_column_int64(u, 0);
             acked = (uint64_t)sqlite3_column_int64(u, 1);

@@ -383,6 +383,140 @@ static void test_rank_totals(void **state)
     unlink(wal);
 }
 
+/* Summary seq of rank with step rows first..first + n - 1 (and nothing else
+ * but coverage). */
+static void ingest_steps(struct mks_store *st, uint32_t rank, uint64_t seq, uint64_t now,
+                         uint32_t first, int n)
+{
+    static struct fa_summary s;
+    memset(&s, 0, sizeof(s));
+    s.epoch = seq;
+    for (int i = 0; i < n && i < FA_MAX_STEPS; i++, s.n_steps++) {
+        s.steps[i].step = first + (uint32_t)i;
+        s.steps[i].t_begin = 100;
+        s.steps[i].t_end = 200;
+    }
+    s.cov_eligible = s.cov_ran = 1;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fa_encode_summary("job", rank, 1, seq, &s, &buf, &len), 0);
+    ingest_bytes(st, buf, len, now);
+    free(buf);
+}
+
+/* Every epoch's step range is its step rows' (NULL without any), and no
+ * rank has an epoch wider than the widest kept for it (epochs rolled up
+ * since may have been): what the diagnosis finds a range of steps by. */
+static const char step_ranges_ok[] =
+    "SELECT (SELECT COUNT(*) FROM epochs e WHERE e.step_lo IS NOT (SELECT MIN(step) FROM steps"
+    " WHERE epoch_id = e.id) OR e.step_hi IS NOT (SELECT MAX(step) FROM steps WHERE"
+    " epoch_id = e.id)) = 0 AND (SELECT COUNT(*) FROM ranks r WHERE r.step_span < (SELECT"
+    " COALESCE(MAX(step_hi - step_lo), 0) FROM epochs WHERE job = r.job AND rank = r.rank)) = 0";
+
+/* The (epoch, step) pairs of steps lo..hi of the job, found through the
+ * epochs' step ranges as the diagnosis does, and straight from the step
+ * rows: the same. */
+static void check_range(struct mks_store *st, int64_t lo, int64_t hi)
+{
+    static const char *const q[2] = {
+        "SELECT COUNT(*), TOTAL(s.epoch_id * 1000003 + s.step) FROM epochs e INDEXED BY"
+        " epochs_step CROSS JOIN steps s ON s.epoch_id = e.id WHERE e.job = ?1 AND e.step_hi"
+        " BETWEEN ?2 AND ?3 + (SELECT COALESCE(MAX(step_span), 0) FROM ranks WHERE job = ?1) AND"
+        " e.step_lo <= ?3 AND s.step BETWEEN ?2 AND ?3",
+        "SELECT COUNT(*), TOTAL(s.epoch_id * 1000003 + s.step) FROM steps s JOIN epochs e ON"
+        " e.id = s.epoch_id WHERE e.job = ?1 AND s.step BETWEEN ?2 AND ?3"};
+    int64_t n[2];
+    double sum[2];
+    for (int i = 0; i < 2; i++) {
+        sqlite3_stmt *s;
+        assert_int_equal(sqlite3_prepare_v2(mks_store_db(st), q[i], -1, &s, NULL), SQLITE_OK);
+        sqlite3_bind_text(s, 1, "job", -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, lo);
+        sqlite3_bind_int64(s, 3, hi);
+        assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+        n[i] = sqlite3_column_int64(s, 0);
+        sum[i] = sqlite3_column_double(s, 1);
+        sqlite3_finalize(s);
+    }
+    assert_int_equal(n[0], n[1]);
+    assert_true(sum[0] == sum[1]);
+}
+
+static void test_step_ranges(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/mks-test-steps-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    struct mks_store_opts o = {.sz = sizeof(o), .path = path, .detail_age_ns = 60 * SEC};
+    struct mks_store *st = NULL;
+    char err[256];
+    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    for (uint32_t r = 0; r < 2; r++) {
+        mks_envelope env;
+        Mkscope__V1__Register reg;
+        fa_register_env(&env, &reg, "job", r, 2, 1);
+        assert_int_equal(mks_store_ingest(st, &env, 1, NULL, err, sizeof(err)), 0);
+    }
+    /* rank 0: two steps an epoch; rank 1: one epoch of steps 0-9 (a long
+     * one), then one step an epoch, then an epoch with none */
+    for (uint64_t q = 1; q <= 20; q++)
+        ingest_steps(st, 0, q, 100 * SEC, (uint32_t)(2 * q - 2), 2);
+    ingest_steps(st, 1, 1, 100 * SEC, 0, 10);
+    for (uint64_t q = 2; q <= 30; q++)
+        ingest_steps(st, 1, q, 150 * SEC, (uint32_t)(q + 8), 1);
+    ingest_steps(st, 1, 31, 150 * SEC, 0, 0);
+    assert_int_equal(one(st, step_ranges_ok), 1);
+    assert_int_equal(one(st, "SELECT step_span FROM ranks WHERE rank = 1"), 9);
+    assert_int_equal(one(st, "SELECT MAX(step_hi) FROM epochs WHERE job = 'job'"), 39);
+    static const int64_t ranges[][2] = {{0, 0}, {3, 5}, {5, 12}, {9, 9}, {30, 1000},
+                                        {39, 50}, {0, 4294967295ll}};
+    for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
+        check_range(st, ranges[i][0], ranges[i][1]);
+    /* Rolled up, an epoch has no step rows and no range. */
+    assert_int_equal(mks_store_retain(st, 170 * SEC), 0);
+    assert_true(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2") > 0);
+    assert_int_equal(one(st, step_ranges_ok), 1);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2 AND step_hi IS NOT"
+                             " NULL"),
+                     0);
+    for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
+        check_range(st, ranges[i][0], ranges[i][1]);
+    mks_store_close(st);
+
+    /* As an older collector left it (no ranges, the index on steps.step):
+     * opened, the ranges are filled and that index goes. */
+    o.detail_age_ns = 0;
+    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    for (uint64_t q = 32; q <= 40; q++)
+        ingest_steps(st, 1, q, 200 * SEC, (uint32_t)(q + 8), 3);
+    mks_store_close(st);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "DROP INDEX epochs_step; ALTER TABLE epochs DROP COLUMN step_lo;"
+                                  " ALTER TABLE epochs DROP COLUMN step_hi; ALTER TABLE ranks DROP"
+                                  " COLUMN step_span; CREATE INDEX steps_step ON steps(step)",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
+    assert_int_equal(one(st, step_ranges_ok), 1);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'steps_step'"), 0);
+    assert_int_equal(one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'epochs_step'"), 1);
+    assert_int_equal(one(st, "SELECT MAX(step_hi) FROM epochs WHERE job = 'job'"), 50);
+    for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
+        check_range(st, ranges[i][0], ranges[i][1]);
+    mks_store_close(st);
+    unlink(path);
+    char wal[64];
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    unlink(wal);
+    snprintf(wal, sizeof(wal), "%s-shm", path);
+    unlink(wal);
+}
+
 static void test_raw_cap(void **state)
 {
     (void)state;
@@ -410,6 +544,7 @@ int main(void)
         cmocka_unit_test(test_max_bytes),
         cmocka_unit_test(test_detail_age),
         cmocka_unit_test(test_rank_totals),
+        cmocka_unit_test(test_step_ranges),
         cmocka_unit_test(test_raw_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
