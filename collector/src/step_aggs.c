@@ -33,9 +33,11 @@ struct mks_stepagg_row {
     uint32_t rank;
     int64_t eid, step;
     uint64_t b, e, qwi, dur;
-    int64_t nv, nq;      /* the merged cell's rows, after this one */
+    int64_t nv, nq;      /* a head's merged cell's rows, after the flush */
+    int64_t k, kq;       /* a head's rows of the flush, those with queueing */
     bool job_only;       /* no step: the summary's job and epoch */
     bool valid, first, dup;
+    bool head;           /* the first of the flush's rows of its cell with a time */
 };
 
 static int push(struct mks_stepagg *a, const struct mks_stepagg_row *r)
@@ -95,15 +97,22 @@ void mks_stepagg_free(struct mks_stepagg *a)
     if (!a)
         return;
     sqlite3_finalize(a->q_cell);
+    for (int k = 0; k < MKS_STEPAGG_CHUNKS; k++)
+        sqlite3_finalize(a->q_new[k]);
+    for (int k = 0; k < 3; k++)
+        sqlite3_finalize(a->q_sp[k]);
     sqlite3_finalize(a->q_agg);
     sqlite3_finalize(a->q_job);
     free(a->rows);
     memset(a, 0, sizeof(*a));
 }
 
+/* By job, step and rank, the rows with no step after all others. */
 static int cmp_row(const void *x, const void *y)
 {
     const struct mks_stepagg_row *a = x, *b = y;
+    if (a->job_only != b->job_only)
+        return a->job_only ? 1 : -1;
     int c = strcmp(a->job, b->job);
     if (c)
         return c;
@@ -147,19 +156,141 @@ static int write_agg(struct mks_stepagg *a, const char *job, int64_t step, bool 
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/* New cells a statement inserts at most (chunks of these sizes). */
+static const unsigned new_rows[MKS_STEPAGG_CHUNKS] = {64, 16, 4, 1};
+
+/* The kept statement inserting new_rows[k] cells, each only if it is not
+ * stored yet. */
+static sqlite3_stmt *new_stmt(struct mks_stepagg *a, sqlite3 *db, int k)
+{
+    if (a->q_new[k])
+        return a->q_new[k];
+    static const char head[] =
+        "INSERT INTO step_cells(job, step, rank, t_begin, t_end, qwi, nv, nq) VALUES";
+    static const char tail[] = " ON CONFLICT(job, step, rank) DO NOTHING";
+    size_t len = sizeof(head) + new_rows[k] * sizeof("(?,?,?,?,?,?,?,?),") + sizeof(tail);
+    char *sql = malloc(len), *p = sql;
+    if (!sql)
+        return NULL;
+    p += sprintf(p, "%s", head);
+    for (unsigned r = 0; r < new_rows[k]; r++)
+        p += sprintf(p, "%s(?,?,?,?,?,?,?,?)", r ? "," : " ");
+    sprintf(p, "%s", tail);
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &a->q_new[k], NULL) !=
+        SQLITE_OK)
+        a->q_new[k] = NULL;
+    free(sql);
+    return a->q_new[k];
+}
+
+/* A cell's key and what the flush's rows of it add, bound from ?idx on
+ * (the order of step_cells' columns). */
+static void bind_cell(sqlite3_stmt *s, int idx, const struct mks_stepagg_row *h)
+{
+    sqlite3_bind_text(s, idx, h->job, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, idx + 1, h->step);
+    sqlite3_bind_int64(s, idx + 2, h->rank);
+    sqlite3_bind_int64(s, idx + 3, (int64_t)h->b);
+    sqlite3_bind_int64(s, idx + 4, (int64_t)h->e);
+    sqlite3_bind_int64(s, idx + 5, (int64_t)h->qwi);
+    sqlite3_bind_int64(s, idx + 6, h->k);
+    sqlite3_bind_int64(s, idx + 7, h->kq);
+}
+
+static int cmp_key(const char *job, int64_t step, uint32_t rank, const struct mks_stepagg_row *r)
+{
+    int c = strcmp(job, r->job);
+    if (c)
+        return c;
+    if (step != r->step)
+        return step < r->step ? -1 : 1;
+    return rank < r->rank ? -1 : rank > r->rank;
+}
+
+static int run(sqlite3_stmt *s)
+{
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* The cells of the flush (heads[0..n), sorted by key) written, each with
+ * the flush's rows of it merged, and every head given its merged cell (b,
+ * e, nv, nq) and dur.  Most cells are new: a chunk of them is one
+ * statement, kept when it inserted every cell (a savepoint around it).  A
+ * chunk with a cell stored already is rolled back and written cell by
+ * cell: an UPDATE merging the stored cell (which returns it), or the
+ * insert of one that is not. */
+static int write_cells(struct mks_stepagg *a, sqlite3 *db, struct mks_stepagg_row **heads,
+                       size_t n)
+{
+    int rc = SQLITE_OK;
+    for (size_t done = 0; done < n && rc == SQLITE_OK;) {
+        int k = 0;
+        while (new_rows[k] > n - done)
+            k++;
+        sqlite3_stmt *s = new_stmt(a, db, k);
+        if (!s)
+            return sqlite3_errcode(db) != SQLITE_OK ? sqlite3_errcode(db) : SQLITE_ERROR;
+        struct mks_stepagg_row **c = heads + done;
+        unsigned m = new_rows[k];
+        done += m;
+        for (unsigned i = 0; i < m; i++)
+            bind_cell(s, (int)(8 * i + 1), c[i]);
+        if ((rc = run(a->q_sp[0])) != SQLITE_OK || (rc = run(s)) != SQLITE_OK)
+            break;
+        bool all = sqlite3_changes(db) == (int)m;
+        if (!all && (rc = run(a->q_sp[1])) != SQLITE_OK)
+            break;
+        if ((rc = run(a->q_sp[2])) != SQLITE_OK)
+            break;
+        for (unsigned i = 0; i < m && rc == SQLITE_OK; i++) {
+            struct mks_stepagg_row *h = c[i];
+            if (all) {
+                h->nv = h->k, h->nq = h->kq, h->dur = h->e - h->b;
+                continue;
+            }
+            sqlite3_stmt *u = a->q_cell;
+            bind_cell(u, 1, h);
+            rc = sqlite3_step(u);
+            if (rc == SQLITE_ROW) {
+                uint64_t b = (uint64_t)sqlite3_column_int64(u, 0);
+                uint64_t e = (uint64_t)sqlite3_column_int64(u, 1);
+                h->dur = e - b;
+                h->nv = sqlite3_column_int64(u, 2), h->nq = sqlite3_column_int64(u, 3);
+                rc = SQLITE_OK;
+                sqlite3_reset(u);
+                continue;
+            }
+            sqlite3_reset(u);
+            if (rc != SQLITE_DONE)
+                break;
+            sqlite3_stmt *one = new_stmt(a, db, MKS_STEPAGG_CHUNKS - 1);
+            if (!one)
+                return SQLITE_ERROR;
+            bind_cell(one, 1, h);
+            if ((rc = run(one)) == SQLITE_OK)
+                h->nv = h->k, h->nq = h->kq, h->dur = h->e - h->b;
+        }
+    }
+    return rc;
+}
+
 int mks_stepagg_apply(struct mks_stepagg *a, sqlite3 *db)
 {
     int rc = SQLITE_OK;
+    struct mks_stepagg_row **heads = NULL;
     if (!a->n || !db) {
         a->n = a->mark = 0;
         return rc;
     }
-    if ((rc = prep(db, &a->q_cell,
-                   "INSERT INTO step_cells(job, step, rank, t_begin, t_end, qwi, nv, nq)"
-                   " VALUES(?1, ?2, ?3, ?4, ?5, ?6, 1, ?7) ON CONFLICT(job, step, rank) DO UPDATE"
-                   " SET t_begin = MIN(t_begin, excluded.t_begin), t_end = MAX(t_end,"
-                   " excluded.t_end), qwi = MAX(qwi, excluded.qwi), nv = nv + 1,"
-                   " nq = nq + excluded.nq RETURNING t_begin, t_end, nv, nq")) ||
+    if ((rc = prep(db, &a->q_sp[0], "SAVEPOINT step_cells")) ||
+        (rc = prep(db, &a->q_sp[1], "ROLLBACK TO step_cells")) ||
+        (rc = prep(db, &a->q_sp[2], "RELEASE step_cells")) ||
+        (rc = prep(db, &a->q_cell,
+                   "UPDATE step_cells SET t_begin = MIN(t_begin, ?4), t_end = MAX(t_end, ?5),"
+                   " qwi = MAX(qwi, ?6), nv = nv + ?7, nq = nq + ?8 WHERE job = ?1 AND"
+                   " step = ?2 AND rank = ?3 RETURNING t_begin, t_end, nv, nq")) ||
         (rc = prep(db, &a->q_agg,
                    "INSERT INTO step_aggs(job, step, dur, rank, cells, qcells, pairs, firsts)"
                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(job, step) DO UPDATE SET"
@@ -174,11 +305,21 @@ int mks_stepagg_apply(struct mks_stepagg *a, sqlite3 *db)
                    "INSERT OR IGNORE INTO step_agg_jobs(job, cut) SELECT ?1, CASE WHEN EXISTS"
                    " (SELECT 1 FROM epochs WHERE job = ?1 AND id < ?2) THEN ?3 ELSE -1 END")))
         goto out;
-    /* the jobs, in the order their epochs were stored */
+    /* the jobs, in the order their epochs were stored: only a job's first
+     * epoch of the flush can add its row (the others are ignored) */
+    const char *seen[16];
+    size_t n_seen = 0;
     for (size_t i = 0; i < a->n && rc == SQLITE_OK; i++) {
         struct mks_stepagg_row *r = &a->rows[i];
         if (!r->job_only)
             continue;
+        bool again = false;
+        for (size_t j = n_seen; j-- > 0 && !again;)
+            again = !strcmp(seen[j], r->job);
+        if (again)
+            continue;
+        if (n_seen < sizeof(seen) / sizeof(seen[0]))
+            seen[n_seen++] = r->job;
         sqlite3_bind_text(a->q_job, 1, r->job, -1, SQLITE_STATIC);
         sqlite3_bind_int64(a->q_job, 2, r->eid);
         sqlite3_bind_int64(a->q_job, 3, MKS_STEPAGG_NONE);
@@ -186,33 +327,40 @@ int mks_stepagg_apply(struct mks_stepagg *a, sqlite3 *db)
         sqlite3_reset(a->q_job);
         rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
     }
-    /* the merged cells */
-    for (size_t i = 0; i < a->n && rc == SQLITE_OK; i++) {
-        struct mks_stepagg_row *r = &a->rows[i];
-        if (r->job_only || !r->valid)
-            continue;
-        sqlite3_stmt *s = a->q_cell;
-        sqlite3_bind_text(s, 1, r->job, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, r->step);
-        sqlite3_bind_int64(s, 3, r->rank);
-        sqlite3_bind_int64(s, 4, (int64_t)r->b);
-        sqlite3_bind_int64(s, 5, (int64_t)r->e);
-        sqlite3_bind_int64(s, 6, (int64_t)r->qwi);
-        sqlite3_bind_int64(s, 7, r->qwi > 0);
-        rc = sqlite3_step(s);
-        if (rc == SQLITE_ROW) {
-            uint64_t b = (uint64_t)sqlite3_column_int64(s, 0);
-            uint64_t e = (uint64_t)sqlite3_column_int64(s, 1);
-            r->dur = e - b;
-            r->nv = sqlite3_column_int64(s, 2), r->nq = sqlite3_column_int64(s, 3);
-            rc = SQLITE_OK;
-        }
-        sqlite3_reset(s);
-    }
     if (rc != SQLITE_OK)
         goto out;
-    /* the steps: one upsert each for all of the flush's rows of it */
+    /* The cells: the flush's rows with a time of one (job, step, rank)
+     * merged into the first (its head), as the upsert of each in turn
+     * would merge them (earliest begin, latest end, largest queueing;
+     * nv rows, kq with queueing), then written once each. */
     qsort(a->rows, a->n, sizeof(*a->rows), cmp_row);
+    if (!(heads = malloc(a->n * sizeof(*heads)))) {
+        rc = SQLITE_NOMEM;
+        goto out;
+    }
+    size_t n_heads = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        struct mks_stepagg_row *r = &a->rows[i];
+        r->head = false;
+        if (r->job_only || !r->valid)
+            continue;
+        struct mks_stepagg_row *h = n_heads ? heads[n_heads - 1] : NULL;
+        if (h && !cmp_key(r->job, r->step, r->rank, h)) {
+            h->b = r->b < h->b ? r->b : h->b;
+            h->e = r->e > h->e ? r->e : h->e;
+            h->qwi = r->qwi > h->qwi ? r->qwi : h->qwi;
+            h->k++, h->kq += r->qwi > 0;
+            continue;
+        }
+        r->head = true;
+        r->k = 1, r->kq = r->qwi > 0;
+        heads[n_heads++] = r;
+    }
+    if ((rc = write_cells(a, db, heads, n_heads)) != SQLITE_OK)
+        goto out;
+    /* The steps: one upsert each for all of the flush's rows of it.  A
+     * cell is new to the step when it had no row before the flush, and
+     * new to its queueing when it had none with queueing before. */
     for (size_t i = 0; i < a->n && rc == SQLITE_OK;) {
         if (a->rows[i].job_only) {
             i++;
@@ -227,11 +375,11 @@ int mks_stepagg_apply(struct mks_stepagg *a, sqlite3 *db)
                !strcmp(a->rows[j].job, a->rows[i].job);
              j++) {
             const struct mks_stepagg_row *r = &a->rows[j];
-            if (r->valid) {
+            if (r->head) {
                 if (!has || r->dur > best || (r->dur == best && r->rank < best_rank))
                     best = r->dur, best_rank = r->rank, has = true;
-                cells += r->nv == 1;
-                qcells += r->qwi > 0 && r->nq == 1;
+                cells += r->nv == r->k;
+                qcells += r->kq > 0 && r->nq == r->kq;
             }
             pairs += !r->dup;
             firsts += r->first && !r->dup;
@@ -241,6 +389,7 @@ int mks_stepagg_apply(struct mks_stepagg *a, sqlite3 *db)
         i = j;
     }
 out:
+    free(heads);
     a->n = a->mark = 0;
     return rc;
 }

@@ -40,10 +40,13 @@
 extern const char mks_stepagg_schema[];
 
 struct mks_stepagg_row;
+#define MKS_STEPAGG_CHUNKS 4
 struct mks_stepagg {
     struct mks_stepagg_row *rows;
     size_t n, cap, mark;
     sqlite3_stmt *q_cell, *q_agg, *q_job;
+    sqlite3_stmt *q_new[MKS_STEPAGG_CHUNKS]; /* new cells, 64, 16, 4 and 1 a statement */
+    sqlite3_stmt *q_sp[3];                   /* savepoint, rollback to and release of a chunk */
 };
 
 /* Buffer what a stored (new) summary of (job, rank), epoch row eid, adds.

@@ -203,6 +203,27 @@ static void test_ingest_exact(void **state)
     mks_store_close(st);
 }
 
+/* Batches of many ranks: a flush's cells are written 64 to a statement,
+ * some chunks all new, some all stored already (a step shared with the
+ * epoch before), some mixed (ranks that skipped an epoch): the same. */
+static void test_many_ranks(void **state)
+{
+    (void)state;
+    struct mks_store *st = open_opts(":memory:", 0, 0);
+    reg(st, "job", 90);
+    char err[256];
+    for (uint64_t k = 1; k <= 12; k++) {
+        assert_int_equal(mks_store_batch_begin(st, err, sizeof(err)), 0);
+        for (uint32_t r = 0; r < 90; r++)
+            if ((r + k) % 7)
+                ingest(st, "job", r, k);
+        assert_int_equal(mks_store_batch_commit(st, err, sizeof(err)), 0);
+    }
+    assert_true(one(st, "SELECT COUNT(*) FROM step_cells") > 64 * 12);
+    assert_exact(st);
+    mks_store_close(st);
+}
+
 /* A message that fails inside a batch leaves no aggregate behind. */
 static void test_failed_message(void **state)
 {
@@ -305,7 +326,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ingest_exact), cmocka_unit_test(test_failed_message),
         cmocka_unit_test(test_retention),    cmocka_unit_test(test_rolled_up),
-        cmocka_unit_test(test_old_store),
+        cmocka_unit_test(test_old_store),    cmocka_unit_test(test_many_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
