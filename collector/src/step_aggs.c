@@ -425,25 +425,39 @@ static int exec_job(sqlite3 *db, const char *sql, const char *job, int64_t x, in
     return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
-/* The job's highest stored step below `below` (down the step index), or -1. */
+/* The epochs whose step rows meet steps ?2 .. ?3 of job ?1, through their
+ * steps' range (epochs_step: an epoch's last step lies at most the widest
+ * epoch of a rank of the job past the range), as the diagnosis finds them. */
+#define EPOCHS_OF_RANGE                                                                            \
+    "e.job = ?1 AND e.step_hi BETWEEN ?2 AND ?3 + (SELECT COALESCE(MAX(step_span), 0) FROM ranks"  \
+    " WHERE job = ?1) AND e.step_lo <= ?3"
+
+/* The job's highest stored step below `below`, or -1: the highest last
+ * step of the epochs that end below it, or a lower step of one that ends
+ * at or above it. */
 static int64_t step_below(sqlite3 *db, const char *job, int64_t below, int *err)
 {
     sqlite3_stmt *s;
     int64_t v = -1;
     if (sqlite3_prepare_v2(db,
-                           "SELECT s.step FROM steps s CROSS JOIN epochs e ON e.id = s.epoch_id"
-                           " WHERE e.job = ?1 AND s.step < ?2 ORDER BY s.step DESC LIMIT 1",
+                           "SELECT MAX(x) FROM (SELECT MAX(step_hi) AS x FROM epochs WHERE"
+                           " job = ?1 AND step_hi < ?2 UNION ALL SELECT MAX(s.step) AS x FROM epochs e"
+                           " INDEXED BY epochs_step CROSS JOIN steps s ON s.epoch_id = e.id"
+                           " WHERE " EPOCHS_OF_RANGE " AND s.step < ?2)",
                            -1, &s, NULL) != SQLITE_OK) {
         *err = -EIO;
         return -1;
     }
     sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(s, 2, below);
+    sqlite3_bind_int64(s, 3, below);
     int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW)
-        v = sqlite3_column_int64(s, 0);
-    else if (rc != SQLITE_DONE)
+    if (rc == SQLITE_ROW) {
+        if (sqlite3_column_type(s, 0) != SQLITE_NULL)
+            v = sqlite3_column_int64(s, 0);
+    } else if (rc != SQLITE_DONE) {
         *err = -EIO;
+    }
     sqlite3_finalize(s);
     return v;
 }
@@ -469,8 +483,9 @@ static int refill(sqlite3 *db, const char *job, int64_t lo, int64_t hi)
         return -EIO;
     if (sqlite3_prepare_v2(db,
                            "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
-                           " s.queued_while_idle_ns FROM steps s CROSS JOIN epochs e ON"
-                           " e.id = s.epoch_id WHERE e.job = ?1 AND s.step BETWEEN ?2 AND ?3",
+                           " s.queued_while_idle_ns FROM epochs e INDEXED BY epochs_step CROSS JOIN"
+                           " steps s ON s.epoch_id = e.id WHERE " EPOCHS_OF_RANGE " AND s.step"
+                           " BETWEEN ?2 AND ?3",
                            -1, &s, NULL) != SQLITE_OK)
         goto out;
     sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
@@ -515,8 +530,8 @@ static int refill(sqlite3 *db, const char *job, int64_t lo, int64_t hi)
         if (!m || eps[m - 1] != eps[i])
             eps[m++] = eps[i];
     ne = m;
-    if (sqlite3_prepare_v2(db, "SELECT MIN(step) FROM steps WHERE epoch_id = ?1", -1, &q_min,
-                           NULL) != SQLITE_OK ||
+    if (sqlite3_prepare_v2(db, "SELECT step_lo FROM epochs WHERE id = ?1", -1, &q_min, NULL) !=
+            SQLITE_OK ||
         sqlite3_prepare_v2(db,
                            "INSERT INTO step_cells(job, step, rank, t_begin, t_end, qwi, nv, nq)"
                            " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

@@ -1067,9 +1067,9 @@ static int roll_up(struct mks_store *st, int64_t lo, int64_t hi)
         " incarnation ON CONFLICT(job, rank, incarnation) DO UPDATE SET seq_hi ="
         " MAX(seq_hi, excluded.seq_hi)",
         /* the step aggregates hold no longer for the rolled steps */
-        "UPDATE step_agg_jobs SET cut = MAX(cut, x.hi) FROM (SELECT e.job AS job, MAX(s.step)"
-        " AS hi FROM roll_map m JOIN epochs e ON e.id = m.id JOIN steps s ON"
-        " s.epoch_id = m.id GROUP BY e.job) AS x WHERE step_agg_jobs.job = x.job",
+        "UPDATE step_agg_jobs SET cut = MAX(cut, x.hi) FROM (SELECT e.job AS job,"
+        " MAX(e.step_hi) AS hi FROM roll_map m JOIN epochs e ON e.id = m.id WHERE e.step_hi IS"
+        " NOT NULL GROUP BY e.job) AS x WHERE step_agg_jobs.job = x.job",
         "DELETE FROM steps WHERE epoch_id IN (SELECT id FROM roll_map)",
         "DELETE FROM waits WHERE epoch_id IN (SELECT id FROM roll_map)",
         "DELETE FROM releases WHERE epoch_id IN (SELECT id FROM roll_map)",
