@@ -13,8 +13,12 @@
  * thread, best of three.
  *
  * usage: diag_bench [RANKS] [STEPS] [DBDIR]   (defaults 4 60000 /tmp)
- *        diag_bench --store FILE --job JOB [--last N | --step N]: time the
- *        diagnosis of a job in a collector's store and print its answer
+ *        diag_bench --store FILE --job JOB [--last N | --step N] [--rows]: time
+ *        the diagnosis of a job in a collector's store and print its answer
+ *        (--rows: a whole job's step times from every step row, not the
+ *        per-step aggregates, for comparing the two)
+ *        diag_bench --store FILE --job JOB --fill: fill the store's per-step
+ *        aggregates at once (a store an older collector wrote)
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -273,8 +277,9 @@ static void show(const char *what, double t, json_t *out)
            g0 && json_is_true(json_object_get(g0, "straggler")) ? " (straggler)" : "");
 }
 
-/* The diagnosis of a job in an existing store: timed, printed. */
-static int on_store(const char *path, const char *job, uint32_t last, int64_t step)
+/* A store's per-step aggregates filled at once (a store an older
+ * collector wrote, or made by bench/hour_store.sh), timed. */
+static int fill_store(const char *path)
 {
     char err[256];
     struct mks_store_opts o = {.sz = sizeof(o), .path = path, .max_epochs = 1u << 30};
@@ -283,7 +288,25 @@ static int on_store(const char *path, const char *job, uint32_t last, int64_t st
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    struct mks_diag_opts d = {.sz = sizeof(d), .only_step = step, .last = last};
+    double t = cpu_s(), w = now_s();
+    int rc = mks_store_fill_steps(st);
+    fprintf(stderr, "fill %s: %.3f s CPU (%.3f s wall)\n", rc ? "failed" : "done", cpu_s() - t,
+            now_s() - w);
+    mks_store_close(st);
+    return rc ? 1 : 0;
+}
+
+/* The diagnosis of a job in an existing store: timed, printed. */
+static int on_store(const char *path, const char *job, uint32_t last, int64_t step, bool rows)
+{
+    char err[256];
+    struct mks_store_opts o = {.sz = sizeof(o), .path = path, .max_epochs = 1u << 30};
+    struct mks_store *st;
+    if (mks_store_open(&o, &st, err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    struct mks_diag_opts d = {.sz = sizeof(d), .only_step = step, .last = last, .rows = rows};
     json_t *out = NULL;
     double t = cpu_s(), w = now_s();
     int rc = mks_diagnose(st, job, &d, &out, err, sizeof(err));
@@ -302,10 +325,16 @@ static int on_store(const char *path, const char *job, uint32_t last, int64_t st
 
 int main(int argc, char **argv)
 {
-    if (argc >= 5 && !strcmp(argv[1], "--store") && !strcmp(argv[3], "--job"))
+    if (argc >= 5 && !strcmp(argv[1], "--store") && !strcmp(argv[3], "--job")) {
+        bool rows = !strcmp(argv[argc - 1], "--rows"), fill = !strcmp(argv[argc - 1], "--fill");
+        if (rows || fill)
+            argc--;
+        if (fill)
+            return fill_store(argv[2]);
         return on_store(argv[2], argv[4],
                         argc >= 7 && !strcmp(argv[5], "--last") ? (uint32_t)atoi(argv[6]) : 0,
-                        argc >= 7 && !strcmp(argv[5], "--step") ? atoll(argv[6]) : -1);
+                        argc >= 7 && !strcmp(argv[5], "--step") ? atoll(argv[6]) : -1, rows);
+    }
     struct shape sh = {.ranks = argc > 1 ? (uint32_t)atoi(argv[1]) : 4,
                        .steps = argc > 2 ? (uint32_t)atoi(argv[2]) : 60000};
     const char *dir = argc > 3 ? argv[3] : "/tmp";

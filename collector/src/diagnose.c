@@ -152,7 +152,7 @@ struct diag {
     const char *job;
     struct mks_diag_opts o;
     struct cell *s;
-    size_t ns;
+    size_t ns, cap_s;
     struct crow *c;
     size_t nc, cap_c;
     struct wrow *w;
@@ -160,7 +160,9 @@ struct diag {
     struct rrow *r;
     size_t nr, cap_r;
     struct estep *es;
-    size_t nes;
+    size_t nes, cap_es;
+    struct agg *agg;   /* a whole long job's steps from the per-step aggregates */
+    double *qwi_med;   /* with them: per rank, the median queued_while_idle (NAN none) */
     uint32_t n_ranks;
     uint32_t *n_workers;     /* per rank */
     size_t *rank_cells;      /* per rank: cells with detail rows */
@@ -385,16 +387,16 @@ static int step_range(struct diag *d, uint32_t *lo, uint32_t *hi)
 
 /* Step times: a step reported in several epochs covers all of it so far in
  * each, so min(begin) .. max(end) is the whole step.  Every (epoch, step)
- * pair is kept: detail rows are loaded per epoch. */
-static int load_cells(struct diag *d, uint32_t lo, uint32_t hi)
+ * pair is kept: detail rows are loaded per epoch.  The rows of steps
+ * lo..hi are added to d->s and d->es (merge_cells sorts and merges them). */
+static int load_rows(struct diag *d, uint32_t lo, uint32_t hi, bool ranged)
 {
     sqlite3_stmt *s;
-    size_t cap = 0, cap_es = 0;
+    size_t cap = d->cap_s, cap_es = d->cap_es;
     /* A range of steps is read through the epochs whose steps' range meets
      * it (epochs_step: an epoch's last step is at most the widest range a
      * rank's epoch had past the range's end), not the job's every epoch;
      * all of them through the job's epochs. */
-    bool ranged = lo > 0 || hi < UINT32_MAX;
     if (prep(d,
              ranged ? "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
                       " s.queued_while_idle_ns FROM epochs e INDEXED BY epochs_step CROSS JOIN"
@@ -424,6 +426,18 @@ static int load_cells(struct diag *d, uint32_t lo, uint32_t hi)
         note_rank(d, rank);
     }
     sqlite3_finalize(s);
+    d->cap_s = cap, d->cap_es = cap_es;
+    return 0;
+oom:
+    sqlite3_finalize(s);
+    d->cap_s = cap, d->cap_es = cap_es;
+    return -ENOMEM;
+}
+
+static int load_gens(struct diag *d, uint32_t lo, uint32_t hi)
+{
+    sqlite3_stmt *s;
+    size_t cap = d->cap_s, cap_es = d->cap_es;
     /* Ranks whose steps carry no times: a generation advance labelled K
      * starts decode step K (the runtimes raise it as step K begins, or as
      * step K - 1 ends), so step K - 1 lasts from the last advance labelled
@@ -462,6 +476,18 @@ static int load_cells(struct diag *d, uint32_t lo, uint32_t hi)
         prev_rank = rank, prev_step = step, prev_t = t;
     }
     sqlite3_finalize(s);
+    d->cap_s = cap, d->cap_es = cap_es;
+    return 0;
+oom:
+    sqlite3_finalize(s);
+    d->cap_s = cap, d->cap_es = cap_es;
+    return -ENOMEM;
+}
+
+/* Cells in (rank, step) order, one per key; d->es in (epoch, step) order,
+ * one per pair. */
+static void merge_cells(struct diag *d)
+{
     if (d->ns > 1)
         qsort(d->s, d->ns, sizeof(*d->s), cmp_cell);
     /* merge a step's rows of several epochs */
@@ -487,10 +513,404 @@ static int load_cells(struct diag *d, uint32_t lo, uint32_t hi)
         if (!m || cmp_estep(&d->es[m - 1], &d->es[i]))
             d->es[m++] = d->es[i];
     d->nes = m;
+}
+
+static int load_cells(struct diag *d, uint32_t lo, uint32_t hi)
+{
+    int rc = load_rows(d, lo, hi, lo > 0 || hi < UINT32_MAX);
+    if (!rc)
+        rc = load_gens(d, lo, hi);
+    if (!rc)
+        merge_cells(d);
+    return rc;
+}
+
+/* ---- a whole long job's step times from the per-step aggregates ---------------- */
+
+/* The job's steps (collector/src/step_aggs.h): above the job's cut from
+ * step_aggs, one row a step; at or below it from the step rows, read as
+ * load_cells reads them.  Cells and epochs of a step are read from the
+ * rows (loaded[k]) only for the steps the diagnosis examines. */
+struct agg {
+    uint32_t *step;  /* the job's steps with a time, ascending */
+    double *time;    /* the slowest rank's */
+    uint32_t *rank;  /* that rank (the lowest of equal ones) */
+    uint32_t *cells; /* ranks with a time */
+    bool *loaded;    /* its cells and epochs are in d->s and d->es */
+    size_t n, cap;
+    uint64_t nes, n_ep; /* (epoch, step) pairs and epochs of the job's steps */
+    uint32_t ranks;     /* the job's ranks (each has step times) */
+};
+
+static void agg_free(struct agg *a)
+{
+    if (!a)
+        return;
+    free(a->step), free(a->time), free(a->rank), free(a->cells), free(a->loaded);
+    free(a);
+}
+
+static int agg_push(struct agg *a, uint32_t step, double t, uint32_t rank, uint32_t cells,
+                    bool loaded)
+{
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 4096;
+        uint32_t *s = realloc(a->step, cap * sizeof(*s));
+        if (s)
+            a->step = s;
+        double *tm = s ? realloc(a->time, cap * sizeof(*tm)) : NULL;
+        if (tm)
+            a->time = tm;
+        uint32_t *r = tm ? realloc(a->rank, cap * sizeof(*r)) : NULL;
+        if (r)
+            a->rank = r;
+        uint32_t *c = r ? realloc(a->cells, cap * sizeof(*c)) : NULL;
+        if (c)
+            a->cells = c;
+        bool *l = c ? realloc(a->loaded, cap * sizeof(*l)) : NULL;
+        if (!l)
+            return -ENOMEM;
+        a->loaded = l, a->cap = cap;
+    }
+    a->step[a->n] = step, a->time[a->n] = t, a->rank[a->n] = rank, a->cells[a->n] = cells;
+    a->loaded[a->n++] = loaded;
     return 0;
-oom:
+}
+
+static int cmp_step(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* The first aggregated step at or after `step`. */
+static size_t agg_at(const struct agg *g, uint32_t step)
+{
+    size_t a = 0, b = g->n;
+    while (a < b) {
+        size_t m = a + (b - a) / 2;
+        if (g->step[m] < step)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a;
+}
+
+static int64_t one_i64(struct diag *d, const char *sql, int64_t x, bool *found)
+{
+    sqlite3_stmt *s;
+    int64_t v = 0;
+    *found = false;
+    if (prep(d, sql, &s))
+        return 0;
+    sqlite3_bind_int64(s, 2, x);
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL)
+        v = sqlite3_column_int64(s, 0), *found = true;
     sqlite3_finalize(s);
-    return -ENOMEM;
+    return v;
+}
+
+/* Whether the aggregates answer for this request, and then the job's steps
+ * from them.  Sets *why (for the answer) when a whole job is read from its
+ * rows instead.  0 or a negative errno. */
+static int load_aggs(struct diag *d, const char **why)
+{
+    *why = NULL;
+    /* a range reads its own rows through the step index, fast already */
+    if (d->o.range || d->o.last || d->o.only_step >= 0 || d->o.rows)
+        return 0;
+    bool found;
+    int64_t cut = one_i64(d, "SELECT cut FROM step_agg_jobs WHERE job = ?1", 0,
+                          &found);
+    if (!found || cut == INT64_MAX) {
+        *why = "the store's per-step aggregates of this job are not filled yet (a store of an"
+               " older collector, filled while the collector idles): every step time read";
+        return 0;
+    }
+    /* A rank without step times of its own is timed by its generation
+     * advances (load_gens), which the aggregates do not hold. */
+    sqlite3_stmt *s;
+    if (prep(d, "SELECT rank FROM ranks WHERE job = ?1", &s))
+        return -EIO;
+    uint32_t ranks = 0, top = 0;
+    bool untimed = false;
+    while (!untimed && sqlite3_step(s) == SQLITE_ROW) {
+        int64_t r = sqlite3_column_int64(s, 0);
+        bool timed, gens;
+        one_i64(d,
+                "SELECT 1 FROM epochs e CROSS JOIN steps s ON s.epoch_id = e.id WHERE"
+                " e.job = ?1 AND e.rank = ?2 AND s.t_begin_dev > 0 AND s.t_end_dev >="
+                " s.t_begin_dev LIMIT 1",
+                r, &timed);
+        if (!timed)
+            one_i64(d,
+                    "SELECT 1 FROM epochs e CROSS JOIN gens g ON g.epoch_id = e.id WHERE"
+                    " e.job = ?1 AND e.rank = ?2 AND g.t_dev > 0 LIMIT 1",
+                    r, &gens);
+        untimed = !timed && gens;
+        if (timed && r >= 0 && r < MAX_RANKS) {
+            ranks++;
+            if ((uint32_t)r > top)
+                top = (uint32_t)r;
+        }
+    }
+    sqlite3_finalize(s);
+    /* load_gens also reads the advances of ranks whose bit of `timed`
+     * (load_cells) is not set: the aggregates hold no advances */
+    bool merged = false;
+    if (!untimed)
+        one_i64(d,
+                "SELECT 1 FROM gens g JOIN epochs e ON e.id = g.epoch_id WHERE e.job = ?1 AND"
+                " e.rank % 8 != ?2 AND g.t_dev > 0 LIMIT 1",
+                0, &merged);
+    if (untimed || merged) {
+        *why = "the step times of some ranks come from their generation advances, which the"
+               " per-step aggregates do not hold: every step time read";
+        return 0;
+    }
+    struct agg *a = calloc(1, sizeof(*a));
+    if (!a)
+        return -ENOMEM;
+    a->ranks = ranks;
+    int rc = 0;
+    /* at or below the cut: the rows, cells and epochs loaded */
+    if (cut >= 0 && (rc = load_rows(d, 0, cut > UINT32_MAX ? UINT32_MAX : (uint32_t)cut, true)))
+        goto fail;
+    merge_cells(d);
+    for (size_t i = 0; i < d->nes; i++)
+        a->n_ep += !i || d->es[i].epoch != d->es[i - 1].epoch;
+    a->nes = d->nes;
+    /* per step at or below the cut: the slowest rank (the first of equal
+     * ones in rank order, as the cells are) */
+    uint32_t *low = malloc((d->ns + 1) * sizeof(*low));
+    if (!low) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < d->ns; i++)
+        low[i] = d->s[i].step;
+    if (d->ns > 1)
+        qsort(low, d->ns, sizeof(*low), cmp_step);
+    for (size_t i = 0; i < d->ns && !rc; i++)
+        if (!i || low[i] != low[i - 1])
+            rc = agg_push(a, low[i], -1, 0, 0, true);
+    free(low);
+    if (rc)
+        goto fail;
+    for (size_t i = 0; i < d->ns; i++) {
+        const struct cell *c = &d->s[i];
+        size_t k = agg_at(a, c->step);
+        double dur = step_dur(c);
+        a->cells[k]++;
+        if (dur > a->time[k])
+            a->time[k] = dur, a->rank[k] = c->rank;
+    }
+    if (prep(d,
+             "SELECT step, dur, rank, cells, pairs, firsts FROM step_aggs WHERE job = ?1 AND"
+             " step > ?2 ORDER BY step",
+             &s)) {
+        rc = -EIO;
+        goto fail;
+    }
+    sqlite3_bind_int64(s, 2, cut);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int64_t step = sqlite3_column_int64(s, 0);
+        a->nes += (uint64_t)sqlite3_column_int64(s, 4);
+        a->n_ep += (uint64_t)sqlite3_column_int64(s, 5);
+        if (sqlite3_column_type(s, 1) == SQLITE_NULL || step < 0 || step > UINT32_MAX)
+            continue;
+        if ((rc = agg_push(a, (uint32_t)step, (double)u64(s, 1), (uint32_t)u64(s, 2),
+                           (uint32_t)u64(s, 3), false))) {
+            sqlite3_finalize(s);
+            goto fail;
+        }
+    }
+    sqlite3_finalize(s);
+    /* a job of a few steps reads them all, as before */
+    if (a->n <= DIAG_DETAIL_MAX) {
+        d->ns = d->nes = 0, d->n_ranks = 0;
+        agg_free(a);
+        return 0;
+    }
+    if (ranks)
+        note_rank(d, top);
+    d->agg = a;
+    /* The rank's usual queueing while idle (its norm) is over every step:
+     * from step_cells when any was sent (agents that measure none send 0). */
+    d->qwi_med = malloc((d->n_ranks + 1) * sizeof(double));
+    if (!d->qwi_med)
+        return -ENOMEM;
+    for (uint32_t r = 0; r <= d->n_ranks; r++)
+        d->qwi_med[r] = NAN;
+    bool any = false;
+    one_i64(d, "SELECT 1 FROM step_aggs WHERE job = ?1 AND step > ?2 AND qcells > 0 LIMIT 1",
+            cut, &any);
+    for (size_t i = 0; i < d->ns && !any; i++)
+        any = d->s[i].qwi > 0;
+    if (!any)
+        return 0;
+    size_t *cnt = calloc(d->n_ranks + 1, sizeof(size_t));
+    double **v = calloc(d->n_ranks + 1, sizeof(double *));
+    size_t *cap = calloc(d->n_ranks + 1, sizeof(size_t));
+    rc = cnt && v && cap ? 0 : -ENOMEM;
+    for (size_t i = 0; !rc && i < d->ns; i++) {
+        const struct cell *c = &d->s[i];
+        if (c->qwi > 0 && c->rank < d->n_ranks) {
+            GROW(v[c->rank], cnt[c->rank], cap[c->rank]);
+            v[c->rank][cnt[c->rank]++] = (double)c->qwi;
+        }
+    }
+    if (!rc && prep(d,
+                    "SELECT rank, qwi FROM step_cells WHERE job = ?1 AND step > ?2 AND qwi > 0",
+                    &s))
+        rc = -EIO;
+    if (!rc) {
+        sqlite3_bind_int64(s, 2, cut);
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            uint64_t r = u64(s, 0);
+            if (r >= d->n_ranks)
+                continue;
+            GROW(v[r], cnt[r], cap[r]);
+            v[r][cnt[r]++] = (double)u64(s, 1);
+        }
+        sqlite3_finalize(s);
+    }
+    for (uint32_t r = 0; !rc && r < d->n_ranks; r++)
+        if (cnt[r])
+            d->qwi_med[r] = median(v[r], cnt[r]);
+    goto qdone;
+oom:
+    rc = -ENOMEM;
+qdone:
+    for (uint32_t r = 0; v && r <= d->n_ranks; r++)
+        free(v[r]);
+    free(v), free(cnt), free(cap);
+    return rc;
+fail:
+    agg_free(a);
+    return rc;
+}
+
+/* Cells and epochs of the aggregated steps k in [a, b] read from the rows
+ * where not yet read, with the steps without a time next to them. */
+static int agg_ensure(struct diag *d, size_t a, size_t b)
+{
+    struct agg *g = d->agg;
+    bool added = false;
+    if (b >= g->n)
+        b = g->n - 1;
+    for (size_t i = a; i <= b && i < g->n;) {
+        if (g->loaded[i]) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j + 1 <= b && !g->loaded[j + 1])
+            j++;
+        uint32_t lo = i ? g->step[i - 1] + 1 : 0;
+        uint32_t hi = j + 1 < g->n ? g->step[j + 1] - 1 : UINT32_MAX;
+        int rc = load_rows(d, lo, hi, true);
+        if (rc)
+            return rc;
+        for (size_t k = i; k <= j; k++)
+            g->loaded[k] = true;
+        added = true;
+        i = j + 1;
+    }
+    if (added)
+        merge_cells(d);
+    return 0;
+}
+
+/* The steps wk[k] read in all, with every step of the epochs that carried
+ * them (load_epoch spreads an epoch's rows of no known step over all its
+ * steps). */
+static int agg_want(struct diag *d, const bool *wk)
+{
+    struct agg *g = d->agg;
+    int rc = 0;
+    for (size_t k = 0; k < g->n && !rc;) {
+        if (!wk[k]) {
+            k++;
+            continue;
+        }
+        size_t j = k;
+        while (j + 1 < g->n && wk[j + 1])
+            j++;
+        rc = agg_ensure(d, k, j);
+        k = j + 1;
+    }
+    sqlite3_stmt *s;
+    if (rc || prep(d, "SELECT step_lo, step_hi FROM epochs WHERE id = ?2", &s))
+        return rc ? rc : -EIO;
+    /* the epochs of the wanted steps (d->es changes as steps are added:
+     * their list first) */
+    int64_t *eps = malloc((d->nes + 1) * sizeof(*eps));
+    size_t ne = 0;
+    if (!eps) {
+        sqlite3_finalize(s);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < d->nes; i++) {
+        size_t k = agg_at(g, d->es[i].step);
+        if (k < g->n && g->step[k] == d->es[i].step && wk[k] &&
+            (!ne || eps[ne - 1] != d->es[i].epoch))
+            eps[ne++] = d->es[i].epoch;
+    }
+    for (size_t i = 0; i < ne && !rc; i++) {
+        sqlite3_reset(s);
+        sqlite3_bind_int64(s, 2, eps[i]);
+        if (sqlite3_step(s) != SQLITE_ROW || sqlite3_column_type(s, 0) == SQLITE_NULL)
+            continue;
+        uint64_t lo = u64(s, 0), hi = u64(s, 1);
+        size_t a = agg_at(g, lo > UINT32_MAX ? UINT32_MAX : (uint32_t)lo);
+        size_t b = agg_at(g, hi > UINT32_MAX ? UINT32_MAX : (uint32_t)hi);
+        if (b < g->n && g->step[b] == hi)
+            b++;
+        /* [a, b): the epoch's steps with a time; the ones without next to
+         * them come with them (agg_ensure) */
+        if (a < g->n)
+            rc = agg_ensure(d, a ? a - 1 : 0, b < g->n ? b : g->n - 1);
+    }
+    sqlite3_finalize(s);
+    free(eps);
+    return rc;
+}
+
+/* For a chain at step k: the rank's neighbouring steps (prof_cell compares
+ * a step with DIAG_WINDOW of the rank's own either side): read until
+ * DIAG_WINDOW steps each side have every rank's cell, or AGG_NEAR_MAX. */
+#define AGG_NEAR_MAX 4096
+static int agg_near(struct diag *d, size_t k)
+{
+    struct agg *g = d->agg;
+    size_t a = k, b = k, full = 0;
+    while (a > 0 && full < DIAG_WINDOW && k - a < AGG_NEAR_MAX)
+        full += g->cells[--a] >= g->ranks;
+    full = 0;
+    while (b + 1 < g->n && full < DIAG_WINDOW && b - k < AGG_NEAR_MAX)
+        full += g->cells[++b] >= g->ranks;
+    return agg_ensure(d, a, b);
+}
+
+/* After steps were added: each cell's step index and a want flag a cell. */
+static int agg_cells(struct diag *d, const uint32_t *steps, size_t n_steps, size_t **cell_step,
+                     bool **want)
+{
+    size_t *cs = realloc(*cell_step, (d->ns + 1) * sizeof(*cs));
+    if (cs)
+        *cell_step = cs;
+    bool *w = cs ? realloc(*want, (d->ns + 1) * sizeof(*w)) : NULL;
+    if (!w)
+        return -ENOMEM;
+    *want = w;
+    memset(w, 0, (d->ns + 1) * sizeof(*w));
+    for (size_t i = 0; i < d->ns; i++) {
+        const uint32_t *p = bsearch(&d->s[i].step, steps, n_steps, sizeof(*steps), cmp_step);
+        cs[i] = p ? (size_t)(p - steps) : 0;
+    }
+    return 0;
 }
 
 static int prep_detail(struct diag *d)
@@ -1112,11 +1532,17 @@ static int build_norms(struct diag *d)
     for (size_t k = 0; k < d->ns; k++) {
         const struct cell *c = &d->s[k];
         sm[n++] = (struct sample){nkey(K_RANK, c->rank, 0, 0, 0),
-                                  {cell_idle(d, c), c->qwi ? (double)c->qwi : NAN, step_dur(c),
-                                   cell_idle_derived(d, c)}};
+                                  {cell_idle(d, c), c->qwi && !d->qwi_med ? (double)c->qwi : NAN,
+                                   step_dur(c), cell_idle_derived(d, c)}};
     }
     int rc = add_norms(d, sm, n);
     free(sm);
+    /* read from the aggregates: the queueing norm is every step's */
+    for (uint32_t r = 0; !rc && d->qwi_med && r < d->n_ranks; r++) {
+        struct norm *nm = norm_slot(d, nkey(K_RANK, r, 0, 0, 0), false);
+        if (nm)
+            nm->v[1] = d->qwi_med[r];
+    }
     return rc;
 }
 
@@ -2839,6 +3265,8 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             d.o.range = opts->range, d.o.step_lo = opts->step_lo, d.o.step_hi = opts->step_hi;
             d.o.last = opts->last;
         }
+        if (opts->sz >= offsetof(struct mks_diag_opts, rows) + sizeof(opts->rows))
+            d.o.rows = opts->rows;
         d.o.only_step = opts->only_step;
     }
     struct prof prof = {0};
@@ -2865,7 +3293,10 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         if (hi - at > DIAG_STEP_CONTEXT)
             hi = at + DIAG_STEP_CONTEXT;
     }
+    const char *agg_why = NULL;
     if (!rc)
+        rc = load_aggs(&d, &agg_why);
+    if (!rc && !d.agg)
         rc = load_cells(&d, lo, hi);
     if (!rc)
         rc = load_meta(&d);
@@ -2880,25 +3311,32 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     }
     build_clock(&d);
     /* Distinct steps and their times (slowest rank), in step order. */
-    steps = malloc((d.ns + 1) * sizeof(*steps));
-    stime = malloc((d.ns + 1) * sizeof(*stime));
-    srank = malloc((d.ns + 1) * sizeof(*srank));
+    size_t n_cap = (d.agg ? d.agg->n : d.ns) + 1;
+    steps = malloc(n_cap * sizeof(*steps));
+    stime = malloc(n_cap * sizeof(*stime));
+    srank = malloc(n_cap * sizeof(*srank));
     cell_step = malloc((d.ns + 1) * sizeof(*cell_step));
     if (!steps || !stime || !srank || !cell_step)
         goto oom;
     size_t n_steps = 0;
-    for (size_t i = 0; i < d.ns; i++)
+    if (d.agg) {
+        n_steps = d.agg->n;
+        memcpy(steps, d.agg->step, n_steps * sizeof(*steps));
+        memcpy(stime, d.agg->time, n_steps * sizeof(*stime));
+        memcpy(srank, d.agg->rank, n_steps * sizeof(*srank));
+    }
+    for (size_t i = 0; i < d.ns && !d.agg; i++)
         steps[n_steps++] = d.s[i].step;
-    if (n_steps > 1)
+    if (n_steps > 1 && !d.agg)
         qsort(steps, n_steps, sizeof(*steps), cmp_u32);
     size_t m = 0;
     for (size_t i = 0; i < n_steps; i++)
         if (!m || steps[m - 1] != steps[i])
             steps[m++] = steps[i];
     n_steps = m;
-    for (size_t k = 0; k < n_steps; k++)
+    for (size_t k = 0; k < n_steps && !d.agg; k++)
         stime[k] = -1, srank[k] = 0;
-    for (size_t i = 0; i < d.ns; i++) {
+    for (size_t i = 0; i < d.ns && !d.agg; i++) {
         uint32_t *p = bsearch(&d.s[i].step, steps, n_steps, sizeof(*steps), cmp_u32);
         size_t k = (size_t)(p - steps);
         cell_step[i] = k;
@@ -2970,10 +3408,12 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         /* Rows are read an epoch at a time: the sample is of runs of
          * consecutive steps, an epoch's worth each (blk), so that a
          * sampled step does not cost an epoch of its own. */
-        size_t n_ep = 0;
-        for (size_t k = 0; k < d.nes; k++)
+        size_t n_ep = 0, nes = d.nes;
+        for (size_t k = 0; k < d.nes && !d.agg; k++)
             n_ep += !k || d.es[k].epoch != d.es[k - 1].epoch;
-        blk = n_ep ? (d.nes + n_ep - 1) / n_ep : 1;
+        if (d.agg)
+            n_ep = d.agg->n_ep, nes = d.agg->nes;
+        blk = n_ep ? (nes + n_ep - 1) / n_ep : 1;
         stride = (n_steps + DIAG_SAMPLE - 1) / DIAG_SAMPLE;
         want = calloc(d.ns + 1, sizeof(bool));
         if (!want)
@@ -2983,6 +3423,18 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
          * a loaded machine's scattered slow steps each take one). */
         if ((rc = pick_slow(slow, exs, n_steps, blk)))
             goto fail_rc;
+        if (d.agg) {
+            /* the sampled and slow steps' cells and epochs, from the rows */
+            bool *wk = calloc(n_steps + 1, sizeof(bool));
+            if (!wk)
+                goto oom;
+            for (size_t k = 0; k < n_steps; k++)
+                wk[k] = slow[k] || (k / blk) % stride == 0;
+            rc = agg_want(&d, wk);
+            free(wk);
+            if (rc || (rc = agg_cells(&d, steps, n_steps, &cell_step, &want)))
+                goto fail_rc;
+        }
         for (size_t i = 0; i < d.ns; i++)
             want[i] = slow[cell_step[i]] || (cell_step[i] / blk) % stride == 0;
     }
@@ -3017,6 +3469,26 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             if (best == n_seg || (budget && budget + 4ull * span > DIAG_EDGE_STEPS))
                 break;
             edge[best] = true, budget += 4ull * span;
+        }
+        if (d.agg) {
+            bool *wk = calloc(n_steps + 1, sizeof(bool));
+            if (!wk) {
+                free(edge);
+                goto oom;
+            }
+            for (size_t g = 0; g < n_seg; g++)
+                for (int e = 0; edge[g] && e < 2; e++) {
+                    uint32_t at = e ? seg[g].last : seg[g].first;
+                    for (size_t k = agg_at(d.agg, at > span ? at - span : 0);
+                         k < n_steps && steps[k] <= at + span; k++)
+                        wk[k] = true;
+                }
+            rc = agg_want(&d, wk);
+            free(wk);
+            if (rc || (rc = agg_cells(&d, steps, n_steps, &cell_step, &want))) {
+                free(edge);
+                goto fail_rc;
+            }
         }
         memset(want, 0, (d.ns + 1) * sizeof(bool));
         for (size_t i = 0; i < d.ns; i++)
@@ -3070,6 +3542,19 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
                 n_slow++;
             }
         }
+    }
+    if (d.agg) {
+        /* the neighbours of the steps chains start from (and of the step
+         * after each: its peers' own chains, stalled_json) */
+        for (size_t k = 0; k < n_steps && !rc; k++)
+            if (slow[k]) {
+                rc = agg_near(&d, k);
+                if (!rc && k + 1 < n_steps)
+                    rc = agg_near(&d, k + 1);
+            }
+        if (rc)
+            goto fail_rc;
+        index_rows(&d);
     }
     if ((rc = build_norms(&d)))
         goto fail_rc;
@@ -3285,6 +3770,10 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         n_examined += slow[k];
     json_object_set_new(*out, "slow_steps_examined", json_integer((json_int_t)n_examined));
     json_object_set_new(*out, "first_step", n_steps ? json_integer(steps[0]) : json_null());
+    /* where the step times came from (docs/collector.md, Step aggregates) */
+    json_object_set_new(*out, "step_times", json_string(d.agg ? "aggregates" : "rows"));
+    if (agg_why)
+        json_object_set_new(*out, "step_times_note", json_string(agg_why));
     json_object_set_new(*out, "last_step",
                         n_steps ? json_integer(steps[n_steps - 1]) : json_null());
     if (rolled)
@@ -3335,6 +3824,8 @@ out:
     free(d.w);
     free(d.r);
     free(d.es);
+    agg_free(d.agg);
+    free(d.qwi_med);
     free(d.n_workers);
     free(d.rank_cells);
     free(d.norms);

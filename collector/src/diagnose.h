@@ -35,6 +35,8 @@ struct mks_diag_opts {
     uint32_t range;        /* 1: only steps step_lo..step_hi (--steps A-B) */
     uint32_t step_lo, step_hi;
     uint32_t last;         /* only the last N steps stored (--last N); 0: all */
+    uint32_t rows;         /* 1: a whole job's step times from every step row,
+                              not the per-step aggregates (for comparison) */
 };
 
 /* Diagnose the slow steps and stragglers of `job`: *out = {"median_step_ns",
