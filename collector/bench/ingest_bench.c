@@ -11,8 +11,12 @@
  * (--toggle-collect=ingest_all) are instructions, which the machine's
  * other work does not change.
  *
+ * With --counts the summaries are sent as an agent under the collector's
+ * pressure sends them (budget.h, level 2): task counts and coverage only,
+ * no per-step tables, records or histograms.
+ *
  * usage: ingest_bench --recording FILE [--ranks N] [--summaries M]
- *                     [--db PATH] [--batch B]
+ *                     [--db PATH] [--batch B] [--counts]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -42,6 +46,7 @@ struct bench {
     size_t *len;
     struct mks_store *st;
     double decode_s, store_s, answer_s;
+    bool counts;
 };
 
 static double thread_s(void)
@@ -143,8 +148,30 @@ static int encode_summary(struct bench *b, uint32_t rank, uint64_t seq, uint8_t 
     SHIFT(n_local_waits, local_waits)
     SHIFT(n_workers, workers)
     SHIFT(n_gens, gens)
+    /* counts only: hidden for the encoding, put back after */
+    size_t n_s = e->n_steps, n_w = e->n_remote_waits, n_r = e->n_releases, n_lw = e->n_local_waits;
+    size_t n_wk = e->n_workers, n_g = e->n_gens, n_m = e->n_maps;
+    uint32_t tier = e->detail_tier;
+    Mkscope__V1__Hist *hist[2 * 4096];
+    size_t n_h = e->n_task_stats < 4096 ? e->n_task_stats : 4096;
+    if (b->counts) {
+        e->n_steps = e->n_remote_waits = e->n_releases = e->n_local_waits = 0;
+        e->n_workers = e->n_gens = e->n_maps = 0;
+        e->detail_tier = 0, e->pressure = 2;
+        for (size_t i = 0; i < n_h; i++) {
+            hist[2 * i] = e->task_stats[i]->queue, hist[2 * i + 1] = e->task_stats[i]->run;
+            e->task_stats[i]->queue = e->task_stats[i]->run = NULL;
+        }
+    }
     char err[256];
     int rc = mks_wire_encode(env, NULL, buf, len, err, sizeof(err));
+    if (b->counts) {
+        e->n_steps = n_s, e->n_remote_waits = n_w, e->n_releases = n_r, e->n_local_waits = n_lw;
+        e->n_workers = n_wk, e->n_gens = n_g, e->n_maps = n_m;
+        e->detail_tier = tier, e->pressure = 0;
+        for (size_t i = 0; i < n_h; i++)
+            e->task_stats[i]->queue = hist[2 * i], e->task_stats[i]->run = hist[2 * i + 1];
+    }
     sign = -1;
     SHIFT(n_task_stats, task_stats)
     SHIFT(n_steps, steps)
@@ -244,10 +271,11 @@ fail:
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ingest_bench --recording FILE [--ranks N] [--summaries M] [--db PATH]"
-               " [--batch B]\n"
+               " [--batch B] [--counts]\n"
                "  decodes and stores M summaries (default 20000) of N simulated ranks (default"
                " 1024)\n  in batches of B (default 512, at most 512) into PATH (default a new"
-               " file in /tmp)\n");
+               " file in /tmp);\n  --counts: as sent under the collector's pressure (task counts and"
+               " coverage only)\n");
 }
 
 int main(int argc, char **argv)
@@ -259,6 +287,7 @@ int main(int argc, char **argv)
                                        {"summaries", required_argument, NULL, 'm'},
                                        {"db", required_argument, NULL, 'd'},
                                        {"batch", required_argument, NULL, 'b'},
+                                       {"counts", no_argument, NULL, 'c'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
     int o;
@@ -280,6 +309,7 @@ int main(int argc, char **argv)
         case 'm': b.n_msgs = v; break;
         case 'd': db = optarg; break;
         case 'b': b.batch = v > MAX_BATCH ? MAX_BATCH : v; break;
+        case 'c': b.counts = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
