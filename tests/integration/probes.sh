@@ -325,7 +325,18 @@ for _ in $(seq 100); do
   [ "$(ls /dev/shm/mkscope."$name".* 2>/dev/null | wc -l)" -ge "$ranks" ] && break
   sleep 0.1
 done
+# wait_n WANT TRIES SQL: until SQL's count (AS n) is WANT, TRIES tenths of a second at most; the count in $n
+wait_n() {
+  local want=$1 tries=$2 sql=$3
+  for _ in $(seq "$tries"); do
+    n=$(cli -f json sql "$sql" | jq '.rows[0].n')
+    [ "$n" = "$want" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
 declare -A agent_pid=()
+heartbeats="SELECT COUNT(*) AS n FROM ranks WHERE job = '$name' AND last_heartbeat_ns IS NOT NULL"
 for attempt in 1 2 3 4 5; do
   for r in $(seq 0 $((ranks - 1))); do
     [ -n "$(cli -f json sql "SELECT rank FROM ranks WHERE job = '$name' AND rank = $r AND last_heartbeat_ns IS NOT NULL" |
@@ -336,31 +347,16 @@ for attempt in 1 2 3 4 5; do
       --epoch-ms 60000 --heartbeat-ms 600000 --stats "$dir/$name/agent-$r.json"
     agent_pid[$r]=$started
   done
-  n_hb=0
-  for _ in $(seq 50); do
-    n_hb=$(cli -f json sql "SELECT COUNT(*) AS n FROM ranks WHERE job = '$name' AND last_heartbeat_ns IS NOT NULL" |
-           jq '.rows[0].n')
-    [ "$n_hb" = "$ranks" ] && break
-    sleep 0.1
-  done
-  [ "$n_hb" = "$ranks" ] && break
+  wait_n "$ranks" 50 "$heartbeats" && break
 done
-[ "$n_hb" = "$ranks" ] || fail "job $name: $n_hb of $ranks agents registered and sent their heartbeat"
-t0=$(date +%s)
+[ "$n" = "$ranks" ] || fail "job $name: $n of $ranks agents registered and sent their heartbeat"
 start "$dir/$name/probe.txt" "$MKS_CLI_BIN" --collector "ipc://$dir/cli" --job "$name" \
   probe 'count() by rank where event = task_end' --for 1s
 cli_pid=$started
-n_ok=0
-for _ in $(seq 300); do
-  n_ok=$(cli -f json sql "SELECT COUNT(*) AS n FROM commands WHERE job = '$name' AND kind = 'probe' AND ok = 1" |
-         jq '.rows[0].n')
-  [ "$n_ok" = "$ranks" ] && break
-  sleep 0.1
-done
+wait_n "$ranks" 300 "SELECT COUNT(*) AS n FROM commands WHERE job = '$name' AND kind = 'probe' AND ok = 1" ||
+  fail "job $name: $n of $ranks ranks attached the probe in 30 s: $(cli -f json sql "SELECT rank, sent_ns, replied_ns, ok, error FROM commands WHERE job = '$name'" | jq -c .rows)"
 n_epochs=$(cli -f json sql "SELECT COUNT(*) AS n FROM epochs WHERE job = '$name'" | jq '.rows[0].n')
-[ "$n_ok" = "$ranks" ] || fail "job $name: $n_ok of $ranks ranks attached the probe in 30 s: $(cli -f json sql "SELECT rank, sent_ns, replied_ns, ok, error FROM commands WHERE job = '$name'" | jq -c .rows)"
 [ "$n_epochs" = 0 ] || fail "job $name: $n_epochs epochs were stored before every rank had the probe"
-[ $(($(date +%s) - t0)) -lt 50 ] || fail "job $name: the check took so long that an epoch may have ended"
 # the ranks run their steps under it; the agents' last summaries carry its counts
 job_end "$name"
 for r in $(seq 0 $((ranks - 1))); do kill -TERM -- "-${agent_pid[$r]}" 2>/dev/null || true; done
