@@ -5,9 +5,10 @@
  *
  * One request has the collector compile, verify and send the probe (or,
  * with --dry-run, show its programs, cost and maps); then the CLI reads the
- * answer back every --interval (as soon as the first results are in, then
- * at the interval) and prints it as it grows, until every rank has sent its
- * last result, and prints it once more, whole.  Ctrl-C asks the ranks to
+ * answer back every --interval (as soon as the first results are in and
+ * as each rank's first comes, then at the interval) and prints it as it
+ * grows, until every rank has sent its last result, and prints it once
+ * more, whole.  Ctrl-C asks the ranks to
  * stop at their next epoch and prints what they sent.  --id N follows (or
  * shows again) a probe started earlier.
  *
@@ -276,6 +277,23 @@ static int finished(json_t *a)
     return !strcmp(st, "done") || !strcmp(st, "incomplete");
 }
 
+/* Ranks whose first result is in, and ranks still to send one (neither
+ * refused nor done). */
+static void rank_counts(json_t *a, size_t *answered, size_t *to_come)
+{
+    *answered = *to_come = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(a, "ranks"), i, r)
+    {
+        const char *st = jstr(r, "state");
+        if (jnum(json_object_get(r, "epochs")) > 0)
+            ++*answered;
+        else if (strcmp(st, "refused") && strcmp(st, "done"))
+            ++*to_come;
+    }
+}
+
 static void emit(struct mks_cli *cli, json_t *a, bool final)
 {
     if (cli->json) {
@@ -336,8 +354,9 @@ int mks_cli_probe(struct mks_cli *cli, char **args, size_t npos, size_t n)
     char *qa[1] = {idarg};
     struct sigaction sa = {.sa_handler = on_sigint}, old;
     sigaction(SIGINT, &sa, &old);
-    bool stop_sent = false, first = true;
-    double next = now_s(), stop_deadline = 0;
+    bool stop_sent = false;
+    size_t shown = 0; /* ranks with results in the last answer printed */
+    double next = now_s(), started = next, stop_deadline = 0;
     rc = 0;
     for (;;) {
         json_decref(a);
@@ -357,18 +376,22 @@ int mks_cli_probe(struct mks_cli *cli, char **args, size_t npos, size_t n)
         double t = now_s();
         if (t >= deadline || (stop_sent && t >= stop_deadline))
             break;
-        /* live: as soon as anything came, then at the interval */
+        /* live: as soon as anything came and whenever another rank's
+         * first result did, then at the interval */
         bool any = json_array_size(json_object_get(a, "rows")) ||
                    json_is_object(json_object_get(a, "other")) ||
                    jnum(json_object_get(json_object_get(a, "coverage"), "observed")) > 0;
-        if (any && t >= next && !stop_sent) {
+        size_t answered, to_come;
+        rank_counts(a, &answered, &to_come);
+        if (any && (t >= next || answered > shown) && !stop_sent) {
             emit(cli, a, false);
-            first = false;
+            shown = answered;
             next = t + interval;
         }
-        /* until the first answer, poll often: it comes one to two agent
-         * epochs after the command, and a coarse poll would add to that */
-        usleep(any || !first ? 100000 : 10000);
+        /* until every rank's first result, poll often: each comes within
+         * an epoch of the command, and a coarse poll would add to that (for
+         * 5 s at most: a rank that never answers is no reason to keep on) */
+        usleep((to_come || !any) && t < started + 5 ? 10000 : 100000);
     }
     sigaction(SIGINT, &old, NULL);
     if (rc) {

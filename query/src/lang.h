@@ -99,8 +99,8 @@ int mks_q_lexer_init(struct q_lexer *lx, const char *text, struct mks_query_erro
 int mks_q_lex_next(struct q_lexer *lx);
 /* The predicate starting at the current token (or-expression). */
 int mks_q_parse_pred(struct q_lexer *lx, struct mks_pred **out);
-/* The clauses after the first token, as both grammars (queries, probes)
- * have them: AGG, ... [by FIELD, ...] [where PREDICATE] [limit N], each
+/* The clauses of a query or a probe, from the lexer's current token, as
+ * both grammars have them: AGG, ... [by FIELD, ...] [where PREDICATE] [limit N], each
  * clause at most once, in any order after the aggregates.  What differs is
  * given: how one aggregate parses, which fields may be grouped by, whether
  * there is a limit; the results go where the pointers say. */
