@@ -661,8 +661,8 @@ static int load_aggs(struct diag *d, const char **why)
     bool merged = false;
     if (!untimed)
         one_i64(d,
-                "SELECT 1 FROM gens g JOIN epochs e ON e.id = g.epoch_id WHERE e.job = ?1 AND"
-                " e.rank % 8 != ?2 AND g.t_dev > 0 LIMIT 1",
+                "SELECT 1 FROM gens g CROSS JOIN epochs e ON e.id = g.epoch_id WHERE"
+                " e.job = ?1 AND e.rank % 8 != ?2 AND g.t_dev > 0 LIMIT 1",
                 0, &merged);
     if (untimed || merged) {
         *why = "the step times of some ranks come from their generation advances, which the"
@@ -1326,11 +1326,11 @@ static void build_clock(struct diag *d)
                 emax = d->es[i].epoch;
         }
     }
+    /* One pass over the epochs: every epoch's begin anchor in order, then
+     * every end anchor in order (the model's input, in its order) */
     if (prep(d,
-             "SELECT rank, t_begin_dev, t_begin_host FROM epochs WHERE job = ?1 AND id BETWEEN"
-             " ?2 AND ?3 AND t_begin_dev > 0 AND t_begin_host > 0 UNION ALL SELECT rank,"
-             " t_end_dev, t_end_host FROM epochs WHERE job = ?1 AND id BETWEEN ?2 AND ?3 AND"
-             " t_end_dev > 0 AND t_end_host > 0",
+             "SELECT rank, t_begin_dev, t_begin_host, t_end_dev, t_end_host FROM epochs WHERE"
+             " job = ?1 AND id BETWEEN ?2 AND ?3",
              &s)) {
         mks_clock_model_destroy(d->clock);
         d->clock = NULL;
@@ -1338,18 +1338,42 @@ static void build_clock(struct diag *d)
     }
     sqlite3_bind_int64(s, 2, emin);
     sqlite3_bind_int64(s, 3, emax);
-    size_t n = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        struct mks_clock_anchor a = {.rank = (uint32_t)u64(s, 0), .device_ns = u64(s, 1)};
-        uint64_t h = u64(s, 2);
-        if (a.rank >= d->n_ranks || h < 1000000)
-            continue;
-        a.host_lo_ns = h - 1000000;
-        a.host_hi_ns = h + 1000000;
-        if (mks_clock_add_anchors(d->clock, &a, 1) == 0)
-            n++;
+    size_t n = 0, n_end = 0, cap_end = 0;
+    struct mks_clock_anchor *ends = NULL;
+    bool oom = false;
+    while (!oom && sqlite3_step(s) == SQLITE_ROW) {
+        uint32_t rank = (uint32_t)u64(s, 0);
+        for (int k = 0; k < 2; k++) {
+            /* stored two's complement: what SQL's "> 0" took */
+            int64_t dev = sqlite3_column_int64(s, 1 + 2 * k);
+            int64_t h = sqlite3_column_int64(s, 2 + 2 * k);
+            if (dev <= 0 || h <= 0 || rank >= d->n_ranks || h < 1000000)
+                continue;
+            struct mks_clock_anchor a = {.rank = rank, .device_ns = (uint64_t)dev,
+                                         .host_lo_ns = (uint64_t)h - 1000000,
+                                         .host_hi_ns = (uint64_t)h + 1000000};
+            if (!k) {
+                n += mks_clock_add_anchors(d->clock, &a, 1) == 0;
+                continue;
+            }
+            if (n_end == cap_end) {
+                size_t cap = cap_end ? 2 * cap_end : 4096;
+                struct mks_clock_anchor *p = realloc(ends, cap * sizeof(*p));
+                if (!p) {
+                    oom = true;
+                    break;
+                }
+                ends = p, cap_end = cap;
+            }
+            ends[n_end++] = a;
+        }
     }
     sqlite3_finalize(s);
+    for (size_t i = 0; !oom && i < n_end; i++)
+        n += mks_clock_add_anchors(d->clock, &ends[i], 1) == 0;
+    free(ends);
+    if (oom)
+        n = 0;
     if (!n || mks_clock_solve(d->clock)) {
         /* No anchors or contradictory ones: device clocks are taken as one
          * time line (true on the CPU backend, where they are CLOCK_MONOTONIC). */

@@ -1928,12 +1928,15 @@ int mks_store_rolled(struct mks_store *st, const char *job, struct mks_store_rol
 {
     *r = (struct mks_store_rolled){.step_hi = -1};
     sqlite3_stmt *s;
-    /* epochs_rolled holds the rolled-up epochs only: a small index */
+    /* epochs_rolled holds the rolled-up epochs only: a small index (named:
+     * the planner took epochs_step's (job) prefix and read every epoch of
+     * the job, 2.3 s on an hour of 4 ranks) */
     if (sqlite3_prepare_v2(st->db,
                            "SELECT COUNT(*), MAX(e.received_ns), (SELECT MAX(r.step_hi) FROM"
                            " rollups r WHERE r.kind = 0 AND r.epoch_id IN (SELECT id FROM epochs"
-                           " WHERE job = ?1 AND compacted = 2)) FROM epochs e WHERE e.job = ?1"
-                           " AND e.compacted = 2",
+                           " INDEXED BY epochs_rolled WHERE job = ?1 AND compacted = 2)) FROM"
+                           " epochs e INDEXED BY epochs_rolled WHERE e.job = ?1 AND"
+                           " e.compacted = 2",
                            -1, &s, NULL) != SQLITE_OK)
         return -EIO;
     sqlite3_bind_text(s, 1, job, -1, SQLITE_TRANSIENT);
