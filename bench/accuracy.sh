@@ -38,6 +38,10 @@ usage: bench/accuracy.sh [OPTIONS]
   --long-steps N   steps of the long clean runs [10000]; 0: none
   --calibrate      measure the clean step at each rank count (median of three
                    runs) instead of the fixed 800, 1200, 3000 us at 2, 4, 8 ranks
+  --hog WHICH      a deliberate CPU hog during the runs: clean (the clean runs)
+                   or all; bursts of a busy loop on every core, 50-150 ms each,
+                   100-500 ms apart, at the niceness of this script (a loaded
+                   host; a clean run must still name no cause) [none]
   --fresh          forget earlier results in OUT
   --keep           keep each run's directory (store, logs) in OUT/failed, as
                    for every run that was wrong
@@ -53,13 +57,14 @@ EXAMPLES
   bench/accuracy.sh --jobs 2                  # the matrix (docs/RESULTS.md)
   bench/accuracy.sh --subset ci --assert      # what ctest runs
   bench/accuracy.sh --report                  # the matrix of the runs so far
+  bench/accuracy.sh --subset ci --hog clean   # the CI subset, its clean runs on a loaded host
 USAGE
 }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 here=$root/bench/accuracy
 build=$root/build out="" subset=full jobs=1 seeds=3 ranks_list="2 4 8" steps=30
-long_steps=10000 fresh=0 calibrate=0 keep=0 assert=0 report_only=0 list=0 one="" ranks_given="" seeds_given=""
+long_steps=10000 hog=none fresh=0 calibrate=0 keep=0 assert=0 report_only=0 list=0 one="" ranks_given="" seeds_given=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -70,6 +75,7 @@ while [ $# -gt 0 ]; do
     --ranks) ranks_list=$2; ranks_given=1; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --long-steps) long_steps=$2; shift 2 ;;
+    --hog) hog=$2; shift 2 ;;
     --fresh) fresh=1; shift ;;
     --calibrate) calibrate=1; shift ;;
     --keep) keep=1; shift ;;
@@ -87,6 +93,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$subset" in full|ci) ;; *) echo "accuracy: --subset wants full or ci" >&2; exit 2 ;; esac
+case "$hog" in none|clean|all) ;; *) echo "accuracy: --hog wants clean, all or none" >&2; exit 2 ;; esac
 [ "$subset" = ci ] && [ -z "$ranks_given" ] && ranks_list=4
 [ "$subset" = ci ] && [ -z "$seeds_given" ] && seeds=4
 for v in "$jobs" "$seeds" "$steps" "$long_steps"; do
@@ -239,6 +246,21 @@ base_of() {
   cat "$f"
 }
 
+# The CPU hog of --hog: until DIR/hog.stop exists, bursts of a busy loop
+# on every core (each ends by itself, so nothing is left behind).
+hog_loop() {
+  local stop=$1 n i
+  n=$(nproc)
+  RANDOM=$2
+  while [ ! -e "$stop" ]; do
+    sleep "0.$((RANDOM % 5 + 1))"
+    for i in $(seq "$n"); do
+      timeout "0.$(printf '%02d' $((RANDOM % 11 + 5)))" sh -c 'while :; do :; done' &
+    done
+    wait
+  done
+}
+
 run_one() {
   local id=$1 R=$2 mode=$3 seed=$4 st=$5 spec=$6
   local score=$out/runs/$id.score d=$out/work/$id job
@@ -264,9 +286,19 @@ run_one() {
       else hook_bench+=("$a"); fi
     done <<<"$hook_out"
   fi
-  if ! "$launch" --ranks "$R" --steps "$st" --dir "$d" --epoch-ms 5 --keep-collector -q \
+  local hog_pid="" launched=0
+  if [ "$hog" = all ] || { [ "$hog" = clean ] && [ "$spec" = none ]; }; then
+    hog_loop "$d/hog.stop" "$seed" >/dev/null 2>&1 &
+    hog_pid=$!
+  fi
+  "$launch" --ranks "$R" --steps "$st" --dir "$d" --epoch-ms 5 --keep-collector -q \
       --job "$job" "${fa[@]}" "${hook_launch[@]}" -- --truth "$d/truth.json" --seed "$seed" \
-      "${hook_bench[@]}" >/dev/null 2>"$d/launch.err"; then
+      "${hook_bench[@]}" >/dev/null 2>"$d/launch.err" && launched=1
+  if [ -n "$hog_pid" ]; then
+    touch "$d/hog.stop"
+    wait "$hog_pid" 2>/dev/null || true
+  fi
+  if [ "$launched" = 0 ]; then
     stop_collector "$d"
     echo "accuracy: run $id failed: $(tail -n 3 "$d/launch.err" | tr '\n' ' ')" >&2
     return 1
@@ -333,7 +365,7 @@ if [ "$report_only" = 0 ]; then
     id=${line%% *}
     [ -s "$out/runs/$id.score" ] || printf '%s\0' "$line"
   done | xargs -0 -r -P "$jobs" -I{} "$0" --build "$build" --out "$out" --steps "$steps" \
-    --one "{}" $([ "$keep" = 1 ] && echo --keep) || failed=1
+    --hog "$hog" --one "{}" $([ "$keep" = 1 ] && echo --keep) || failed=1
   echo "accuracy: done in $((SECONDS - t0)) s" >&2
   [ "$failed" = 0 ] || echo "accuracy: some runs failed (see above); run again to retry them" >&2
 fi

@@ -1187,6 +1187,15 @@ static void snapshot(struct agent *a, int force, int app_ended)
     }
     if (agt_steps_feed(a->steps, s, a->info.n_workers, app_ended))
         agt_log_err("epoch %" PRIu64 ": out of memory following decode steps", s->epoch_last);
+    /* The host CPU wait of each step that ended, while the pump's samples
+     * of its span are still kept (they reach 2 s back; a step is handed
+     * over an epoch after it ended at most). */
+    for (size_t i = 0; i < s->n_done; i++) {
+        struct agt_step_done *d = &s->done[i];
+        d->cpu_wait_known =
+            d->t_begin && d->t_end >= d->t_begin &&
+            mks_ctl_cpu_wait(a->ctl, d->t_begin, d->t_end, &d->cpu_wait, &d->cpu_runs) == 0;
+    }
     for (int ev = 0; ev < MKS_EV_COUNT; ev++)
         a->elig_total[ev] += s->cov[ev].eligible;
     s->t_host_begin = a->prev_host_ns;

@@ -440,6 +440,9 @@ static int add_steps(struct arena *a, const struct agt_summary *s, Mkscope__V1__
             st->complete = 1;
             st->t_begin_dev_ns = d->t_begin;
             st->t_end_dev_ns = d->t_end;
+            st->cpu_wait_measured = d->cpu_wait_known != 0;
+            st->cpu_wait_ns = d->cpu_wait_known ? d->cpu_wait : 0;
+            st->cpu_runs = d->cpu_wait_known ? d->cpu_runs : 0;
         }
         es->steps[es->n_steps++] = st;
         if (g->advances) {
@@ -465,6 +468,9 @@ static int add_steps(struct arena *a, const struct agt_summary *s, Mkscope__V1__
         st->t_begin_dev_ns = d->t_begin;
         st->t_end_dev_ns = d->t_end;
         st->complete = 1;
+        st->cpu_wait_measured = d->cpu_wait_known != 0;
+        st->cpu_wait_ns = d->cpu_wait_known ? d->cpu_wait : 0;
+        st->cpu_runs = d->cpu_wait_known ? d->cpu_runs : 0;
         es->steps[es->n_steps++] = st;
     }
     return 0;

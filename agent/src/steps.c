@@ -86,6 +86,7 @@ static int close_step(struct agt_steps *t, size_t idx, struct agt_summary *s)
     d->n_workers = o->partial ? 0 : o->n_workers;
     d->busy = o->partial ? NULL : o->busy;
     d->tasks = o->partial ? NULL : o->tasks;
+    d->cpu_wait = d->cpu_runs = 0, d->cpu_wait_known = 0; /* the agent measures it (agent.c) */
     if (o->partial) {
         free(o->busy);
         free(o->tasks);

@@ -94,6 +94,9 @@ struct agt_step_done {
     uint32_t n_workers;
     uint64_t *busy, *tasks;  /* [n_workers]; NULL when worker times are not known for all
                               * of the step (not measured, or a slot held two steps) */
+    uint64_t cpu_wait;       /* the worker threads' wait for a CPU in the span ... */
+    uint64_t cpu_runs;       /* ... and the times they were put on one ... */
+    int cpu_wait_known;      /* ... when measured (mks_ctl_cpu_wait) */
 };
 
 struct agt_user_entry {

@@ -758,7 +758,9 @@ int bw_rank_main(struct bs_shm *shm, const struct mks_bench_config *cfg,
                              .rank = rank,
                              .n_ranks = rk.R,
                              /* the scheduler is hook worker n_workers */
-                             .n_workers = rk.W + 1};
+                             .n_workers = rk.W + 1,
+                             /* worker threads on the host's CPUs */
+                             .flags = MKS_RT_F_HOST_WORKERS};
     rc = mks_rt_create(&ho, &rk.hooks);
     if (rc) {
         rank_free(&rk);

@@ -276,6 +276,12 @@ int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n
                     "(%lld slow steps; the %lld slowest examined: narrow with --steps A-B or "
                     "--last N to examine every one)\n",
                     (long long)n_slow, (long long)n_exam);
+        json_int_t n_cont = json_integer_value(json_object_get(a, "contended_steps"));
+        if (n_cont > 0)
+            fprintf(cli->out,
+                    "(%lld slow step%s explained by host CPU contention: the worker threads "
+                    "waited for a core, no scheduler cause)\n",
+                    (long long)n_cont, n_cont == 1 ? "" : "s");
         json_int_t hidden = json_integer_value(json_object_get(a, "hidden_groups"));
         if (hidden > 0)
             fprintf(cli->out, "(%lld shorter group%s of slow steps left out by --min-steps)\n",

@@ -45,6 +45,12 @@
  *    than DIAG_GROUP_GAP steps apart form one group; a straggler group takes
  *    in the slow steps of its rank inside it.  Decided groups first, then
  *    the longer ones.
+ * 7. Host CPU contention.  On a CPU backend a worker that waits for a
+ *    core looks like a held queue.  Where agents measured the workers'
+ *    wait for a CPU (and their runs on one), a slow step whose excess is
+ *    mostly that wait beyond what as many runs usually cost is grouped
+ *    apart and left undecided, naming the host (cw_excess, contention_json),
+ *    and the rank gets no blame in it (build_blame).
  *
  * Speed: rows are loaded once, per epoch through the epoch index, indexed
  * by (rank, step), and every norm is computed once by sorting.  A long run
@@ -112,6 +118,10 @@
 struct cell { /* (rank, step) */
     uint32_t rank, step;
     uint64_t t_begin, t_end, qwi;
+    double cw, cr; /* the workers' wait for a CPU in the step and their runs on one
+                      (NAN: not measured) */
+    bool host_held; /* slow in the step by a loaded host (cw_excess): its blame
+                       there is not its own */
     double elig, ran, thr, lost, idle;
     uint32_t c0, nc, w0, nw, r0, nr; /* this cell's rows in d->c, d->w, d->r */
     uint8_t tier; /* the lowest detail tier of its epochs (2 full: waits and
@@ -399,13 +409,14 @@ static int load_rows(struct diag *d, uint32_t lo, uint32_t hi, bool ranged)
      * all of them through the job's epochs. */
     if (prep(d,
              ranged ? "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
-                      " s.queued_while_idle_ns FROM epochs e INDEXED BY epochs_step CROSS JOIN"
-                      " steps s ON s.epoch_id = e.id WHERE e.job = ?1 AND e.step_hi BETWEEN ?2"
-                      " AND ?3 + (SELECT COALESCE(MAX(step_span), 0) FROM ranks WHERE"
-                      " job = ?1) AND e.step_lo <= ?3 AND s.step BETWEEN ?2 AND ?3"
+                      " s.queued_while_idle_ns, s.cpu_wait_ns, s.cpu_runs FROM epochs e INDEXED BY"
+                      " epochs_step CROSS JOIN steps s ON s.epoch_id = e.id WHERE e.job = ?1 AND"
+                      " e.step_hi BETWEEN ?2 AND ?3 + (SELECT COALESCE(MAX(step_span), 0) FROM"
+                      " ranks WHERE job = ?1) AND e.step_lo <= ?3 AND s.step BETWEEN ?2 AND ?3"
                     : "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
-                      " s.queued_while_idle_ns FROM steps s JOIN epochs e ON e.id = s.epoch_id"
-                      " WHERE e.job = ?1 AND s.step BETWEEN ?2 AND ?3",
+                      " s.queued_while_idle_ns, s.cpu_wait_ns, s.cpu_runs FROM steps s JOIN"
+                      " epochs e ON e.id = s.epoch_id WHERE e.job = ?1 AND s.step BETWEEN ?2"
+                      " AND ?3",
              &s))
         return -EIO;
     sqlite3_bind_int64(s, 2, lo);
@@ -422,7 +433,14 @@ static int load_rows(struct diag *d, uint32_t lo, uint32_t hi, bool ranged)
             continue;
         GROW(d->s, d->ns, cap);
         d->s[d->ns++] = (struct cell){.rank = rank, .step = step, .t_begin = b, .t_end = e,
-                                      .qwi = u64(s, 5), .tier = 255};
+                                      .qwi = u64(s, 5), .tier = 255,
+                                      .cw = sqlite3_column_type(s, 6) == SQLITE_NULL ||
+                                                    sqlite3_column_type(s, 7) == SQLITE_NULL
+                                                ? NAN
+                                                : (double)u64(s, 6),
+                                      .cr = sqlite3_column_type(s, 7) == SQLITE_NULL
+                                                ? NAN
+                                                : (double)u64(s, 7)};
         note_rank(d, rank);
     }
     sqlite3_finalize(s);
@@ -464,7 +482,7 @@ static int load_gens(struct diag *d, uint32_t lo, uint32_t hi)
             prev_step <= hi) {
             GROW(d->s, d->ns, cap);
             d->s[d->ns++] = (struct cell){.rank = rank, .step = prev_step, .t_begin = prev_t,
-                                          .t_end = t, .tier = 255};
+                                          .t_end = t, .tier = 255, .cw = NAN, .cr = NAN};
             note_rank(d, rank);
             /* the epochs that carried the advances carry the step's rows */
             for (int k = 3; k <= 4; k++) {
@@ -501,6 +519,8 @@ static void merge_cells(struct diag *d)
                 p->t_end = d->s[i].t_end;
             if (d->s[i].qwi > p->qwi)
                 p->qwi = d->s[i].qwi;
+            if (isnan(p->cw)) /* only the step's complete row carries it */
+                p->cw = d->s[i].cw, p->cr = d->s[i].cr;
             continue;
         }
         d->s[m++] = d->s[i];
@@ -2259,6 +2279,96 @@ static int build_chain(struct diag *d, uint32_t rank, uint32_t step, double exce
     return 0;
 }
 
+/* ---- host CPU contention ------------------------------------------------------------ */
+
+/* A rank's device time on the job's time line (the clock model when there
+ * is one; the CPU backend's ranks share CLOCK_MONOTONIC). */
+static double aligned_ns(const struct diag *d, uint32_t rank, uint64_t t)
+{
+    struct mks_aligned_time a;
+    if (d->clock && mks_clock_align(d->clock, rank, t, &a) == 0)
+        return (double)a.t_ns;
+    return (double)t;
+}
+
+/* Host CPU contention of rank r while step k was slow: its workers' wait
+ * for a CPU in [t0, t1] (the slowest rank's step k, aligned), each of its
+ * steps around k counted by the share of its span inside, less what as
+ * many runs on a CPU cost it in the steps around (the median wait per run
+ * of each side's DIAG_WINDOW steps, step k left out, the quieter side's:
+ * a step's time is judged against its quieter side too, a side in a burst
+ * says nothing about it).  A rank late into the next step (it
+ * overran the last) is caught by the window; a rank that sleeps more in
+ * the step (a slow body that blocks) runs more often at the usual wait
+ * per run.  NAN when not measured. */
+static double cw_excess(const struct diag *d, const uint32_t *steps, size_t n_steps, size_t k,
+                        uint32_t r, double t0, double t1)
+{
+    double w = 0, n = 0, v[DIAG_WINDOW];
+    bool any = false;
+    for (size_t q = k > 2 ? k - 2 : 0; q < n_steps && q <= k + 1; q++) {
+        const struct cell *c = cell_at(d, r, steps[q]);
+        if (!c)
+            continue;
+        double b = aligned_ns(d, r, c->t_begin), e = aligned_ns(d, r, c->t_end);
+        double lo = b > t0 ? b : t0, hi = e < t1 ? e : t1;
+        if (hi <= lo || e <= b)
+            continue;
+        if (isnan(c->cw) || isnan(c->cr))
+            return NAN; /* part of the time not measured */
+        w += c->cw * (hi - lo) / (e - b), n += c->cr * (hi - lo) / (e - b);
+        any = true;
+    }
+    double usual = NAN;
+    for (int side = 0; side < 2; side++) {
+        size_t nv = 0, a = side ? k + 1 : (k > DIAG_WINDOW ? k - DIAG_WINDOW : 0),
+               z = side ? (k + 1 + DIAG_WINDOW < n_steps ? k + 1 + DIAG_WINDOW : n_steps) : k;
+        for (size_t q = a; q < z; q++) {
+            const struct cell *cq = cell_at(d, r, steps[q]);
+            if (cq && !isnan(cq->cw) && cq->cr >= 1)
+                v[nv++] = cq->cw / cq->cr;
+        }
+        double m = nv >= 3 ? median(v, nv) : NAN;
+        if (!isnan(m) && (isnan(usual) || m < usual))
+            usual = m;
+    }
+    return any && !isnan(usual) ? w - n * usual : NAN;
+}
+
+/* Whether a loaded host explains slow step k (its excess, slowest rank
+ * `slowest`) on one of ranks[0..n): the largest CPU wait beyond the usual
+ * among them (its rank in *rank_p) when it is most of the excess, or all
+ * but less than makes a step slow (thr): the measure is of every thread,
+ * the delay of the step's critical path, close but not equal.  NAN: not
+ * explained, or not measured. */
+static double host_explains(const struct diag *d, const uint32_t *steps, size_t n_steps,
+                            size_t k, uint32_t slowest, double excess, double thr,
+                            const uint32_t *ranks, size_t n, uint32_t *rank_p)
+{
+    const struct cell *sc = cell_at(d, slowest, steps[k]);
+    if (!sc)
+        return NAN;
+    double t0 = aligned_ns(d, slowest, sc->t_begin), t1 = aligned_ns(d, slowest, sc->t_end);
+    double best = NAN;
+    for (size_t i = 0; i < n; i++) {
+        double cx = cw_excess(d, steps, n_steps, k, ranks[i], t0, t1);
+        if (!isnan(cx) && (isnan(best) || cx > best))
+            best = cx, *rank_p = ranks[i];
+    }
+    return !isnan(best) && best > 0 && (2 * best >= excess || excess - best < thr) ? best : NAN;
+}
+
+struct tgroup { /* slow steps of one root rank, none further than DIAG_GROUP_GAP from the last */
+    size_t first, worst; /* step indexes */
+    uint32_t last_step, first_step;
+    size_t *ks; /* its steps' indexes */
+    json_t *steps;
+    size_t n;
+    double total;
+    bool absorbed;
+    bool contended; /* steps a loaded host's CPU wait explains (cont[k]) */
+};
+
 /* ---- stragglers: one rank its peers wait on, step after step ---------------------------- */
 
 struct segment {
@@ -2273,6 +2383,7 @@ struct blame {
     uint32_t n_steps;
     uint32_t *step;   /* [n_steps] distinct steps with waits, ascending */
     double *in, *out; /* [n_steps * R]: peers' mean wait on r; r's mean wait on its peers */
+    bool *held;       /* [n_steps * R]: r slowed by a loaded host in the step (no blame) */
     uint32_t R;
 };
 
@@ -2281,6 +2392,7 @@ static void blame_free(struct blame *b)
     free(b->step);
     free(b->in);
     free(b->out);
+    free(b->held);
     memset(b, 0, sizeof(*b));
 }
 
@@ -2329,7 +2441,8 @@ static int build_blame(struct diag *d, struct blame *b)
     b->step = steps, b->n_steps = (uint32_t)n, b->R = R;
     b->in = malloc(n * R * sizeof(double));
     b->out = malloc(n * R * sizeof(double));
-    if (!b->in || !b->out) {
+    b->held = malloc(n * R * sizeof(bool));
+    if (!b->in || !b->out || !b->held) {
         free(idx), free(sum), free(any);
         blame_free(b);
         return -ENOMEM;
@@ -2366,6 +2479,14 @@ static int build_blame(struct diag *d, struct blame *b)
             b->in[k * R + r] = nin && nout ? in / nin : NAN;
             b->out[k * R + r] = nin && nout ? out / nout : NAN;
         }
+        /* A rank a loaded host slowed in the step (its workers waited
+         * for a CPU) kept its peers waiting for no fault of its own: no
+         * blame there, so that a host's lag neither makes a straggler nor
+         * joins one with a fault's steps into one run judged as a whole. */
+        for (uint32_t r = 0; r < R; r++) {
+            const struct cell *c = cell_at(d, r, steps[k]);
+            b->held[k * R + r] = c && c->host_held;
+        }
     }
     free(idx), free(sum), free(any);
     return 0;
@@ -2374,7 +2495,7 @@ static int build_blame(struct diag *d, struct blame *b)
 static double blame_at(const struct blame *b, size_t k, uint32_t r)
 {
     double in = b->in[k * b->R + r], out = b->out[k * b->R + r];
-    return isnan(in) || isnan(out) ? NAN : in - out;
+    return isnan(in) || isnan(out) || b->held[k * b->R + r] ? NAN : in - out;
 }
 
 static int seg_push(struct segment **out, size_t *n, size_t *cap, struct segment sg)
@@ -3230,15 +3351,44 @@ static json_t *segment_json(struct diag *d, const struct segment *sg, json_t *st
 
 /* ---- the diagnosis ------------------------------------------------------------------------ */
 
-struct tgroup { /* slow steps of one root rank, none further than DIAG_GROUP_GAP from the last */
-    size_t first, worst; /* step indexes */
-    uint32_t last_step, first_step;
-    size_t *ks; /* its steps' indexes */
-    json_t *steps;
-    size_t n;
-    double total;
-    bool absorbed;
-};
+/* A group of slow steps a loaded host explains: undecided (no scheduler
+ * cause is named), with the CPU wait measured and the reason.  Its
+ * representative is its slowest step's chain. */
+static json_t *contention_json(struct diag *d, const struct tgroup *t, const struct chain *chains,
+                               const size_t *cidx, const uint32_t *steps, const double *stime,
+                               const double *exs, const double *cont, const uint32_t *cont_rank,
+                               const uint32_t *srank, double med, struct prof *p)
+{
+    size_t w = t->worst;
+    double wait = 0, excess = 0;
+    for (size_t i = 0; i < t->n; i++)
+        wait += cont[t->ks[i]], excess += exs[t->ks[i]];
+    struct chain *rep = malloc(sizeof(*rep));
+    if (!rep)
+        return NULL;
+    *rep = chains[cidx[w]];
+    struct link *R = &rep->l[rep->n - 1];
+    R->cause = -1, R->cls = -1;
+    char a[32], b[32];
+    fmt_ns(a, sizeof(a), wait);
+    fmt_ns(b, sizeof(b), excess);
+    snprintf(rep->reason, sizeof(rep->reason),
+             "host CPU contention: the worker threads of rank %u waited %s for a CPU in these"
+             " %zu steps beyond their usual, %.0f%% of the steps' excess of %s (a loaded"
+             " host, not a scheduler cause)",
+             cont_rank[w], a, t->n, excess > 0 ? 100 * fmin(1, wait / excess) : 100.0, b);
+    uint32_t gs[1] = {steps[w]};
+    json_t *gj = group_json(d, rep, srank[w], gs, 1, t->steps, stime[w], med, p);
+    free(rep);
+    if (gj)
+        json_object_set_new(gj, "host_contention",
+                            json_pack("{s:I, s:I, s:I, s:f}", "rank", (json_int_t)cont_rank[w],
+                                      "cpu_wait_ns", (json_int_t)wait, "excess_ns",
+                                      (json_int_t)excess, "share",
+                                      excess > 0 ? round(1000 * fmin(1, wait / excess)) / 1000
+                                                 : 1.0));
+    return gj;
+}
 
 struct gout { /* a group on its way out, with what orders it */
     json_t *g;
@@ -3296,7 +3446,8 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     struct prof prof = {0};
     struct chain *chains = NULL;
     uint32_t *steps = NULL, *srank = NULL;
-    double *stime = NULL, *exs = NULL;
+    double *stime = NULL, *exs = NULL, *cont = NULL;
+    uint32_t *cont_rank = NULL;
     bool *slow = NULL, *want = NULL;
     size_t *cell_step = NULL, *cidx = NULL;
     struct tgroup *tg = NULL;
@@ -3425,6 +3576,21 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         slow[k] = true, exs[k] = ex > 0 ? ex : stime[k];
         n_slow++;
     }
+    /* Slow steps a loaded host explains on a rank (host_explains), marked
+     * on the rank's cell before the blame is built (a straggler's run
+     * leaves them out), and judged again on the chains below. */
+    bool cw_seen = false;
+    for (size_t i = 0; i < d.ns && !cw_seen; i++)
+        cw_seen = !isnan(d.s[i].cw);
+    double slow_thr = fmax(d.o.slow_frac * med, (double)d.o.min_excess_ns);
+    for (size_t k = 0; cw_seen && k < n_steps; k++)
+        for (uint32_t r = 0; slow[k] && r < d.n_ranks; r++) {
+            struct cell *c = cell_at(&d, r, steps[k]);
+            uint32_t at;
+            if (c && !isnan(host_explains(&d, steps, n_steps, k, srank[k], exs[k], slow_thr, &r,
+                                          1, &at)))
+                c->host_held = true;
+        }
     /* Detail rows: every step, or in a long run an even sample and the
      * slow steps. */
     size_t stride = 1, blk = 1, n_examined;
@@ -3593,6 +3759,27 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     for (size_t k = 0; k < n_steps; k++)
         if (slow[k] && (rc = build_chain(&d, srank[k], steps[k], exs[k], CH(k), &prof)))
             goto fail_rc;
+    /* A slow step a loaded host explains on its chain's ranks was slowed
+     * by it: a worker thread waiting for a core looks, through the hooks,
+     * like a held queue or a slow task.  Such steps are grouped apart from
+     * the others (a fault next to a load burst is judged on its own steps)
+     * and named for what they are, not for a scheduler cause.  A fault's
+     * own excess (a slow body, a late release) is no wait for a CPU and
+     * stays. */
+    cont = malloc((n_steps + 1) * sizeof(*cont));
+    cont_rank = calloc(n_steps + 1, sizeof(*cont_rank));
+    if (!cont || !cont_rank)
+        goto oom;
+    size_t n_cont = 0;
+    for (size_t k = 0; k < n_steps; k++) {
+        uint32_t cr[MAX_CHAIN];
+        for (int i = 0; slow[k] && i < CH(k)->n; i++)
+            cr[i] = CH(k)->l[i].rank;
+        cont[k] = slow[k] && cw_seen ? host_explains(&d, steps, n_steps, k, srank[k], exs[k],
+                                                     slow_thr, cr, (size_t)CH(k)->n, &cont_rank[k])
+                                     : NAN;
+        n_cont += !isnan(cont[k]);
+    }
     /* Group slow steps whose chains end at the same rank, near one another;
      * the group's cause is its steps' majority (below). */
     tg = calloc(n_slow + 1, sizeof(*tg));
@@ -3602,14 +3789,15 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         if (!slow[k])
             continue;
         size_t g;
+        bool ck = !isnan(cont[k]);
         for (g = n_tg; g-- > 0;)
             if (CH(tg[g].first)->l[CH(tg[g].first)->n - 1].rank == CH(k)->l[CH(k)->n - 1].rank &&
-                steps[k] - tg[g].last_step <= DIAG_GROUP_GAP)
+                tg[g].contended == ck && steps[k] - tg[g].last_step <= DIAG_GROUP_GAP)
                 break;
         if (g == SIZE_MAX) {
             g = n_tg++;
             tg[g] = (struct tgroup){.first = k, .worst = k, .first_step = steps[k],
-                                    .steps = json_array()};
+                                    .steps = json_array(), .contended = ck};
         }
         size_t *ks = realloc(tg[g].ks, (tg[g].n + 1) * sizeof(*ks));
         if (!ks)
@@ -3671,6 +3859,15 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     for (size_t g = 0; g < n_tg; g++) {
         if (tg[g].absorbed)
             continue;
+        if (tg[g].contended) {
+            json_t *gj = contention_json(&d, &tg[g], chains, cidx, steps, stime, exs, cont,
+                                         cont_rank, srank, med, &prof);
+            tg[g].steps = NULL;
+            if (!gj)
+                goto oom;
+            go[ng++] = (struct gout){.g = gj, .decided = false, .n = tg[g].n, .total = 0};
+            continue;
+        }
         /* The cause most of the group's steps name (one step's chain may
          * end in another cause when the load blurs it); without a majority
          * the group is undecided, naming the two most named. */
@@ -3793,6 +3990,11 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     for (size_t k = 0; k < n_steps; k++)
         n_examined += slow[k];
     json_object_set_new(*out, "slow_steps_examined", json_integer((json_int_t)n_examined));
+    /* whether the host's CPU contention was measured (the workers are host
+     * threads), and the slow steps it explained */
+    json_object_set_new(*out, "cpu_wait_measured", json_boolean(cw_seen));
+    json_object_set_new(*out, "contended_steps",
+                        cw_seen ? json_integer((json_int_t)n_cont) : json_null());
     json_object_set_new(*out, "first_step", n_steps ? json_integer(steps[0]) : json_null());
     /* where the step times came from (docs/collector.md, Step aggregates) */
     json_object_set_new(*out, "step_times", json_string(d.agg ? "aggregates" : "rows"));
@@ -3834,6 +4036,8 @@ out:
     free(stime);
     free(srank);
     free(exs);
+    free(cont);
+    free(cont_rank);
     free(slow);
     free(want);
     free(cell_step);

@@ -183,7 +183,7 @@ static const char schema_sql[] =
     "CREATE INDEX IF NOT EXISTS task_stats_e ON task_stats(epoch_id);\n"
     "CREATE TABLE IF NOT EXISTS steps(epoch_id INTEGER REFERENCES epochs(id) ON DELETE CASCADE,"
     " step INTEGER, t_begin_dev INTEGER, t_end_dev INTEGER, tasks INTEGER, complete INTEGER,"
-    " queued_while_idle_ns INTEGER);\n"
+    " queued_while_idle_ns INTEGER, cpu_wait_ns INTEGER, cpu_runs INTEGER);\n"
     "CREATE INDEX IF NOT EXISTS steps_e ON steps(epoch_id);\n"
     "CREATE TABLE IF NOT EXISTS waits(epoch_id INTEGER REFERENCES epochs(id) ON DELETE CASCADE,"
     " comm_gen INTEGER, peer_rank INTEGER, waiter_class INTEGER, step INTEGER, worker INTEGER,"
@@ -299,7 +299,8 @@ static const char schema_sql[] =
     " LEFT JOIN task_classes c ON c.job = e.job AND c.rank = e.rank AND c.id = t.class;\n"
     "CREATE VIEW IF NOT EXISTS v_steps AS SELECT e.job, e.rank, e.id AS epoch_id, e.epoch,"
     " e.t_begin_host, e.t_end_host, s.step, s.t_begin_dev, s.t_end_dev, s.tasks, s.complete,"
-    " s.queued_while_idle_ns FROM steps s JOIN epochs e ON e.id = s.epoch_id;\n"
+    " s.queued_while_idle_ns, s.cpu_wait_ns, s.cpu_runs FROM steps s JOIN epochs e ON"
+    " e.id = s.epoch_id;\n"
     "CREATE VIEW IF NOT EXISTS v_waits AS SELECT e.job, e.rank, e.id AS epoch_id, e.epoch,"
     " e.t_begin_host, e.t_end_host, w.* FROM waits w JOIN epochs e ON e.id = w.epoch_id;\n"
     "CREATE VIEW IF NOT EXISTS v_releases AS SELECT e.job, e.rank, e.id AS epoch_id, e.epoch,"
@@ -342,6 +343,10 @@ static const struct {
     {"epochs", "step_lo", "INTEGER"},
     {"epochs", "step_hi", "INTEGER"},
     {"ranks", "step_span", "INTEGER DEFAULT 0"},
+    /* the workers' wait for a CPU in the step; NULL: not measured (older
+     * rows, device backends) */
+    {"steps", "cpu_wait_ns", "INTEGER"},
+    {"steps", "cpu_runs", "INTEGER"},
 };
 
 /* Values an added column gets from what the store holds, run once it is
@@ -770,7 +775,7 @@ static const struct {
     int cols;
 } ins_tables[T_COUNT] = {
     [T_TASK] = {"INSERT INTO task_stats VALUES", 14},
-    [T_STEPS] = {"INSERT INTO steps VALUES", 7},
+    [T_STEPS] = {"INSERT INTO steps VALUES", 9},
     [T_WAITS] = {"INSERT INTO waits VALUES", 9},
     [T_RELEASES] = {"INSERT INTO releases VALUES", 13},
     [T_LOCAL_WAITS] = {"INSERT INTO local_waits VALUES", 6},
@@ -1588,8 +1593,12 @@ static int store_summary_rows(struct mks_store *st, const mks_envelope *env, int
     INS(T_STEPS, s->n_steps);
     for (size_t i = 0; i < s->n_steps; i++) {
         const Mkscope__V1__StepTime *t = s->steps[i];
-        ROW("iiuuuiu", eid, (int64_t)t->step, t->t_begin_dev_ns, t->t_end_dev_ns, t->tasks,
-            (int64_t)t->complete, t->queued_while_idle_ns);
+        if (t->cpu_wait_measured)
+            ROW("iiuuuiuuu", eid, (int64_t)t->step, t->t_begin_dev_ns, t->t_end_dev_ns, t->tasks,
+                (int64_t)t->complete, t->queued_while_idle_ns, t->cpu_wait_ns, t->cpu_runs);
+        else
+            ROW("iiuuuiunn", eid, (int64_t)t->step, t->t_begin_dev_ns, t->t_end_dev_ns, t->tasks,
+                (int64_t)t->complete, t->queued_while_idle_ns);
     }
     if (mks_stepagg_note(&st->agg, env->job, env->rank, eid, s))
         return SQLITE_NOMEM;

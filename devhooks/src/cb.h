@@ -24,6 +24,7 @@
 #ifndef MKS_DEVHOOKS_CB_H
 #define MKS_DEVHOOKS_CB_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dev.h"
@@ -34,6 +35,10 @@
 
 #define MKS_CB_MAGIC       0x314b4c4243534b4dull /* "MKSCBLK1" little-endian */
 #define MKS_CB_LAYOUT      1u
+/* Layout 2 = layout 1 and the host CPU wait ring after the arena (a runtime
+ * whose workers are host threads); an agent of layout 1 refuses it by its
+ * layout, not as corrupt; this one reads both. */
+#define MKS_CB_LAYOUT_CPU  2u
 #define MKS_CB_MAX_PROGS   64u
 #define MKS_CB_SCHEMA_MAX  (256u * 1024u) /* a schema is a few KiB per hundred classes */
 #define MKS_CB_MAX_WORKERS 65536u
@@ -98,6 +103,10 @@ struct mks_cb {
     uint64_t schema_len;
     uint64_t arena_brk; /* bump allocator of the arena (agent only) */
     uint32_t agent_deaths; /* of those, times because the lease holder died */
+    /* Host CPU wait ring (struct mks_cb_cpu at cpu_off), only in layout 2:
+     * in the padding before attach_mask, so the header keeps its size. */
+    uint32_t cpu_ring;     /* samples the ring holds; 0: none (not measured) */
+    uint64_t cpu_off;
 
     MKS_ALIGN64 uint32_t attach_mask; /* the hot word: its own cache line */
     MKS_ALIGN64 uint64_t epoch;
@@ -124,6 +133,35 @@ struct mks_cb {
     struct mks_map_desc maps[MKS_MAX_MAPS];
 };
 
+MKS_STATIC_ASSERT(offsetof(struct mks_cb, attach_mask) == 320,
+                  "the CPU wait fields fit in the padding before attach_mask");
+
+/* The CPU backend's measure of contention for the host's CPUs: the pump
+ * samples, each tick, how long the rank's worker threads have been runnable
+ * but waiting for a CPU (Linux schedstat run_delay, summed over the threads
+ * that declared themselves with mks_rt_worker_thread(), each from its
+ * declaration on).  A worker that waits for a core looks, through the hooks,
+ * exactly like a held queue; this says which it was.  Written only by the
+ * pump: sample i at s[i % MKS_CB_CPU_RING], then head = i + 1 (release). */
+#define MKS_CB_CPU_RING    1024u /* 2 s of samples at the pump's 2 ms tick */
+/* A thread that sleeps more (an injected delay, a slow body that blocks)
+ * is put on a CPU more often and waits at each: the runs tell that from a
+ * host that makes every run wait longer. */
+#define MKS_CB_CPU_THREADS 256u  /* host worker threads measured at most */
+struct mks_cb_cpu_sample {
+    uint64_t t_ns;    /* CLOCK_MONOTONIC when read (the CPU backend's device clock) */
+    uint64_t wait_ns; /* sum over the declared threads, cumulative */
+    uint64_t runs;    /* times they were put on a CPU (schedstat's third field), likewise */
+    uint64_t pad;
+};
+struct mks_cb_cpu {
+    uint64_t head;       /* samples written */
+    uint32_t n_threads;  /* threads in the latest sample's sum */
+    uint32_t unreadable; /* a declared thread's schedstat could not be read: not measured */
+    uint8_t pad[48];
+    struct mks_cb_cpu_sample s[MKS_CB_CPU_RING];
+};
+
 MKS_HD struct mks_cb_worker *mks_cb_workers(struct mks_cb *cb)
 {
     return (struct mks_cb_worker *)((uint8_t *)cb + cb->workers_off);
@@ -143,8 +181,10 @@ MKS_HD uint8_t *mks_cb_arena(struct mks_cb *cb)
     return (uint8_t *)cb + cb->arena_off;
 }
 
-/* Layout of a block for n_workers and arena bytes; returns the total size. */
-static inline uint64_t mks_cb_layout(struct mks_cb *cb, uint32_t n_workers, uint64_t arena)
+/* Layout of a block for n_workers and arena bytes, with the CPU wait ring
+ * when cpu (cb->cpu_ring set to its size); returns the total size. */
+static inline uint64_t mks_cb_layout(struct mks_cb *cb, uint32_t n_workers, uint64_t arena,
+                                     int cpu)
 {
     uint64_t off = (sizeof(struct mks_cb) + 63) & ~63ull;
     cb->workers_off = off;
@@ -160,7 +200,10 @@ static inline uint64_t mks_cb_layout(struct mks_cb *cb, uint32_t n_workers, uint
     off = (off + 4095) & ~4095ull;
     cb->arena_off = off;
     cb->arena_len = arena;
-    return off + arena;
+    off += arena;
+    cb->cpu_ring = cpu ? MKS_CB_CPU_RING : 0;
+    cb->cpu_off = cpu ? off : 0;
+    return cpu ? off + sizeof(struct mks_cb_cpu) : off;
 }
 
 /* Hook program word helpers. */

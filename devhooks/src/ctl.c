@@ -33,6 +33,9 @@
  * hung or dead and must not hang the agent as well. */
 #define GRACE_TIMEOUT_NS (1000ull * 1000000ull)
 
+/* Samples of the CPU wait ring not trusted for being overwritten next. */
+#define CPU_MARGIN 64u
+
 struct mks_ctl {
     struct mks_cb *cb;
     size_t size;
@@ -308,7 +311,8 @@ static int ctl_open_at(const char *name, struct mks_ctl **ctl_p, int *foreign_p,
                      "being created)", name);
         goto fail;
     }
-    if (cb->layout != MKS_CB_LAYOUT || cb->header_size != sizeof(struct mks_cb)) {
+    if ((cb->layout != MKS_CB_LAYOUT && cb->layout != MKS_CB_LAYOUT_CPU) ||
+        cb->header_size != sizeof(struct mks_cb)) {
         rc = set_err(err, err_len, -EPROTO,
                      "control block %s: layout %u (header %u bytes), this agent speaks layout %u "
                      "(%zu bytes): upgrade the older side", name, cb->layout, cb->header_size,
@@ -325,8 +329,10 @@ static int ctl_open_at(const char *name, struct mks_ctl **ctl_p, int *foreign_p,
                          name, cb->n_workers);
             goto fail;
         }
-        total = mks_cb_layout(&probe, cb->n_workers, cb->arena_len);
+        total = mks_cb_layout(&probe, cb->n_workers, cb->arena_len,
+                              cb->layout == MKS_CB_LAYOUT_CPU);
         if (total != cb->total_size || total != (uint64_t)st.st_size ||
+            probe.cpu_ring != cb->cpu_ring || probe.cpu_off != cb->cpu_off ||
             probe.workers_off != cb->workers_off || probe.cov_off != cb->cov_off ||
             probe.insns_off != cb->insns_off || probe.schema_off != cb->schema_off ||
             probe.arena_off != cb->arena_off || cb->schema_len > MKS_CB_SCHEMA_MAX) {
@@ -474,6 +480,68 @@ int mks_ctl_info(const struct mks_ctl *ctl, struct mks_ctl_info *info)
     info->lease_lapses = __atomic_load_n(&cb->lease_lapses, __ATOMIC_ACQUIRE);
     info->epoch = __atomic_load_n(&cb->epoch, __ATOMIC_ACQUIRE);
     info->agent_deaths = __atomic_load_n(&cb->agent_deaths, __ATOMIC_ACQUIRE);
+    info->host_workers = cb->cpu_ring != 0;
+    return 0;
+}
+
+/* The ring's cumulative wait at time t, interpolated between the samples
+ * either side (lo and hi: the oldest and newest sample still trusted). */
+static int cpu_at(const struct mks_cb_cpu *cpu, uint64_t lo, uint64_t hi, uint64_t t,
+                  double *wait_p, double *runs_p)
+{
+    const struct mks_cb_cpu_sample *s = cpu->s;
+#define CPU_T(i) __atomic_load_n(&s[(i) % MKS_CB_CPU_RING].t_ns, __ATOMIC_RELAXED)
+#define CPU_W(i) __atomic_load_n(&s[(i) % MKS_CB_CPU_RING].wait_ns, __ATOMIC_RELAXED)
+#define CPU_R(i) __atomic_load_n(&s[(i) % MKS_CB_CPU_RING].runs, __ATOMIC_RELAXED)
+    if (t < CPU_T(lo) || t > CPU_T(hi))
+        return -ENODATA;
+    uint64_t a = lo, b = hi; /* t(a) <= t <= t(b) */
+    while (b - a > 1) {
+        uint64_t m = a + (b - a) / 2;
+        if (CPU_T(m) <= t)
+            a = m;
+        else
+            b = m;
+    }
+    uint64_t ta = CPU_T(a), tb = CPU_T(b), wa = CPU_W(a), wb = CPU_W(b), ra = CPU_R(a),
+             rb = CPU_R(b);
+    if (tb < ta || wb < wa || rb < ra)
+        return -ENODATA; /* overwritten while read */
+    double f = tb == ta ? 0 : (double)(t - ta) / (double)(tb - ta);
+    *wait_p = (double)wa + (double)(wb - wa) * f;
+    *runs_p = (double)ra + (double)(rb - ra) * f;
+    return 0;
+#undef CPU_T
+#undef CPU_W
+#undef CPU_R
+}
+
+int mks_ctl_cpu_wait(const struct mks_ctl *ctl, uint64_t t0_ns, uint64_t t1_ns,
+                     uint64_t *wait_ns_p, uint64_t *runs_p)
+{
+    if (!ctl || !wait_ns_p || !runs_p || t1_ns < t0_ns)
+        return -EINVAL;
+    const struct mks_cb *cb = ctl->cb;
+    if (!cb->cpu_ring)
+        return -ENODATA;
+    const struct mks_cb_cpu *cpu =
+        (const struct mks_cb_cpu *)((const uint8_t *)cb + cb->cpu_off);
+    if (__atomic_load_n(&cpu->unreadable, __ATOMIC_ACQUIRE))
+        return -ENODATA;
+    uint64_t head = __atomic_load_n(&cpu->head, __ATOMIC_ACQUIRE);
+    if (head < 2)
+        return -ENODATA;
+    /* Leave a margin the pump may overwrite while this reads (it writes
+     * one sample a tick). */
+    uint64_t lo = head > MKS_CB_CPU_RING - CPU_MARGIN ? head - (MKS_CB_CPU_RING - CPU_MARGIN) : 0;
+    double w0, w1, r0, r1;
+    if (cpu_at(cpu, lo, head - 1, t0_ns, &w0, &r0) || cpu_at(cpu, lo, head - 1, t1_ns, &w1, &r1))
+        return -ENODATA;
+    uint64_t now = __atomic_load_n(&cpu->head, __ATOMIC_ACQUIRE);
+    if (now - lo > MKS_CB_CPU_RING)
+        return -ENODATA; /* the pump lapped this read */
+    *wait_ns_p = w1 > w0 ? (uint64_t)(w1 - w0 + 0.5) : 0;
+    *runs_p = r1 > r0 ? (uint64_t)(r1 - r0 + 0.5) : 0;
     return 0;
 }
 

@@ -41,6 +41,15 @@ struct mks_rt {
     uint64_t watch_start;
     uint64_t own_pidns;
     uint32_t watch_ticks;
+    /* Host CPU wait (MKS_RT_F_HOST_WORKERS): per worker the thread id it
+     * declared (0 none; written by the worker, read by the pump), and the
+     * pump's own view of each: its schedstat file, its run delay when the
+     * pump first read it and when it read it last. */
+    int32_t *cpu_tid;
+    int *cpu_fd;
+    uint64_t *cpu_base, *cpu_last; /* [2 * n]: run delay, runs */
+    int host_workers; /* MKS_RT_F_HOST_WORKERS */
+    uint32_t cpu_n; /* workers measured (n_workers, at most MKS_CB_CPU_THREADS) */
 };
 
 /* Identity of a process for death detection (ctl.c): its start time in clock

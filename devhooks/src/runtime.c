@@ -4,6 +4,9 @@
  * hook with coverage, sampling and budget, and keep a pump thread that
  * detaches everything when the agent's lease lapses or the agent dies.
  *
+ * With MKS_RT_F_HOST_WORKERS the pump also samples, each tick, how long the
+ * declared worker threads have waited for a CPU (cb.h, struct mks_cb_cpu).
+ *
  * The hook run itself is hook.c, shared with the device.
  */
 #include <errno.h>
@@ -139,6 +142,82 @@ static int agent_gone(struct mks_rt *rt, uint32_t *seq_p)
     }
 }
 
+/* A thread's run delay (schedstat's second field: ns spent runnable on a
+ * run queue, waiting for a CPU) and runs (third: times put on a CPU)
+ * through its open schedstat file, into v[0] and v[1]. */
+static int read_run_delay(int fd, uint64_t *v)
+{
+    char buf[96];
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return n < 0 ? -errno : -EIO;
+    buf[n] = 0;
+    char *p = buf, *end;
+    strtoull(p, &end, 10); /* time on the CPU */
+    if (end == p)
+        return -EIO;
+    p = end;
+    unsigned long long d = strtoull(p, &end, 10);
+    if (end == p)
+        return -EIO;
+    p = end;
+    unsigned long long runs = strtoull(p, &end, 10);
+    if (end == p)
+        return -EIO;
+    v[0] = d, v[1] = runs;
+    return 0;
+}
+
+/* One sample of the workers' CPU wait: each declared thread's run delay
+ * since its declaration (a thread that ended keeps its last), summed.  A
+ * thread whose schedstat cannot be read (a kernel without schedstat, or
+ * with it off) marks the ring unreadable: not measured, never zero. */
+static void cpu_sample(struct mks_rt *rt)
+{
+    struct mks_cb *cb = rt->cb;
+    struct mks_cb_cpu *cpu = (struct mks_cb_cpu *)((uint8_t *)cb + cb->cpu_off);
+    uint64_t sum = 0, runs = 0;
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < rt->cpu_n; w++) {
+        int32_t tid = __atomic_load_n(&rt->cpu_tid[w], __ATOMIC_ACQUIRE);
+        if (tid <= 0)
+            continue;
+        if (rt->cpu_fd[w] == -1) {
+            char path[64];
+            snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)tid);
+            rt->cpu_fd[w] = open(path, O_RDONLY | O_CLOEXEC);
+            if (rt->cpu_fd[w] < 0 || read_run_delay(rt->cpu_fd[w], &rt->cpu_base[2 * w])) {
+                if (rt->cpu_fd[w] >= 0)
+                    close(rt->cpu_fd[w]);
+                rt->cpu_fd[w] = -2; /* never measured */
+                __atomic_store_n(&cpu->unreadable, 1u, __ATOMIC_RELEASE);
+                continue;
+            }
+            rt->cpu_last[2 * w] = rt->cpu_base[2 * w];
+            rt->cpu_last[2 * w + 1] = rt->cpu_base[2 * w + 1];
+        }
+        if (rt->cpu_fd[w] < 0)
+            continue;
+        uint64_t v[2];
+        if (read_run_delay(rt->cpu_fd[w], v) == 0 && v[0] >= rt->cpu_last[2 * w] &&
+            v[1] >= rt->cpu_last[2 * w + 1])
+            rt->cpu_last[2 * w] = v[0], rt->cpu_last[2 * w + 1] = v[1];
+        /* else the thread ended: its last values stay */
+        sum += rt->cpu_last[2 * w] - rt->cpu_base[2 * w];
+        runs += rt->cpu_last[2 * w + 1] - rt->cpu_base[2 * w + 1];
+        n++;
+    }
+    if (!n)
+        return;
+    uint64_t i = __atomic_load_n(&cpu->head, __ATOMIC_RELAXED);
+    struct mks_cb_cpu_sample *smp = &cpu->s[i % MKS_CB_CPU_RING];
+    __atomic_store_n(&smp->t_ns, clock_ns(CLOCK_MONOTONIC), __ATOMIC_RELAXED);
+    __atomic_store_n(&smp->wait_ns, sum, __ATOMIC_RELAXED);
+    __atomic_store_n(&smp->runs, runs, __ATOMIC_RELAXED);
+    __atomic_store_n(&cpu->n_threads, n, __ATOMIC_RELAXED);
+    __atomic_store_n(&cpu->head, i + 1, __ATOMIC_RELEASE);
+}
+
 static void *pump_main(void *arg)
 {
     struct mks_rt *rt = arg;
@@ -170,6 +249,8 @@ static void *pump_main(void *arg)
                 __atomic_add_fetch(&cb->lease_lapses, 1u, __ATOMIC_RELEASE);
             }
         }
+        if (rt->cpu_n)
+            cpu_sample(rt);
         {
             void (*ext)(struct mks_rt *) = __atomic_load_n(&rt->pump_ext, __ATOMIC_ACQUIRE);
             if (ext)
@@ -178,6 +259,19 @@ static void *pump_main(void *arg)
         nanosleep(&period, NULL);
     }
     return NULL;
+}
+
+static void rt_cpu_free(struct mks_rt *rt)
+{
+    for (uint32_t w = 0; rt->cpu_fd && w < rt->cpu_n; w++)
+        if (rt->cpu_fd[w] >= 0)
+            close(rt->cpu_fd[w]);
+    free(rt->cpu_tid);
+    free(rt->cpu_fd);
+    free(rt->cpu_base);
+    free(rt->cpu_last);
+    rt->cpu_tid = NULL, rt->cpu_fd = NULL, rt->cpu_base = rt->cpu_last = NULL;
+    rt->cpu_n = 0;
 }
 
 /* An existing block of this name: still owned by a live process? */
@@ -310,8 +404,18 @@ int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p)
     uint64_t arena, total;
     int fd = -1, rc;
 
+    uint32_t flags = 0;
+    int cpu;
+
     if (!opts || !rt_p || opts->sz < min_sz)
         return -EINVAL;
+    if (opts->sz >= offsetof(struct mks_rt_opts, flags) + sizeof(opts->flags))
+        flags = opts->flags;
+    if (flags & ~MKS_RT_F_HOST_WORKERS) {
+        fprintf(stderr, "mkscope: rt_create: unknown flags 0x%x (newer caller?)\n",
+                flags & ~MKS_RT_F_HOST_WORKERS);
+        return -EOPNOTSUPP;
+    }
     for (size_t i = sizeof(*opts); i < opts->sz; i++)
         if (((const uint8_t *)opts)[i]) {
             fprintf(stderr, "mkscope: rt_create: unknown non-zero option bytes (newer caller?)\n");
@@ -340,11 +444,29 @@ int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p)
         free(rt);
         return rc;
     }
+    /* More host threads than the ring measures: not measured, said by the
+     * absence of the ring. */
+    cpu = (flags & MKS_RT_F_HOST_WORKERS) && opts->n_workers <= MKS_CB_CPU_THREADS;
+    if (cpu) {
+        rt->cpu_tid = calloc(opts->n_workers, sizeof(*rt->cpu_tid));
+        rt->cpu_fd = malloc(opts->n_workers * sizeof(*rt->cpu_fd));
+        rt->cpu_base = calloc(2ull * opts->n_workers, sizeof(*rt->cpu_base));
+        rt->cpu_last = calloc(2ull * opts->n_workers, sizeof(*rt->cpu_last));
+        if (!rt->cpu_tid || !rt->cpu_fd || !rt->cpu_base || !rt->cpu_last) {
+            rt_cpu_free(rt);
+            free(rt);
+            return -ENOMEM;
+        }
+        for (uint32_t w = 0; w < opts->n_workers; w++)
+            rt->cpu_fd[w] = -1;
+    }
+    rt->host_workers = (flags & MKS_RT_F_HOST_WORKERS) != 0;
     memset(&probe, 0, sizeof(probe));
-    total = mks_cb_layout(&probe, opts->n_workers, arena);
+    total = mks_cb_layout(&probe, opts->n_workers, arena, cpu);
 
     fd = create_shm(rt, opts->job, opts->rank);
     if (fd < 0) {
+        rt_cpu_free(rt);
         free(rt);
         return fd;
     }
@@ -374,7 +496,7 @@ int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p)
     fd = -1;
 
     *cb = probe; /* offsets; the rest of the fresh object is zero */
-    cb->layout = MKS_CB_LAYOUT;
+    cb->layout = cpu ? MKS_CB_LAYOUT_CPU : MKS_CB_LAYOUT;
     cb->header_size = sizeof(struct mks_cb);
     cb->total_size = total;
     cb->abi_version = MKS_HOOK_ABI_VERSION;
@@ -395,6 +517,8 @@ int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p)
     rt->rank = opts->rank;
     rt->hot.mask = &cb->attach_mask;
     rt->own_pidns = mksi_own_pidns();
+    if (cpu)
+        rt->cpu_n = opts->n_workers; /* before the pump starts: it reads it */
     if ((rc = pthread_create(&rt->pump, NULL, pump_main, rt)) != 0) {
         fprintf(stderr, "mkscope: rt_create: pump thread: %s\n", strerror(rc));
         mks_rt_destroy(rt);
@@ -406,6 +530,7 @@ int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p)
 fail_fd:
     close(fd);
     shm_unlink(rt->name);
+    rt_cpu_free(rt);
     free(rt);
     return rc;
 }
@@ -427,7 +552,21 @@ void mks_rt_destroy(struct mks_rt *rt)
         munmap(rt->cb, rt->size);
         shm_unlink(rt->name);
     }
+    rt_cpu_free(rt);
     free(rt);
+}
+
+int mks_rt_worker_thread(struct mks_rt *rt, uint32_t worker)
+{
+    if (!rt || !rt->host_workers || worker >= rt->n_workers)
+        return -EINVAL;
+    if (!rt->cpu_tid)
+        return 0; /* more workers than the ring measures: not measured */
+    int32_t none = 0, tid = (int32_t)syscall(SYS_gettid);
+    if (!__atomic_compare_exchange_n(&rt->cpu_tid[worker], &none, tid, 0, __ATOMIC_RELEASE,
+                                     __ATOMIC_RELAXED))
+        return none == tid ? 0 : -EBUSY;
+    return 0;
 }
 
 int mks_rt_publish_schema(struct mks_rt *rt, const void *schema, size_t len)

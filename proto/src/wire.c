@@ -195,7 +195,7 @@ static uint64_t u64_bound_lookup(const ProtobufCFieldDescriptor *f)
         "ran",       "throttled", "lost",        "tasks",   "bytes",             "busy_ns",
         "idle_ns",   "dep_wait_ns", "over_threshold_ns", "queued_while_idle_ns", "sum_ns",
         "max_ns",    "lost_summaries", "waits_dropped", "unacked", "dropped", "cost",
-        "undelivered",
+        "undelivered", "cpu_wait_ns", "cpu_runs",
     };
     static const char *const stamps[] = {
         "agent_time_ns", "app_start_ns", "collector_time_ns", "applied_host_ns", "sent_ns",
@@ -548,10 +548,22 @@ static int check_summary(const Mkscope__V1__EpochSummary *s, char *err, size_t e
     if (s->sample_shift > 63)
         return fail(err, errlen, -EBADMSG, "epoch_summary: sample_shift %u above 63",
                     s->sample_shift);
-    for (size_t i = 0; i < s->n_steps; i++)
-        if ((rc = check_interval(s->steps[i]->t_begin_dev_ns, s->steps[i]->t_end_dev_ns, "steps", i,
-                                 err, errlen)))
+    for (size_t i = 0; i < s->n_steps; i++) {
+        const Mkscope__V1__StepTime *t = s->steps[i];
+        if ((rc = check_interval(t->t_begin_dev_ns, t->t_end_dev_ns, "steps", i, err, errlen)))
             return rc;
+        /* The CPU wait is of a whole step's span, or absent: a value
+         * without its flag would read as not measured, so it is refused
+         * rather than dropped. */
+        if (!t->cpu_wait_measured && (t->cpu_wait_ns || t->cpu_runs))
+            return fail(err, errlen, -EBADMSG,
+                        "steps[%zu]: cpu_wait_ns %llu, cpu_runs %llu without cpu_wait_measured", i,
+                        (unsigned long long)t->cpu_wait_ns, (unsigned long long)t->cpu_runs);
+        if (t->cpu_wait_measured && (!t->complete || !t->t_begin_dev_ns))
+            return fail(err, errlen, -EBADMSG,
+                        "steps[%zu]: cpu_wait_measured on a step without its whole span"
+                        " (complete and t_begin_dev_ns)", i);
+    }
     for (size_t i = 0; i < s->n_remote_waits; i++)
         if ((rc = check_interval(s->remote_waits[i]->t_begin_dev_ns,
                                  s->remote_waits[i]->t_end_dev_ns, "remote_waits", i, err, errlen)))

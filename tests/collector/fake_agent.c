@@ -188,6 +188,9 @@ static void build_summary(struct sum_msgs *m, const struct fa_summary *s)
         m->st[i].t_end_dev_ns = s->steps[i].t_end;
         m->st[i].complete = 1;
         m->st[i].queued_while_idle_ns = s->steps[i].queued_while_idle;
+        m->st[i].cpu_wait_measured = s->steps[i].cpu_wait_measured;
+        m->st[i].cpu_wait_ns = s->steps[i].cpu_wait;
+        m->st[i].cpu_runs = s->steps[i].cpu_runs;
         m->stp[i] = &m->st[i];
     }
     m->sum.steps = m->stp;

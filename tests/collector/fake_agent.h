@@ -6,6 +6,7 @@
 #ifndef MKS_TEST_FAKE_AGENT_H
 #define MKS_TEST_FAKE_AGENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mkscope/wire.h"
@@ -47,6 +48,8 @@ struct fa_summary {
     struct {
         uint32_t step;
         uint64_t t_begin, t_end, queued_while_idle;
+        uint64_t cpu_wait, cpu_runs; /* the workers' wait for a CPU, when cpu_wait_measured */
+        bool cpu_wait_measured;
     } steps[FA_MAX_STEPS];
     int n_steps;
     struct fa_wait waits[FA_MAX_WAITS];

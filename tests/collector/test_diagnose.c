@@ -59,6 +59,14 @@ static uint32_t spread = 1;
  * FAULT, as when the class is late in several operators); extra_notify:
  * rank 2's releases come that much later too under SLOW_ONE. */
 static uint64_t one_share = 1, extra_notify;
+/* Host CPU contention (the workers' wait for a CPU, as the agent of a CPU
+ * backend measures it): cw_base over CW_RUNS runs on a CPU on every rank
+ * and step when cw_on, and cw_extra more over cw_runs_extra more runs on
+ * rank 2 in the fault's steps (a loaded host's burst: longer waits at as
+ * many runs; a fault that sleeps: more runs at the usual wait). */
+#define CW_RUNS 100
+static bool cw_on;
+static uint64_t cw_base, cw_extra, cw_runs_extra;
 static const char *const names[] = {"gemm", "attn", "send"};
 
 static uint64_t gen_op(uint32_t producer, uint32_t consumer, uint32_t step, uint32_t op)
@@ -136,6 +144,9 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
     sum->steps[0].t_begin = base;
     sum->steps[0].t_end = end;
     sum->steps[0].queued_while_idle = f == IMBALANCE_QWI ? 10 * US + (hit ? FAULT : 0) : 0;
+    sum->steps[0].cpu_wait_measured = cw_on;
+    sum->steps[0].cpu_wait = cw_on ? cw_base + (hit ? cw_extra : 0) : 0;
+    sum->steps[0].cpu_runs = cw_on ? CW_RUNS + (hit ? cw_runs_extra : 0) : 0;
     sum->n_steps = 1;
     if (gens_only) {
         /* Steps back to back: a step ends where the next begins, so only
@@ -272,7 +283,8 @@ static void expect_root(enum fault f, const char *cause, const char *cls)
     struct mks_store *st;
     json_t *d, *g = only_group(f, &st, &d);
     if (strcmp(js(g, "cause"), cause))
-        fail_msg("cause %s, want %s: %s", js(g, "cause"), cause, json_dumps(g, 0));
+        fail_msg("cause %s, want %s (%s): %s", js(g, "cause"), cause, js(g, "reason"),
+                 json_dumps(g, 0));
     json_t *root = json_object_get(g, "root");
     assert_int_equal(json_integer_value(json_object_get(root, "rank")), 2);
     assert_string_equal(js(root, "task_class"), cls);
@@ -452,6 +464,88 @@ static void test_clean(void **s)
     mks_store_close(st);
 }
 
+static int cw_reset(void **s)
+{
+    (void)s;
+    cw_on = false, cw_base = cw_extra = cw_runs_extra = 0;
+    return 0;
+}
+
+/* A queue held in steps 10..12 while rank 2's worker threads waited that
+ * long and more for a CPU (a loaded host: a worker that waits for a core
+ * looks like a held queue): no scheduler cause is named; the group says
+ * host contention, with the wait measured. */
+static void test_contention_explains(void **s)
+{
+    (void)s;
+    gens_only = false;
+    cw_on = true, cw_base = 200 * US, cw_extra = NW * FAULT;
+    struct mks_store *st;
+    json_t *d, *g = only_group(IMBALANCE, &st, &d);
+    if (strcmp(js(g, "cause"), "undecided") || !strstr(js(g, "reason"), "host CPU contention"))
+        fail_msg("want undecided for host contention: %s", json_dumps(g, 0));
+    json_t *hc = json_object_get(g, "host_contention");
+    assert_non_null(hc);
+    assert_int_equal(json_integer_value(json_object_get(hc, "rank")), 2);
+    assert_int_equal(json_integer_value(json_object_get(hc, "cpu_wait_ns")),
+                     (F_HI - F_LO + 1) * NW * FAULT);
+    assert_int_equal(json_array_size(json_object_get(g, "steps")), F_HI - F_LO + 1);
+    assert_true(json_is_true(json_object_get(d, "cpu_wait_measured")));
+    assert_int_equal(json_integer_value(json_object_get(d, "contended_steps")), F_HI - F_LO + 1);
+    json_decref(d);
+    mks_store_close(st);
+}
+
+/* The fault's own excess is no wait for a CPU: a slow task in steps that
+ * a little contention also slowed is still named (the steps are slow
+ * without it), and so is one on a host loaded all along. */
+static void test_contention_fault_stays(void **s)
+{
+    (void)s;
+    gens_only = false;
+    cw_on = true, cw_base = 200 * US, cw_extra = FAULT / 4;
+    expect_root(SLOW_TASK, "slow_task", "attn");
+    cw_base = 3 * NW * FAULT, cw_extra = 0;
+    expect_root(SLOW_TASK, "slow_task", "attn");
+    cw_extra = FAULT / 4;
+    expect_root(IMBALANCE, "local_imbalance", "gemm");
+    /* a slow body that sleeps is put on a CPU more often and waits as
+     * long as usual at each: its wait grows, the host is not to blame */
+    cw_base = 200 * US, cw_runs_extra = 20 * CW_RUNS;
+    cw_extra = cw_runs_extra * cw_base / CW_RUNS; /* 4 ms: ten times the fault */
+    expect_root(SLOW_TASK, "slow_task", "attn");
+    cw_runs_extra = 0, cw_extra = FAULT / 4;
+    struct mks_store *st = fill(SLOW_TASK);
+    json_t *d = diagnose(st);
+    assert_int_equal(json_integer_value(json_object_get(d, "contended_steps")), 0);
+    json_decref(d);
+    mks_store_close(st);
+}
+
+/* Older agents, device backends: the wait is not measured, never zero;
+ * the answer says so and decides as before. */
+static void test_contention_not_measured(void **s)
+{
+    (void)s;
+    gens_only = false;
+    cw_on = false;
+    struct mks_store *st = fill(IMBALANCE);
+    sqlite3_stmt *q;
+    assert_int_equal(sqlite3_prepare_v2(mks_store_db(st),
+                                        "SELECT COUNT(*) FROM steps WHERE cpu_wait_ns IS NOT NULL",
+                                        -1, &q, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int64(q, 0), 0);
+    sqlite3_finalize(q);
+    json_t *d = diagnose(st);
+    assert_true(json_is_false(json_object_get(d, "cpu_wait_measured")));
+    assert_true(json_is_null(json_object_get(d, "contended_steps")));
+    json_decref(d);
+    mks_store_close(st);
+    expect_root(IMBALANCE, "local_imbalance", "gemm");
+}
+
 static void test_low_coverage(void **s)
 {
     (void)s;
@@ -585,6 +679,9 @@ int main(void)
         cmocka_unit_test(test_slow_one_of_many),
         cmocka_unit_test(test_queued_one_of_many),
         cmocka_unit_test(test_clean),
+        cmocka_unit_test_teardown(test_contention_explains, cw_reset),
+        cmocka_unit_test_teardown(test_contention_fault_stays, cw_reset),
+        cmocka_unit_test_teardown(test_contention_not_measured, cw_reset),
         cmocka_unit_test(test_low_coverage),
         cmocka_unit_test(test_min_steps),
         cmocka_unit_test(test_empty),

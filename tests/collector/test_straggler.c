@@ -5,7 +5,11 @@
  * comparison of ranks finds it: the diagnosis must name a straggler at rank
  * 1 since about step 20, its cause against its peers (a slow task class,
  * the whole rank slower, a held queue), and the other ranks stalled on it.
- * A clean run names nothing.
+ * A clean run names nothing.  Host CPU contention (the workers' wait for
+ * a CPU, as agents of a CPU backend measure it): a rank held up by a burst
+ * of the host's load (its queue held while its workers waited for a core)
+ * is no straggler and names no cause, and such a lag before a real fault
+ * does not join it.
  */
 #include <jansson.h>
 #include <setjmp.h>
@@ -58,15 +62,31 @@ static void put_hist(uint64_t *b, uint64_t v, uint64_t n)
 static uint64_t g_late = LATE;
 static uint32_t g_from = FROM;
 
+/* The CPU wait: measured when g_cw (CW_BASE over CW_RUNS runs a step on
+ * every rank); rank 1 held up by a burst of the host's load in steps
+ * g_lag_from..+LAG_STEPS-1 (late by LAG_LATE an all-reduce, its gemm queue
+ * held, its workers waiting for a CPU that long each at as many runs). */
+#define CW_BASE   (200 * US)
+#define CW_RUNS   100
+#define LAG_STEPS 5
+#define LAG_LATE  (2000 * US)
+static bool g_cw;
+static uint32_t g_lag_from = UINT32_MAX;
+
+static bool lagged(uint32_t r, uint32_t s)
+{
+    return r == 1 && s >= g_lag_from && s < g_lag_from + LAG_STEPS;
+}
+
 static uint64_t late(enum fault f, uint32_t r, uint32_t s)
 {
-    return f != NONE && r == 1 && s >= g_from ? g_late : 0;
+    return lagged(r, s) ? LAG_LATE : f != NONE && r == 1 && s >= g_from ? g_late : 0;
 }
 
 static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
 {
     memset(sum, 0, sizeof(*sum));
-    const bool hit = f != NONE && r == 1 && s >= g_from;
+    const bool hit = f != NONE && r == 1 && s >= g_from && !lagged(r, s);
     const uint64_t base = 1000000000ull + s * 2000 * US;
     sum->epoch = s;
     for (uint32_t c = 0; c < N_CLS; c++) {
@@ -85,12 +105,13 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
         uint64_t q = 8 * US + jitter(r, s, c + 10) / 5;
         t->queue_sum = tasks[c] * q;
         put_hist(t->queue_b, q, tasks[c]);
-        if (hit && f == HELD_QUEUE && c == C_GEMM) {
+        if (((hit && f == HELD_QUEUE) || lagged(r, s)) && c == C_GEMM) {
             /* one worker's four gemm tasks held LATE each, a second time
              * in the step's other operator */
-            t->queue_sum += 2 * 4 * g_late;
+            uint64_t held = late(f, r, s);
+            t->queue_sum += 2 * 4 * held;
             put_hist(t->queue_b, q, -4ull);
-            put_hist(t->queue_b, q + g_late, 4);
+            put_hist(t->queue_b, q + held, 4);
         }
     }
     uint64_t slowest = 0;
@@ -100,6 +121,10 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
     sum->steps[0].step = s;
     sum->steps[0].t_begin = base;
     sum->steps[0].t_end = base + 1000 * US + OPS * slowest + jitter(r, s, 99);
+    sum->steps[0].cpu_wait_measured = g_cw;
+    sum->steps[0].cpu_wait =
+        g_cw ? CW_BASE + jitter(r, s, 98) / 10 + (lagged(r, s) ? NW * OPS * LAG_LATE : 0) : 0;
+    sum->steps[0].cpu_runs = g_cw ? CW_RUNS : 0;
     sum->n_steps = 1;
     for (uint32_t k = 0; k < OPS; k++) {
         uint64_t tk = base + 300 * US + k * (400 * US + slowest);
@@ -236,6 +261,50 @@ static void test_steady_below_threshold(void **s)
     g_late = LATE, g_from = FROM;
 }
 
+static int cw_reset(void **s)
+{
+    (void)s;
+    g_cw = false, g_lag_from = UINT32_MAX, g_from = FROM;
+    return 0;
+}
+
+/* Rank 1 held up by a burst of the host's load in steps 20..24, its queue
+ * held while its workers waited for a CPU: no cause named.  Without the
+ * measure the burst reads as a held queue. */
+static void test_contention_lag(void **s)
+{
+    (void)s;
+    g_cw = true, g_lag_from = FROM, g_from = STEPS;
+    struct mks_store *st = fill(NONE);
+    json_t *d = diagnose(st, 0);
+    json_t *groups = json_object_get(d, "groups");
+    assert_int_equal(json_integer_value(json_object_get(d, "stragglers")), 0);
+    for (size_t i = 0; i < json_array_size(groups); i++)
+        if (strcmp(js(json_array_get(groups, i), "cause"), "undecided"))
+            fail_msg("a loaded host named a cause: %s", json_dumps(d, 0));
+    json_decref(d);
+    mks_store_close(st);
+    g_cw = false;
+    st = fill(NONE);
+    d = diagnose(st, 0);
+    json_t *g = json_array_get(json_object_get(d, "groups"), 0);
+    if (!g || strcmp(js(g, "cause"), "local_imbalance") ||
+        json_array_size(json_object_get(g, "steps")) < 3)
+        fail_msg("unmeasured, the lag reads as a held queue: %s", json_dumps(d, 0));
+    json_decref(d);
+    mks_store_close(st);
+}
+
+/* The host's lag of rank 1 in steps 14..18, then its slow class from step
+ * 20 on: the straggler is the fault's, since step 20, with its cause; the
+ * lag before it is neither joined to it nor a cause. */
+static void test_contention_then_fault(void **s)
+{
+    (void)s;
+    g_cw = true, g_lag_from = FROM - LAG_STEPS - 1;
+    expect_straggler(SLOW_CLASS, "slow_task", "attn");
+}
+
 static void test_clean(void **s)
 {
     (void)s;
@@ -256,6 +325,8 @@ int main(void)
         cmocka_unit_test(test_held_queue),
         cmocka_unit_test(test_steady_below_threshold),
         cmocka_unit_test(test_clean),
+        cmocka_unit_test_teardown(test_contention_lag, cw_reset),
+        cmocka_unit_test_teardown(test_contention_then_fault, cw_reset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

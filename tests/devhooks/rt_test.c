@@ -4,9 +4,12 @@
  * CONTROL hints, ring draining, lease expiry, detach on the death of the
  * agent process (but not on a stalled one), and a hot swap while four
  * worker threads fire events continuously with no event lost or counted
- * twice across the swap and across epoch flips.
+ * twice across the swap and across epoch flips.  Host worker threads'
+ * wait for a CPU: measured while two declared workers share one core, not
+ * measured (never zero) without the declaration.
  */
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -915,6 +918,128 @@ static void test_hot_swap_under_load(void **state)
     assert_int_equal(ran, fired);
 }
 
+/* ---- host CPU wait ---------------------------------------------------------------- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+struct spinner {
+    struct mks_rt *rt;
+    uint32_t worker;
+    int cpu;
+    pthread_barrier_t *go;
+    uint64_t until;
+    int rc;
+};
+
+/* Declares itself as the worker, then spins on one core (shared with the
+ * other spinner) until `until` after the barrier. */
+static void *spin_main(void *arg)
+{
+    struct spinner *s = arg;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(s->cpu, &one);
+    s->rc = mks_rt_worker_thread(s->rt, s->worker);
+    if (!s->rc)
+        s->rc = sched_setaffinity(0, sizeof(one), &one) ? -errno : 0;
+    pthread_barrier_wait(s->go);
+    while (mono_ns() < __atomic_load_n(&s->until, __ATOMIC_ACQUIRE))
+        ;
+    return NULL;
+}
+
+static void test_cpu_wait(void **state)
+{
+    struct fixture *f = *state;
+    struct mks_ctl_info info;
+    uint64_t w = 1, runs = 1;
+    (void)state;
+    /* the fixture's runtime declared no host workers: not measured */
+    assert_int_equal(mks_ctl_info(f->ctl, &info), 0);
+    assert_int_equal(info.host_workers, 0);
+    assert_int_equal(mks_rt_worker_thread(f->rt, 0), -EINVAL);
+    assert_int_equal(mks_ctl_cpu_wait(f->ctl, 1, 2, &w, &runs), -ENODATA);
+    assert_int_equal(w, 1);
+    assert_int_equal(runs, 1);
+
+    char hjob[80];
+    snprintf(hjob, sizeof(hjob), "%s-host", job);
+    struct mks_rt_opts o = {.sz = sizeof(o), .job = hjob, .rank = 0, .n_ranks = 1,
+                            .n_workers = 3, .arena_bytes = 1 << 20,
+                            .flags = MKS_RT_F_HOST_WORKERS};
+    struct mks_rt *rt = NULL;
+    struct mks_ctl *ctl = NULL;
+    o.flags = 0x80;
+    assert_int_equal(mks_rt_create(&o, &rt), -EOPNOTSUPP);
+    o.flags = MKS_RT_F_HOST_WORKERS;
+    assert_int_equal(mks_rt_create(&o, &rt), 0);
+    assert_int_equal(mks_ctl_open(hjob, 0, &ctl), 0);
+    assert_int_equal(mks_ctl_info(ctl, &info), 0);
+    assert_int_equal(info.host_workers, 1);
+    assert_int_equal(mks_rt_worker_thread(rt, 3), -EINVAL);
+    /* no thread declared yet: nothing sampled */
+    assert_int_equal(mks_ctl_cpu_wait(ctl, mono_ns() - 1000, mono_ns(), &w, &runs), -ENODATA);
+
+    cpu_set_t mine;
+    int cpu = 0;
+    assert_int_equal(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &mine))
+        cpu++;
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 3);
+    struct spinner sp[2];
+    pthread_t th[2];
+    for (uint32_t i = 0; i < 2; i++) {
+        sp[i] = (struct spinner){.rt = rt, .worker = i, .cpu = cpu, .go = &go,
+                                 .until = UINT64_MAX};
+        assert_int_equal(pthread_create(&th[i], NULL, spin_main, &sp[i]), 0);
+    }
+    pthread_barrier_wait(&go);
+    /* two runnable threads on one core for 60 ms: between them they wait
+     * about that long for it */
+    uint64_t t0 = mono_ns() + 10000000ull, t1 = t0 + 60000000ull;
+    for (uint32_t i = 0; i < 2; i++)
+        __atomic_store_n(&sp[i].until, t1 + 10000000ull, __ATOMIC_RELEASE);
+    for (uint32_t i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(sp[i].rc, 0);
+    }
+    pthread_barrier_destroy(&go);
+    /* the pump samples every 2 ms: wait for one after t1 */
+    uint64_t deadline = mono_ns() + 2000000000ull;
+    int rc;
+    while ((rc = mks_ctl_cpu_wait(ctl, t0, t1, &w, &runs)) == -ENODATA && mono_ns() < deadline)
+        usleep(2000);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)getpid());
+    if (rc == -ENODATA && access(path, R_OK) != 0) {
+        mks_ctl_close(ctl);
+        mks_rt_destroy(rt);
+        skip(); /* a kernel without schedstat: not measured, rightly */
+    }
+    assert_int_equal(rc, 0);
+    if (w < 20000000ull || w > 2 * (t1 - t0) + 20000000ull)
+        fail_msg("two threads sharing one core for 60 ms waited %llu ns for it",
+                 (unsigned long long)w);
+    /* they took turns on the core: put on it again and again */
+    if (runs < 2)
+        fail_msg("two threads sharing one core for 60 ms ran %llu times", (unsigned long long)runs);
+    assert_int_equal(mks_ctl_cpu_wait(ctl, t1, t0, &w, &runs), -EINVAL);
+    assert_int_equal(mks_ctl_cpu_wait(ctl, 1, t1, &w, &runs), -ENODATA); /* before the samples */
+    /* a worker another thread declared is refused; the same thread again
+     * is harmless */
+    assert_int_equal(mks_rt_worker_thread(rt, 0), -EBUSY);
+    assert_int_equal(mks_rt_worker_thread(rt, 2), 0);
+    assert_int_equal(mks_rt_worker_thread(rt, 2), 0);
+    mks_ctl_close(ctl);
+    mks_rt_destroy(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -934,6 +1059,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_foreign_pidns_agent_left_to_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_agent_after_torn_record_is_watched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_swap_under_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_wait, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

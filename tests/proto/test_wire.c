@@ -322,8 +322,23 @@ static void test_summary_fields(void **state)
     assert_int_equal(s->maps[0]->entries[0]->value.data[0], 0x2a);
     assert_int_equal(s->coverage[0]->ran, 198);
     assert_int_equal(s->workers[0]->max_queue_depth, 9);
+    /* an older agent's step: no CPU wait, read as not measured */
+    assert_false(s->steps[0]->cpu_wait_measured);
+    assert_int_equal(s->steps[0]->cpu_wait_ns, 0);
     mks_wire_free(env);
     free(buf);
+    /* a measured one, zero included, arrives as sent */
+    for (uint64_t w = 0; w <= 4000; w += 4000) {
+        build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+        F.st.cpu_wait_measured = 1, F.st.cpu_wait_ns = w, F.st.cpu_runs = w / 100;
+        encode_ok(NULL, &buf, &len);
+        assert_int_equal(mks_wire_decode(buf, len, NULL, &env, err, sizeof(err)), 0);
+        assert_true(env->epoch_summary->steps[0]->cpu_wait_measured);
+        assert_int_equal(env->epoch_summary->steps[0]->cpu_wait_ns, w);
+        assert_int_equal(env->epoch_summary->steps[0]->cpu_runs, w / 100);
+        mks_wire_free(env);
+        free(buf);
+    }
 }
 
 static void test_random_bytes(void **state)
@@ -475,6 +490,19 @@ static void test_semantic_rejects(void **state)
     build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
     F.rw.t_end_dev_ns = F.rw.t_begin_dev_ns - 1;
     expect_raw_reject("remote_waits[0]: ends");
+
+    /* the CPU wait: a value without its flag (it would read as not
+     * measured), or a flag on a step without its whole span */
+    build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+    F.st.cpu_wait_ns = 70;
+    expect_raw_reject("steps[0]: cpu_wait_ns 70, cpu_runs 0 without cpu_wait_measured");
+    build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+    F.st.cpu_runs = 3;
+    expect_raw_reject("steps[0]: cpu_wait_ns 0, cpu_runs 3 without cpu_wait_measured");
+
+    build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
+    F.st.cpu_wait_measured = 1, F.st.cpu_wait_ns = 70, F.st.complete = 0;
+    expect_raw_reject("cpu_wait_measured on a step without its whole span");
 
     build(MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY);
     F.env.job = "";

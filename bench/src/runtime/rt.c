@@ -683,6 +683,11 @@ static void *worker_main(void *arg)
     /* Injected delays are sleeps; the default 50 us timer slack would add
      * to each of them unevenly across fault types. */
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#ifndef MKS_HOOKS_DISABLED
+    /* this thread is the worker: devhooks measures its wait for a CPU */
+    if (rt->o.hooks)
+        mks_rt_worker_thread(rt->o.hooks, w->id);
+#endif
     pthread_mutex_lock(&rt->mu);
     for (;;) {
         /* stop first: after a failure the queues may still hold tasks */

@@ -56,8 +56,21 @@ struct mks_ctl_info {
                                holds it died: re-attach when it grows */
     uint64_t epoch;         /* current epoch */
     uint32_t agent_deaths;  /* of lease_lapses, those for a dead lease holder */
+    uint32_t host_workers;  /* the workers are host threads whose CPU wait the
+                               pump measures (mks_ctl_cpu_wait) */
 };
 int mks_ctl_info(const struct mks_ctl *ctl, struct mks_ctl_info *info);
+
+/* The CPU wait of the rank's workers between t0 and t1 (CLOCK_MONOTONIC,
+ * the CPU backend's device clock): how long the host threads that run them
+ * were runnable but waiting for a CPU (Linux schedstat run delay), and how
+ * many times they were put on a CPU (its run count), each summed over the
+ * threads, interpolated between the pump's samples (one a 2 ms tick, the
+ * last 2 s kept).  -ENODATA when not measured: the workers are
+ * not host threads (a device backend), the kernel gives no schedstat, or
+ * the window is not inside the samples kept.  Never a zero for unknown. */
+int mks_ctl_cpu_wait(const struct mks_ctl *ctl, uint64_t t0_ns, uint64_t t1_ns,
+                     uint64_t *wait_ns_p, uint64_t *runs_p);
 
 /* True while the application that created the block is alive and is the same
  * incarnation the block was opened on (restart detection). */

@@ -40,7 +40,16 @@ struct mks_rt_opts {
     uint32_t n_workers;    /* worker threads (CPU) or blocks (GPU) */
     uint64_t arena_bytes;  /* map memory; 0 = default (16 MiB) */
     const char *gpu_uuid;  /* NULL on the CPU backend */
+    uint32_t flags;        /* MKS_RT_F_* (absent in callers of a smaller sz: 0) */
 };
+
+/* The workers are host threads (a CPU backend), each of which calls
+ * mks_rt_worker_thread(): the pump then measures how long they wait for a
+ * CPU, which the agent reports per step (a loaded host slows a CPU run in
+ * a way the hooks alone cannot tell from a held queue).  A runtime whose
+ * workers run on a device never sets it: its host's load says nothing about
+ * the device, and the contention reads as not measured. */
+#define MKS_RT_F_HOST_WORKERS 0x1u
 
 /* Create the rank's control block and start the pump thread.  Fails with
  * -EEXIST if a live process of the same job and rank already holds it. */
@@ -48,6 +57,13 @@ int mks_rt_create(const struct mks_rt_opts *opts, struct mks_rt **rt_p);
 
 /* Stop the pump, unmap and unlink the control block.  Accepts NULL. */
 void mks_rt_destroy(struct mks_rt *rt);
+
+/* Declare the calling thread as the one that runs worker `worker` (needs
+ * MKS_RT_F_HOST_WORKERS; call it once from each worker thread before its
+ * first task).  Its CPU wait counts from here on.  -EINVAL for a worker out
+ * of range or a runtime without the flag; -EBUSY if another thread
+ * declared the worker already. */
+int mks_rt_worker_thread(struct mks_rt *rt, uint32_t worker);
 
 /* Publish the task schema (a serialized mkscope.v1.TaskSchema) for the agent. */
 int mks_rt_publish_schema(struct mks_rt *rt, const void *schema, size_t len);
