@@ -303,6 +303,32 @@ else
   echo "note: MKS_IT_USER_MONITOR unset (ctest sets it): mkscope maps not checked" >&2
 fi
 
+# ---- live answers: again as each rank's first result comes ------------------------
+# Rank 0's agent ends an epoch every 100 ms, rank 1's every 1.5 s: rank 0's
+# first result comes well before rank 1's.  The CLI prints as soon as the
+# first is in and again as each other rank's first comes, not at the next
+# --interval (60 s, past the window): some live answer before the final one
+# has both ranks' results.
+name=live
+mkdir -p "$dir/$name"
+it_jobs+=("$name")
+for r in 0 1; do
+  start "$dir/$name/agent-$r.log" "$MKS_AGENT_BIN" --job "$name" --rank "$r" \
+    --collector "ipc://$dir/ingest" --survey "ipc://$dir/survey" --attach '' \
+    --epoch-ms $((r ? 1500 : 100)) --exit-with-app
+done
+start "$dir/$name/bench.log" "$obs_bin" run --ranks 2 --job "$name" --steps 100000 \
+  --step-interval-us "$pace_us"
+bench_pid=$started
+registered "$name"
+cli --job "$name" -f json probe 'count() by rank where event = task_end' --for 6s --interval 60 \
+  >"$dir/$name/live.jsonl" || fail "probe -f json failed"
+kill -TERM -- "-$bench_pid" 2>/dev/null || true
+jq -s -e 'map(select(.final | not)) | any(.[]; [.ranks[] | select(.epochs > 0)] | length == 2)' \
+  "$dir/$name/live.jsonl" >/dev/null ||
+  fail "no live answer had both ranks' results before the end: $(jq -c '[.final, [.ranks[].epochs]]' "$dir/$name/live.jsonl")"
+echo "ok live answers (ranks' epochs): $(jq -s -c 'map([.ranks[].epochs])' "$dir/$name/live.jsonl")"
+
 # ---- the start reaches every rank at once, not with its next summary's ack -------
 # Agents whose epochs (60 s, the longest) and heartbeats (10 min) do not
 # end while the test runs: after registering and sending their first
