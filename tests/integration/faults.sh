@@ -76,8 +76,11 @@ wait "$bench" || fail "the rank whose agent died did not complete (see $d2/bench
 grep -q "attached to application" "$d2/agent-1b.log" ||
   fail "the restarted agent did not attach (or the job ended first: raise --steps)"
 # Rank 1's step times: no stretch of 100 steps (among them the ones while its
-# agent was dead, and the re-attach) may have a median above 3x the run's
-# (generous: 2 shared cores; a hook waiting on a dead agent would be far worse).
+# agent was dead, and the re-attach) may have a median above 10x the run's.
+# A hook that waited on its dead agent would block the rank for good (the
+# run above would not end) or stall each event for a timeout (steps of
+# milliseconds against the run's half millisecond); a 2-core machine under
+# load has been seen to stretch a 100-step window to 3.2x by itself.
 tr -d ' \n' <"$d2/bench.json" | sed -E 's/.*"rank":1,"step_ns":\[([0-9,]+)\].*/\1/' | tr ',' '\n' \
   >"$d2/steps1"
 verdict=$(awk '
@@ -91,7 +94,7 @@ verdict=$(awk '
   END {
     all = median(1, NR); worst = 0
     for (w = 1; w + 99 <= NR; w += 50) { m = median(w, w + 99); if (m > worst) worst = m }
-    printf "%d %d %s\n", all, worst, (worst <= 3 * all) ? "ok" : "slow"
+    printf "%d %d %s\n", all, worst, (worst <= 10 * all) ? "ok" : "slow"
   }' "$d2/steps1")
 echo "rank 1 steps: median $(echo "$verdict" | cut -d' ' -f1) ns, worst 100-step median $(echo "$verdict" | cut -d' ' -f2) ns"
 [ "$(echo "$verdict" | cut -d' ' -f3)" = ok ] || fail "rank 1 slowed down while its agent was away"
