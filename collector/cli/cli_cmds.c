@@ -287,6 +287,9 @@ int mks_cli_diagnose(struct mks_cli *cli, const char *cmd, char **args, size_t n
             fprintf(cli->out, "(%lld shorter group%s of slow steps left out by --min-steps)\n",
                     (long long)hidden, hidden == 1 ? "" : "s");
         mks_cli_rolled(cli->out, json_object_get(a, "rolled_up"));
+        /* a long job read step by step (docs/collector.md, Step aggregates) */
+        if (json_is_string(json_object_get(a, "step_times_note")))
+            fprintf(cli->out, "(%s)\n", jstr(a, "step_times_note"));
     }
     json_decref(a);
     return 0;

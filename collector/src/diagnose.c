@@ -641,8 +641,11 @@ static int load_aggs(struct diag *d, const char **why)
     if (d->o.range || d->o.last || d->o.only_step >= 0 || d->o.rows)
         return 0;
     bool found;
-    int64_t cut = one_i64(d, "SELECT cut FROM step_agg_jobs WHERE job = ?1", 0,
-                          &found);
+    /* a job of a few steps reads them all (its last step, by epochs_step) */
+    int64_t top = one_i64(d, "SELECT MAX(step_hi) FROM epochs WHERE job = ?1", 0, &found);
+    if (!found || top < DIAG_DETAIL_MAX)
+        return 0;
+    int64_t cut = one_i64(d, "SELECT cut FROM step_agg_jobs WHERE job = ?1", 0, &found);
     if (!found || cut == INT64_MAX) {
         *why = "the store's per-step aggregates of this job are not filled yet (a store of an"
                " older collector, filled while the collector idles): every step time read";
@@ -653,7 +656,7 @@ static int load_aggs(struct diag *d, const char **why)
     sqlite3_stmt *s;
     if (prep(d, "SELECT rank FROM ranks WHERE job = ?1", &s))
         return -EIO;
-    uint32_t ranks = 0, top = 0;
+    uint32_t ranks = 0, top_rank = 0;
     bool untimed = false;
     while (!untimed && sqlite3_step(s) == SQLITE_ROW) {
         int64_t r = sqlite3_column_int64(s, 0);
@@ -671,8 +674,8 @@ static int load_aggs(struct diag *d, const char **why)
         untimed = !timed && gens;
         if (timed && r >= 0 && r < MAX_RANKS) {
             ranks++;
-            if ((uint32_t)r > top)
-                top = (uint32_t)r;
+            if ((uint32_t)r > top_rank)
+                top_rank = (uint32_t)r;
         }
     }
     sqlite3_finalize(s);
@@ -754,7 +757,7 @@ static int load_aggs(struct diag *d, const char **why)
         return 0;
     }
     if (ranks)
-        note_rank(d, top);
+        note_rank(d, top_rank);
     d->agg = a;
     /* The rank's usual queueing while idle (its norm) is over every step:
      * from step_cells when any was sent (agents that measure none send 0). */
@@ -3998,7 +4001,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     json_object_set_new(*out, "first_step", n_steps ? json_integer(steps[0]) : json_null());
     /* where the step times came from (docs/collector.md, Step aggregates) */
     json_object_set_new(*out, "step_times", json_string(d.agg ? "aggregates" : "rows"));
-    if (agg_why)
+    if (agg_why && n_steps > DIAG_DETAIL_MAX)
         json_object_set_new(*out, "step_times_note", json_string(agg_why));
     json_object_set_new(*out, "last_step",
                         n_steps ? json_integer(steps[n_steps - 1]) : json_null());
