@@ -637,7 +637,7 @@ static int64_t one_i64(struct diag *d, const char *sql, int64_t x, bool *found)
 static int load_aggs(struct diag *d, const char **why)
 {
     *why = NULL;
-    /* a range reads its own rows through the step index, fast already */
+    /* a range reads its own rows through the epochs' step ranges, fast already */
     if (d->o.range || d->o.last || d->o.only_step >= 0 || d->o.rows)
         return 0;
     bool found;
@@ -660,7 +660,7 @@ static int load_aggs(struct diag *d, const char **why)
     bool untimed = false;
     while (!untimed && sqlite3_step(s) == SQLITE_ROW) {
         int64_t r = sqlite3_column_int64(s, 0);
-        bool timed, gens;
+        bool timed, gens = false;
         one_i64(d,
                 "SELECT 1 FROM epochs e CROSS JOIN steps s ON s.epoch_id = e.id WHERE"
                 " e.job = ?1 AND e.rank = ?2 AND s.t_begin_dev > 0 AND s.t_end_dev >="
