@@ -112,7 +112,8 @@ static const struct cmd_help cmds[] = {
      "  --max-cost N       instructions per event a program may cost [1000]\n"
      "  --dry-run          show the programs (disassembled), their cost and maps; send\n"
      "                     nothing\n"
-     "  --interval S       seconds between live answers [1]\n"
+     "  --interval S       seconds between live answers [1] (each rank's first result\n"
+     "                     is shown as it comes)\n"
      "  --id N             follow (or show again) probe N\n",
      "  mkscope probe 'count() by dep_event where event = dep_wait_end and wait > 20us' --for 10s\n"
      "  mkscope probe 'hist(run) by class where req_gen = 1842'\n"
