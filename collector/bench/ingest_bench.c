@@ -120,6 +120,22 @@ static int read_sources(struct bench *b, const char *path)
     return rc;
 }
 
+/* Every step number of a summary moved by delta. */
+static void shift_steps(Mkscope__V1__EpochSummary *e, int64_t delta)
+{
+#define SHIFT(n, arr)                                                                              \
+    for (size_t i = 0; i < e->n; i++)                                                              \
+        e->arr[i]->step = (uint32_t)(e->arr[i]->step + delta);
+    SHIFT(n_task_stats, task_stats)
+    SHIFT(n_steps, steps)
+    SHIFT(n_remote_waits, remote_waits)
+    SHIFT(n_releases, releases)
+    SHIFT(n_local_waits, local_waits)
+    SHIFT(n_workers, workers)
+    SHIFT(n_gens, gens)
+#undef SHIFT
+}
+
 /* Summary `seq` of simulated rank `rank`, encoded: the recorded rank's
  * summary rewritten in place, its steps moved on by whole cycles of the
  * recording, then put back. */
@@ -137,17 +153,7 @@ static int encode_summary(struct bench *b, uint32_t rank, uint64_t seq, uint8_t 
     env->job = (char *)"bench", env->rank = rank, env->seq = seq, env->incarnation = 1;
     env->nonce = fresh.nonce, env->sent_ns = fresh.sent_ns;
     e->epoch = seq;
-#define SHIFT(n, arr)                                                                              \
-    for (size_t i = 0; i < e->n; i++)                                                              \
-        e->arr[i]->step = (uint32_t)(e->arr[i]->step + (sign) * (int64_t)shift);
-    int64_t sign = 1;
-    SHIFT(n_task_stats, task_stats)
-    SHIFT(n_steps, steps)
-    SHIFT(n_remote_waits, remote_waits)
-    SHIFT(n_releases, releases)
-    SHIFT(n_local_waits, local_waits)
-    SHIFT(n_workers, workers)
-    SHIFT(n_gens, gens)
+    shift_steps(e, (int64_t)shift);
     /* counts only: hidden for the encoding, put back after */
     size_t n_s = e->n_steps, n_w = e->n_remote_waits, n_r = e->n_releases, n_lw = e->n_local_waits;
     size_t n_wk = e->n_workers, n_g = e->n_gens, n_m = e->n_maps;
@@ -172,15 +178,7 @@ static int encode_summary(struct bench *b, uint32_t rank, uint64_t seq, uint8_t 
         for (size_t i = 0; i < n_h; i++)
             e->task_stats[i]->queue = hist[2 * i], e->task_stats[i]->run = hist[2 * i + 1];
     }
-    sign = -1;
-    SHIFT(n_task_stats, task_stats)
-    SHIFT(n_steps, steps)
-    SHIFT(n_remote_waits, remote_waits)
-    SHIFT(n_releases, releases)
-    SHIFT(n_local_waits, local_waits)
-    SHIFT(n_workers, workers)
-    SHIFT(n_gens, gens)
-#undef SHIFT
+    shift_steps(e, -(int64_t)shift);
     e->epoch = epoch;
     *env = saved;
     if (rc)

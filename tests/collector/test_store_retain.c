@@ -45,6 +45,23 @@ static struct mks_store *open_store_opts(uint64_t max_epochs, uint64_t max_age_n
     return st;
 }
 
+/* A store in the file path (options o), ranks 0 and 1 registered. */
+static struct mks_store *open_file_store(struct mks_store_opts *o, const char *path)
+{
+    o->sz = sizeof(*o);
+    o->path = path;
+    struct mks_store *st = NULL;
+    char err[256];
+    assert_int_equal(mks_store_open(o, &st, err, sizeof(err)), 0);
+    for (uint32_t r = 0; r < 2; r++) {
+        mks_envelope env;
+        Mkscope__V1__Register reg;
+        fa_register_env(&env, &reg, "job", r, 2, 1);
+        assert_int_equal(mks_store_ingest(st, &env, 1, NULL, err, sizeof(err)), 0);
+    }
+    return st;
+}
+
 static struct mks_store *open_store(uint64_t max_epochs, uint64_t max_age_ns, uint64_t max_raw)
 {
     return open_store_opts(max_epochs, max_age_ns, max_raw, 0, 0);
@@ -331,16 +348,9 @@ static void test_rank_totals(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    struct mks_store_opts o = {.sz = sizeof(o), .path = path};
-    struct mks_store *st = NULL;
+    struct mks_store_opts o = {0};
+    struct mks_store *st = open_file_store(&o, path);
     char err[256];
-    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
-    for (uint32_t r = 0; r < 2; r++) {
-        mks_envelope env;
-        Mkscope__V1__Register reg;
-        fa_register_env(&env, &reg, "job", r, 2, 1);
-        assert_int_equal(mks_store_ingest(st, &env, 1, NULL, err, sizeof(err)), 0);
-    }
     for (uint64_t q = 1; q <= 12; q++)
         ingest_detail(st, (uint32_t)(q % 2), q, q * SEC, 0);
     ingest_detail(st, 1, 3, 13 * SEC, 0); /* a replay: counted once */
@@ -449,16 +459,9 @@ static void test_step_ranges(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    struct mks_store_opts o = {.sz = sizeof(o), .path = path, .detail_age_ns = 60 * SEC};
-    struct mks_store *st = NULL;
+    struct mks_store_opts o = {.detail_age_ns = 60 * SEC};
+    struct mks_store *st = open_file_store(&o, path);
     char err[256];
-    assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
-    for (uint32_t r = 0; r < 2; r++) {
-        mks_envelope env;
-        Mkscope__V1__Register reg;
-        fa_register_env(&env, &reg, "job", r, 2, 1);
-        assert_int_equal(mks_store_ingest(st, &env, 1, NULL, err, sizeof(err)), 0);
-    }
     /* rank 0: two steps an epoch; rank 1: one epoch of steps 0-9 (a long
      * one), then one step an epoch, then an epoch with none */
     for (uint64_t q = 1; q <= 20; q++)
