@@ -2338,15 +2338,28 @@ static double cw_excess(const struct diag *d, const uint32_t *steps, size_t n_st
     return any && !isnan(usual) ? w - n * usual : NAN;
 }
 
+/* The part of a rank's summed CPU wait that its step's critical path can
+ * have waited: the path runs through one thread at a time while the waits
+ * of W threads add up side by side (all of a rank's workers woken by one
+ * transfer wait at once), so the sum overstates it by up to W and the mean
+ * understates it by as much; the geometric middle, sum / sqrt(W), is what
+ * is compared with the step's excess.  With many workers a fault's wakeups
+ * (every worker waking after a long wait waits for a core on a loaded
+ * host) would otherwise outweigh the fault's own delay. */
+static double on_path(const struct diag *d, uint32_t rank, double summed)
+{
+    return summed / sqrt(workers_of(d, rank));
+}
+
 /* Whether a loaded host explains slow step k (its excess, slowest rank
  * `slowest`) on one of ranks[0..n): the largest CPU wait beyond the usual
- * among them (its rank in *rank_p) when it is most of the excess, or all
- * but less than makes a step slow (thr): the measure is of every thread,
- * the delay of the step's critical path, close but not equal.  NAN: not
- * explained, or not measured. */
+ * on the step's path among them (on_path; its rank in *rank_p) when it is
+ * most of the excess, or all but less than makes a step slow (thr).  NAN:
+ * not explained, or not measured. */
 static double host_explains(const struct diag *d, const uint32_t *steps, size_t n_steps,
                             size_t k, uint32_t slowest, double excess, double thr,
-                            const uint32_t *ranks, size_t n, uint32_t *rank_p)
+                            const uint32_t *ranks, size_t n, uint32_t *rank_p,
+                            double *summed_p)
 {
     const struct cell *sc = cell_at(d, slowest, steps[k]);
     if (!sc)
@@ -2354,9 +2367,10 @@ static double host_explains(const struct diag *d, const uint32_t *steps, size_t 
     double t0 = aligned_ns(d, slowest, sc->t_begin), t1 = aligned_ns(d, slowest, sc->t_end);
     double best = NAN;
     for (size_t i = 0; i < n; i++) {
-        double cx = cw_excess(d, steps, n_steps, k, ranks[i], t0, t1);
+        double sum = cw_excess(d, steps, n_steps, k, ranks[i], t0, t1);
+        double cx = on_path(d, ranks[i], sum);
         if (!isnan(cx) && (isnan(best) || cx > best))
-            best = cx, *rank_p = ranks[i];
+            best = cx, *rank_p = ranks[i], *summed_p = sum;
     }
     return !isnan(best) && best > 0 && (2 * best >= excess || excess - best < thr) ? best : NAN;
 }
@@ -3359,34 +3373,40 @@ static json_t *segment_json(struct diag *d, const struct segment *sg, json_t *st
  * representative is its slowest step's chain. */
 static json_t *contention_json(struct diag *d, const struct tgroup *t, const struct chain *chains,
                                const size_t *cidx, const uint32_t *steps, const double *stime,
-                               const double *exs, const double *cont, const uint32_t *cont_rank,
-                               const uint32_t *srank, double med, struct prof *p)
+                               const double *exs, const double *cont, const double *cont_sum,
+                               const uint32_t *cont_rank, const uint32_t *srank, double med,
+                               struct prof *p)
 {
     size_t w = t->worst;
-    double wait = 0, excess = 0;
-    for (size_t i = 0; i < t->n; i++)
+    double wait = 0, excess = 0, summed = 0;
+    for (size_t i = 0; i < t->n; i++) {
         wait += cont[t->ks[i]], excess += exs[t->ks[i]];
+        summed += cont_sum[t->ks[i]];
+    }
     struct chain *rep = malloc(sizeof(*rep));
     if (!rep)
         return NULL;
     *rep = chains[cidx[w]];
     struct link *R = &rep->l[rep->n - 1];
     R->cause = -1, R->cls = -1;
-    char a[32], b[32];
-    fmt_ns(a, sizeof(a), wait);
-    fmt_ns(b, sizeof(b), excess);
+    char a[16], b[16], c[16];
+    fmt_ns(a, sizeof(a), summed);
+    fmt_ns(b, sizeof(b), wait);
+    fmt_ns(c, sizeof(c), excess);
     snprintf(rep->reason, sizeof(rep->reason),
-             "host CPU contention: the worker threads of rank %u waited %s for a CPU in these"
-             " %zu steps beyond their usual, %.0f%% of the steps' excess of %s (a loaded"
-             " host, not a scheduler cause)",
-             cont_rank[w], a, t->n, excess > 0 ? 100 * fmin(1, wait / excess) : 100.0, b);
+             "host CPU contention: rank %u's worker threads waited %s for a CPU beyond their"
+             " usual in these %u steps (%s on their path), %.0f%% of the excess of %s: a"
+             " loaded host, no scheduler cause",
+             cont_rank[w], a, (unsigned)t->n, b, excess > 0 ? 100 * fmin(1, wait / excess) : 100.0,
+             c);
     uint32_t gs[1] = {steps[w]};
     json_t *gj = group_json(d, rep, srank[w], gs, 1, t->steps, stime[w], med, p);
     free(rep);
     if (gj)
         json_object_set_new(gj, "host_contention",
-                            json_pack("{s:I, s:I, s:I, s:f}", "rank", (json_int_t)cont_rank[w],
-                                      "cpu_wait_ns", (json_int_t)wait, "excess_ns",
+                            json_pack("{s:I, s:I, s:I, s:I, s:f}", "rank",
+                                      (json_int_t)cont_rank[w], "cpu_wait_ns", (json_int_t)summed,
+                                      "on_path_ns", (json_int_t)wait, "excess_ns",
                                       (json_int_t)excess, "share",
                                       excess > 0 ? round(1000 * fmin(1, wait / excess)) / 1000
                                                  : 1.0));
@@ -3449,7 +3469,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     struct prof prof = {0};
     struct chain *chains = NULL;
     uint32_t *steps = NULL, *srank = NULL;
-    double *stime = NULL, *exs = NULL, *cont = NULL;
+    double *stime = NULL, *exs = NULL, *cont = NULL, *cont_sum = NULL;
     uint32_t *cont_rank = NULL;
     bool *slow = NULL, *want = NULL;
     size_t *cell_step = NULL, *cidx = NULL;
@@ -3590,8 +3610,9 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         for (uint32_t r = 0; slow[k] && r < d.n_ranks; r++) {
             struct cell *c = cell_at(&d, r, steps[k]);
             uint32_t at;
+            double sum;
             if (c && !isnan(host_explains(&d, steps, n_steps, k, srank[k], exs[k], slow_thr, &r,
-                                          1, &at)))
+                                          1, &at, &sum)))
                 c->host_held = true;
         }
     /* Detail rows: every step, or in a long run an even sample and the
@@ -3770,8 +3791,9 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
      * own excess (a slow body, a late release) is no wait for a CPU and
      * stays. */
     cont = malloc((n_steps + 1) * sizeof(*cont));
+    cont_sum = calloc(n_steps + 1, sizeof(*cont_sum));
     cont_rank = calloc(n_steps + 1, sizeof(*cont_rank));
-    if (!cont || !cont_rank)
+    if (!cont || !cont_sum || !cont_rank)
         goto oom;
     size_t n_cont = 0;
     for (size_t k = 0; k < n_steps; k++) {
@@ -3779,7 +3801,8 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         for (int i = 0; slow[k] && i < CH(k)->n; i++)
             cr[i] = CH(k)->l[i].rank;
         cont[k] = slow[k] && cw_seen ? host_explains(&d, steps, n_steps, k, srank[k], exs[k],
-                                                     slow_thr, cr, (size_t)CH(k)->n, &cont_rank[k])
+                                                     slow_thr, cr, (size_t)CH(k)->n, &cont_rank[k],
+                                                     &cont_sum[k])
                                      : NAN;
         n_cont += !isnan(cont[k]);
     }
@@ -3864,7 +3887,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             continue;
         if (tg[g].contended) {
             json_t *gj = contention_json(&d, &tg[g], chains, cidx, steps, stime, exs, cont,
-                                         cont_rank, srank, med, &prof);
+                                         cont_sum, cont_rank, srank, med, &prof);
             tg[g].steps = NULL;
             if (!gj)
                 goto oom;
@@ -4040,6 +4063,7 @@ out:
     free(srank);
     free(exs);
     free(cont);
+    free(cont_sum);
     free(cont_rank);
     free(slow);
     free(want);

@@ -489,6 +489,9 @@ static void test_contention_explains(void **s)
     assert_int_equal(json_integer_value(json_object_get(hc, "rank")), 2);
     assert_int_equal(json_integer_value(json_object_get(hc, "cpu_wait_ns")),
                      (F_HI - F_LO + 1) * NW * FAULT);
+    /* on the steps' path: the sum over NW workers' threads / sqrt(NW) */
+    assert_int_equal(json_integer_value(json_object_get(hc, "on_path_ns")),
+                     (F_HI - F_LO + 1) * NW * FAULT / 2);
     assert_int_equal(json_array_size(json_object_get(g, "steps")), F_HI - F_LO + 1);
     assert_true(json_is_true(json_object_get(d, "cpu_wait_measured")));
     assert_int_equal(json_integer_value(json_object_get(d, "contended_steps")), F_HI - F_LO + 1);
