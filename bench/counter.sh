@@ -40,6 +40,8 @@ usage: bench/counter.sh [OPTIONS]
   --agent-budget B   agents' telemetry budget, bytes per second [unlimited]
   --epoch-ms MS      agents' epoch [5, bench/accuracy.sh's; the agent's own
                      default is 100]
+  --step-detail M    agents' --step-detail (all or auto) [the agent's default]
+  --detail-every K   agents' --detail-every (with --step-detail auto)
   --measure          also measure the step-time perturbation of each tool
                      (interleaved rounds) and the time to ask a new question
                      (attach on a live job; rebuild of the counters build)
@@ -63,7 +65,7 @@ USAGE
 root=$(cd "$(dirname "$0")/.." && pwd)
 here=$root/bench/counter
 build=$root/build out="" subset=full ranks=4 seeds="" steps=30 long="" jobs=1 budget=""
-measure=0 rounds=5 fresh=0 report_only=0 assert=0 epoch=5 clean=10
+measure=0 rounds=5 fresh=0 report_only=0 assert=0 epoch=5 clean=10 detail="" every=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -76,6 +78,8 @@ while [ $# -gt 0 ]; do
     --jobs) jobs=$2; shift 2 ;;
     --agent-budget) budget=$2; shift 2 ;;
     --epoch-ms) epoch=$2; shift 2 ;;
+    --step-detail) detail=$2; shift 2 ;;
+    --detail-every) every=$2; shift 2 ;;
     --clean) clean=$2; shift 2 ;;
     --measure) measure=1; shift ;;
     --rounds) rounds=$2; shift 2 ;;
@@ -91,8 +95,9 @@ case "$subset" in full|ci|classes) ;; *) echo "counter: --subset wants full, cla
 # the CI subset's four seeds: 56 faulty runs, so that one confident wrong
 # answer is not already past the 2% false-confidence target
 [ -n "$seeds" ] || { [ "$subset" = ci ] && seeds=4 || seeds=3; }
-for v in "$seeds" "$steps" "$long" "$jobs" "$rounds" "$epoch" "$clean" ${budget:+"$budget"}; do
-  case "$v" in ''|*[!0-9]*) echo "counter: --seeds, --steps, --long-steps, --jobs, --rounds, --epoch-ms, --clean, --agent-budget want numbers" >&2; exit 2 ;; esac
+case "$detail" in ''|all|auto) ;; *) echo "counter: --step-detail wants all or auto" >&2; exit 2 ;; esac
+for v in "$seeds" "$steps" "$long" "$jobs" "$rounds" "$epoch" "$clean" ${budget:+"$budget"} ${every:+"$every"}; do
+  case "$v" in ''|*[!0-9]*) echo "counter: --seeds, --steps, --long-steps, --jobs, --rounds, --epoch-ms, --clean, --agent-budget, --detail-every want numbers" >&2; exit 2 ;; esac
 done
 [ "$epoch" -ge 1 ] && [ "$clean" -ge 1 ] && [ "$jobs" -ge 1 ] ||
   { echo "counter: --epoch-ms, --clean and --jobs must be at least 1" >&2; exit 2; }
@@ -113,10 +118,15 @@ export MKS_BENCH_BIN=$obs MKS_ACC_HOOK=$here/hook.sh MKS_COUNTER_OUT=$out
 # the launcher takes the last --epoch-ms it is given: these come after
 # accuracy.sh's own 5 ms
 export MKS_COUNTER_EPOCH=$epoch MKS_COUNTER_BUDGET=${budget:-0}
+export MKS_COUNTER_DETAIL=${detail:-default}${every:+/$every}
 MKS_COUNTER_LAUNCH="--epoch-ms
 $epoch${budget:+
 --budget
-$budget}"
+$budget}${detail:+
+--agent-arg
+--step-detail=$detail}${every:+
+--agent-arg
+--detail-every=$every}"
 export MKS_COUNTER_LAUNCH
 
 # ---- the runs (bench/accuracy.sh with the hook) ---------------------------------

@@ -122,6 +122,7 @@ struct agent {
     uint64_t elig_total[MKS_EV_COUNT]; /* eligible events of every epoch summarised */
     uint64_t lost_logged, lost_log_ns; /* losses said in the log, and when */
     struct agt_budget budget;
+    struct agt_detail detail; /* which steps carry per-step detail */
     uint32_t sample_shift;            /* largest shift in force (reported in summaries) */
     uint32_t cmd_shift[MKS_EV_COUNT]; /* set by the collector's SetBudget */
     uint64_t cmd_insns[MKS_EV_COUNT];
@@ -1078,6 +1079,14 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
         .sample_shift = a->sample_shift,
         .prog_names = (const char *const *)a->progs.names_by_id,
         .n_prog_names = sizeof(a->progs.names_by_id) / sizeof(a->progs.names_by_id[0])};
+    /* The steps whose own rows go; the policy's state is put back if the
+     * summary is held (it is chosen again, merged with the next). */
+    struct agt_detail detail_before = a->detail;
+    uint32_t *dsteps = NULL;
+    size_t n_dsteps = 0;
+    int err = agt_detail_choose(&a->detail, s, &dsteps, &n_dsteps);
+    meta.withheld_steps = dsteps;
+    meta.n_withheld_steps = n_dsteps;
     const struct mks_wire_key *key = a->have_key ? &a->key : NULL;
     uint8_t *bufs[AGT_TIER_COUNT] = {0};
     size_t sizes[AGT_TIER_COUNT] = {0};
@@ -1086,9 +1095,10 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
      * level in force. */
     int cap = (int)a->coll.level;
     int tier = cap;
-    int err = 0;
     meta.pressure = a->coll.level;
-    if (a->budget.bytes_per_sec) {
+    if (err) {
+        /* no memory for the choice: nothing encoded, said below */
+    } else if (a->budget.bytes_per_sec) {
         for (int t = 0; t < AGT_TIER_COUNT && !err; t++)
             err = agt_summary_encode(s, (enum agt_tier)t, &meta, key, &bufs[t], &sizes[t]);
         if (!err) {
@@ -1104,10 +1114,15 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
     if (!err && a->budget.bytes_per_sec && a->ctl)
         adapt_sampling(a, tier);
     if (!err && tier < 0) {
+        a->detail = detail_before;
         a->n_held++;
         a->pending = s;
         s = NULL;
     } else if (!err) {
+        if (tier != AGT_TIER_FULL) { /* no step had rows of its own: none withheld */
+            a->detail.kept = detail_before.kept;
+            a->detail.withheld = detail_before.withheld;
+        }
         struct agt_spool_tag tag = {.v = {[TAG_LOSSES] = meta.lost_summaries}};
         for (int ev = 0; ev < MKS_EV_COUNT; ev++) {
             tag.v[TAG_EVENTS + ev] = s->cov[ev].eligible + undelivered[ev];
@@ -1137,6 +1152,7 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
                     strerror(-err));
     for (int t = 0; t < AGT_TIER_COUNT; t++)
         free(bufs[t]);
+    free(dsteps);
     agt_summary_free(s);
 }
 
@@ -1403,13 +1419,15 @@ static void write_stats(struct agent *a)
             ",\"unacked\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"held_epochs\":%" PRIu64
             ",\"bytes_sent\":%" PRIu64 ",\"sending_seconds\":%.3f,\"sends\":%" PRIu64
             ",\"resends\":%" PRIu64 ",\"attaches\":%" PRIu64 ",\"raw_batches_dropped\":%" PRIu64
-            ",\"pressured\":%" PRIu64 ",\"wakeups\":%" PRIu64 ",\"tiers\":[%" PRIu64 ",%" PRIu64
-            ",%" PRIu64 "],\"class_counts\":{",
+            ",\"pressured\":%" PRIu64 ",\"wakeups\":%" PRIu64 ",\"steps_detailed\":%" PRIu64
+            ",\"steps_withheld\":%" PRIu64 ",\"tiers\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64
+            "],\"class_counts\":{",
             a->o.rank, a->incarnation, secs, a->n_epochs, a->n_summaries, a->acked, a->seq,
             st.entries, st.lost + st.stale, a->n_held, a->budget.sent,
             (double)(a->last_send_ns - a->first_send_ns) / 1e9, a->n_sends, a->n_resends,
-            a->n_attaches, a->raw_dropped, a->n_pressured, a->n_wakeups, a->tiers[AGT_TIER_COUNTS],
-            a->tiers[AGT_TIER_HIST], a->tiers[AGT_TIER_FULL]);
+            a->n_attaches, a->raw_dropped, a->n_pressured, a->n_wakeups, a->detail.kept,
+            a->detail.withheld, a->tiers[AGT_TIER_COUNTS], a->tiers[AGT_TIER_HIST],
+            a->tiers[AGT_TIER_FULL]);
     int first = 1;
     for (int c = 0; c < MKS_MON_MAX_CLASSES; c++) {
         if (!a->class_counts[c])
@@ -1485,6 +1503,7 @@ static int setup(struct agent *a)
     if (err)
         return err;
     agt_budget_init(&a->budget, a->o.budget, a->epoch_ns, mono_ns());
+    agt_detail_init(&a->detail, &a->o.detail);
     a->esc_env = (struct agt_esc_env){.job = a->o.job,
                                       .rank = a->o.rank,
                                       .incarnation = a->incarnation,

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "detail.h"
+
 struct agt_opts {
     size_t sz;
     const char *job;
@@ -32,6 +34,7 @@ struct agt_opts {
     uint64_t fresh_window_ms; /* with a key: commands and surveys older/newer than this are
                                  refused; 0: 60 s */
     uint64_t probe_max_cost;  /* instructions per event a probe's program may cost */
+    struct agt_detail_opts detail; /* which steps carry per-step detail (detail.h) */
 };
 
 /* Run until SIGINT/SIGTERM (or the application's end with exit_with_app).

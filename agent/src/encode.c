@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "detail.h"
 #include "log.h"
 
 uint32_t agt_tier_wire(enum agt_tier tier)
@@ -27,6 +28,12 @@ uint32_t agt_tier_wire(enum agt_tier tier)
     default:
         return 0;
     }
+}
+
+/* Whether a step's own rows go (meta's withheld steps, detail.h). */
+static int step_kept(const struct agt_encode_meta *meta, uint64_t step)
+{
+    return !agt_detail_has(meta->withheld_steps, meta->n_withheld_steps, step);
 }
 
 /* All allocations of one encoding, freed together. */
@@ -143,12 +150,15 @@ static int push_row(struct arena *a, Mkscope__V1__EpochSummary *es, uint32_t cls
  * (entries of mixed slots; the histograms of shared buckets, whose tasks
  * the step rows count already, so that every task is counted once and sits
  * in one histogram).  Without lat_step (an older latency monitor), one row
- * per bucket that held one step.  At coarser tiers one row of no step per
- * class.  Per class the rows add up to the count monitor's exact count.
+ * per bucket that held one step.  A step whose detail is withheld (meta's
+ * filter) has no row: its tasks are in the row of no step, as a mixed
+ * slot's are.  At coarser tiers one row of no step per class.  Per class
+ * the rows add up to the count monitor's exact count.
  */
 static int class_rows(struct arena *a, const struct agt_summary *s, enum agt_tier tier,
-                      uint32_t c, const int64_t bmap[MKS_MON_STEP_BUCKETS],
-                      struct agt_lat_step *acc, Mkscope__V1__EpochSummary *es)
+                      const struct agt_encode_meta *meta, uint32_t c,
+                      const int64_t bmap[MKS_MON_STEP_BUCKETS], struct agt_lat_step *acc,
+                      Mkscope__V1__EpochSummary *es)
 {
     size_t n_acc = 0;
     struct mks_mon_lat_step mixed = {0}, all = {0};
@@ -177,7 +187,7 @@ static int class_rows(struct arena *a, const struct agt_summary *s, enum agt_tie
         for (size_t k = 0; k < n_acc; k++) {
             const struct mks_mon_lat_step *v = &acc[k].v;
             int64_t step = (int64_t)(v->tag - 1);
-            if (step > UINT32_MAX) {
+            if (step > UINT32_MAX || !step_kept(meta, (uint64_t)step)) {
                 lstep_add(&mixed, v);
                 continue;
             }
@@ -200,7 +210,7 @@ static int class_rows(struct arena *a, const struct agt_summary *s, enum agt_tie
         hist_count += l->run.count;
         if (used[b])
             continue;
-        if (!exact && tier == AGT_TIER_FULL && bmap[b] >= 0) {
+        if (!exact && tier == AGT_TIER_FULL && bmap[b] >= 0 && step_kept(meta, (uint64_t)bmap[b])) {
             /* older monitor: the bucket's histograms are its one step's */
             if (push_row(a, es, c, bmap[b], l->run.count,
                          hist_of(a, &l->ready, l->ready.count, l->ready.sum, 0),
@@ -240,7 +250,7 @@ static int class_rows(struct arena *a, const struct agt_summary *s, enum agt_tie
 }
 
 static int add_task_rows(struct arena *a, const struct agt_summary *s, enum agt_tier tier,
-                         Mkscope__V1__EpochSummary *es)
+                         const struct agt_encode_meta *meta, Mkscope__V1__EpochSummary *es)
 {
     size_t cap = MKS_MON_MAX_CLASSES * (MKS_MON_STEP_BUCKETS + 1) + s->n_lstep;
     es->task_stats = arena_alloc(a, cap * sizeof(*es->task_stats));
@@ -250,14 +260,17 @@ static int add_task_rows(struct arena *a, const struct agt_summary *s, enum agt_
     int64_t bmap[MKS_MON_STEP_BUCKETS];
     agt_summary_bucket_steps(s, bmap);
     for (uint32_t c = 0; c < MKS_MON_MAX_CLASSES; c++) {
-        int err = class_rows(a, s, tier, c, bmap, acc, es);
+        int err = class_rows(a, s, tier, meta, c, bmap, acc, es);
         if (err)
             return err;
     }
     return 0;
 }
 
-static int add_waits(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es)
+/* Remote waits and releases, but those of a step whose detail is withheld
+ * (counted in rows_withheld). */
+static int add_waits(struct arena *a, const struct agt_summary *s,
+                     const struct agt_encode_meta *meta, Mkscope__V1__EpochSummary *es)
 {
     if (s->n_remote) {
         es->remote_waits = arena_alloc(a, s->n_remote * sizeof(*es->remote_waits));
@@ -266,6 +279,10 @@ static int add_waits(struct arena *a, const struct agt_summary *s, Mkscope__V1__
     }
     for (size_t i = 0; i < s->n_remote; i++) {
         const struct agt_remote *r = &s->remote[i];
+        if (!step_kept(meta, r->v.step)) {
+            es->rows_withheld++;
+            continue;
+        }
         Mkscope__V1__RemoteWait *w = arena_alloc(a, sizeof(*w));
         if (!w)
             return -ENOMEM;
@@ -286,6 +303,10 @@ static int add_waits(struct arena *a, const struct agt_summary *s, Mkscope__V1__
     }
     for (size_t i = 0; i < s->n_release; i++) {
         const struct agt_release *r = &s->release[i];
+        if (!step_kept(meta, r->v.step)) {
+            es->rows_withheld++;
+            continue;
+        }
         Mkscope__V1__Release *m = arena_alloc(a, sizeof(*m));
         if (!m)
             return -ENOMEM;
@@ -368,11 +389,12 @@ static int add_maps(struct arena *a, const struct agt_summary *s, const struct a
 }
 
 static int add_workers(struct arena *a, const struct agt_summary *s, int per_step,
-                       Mkscope__V1__EpochSummary *es);
-static int add_steps(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es);
+                       const struct agt_encode_meta *meta, Mkscope__V1__EpochSummary *es);
+static int add_steps(struct arena *a, const struct agt_summary *s, int per_step,
+                     const struct agt_encode_meta *meta, Mkscope__V1__EpochSummary *es);
 
 static int add_rest(struct arena *a, const struct agt_summary *s, enum agt_tier tier,
-                    Mkscope__V1__EpochSummary *es)
+                    const struct agt_encode_meta *meta, Mkscope__V1__EpochSummary *es)
 {
     /* local dependency waits per waiter class (steps are not kept apart by
      * the monitor) */
@@ -395,9 +417,9 @@ static int add_rest(struct arena *a, const struct agt_summary *s, enum agt_tier 
             es->local_waits[es->n_local_waits++] = w;
         }
     }
-    if (add_workers(a, s, tier == AGT_TIER_FULL, es))
+    if (add_workers(a, s, tier == AGT_TIER_FULL, meta, es))
         return -ENOMEM;
-    return add_steps(a, s, es);
+    return add_steps(a, s, tier == AGT_TIER_FULL, meta, es);
 }
 
 static const struct agt_step_done *done_step(const struct agt_summary *s, uint64_t step)
@@ -410,8 +432,11 @@ static const struct agt_step_done *done_step(const struct agt_summary *s, uint64
 
 /* Step rows: one per step this summary saw tasks of, with what it saw; a
  * step that ended here is marked complete and carries its whole span (a
- * step that ended with no task in these epochs gets a row of its own). */
-static int add_steps(struct arena *a, const struct agt_summary *s, Mkscope__V1__EpochSummary *es)
+ * step that ended with no task in these epochs gets a row of its own).  At
+ * the full tier a step whose detail is withheld says so (below it, no step
+ * has rows of its own anyway: detail_tier says that). */
+static int add_steps(struct arena *a, const struct agt_summary *s, int per_step,
+                     const struct agt_encode_meta *meta, Mkscope__V1__EpochSummary *es)
 {
     size_t n = s->n_gen + s->n_done;
     if (!n)
@@ -444,6 +469,10 @@ static int add_steps(struct arena *a, const struct agt_summary *s, Mkscope__V1__
             st->cpu_wait_ns = d->cpu_wait_known ? d->cpu_wait : 0;
             st->cpu_runs = d->cpu_wait_known ? d->cpu_runs : 0;
         }
+        if (per_step && !step_kept(meta, g->step)) {
+            st->detail_withheld = 1;
+            es->steps_withheld++;
+        }
         es->steps[es->n_steps++] = st;
         if (g->advances) {
             mkscope__v1__gen_progress__init(gp);
@@ -471,6 +500,10 @@ static int add_steps(struct arena *a, const struct agt_summary *s, Mkscope__V1__
         st->cpu_wait_measured = d->cpu_wait_known != 0;
         st->cpu_wait_ns = d->cpu_wait_known ? d->cpu_wait : 0;
         st->cpu_runs = d->cpu_wait_known ? d->cpu_runs : 0;
+        if (per_step && !step_kept(meta, d->step)) {
+            st->detail_withheld = 1;
+            es->steps_withheld++;
+        }
         es->steps[es->n_steps++] = st;
     }
     return 0;
@@ -487,13 +520,15 @@ static uint32_t depth_of(const struct agt_summary *s, uint32_t worker)
 
 /* Worker rows: per (worker, step) for every step that ended here with its
  * worker times known (busy, idle = span - busy, tasks; the depth is the
- * worker's largest queue depth of the summary); below the full tier one row
+ * worker's largest queue depth of the summary), but those of a step whose
+ * detail is withheld (not sent, counted in rows_withheld: a row of no step
+ * would be read as another step's); below the full tier one row
  * per worker of no step, the sums over those steps (a row per worker and
  * step costs more of a budget than the histograms do at a fast step rate);
  * without worker times (an older latency monitor), per worker with no step,
  * the queue monitor's view. */
 static int add_workers(struct arena *a, const struct agt_summary *s, int per_step,
-                       Mkscope__V1__EpochSummary *es)
+                       const struct agt_encode_meta *meta, Mkscope__V1__EpochSummary *es)
 {
     size_t n = 0;
     if (s->have_wtime) {
@@ -552,6 +587,10 @@ static int add_workers(struct arena *a, const struct agt_summary *s, int per_ste
         const struct agt_step_done *d = &s->done[i];
         if (!d->busy)
             continue;
+        if (!step_kept(meta, d->step)) {
+            es->rows_withheld += d->n_workers;
+            continue;
+        }
         uint64_t span = d->t_end > d->t_begin ? d->t_end - d->t_begin : 0;
         for (uint32_t k = 0; k < d->n_workers; k++) {
             Mkscope__V1__WorkerStat *w = arena_alloc(a, sizeof(*w));
@@ -606,15 +645,15 @@ int agt_summary_encode(const struct agt_summary *s, enum agt_tier tier,
     es.lost_summaries = meta->lost_summaries;
     es.waits_dropped = s->wait_stats.remote_dropped;
 
-    int err = add_task_rows(&a, s, tier, &es);
+    int err = add_task_rows(&a, s, tier, meta, &es);
     if (!err && tier == AGT_TIER_FULL)
-        err = add_waits(&a, s, &es);
+        err = add_waits(&a, s, meta, &es);
     else
         es.waits_dropped += s->n_remote + s->n_release;
     if (!err && tier == AGT_TIER_FULL)
         err = add_maps(&a, s, meta, &es);
     if (!err && tier != AGT_TIER_COUNTS)
-        err = add_rest(&a, s, tier, &es);
+        err = add_rest(&a, s, tier, meta, &es);
 
     Mkscope__V1__Coverage cov[MKS_EV_COUNT], *covp[MKS_EV_COUNT];
     agt_coverage_fill(s->cov, meta->undelivered, cov, covp);

@@ -27,6 +27,10 @@ struct agt_encode_meta {
     uint32_t pressure;       /* the collector's pressure that capped the tier (0 none) */
     const char *const *prog_names; /* indexed by prog_id, NULL entries allowed */
     uint32_t n_prog_names;
+    /* Steps whose own rows are withheld (detail.h), sorted; none: every
+     * step's go. */
+    const uint32_t *withheld_steps;
+    size_t n_withheld_steps;
 };
 
 /* Coverage of every hook as wire messages (out and outp hold MKS_EV_COUNT;

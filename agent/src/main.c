@@ -61,6 +61,16 @@ static void usage(FILE *f)
             "  --survey URL          collector survey socket for live queries (default: none)\n"
             "  --epoch-ms MS         epoch length (default 100)\n"
             "  --budget BYTES        telemetry budget in bytes per second (default: unlimited)\n"
+            "  --step-detail MODE    all: per-step rows (task classes, workers, waits,\n"
+            "                        releases) for every step (default); auto: only for steps\n"
+            "                        longer than 1.2 x the median of the recent ones (and\n"
+            "                        the rest of such a run), their neighbours, every\n"
+            "                        --detail-every'th step and the first --detail-warmup;\n"
+            "                        the others' tasks in rows of no step, their other rows\n"
+            "                        counted as withheld (docs/agent.md)\n"
+            "  --detail-every K      with --step-detail auto: steps 0, K, 2K... keep their\n"
+            "                        detail on every rank (default 4; 0: none by number)\n"
+            "  --detail-warmup N     with --step-detail auto: steps 0..N-1 keep it (default 0)\n"
             "  --buffer-bytes BYTES  memory for summaries the collector has not acked (8 MiB)\n"
             "  --spool-dir DIR       keep every unacked summary in DIR/JOB.RANK too (a crashed\n"
             "                        agent's are sent by the next one) and spill there when\n"
@@ -147,7 +157,8 @@ int main(int argc, char **argv)
     enum {
         O_JOB = 256, O_RANK, O_COLLECTOR, O_SURVEY, O_EPOCH, O_BUDGET, O_BUFFER, O_SPOOL_DIR,
         O_SPOOL_BYTES, O_KEY, O_MONITORS, O_ATTACH, O_LEASE, O_HEARTBEAT, O_TIMEOUT, O_DRAIN,
-        O_EXIT_WITH_APP, O_STATS, O_SPILL_ONLY, O_FRESH, O_PROBE_COST
+        O_EXIT_WITH_APP, O_STATS, O_SPILL_ONLY, O_FRESH, O_PROBE_COST, O_STEP_DETAIL,
+        O_DETAIL_EVERY, O_DETAIL_WARMUP
     };
     static const struct option lo[] = {
         {"job", required_argument, 0, O_JOB},
@@ -156,6 +167,9 @@ int main(int argc, char **argv)
         {"survey", required_argument, 0, O_SURVEY},
         {"epoch-ms", required_argument, 0, O_EPOCH},
         {"budget", required_argument, 0, O_BUDGET},
+        {"step-detail", required_argument, 0, O_STEP_DETAIL},
+        {"detail-every", required_argument, 0, O_DETAIL_EVERY},
+        {"detail-warmup", required_argument, 0, O_DETAIL_WARMUP},
         {"buffer-bytes", required_argument, 0, O_BUFFER},
         {"spool-dir", required_argument, 0, O_SPOOL_DIR},
         {"spool-bytes", required_argument, 0, O_SPOOL_BYTES},
@@ -185,6 +199,7 @@ int main(int argc, char **argv)
         .timeout_ms = 1000,
         .drain_ms = 3000,
         .probe_max_cost = MKS_PROBE_COST_DEFAULT,
+        .detail = {.mode = AGT_DETAIL_ALL, .every = 4, .slow_frac = 0.2},
     };
     uint64_t v;
     int have_rank = 0, c;
@@ -214,6 +229,23 @@ int main(int argc, char **argv)
         case O_BUDGET:
             if (parse_u64("--budget", optarg, 0, UINT64_MAX / 2, &o.budget))
                 return 2;
+            break;
+        case O_STEP_DETAIL:
+            if (agt_detail_mode_parse(optarg, &o.detail.mode)) {
+                fprintf(stderr, "mkscope-agent: --step-detail '%s': expected all or auto\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case O_DETAIL_EVERY:
+            if (parse_u64("--detail-every", optarg, 0, UINT32_MAX, &v))
+                return 2;
+            o.detail.every = (uint32_t)v;
+            break;
+        case O_DETAIL_WARMUP:
+            if (parse_u64("--detail-warmup", optarg, 0, UINT32_MAX, &v))
+                return 2;
+            o.detail.warmup = (uint32_t)v;
             break;
         case O_BUFFER:
             if (parse_u64("--buffer-bytes", optarg, 1024, UINT64_MAX / 2, &o.buffer_bytes))

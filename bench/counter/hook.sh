@@ -17,7 +17,8 @@
 # Environment (bench/counter.sh sets it): MKS_COUNTER_OUT (baselines live in
 # its baselines/), MKS_BASELINES_BIN (mkscope-baselines), MKS_COUNTER_LAUNCH
 # (extra launcher arguments, one a line), MKS_COUNTER_EPOCH and
-# MKS_COUNTER_BUDGET (the agents' epoch and budget, recorded in the scores),
+# MKS_COUNTER_BUDGET and MKS_COUNTER_DETAIL (the agents' epoch, budget and
+# --step-detail[/--detail-every], recorded in the scores),
 # and accuracy.sh's MKS_*_BIN.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -96,9 +97,9 @@ post)
     jq -n -c --argjson diag "$(cat "$3")" --argjson truth "$truth" -f "$root/bench/accuracy/score.jq" |
       jq -c --arg id "$id" --arg tool "$1" --argjson bytes "$2" --argjson full "$full" \
         --argjson epoch "${MKS_COUNTER_EPOCH:-5}" \
-        --argjson budget "${MKS_COUNTER_BUDGET:-0}" \
+        --argjson budget "${MKS_COUNTER_BUDGET:-0}" --arg detail "${MKS_COUNTER_DETAIL:-default}" \
         '. + {id: $id, tool: $tool, bytes: $bytes, trace_bytes: $full,
-              epoch_ms: $epoch, agent_budget: $budget}' >"$runs/$id.$1.score.tmp"
+              epoch_ms: $epoch, agent_budget: $budget, step_detail: $detail}' >"$runs/$id.$1.score.tmp"
   }
   "$bin" trace --bench "$d/bench.json" --trace "$d/trace" -o "$d/ans.trace.json"
   full=$(jq .bytes "$d/ans.trace.json")

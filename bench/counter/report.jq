@@ -46,7 +46,7 @@ def human: if . >= 1048576 then "\((. / 104857.6 | round) / 10) MB"
              | "\($t) \($x | map(select(.correct)) | length)/\($x | length)" | pad(20) ]
            | join("")) ),
     "",
-    "== bytes (mkscope's agents at \([$by.mkscope // [] | .[].epoch_ms | select(. != null)] | unique | map(tostring + " ms") | join(", ")) epochs, budget \([$by.mkscope // [] | .[].agent_budget | select(. != null)] | unique | map(if . == 0 then "unlimited" else tostring + " B/s" end) | join(", ")))",
+    "== bytes (mkscope's agents at \([$by.mkscope // [] | .[].epoch_ms | select(. != null)] | unique | map(tostring + " ms") | join(", ")) epochs, budget \([$by.mkscope // [] | .[].agent_budget | select(. != null)] | unique | map(if . == 0 then "unlimited" else tostring + " B/s" end) | join(", ")), step detail \([$by.mkscope // [] | .[].step_detail // "default"] | unique | join(", ")))",
     ( $rows[] | . as $r | $by[$r.tool] as $s
       | (.tool | pad(15)) + "\(($s | map(.bytes) | add) / ($s | map(.steps * .ranks) | add) | round) B a step and rank"
         + ( [ $s[] | select(.id | test("\\.long$")) ] as $L

@@ -127,6 +127,7 @@ struct cell { /* (rank, step) */
     uint8_t tier; /* the lowest detail tier of its epochs (2 full: waits and
                      releases; 1 histograms; 0 counts); 255 none read */
     bool has_workers, detail, coarse;
+    bool withheld; /* its agent kept the step's own rows back (StepTime.detail_withheld) */
 };
 struct crow { /* (rank, step, class) */
     uint32_t rank, step, cls;
@@ -409,14 +410,15 @@ static int load_rows(struct diag *d, uint32_t lo, uint32_t hi, bool ranged)
      * all of them through the job's epochs. */
     if (prep(d,
              ranged ? "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
-                      " s.queued_while_idle_ns, s.cpu_wait_ns, s.cpu_runs FROM epochs e INDEXED BY"
+                      " s.queued_while_idle_ns, s.cpu_wait_ns, s.cpu_runs, s.detail_withheld FROM"
+                      " epochs e INDEXED BY"
                       " epochs_step CROSS JOIN steps s ON s.epoch_id = e.id WHERE e.job = ?1 AND"
                       " e.step_hi BETWEEN ?2 AND ?3 + (SELECT COALESCE(MAX(step_span), 0) FROM"
                       " ranks WHERE job = ?1) AND e.step_lo <= ?3 AND s.step BETWEEN ?2 AND ?3"
                     : "SELECT e.rank, s.step, s.epoch_id, s.t_begin_dev, s.t_end_dev,"
-                      " s.queued_while_idle_ns, s.cpu_wait_ns, s.cpu_runs FROM steps s JOIN"
-                      " epochs e ON e.id = s.epoch_id WHERE e.job = ?1 AND s.step BETWEEN ?2"
-                      " AND ?3",
+                      " s.queued_while_idle_ns, s.cpu_wait_ns, s.cpu_runs, s.detail_withheld FROM"
+                      " steps s JOIN epochs e ON e.id = s.epoch_id WHERE e.job = ?1 AND s.step"
+                      " BETWEEN ?2 AND ?3",
              &s))
         return -EIO;
     sqlite3_bind_int64(s, 2, lo);
@@ -440,7 +442,8 @@ static int load_rows(struct diag *d, uint32_t lo, uint32_t hi, bool ranged)
                                                 : (double)u64(s, 6),
                                       .cr = sqlite3_column_type(s, 7) == SQLITE_NULL
                                                 ? NAN
-                                                : (double)u64(s, 7)};
+                                                : (double)u64(s, 7),
+                                      .withheld = sqlite3_column_int(s, 8) != 0};
         note_rank(d, rank);
     }
     sqlite3_finalize(s);
@@ -521,6 +524,7 @@ static void merge_cells(struct diag *d)
                 p->qwi = d->s[i].qwi;
             if (isnan(p->cw)) /* only the step's complete row carries it */
                 p->cw = d->s[i].cw, p->cr = d->s[i].cr;
+            p->withheld |= d->s[i].withheld;
             continue;
         }
         d->s[m++] = d->s[i];
@@ -943,8 +947,8 @@ static int prep_detail(struct diag *d)
         /* the histograms only when no maximum was stored (read lazily) */
         "SELECT class, step, count, CASE WHEN run_sum > 0 THEN run_sum ELSE sum_run_ns END,"
         " run_max, CASE WHEN run_max > 0 THEN NULL ELSE run_hist END, queue_sum, queue_count,"
-        " queue_max, CASE WHEN queue_max > 0 THEN NULL ELSE queue_hist END FROM task_stats"
-        " WHERE epoch_id = ?1",
+        " queue_max, CASE WHEN queue_max > 0 THEN NULL ELSE queue_hist END, step IS NULL"
+        " FROM task_stats WHERE epoch_id = ?1",
         "SELECT step, peer_rank, waiter_class, comm_gen, t_begin_dev, t_end_dev FROM waits"
         " WHERE epoch_id = ?1 AND t_begin_dev > 0 AND t_end_dev >= t_begin_dev",
         "SELECT step, consumer_rank, class, comm_gen, t_ready, t_start, t_end, t_comm_begin,"
@@ -1015,7 +1019,9 @@ static int load_epoch(struct diag *d, int64_t epoch, uint32_t rank, const struct
         r.qmax = u64(s, 8) ? (double)u64(s, 8) : hist_floor(s, 9);
         if (r.count <= 0)
             continue;
-        if (r.step == 0 && !carries0) {
+        /* a row of no step (stored NULL; older stores: step 0 in an
+         * epoch without step 0) */
+        if (sqlite3_column_int(s, 10) || (r.step == 0 && !carries0)) {
             if (nu < 64)
                 unknown[nu++] = r;
             continue;
@@ -2232,6 +2238,15 @@ static int build_chain(struct diag *d, uint32_t rank, uint32_t step, double exce
                      "coverage on rank %u in step %u is %.0f%% (below %.0f%%): lower the"
                      " sampling or raise the budget",
                      rank, step, 100 * L->cov_ratio, 100 * d->o.min_coverage);
+            break;
+        }
+        if (c->withheld) {
+            /* its tasks are in rows of no step, its waits were not sent:
+             * any cause read from them would be a guess */
+            snprintf(ch->reason, sizeof(ch->reason),
+                     "rank %u withheld the detail of step %u (its agent's --step-detail auto"
+                     " found it no slower than its recent steps): no cause can be followed",
+                     rank, step);
             break;
         }
         int rc = prof_cell(d, c, gen, visited, p);

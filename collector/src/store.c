@@ -183,7 +183,8 @@ static const char schema_sql[] =
     "CREATE INDEX IF NOT EXISTS task_stats_e ON task_stats(epoch_id);\n"
     "CREATE TABLE IF NOT EXISTS steps(epoch_id INTEGER REFERENCES epochs(id) ON DELETE CASCADE,"
     " step INTEGER, t_begin_dev INTEGER, t_end_dev INTEGER, tasks INTEGER, complete INTEGER,"
-    " queued_while_idle_ns INTEGER, cpu_wait_ns INTEGER, cpu_runs INTEGER);\n"
+    " queued_while_idle_ns INTEGER, cpu_wait_ns INTEGER, cpu_runs INTEGER,"
+    " detail_withheld INTEGER DEFAULT 0);\n"
     "CREATE INDEX IF NOT EXISTS steps_e ON steps(epoch_id);\n"
     "CREATE TABLE IF NOT EXISTS waits(epoch_id INTEGER REFERENCES epochs(id) ON DELETE CASCADE,"
     " comm_gen INTEGER, peer_rank INTEGER, waiter_class INTEGER, step INTEGER, worker INTEGER,"
@@ -347,6 +348,7 @@ static const struct {
      * rows, device backends) */
     {"steps", "cpu_wait_ns", "INTEGER"},
     {"steps", "cpu_runs", "INTEGER"},
+    {"steps", "detail_withheld", "INTEGER DEFAULT 0"},
 };
 
 /* Values an added column gets from what the store holds, run once it is
@@ -775,7 +777,7 @@ static const struct {
     int cols;
 } ins_tables[T_COUNT] = {
     [T_TASK] = {"INSERT INTO task_stats VALUES", 14},
-    [T_STEPS] = {"INSERT INTO steps VALUES", 9},
+    [T_STEPS] = {"INSERT INTO steps VALUES", 10},
     [T_WAITS] = {"INSERT INTO waits VALUES", 9},
     [T_RELEASES] = {"INSERT INTO releases VALUES", 13},
     [T_LOCAL_WAITS] = {"INSERT INTO local_waits VALUES", 6},
@@ -1594,11 +1596,12 @@ static int store_summary_rows(struct mks_store *st, const mks_envelope *env, int
     for (size_t i = 0; i < s->n_steps; i++) {
         const Mkscope__V1__StepTime *t = s->steps[i];
         if (t->cpu_wait_measured)
-            ROW("iiuuuiuuu", eid, (int64_t)t->step, t->t_begin_dev_ns, t->t_end_dev_ns, t->tasks,
-                (int64_t)t->complete, t->queued_while_idle_ns, t->cpu_wait_ns, t->cpu_runs);
+            ROW("iiuuuiuuui", eid, (int64_t)t->step, t->t_begin_dev_ns, t->t_end_dev_ns, t->tasks,
+                (int64_t)t->complete, t->queued_while_idle_ns, t->cpu_wait_ns, t->cpu_runs,
+                (int64_t)t->detail_withheld);
         else
-            ROW("iiuuuiunn", eid, (int64_t)t->step, t->t_begin_dev_ns, t->t_end_dev_ns, t->tasks,
-                (int64_t)t->complete, t->queued_while_idle_ns);
+            ROW("iiuuuiunni", eid, (int64_t)t->step, t->t_begin_dev_ns, t->t_end_dev_ns, t->tasks,
+                (int64_t)t->complete, t->queued_while_idle_ns, (int64_t)t->detail_withheld);
     }
     if (mks_stepagg_note(&st->agg, env->job, env->rank, eid, s))
         return SQLITE_NOMEM;

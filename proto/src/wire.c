@@ -195,7 +195,7 @@ static uint64_t u64_bound_lookup(const ProtobufCFieldDescriptor *f)
         "ran",       "throttled", "lost",        "tasks",   "bytes",             "busy_ns",
         "idle_ns",   "dep_wait_ns", "over_threshold_ns", "queued_while_idle_ns", "sum_ns",
         "max_ns",    "lost_summaries", "waits_dropped", "unacked", "dropped", "cost",
-        "undelivered", "cpu_wait_ns", "cpu_runs",
+        "undelivered", "cpu_wait_ns", "cpu_runs", "steps_withheld", "rows_withheld",
     };
     static const char *const stamps[] = {
         "agent_time_ns", "app_start_ns", "collector_time_ns", "applied_host_ns", "sent_ns",

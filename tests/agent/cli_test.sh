@@ -21,6 +21,9 @@ expect 2 "monitor name ''" --job j --rank 0 --attach latency,,queue
 expect 2 "--monitors '/dev/null': not a directory" --job j --rank 0 --monitors /dev/null
 expect 2 "--monitors '$tmp/none'" --job j --rank 0 --monitors "$tmp/none"
 expect 2 "a job name is" --job "$(printf 'a\nb')" --rank 0
+expect 2 "--step-detail 'some': expected all or auto" --job j --rank 0 --step-detail some
+expect 2 "--detail-every" --job j --rank 0 --step-detail auto --detail-every -1
+expect 2 "--detail-warmup" --job j --rank 0 --detail-warmup x
 expect 0 "" --help
 grep -q -- "--spool-spill-only" "$tmp/out" || { echo "FAIL: --help lacks --spool-spill-only"; fails=$((fails + 1)); }
 

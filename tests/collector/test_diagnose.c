@@ -571,6 +571,31 @@ static void test_low_coverage(void **s)
     mks_store_close(st);
 }
 
+/* The slow rank's agent withheld the detail of the slow steps
+ * (StepTime.detail_withheld, --step-detail auto): the chain stops there,
+ * undecided, saying so, instead of reading a cause from rows of no step. */
+static void test_detail_withheld(void **s)
+{
+    (void)s;
+    gens_only = false;
+    struct mks_store *st = fill(SLOW_TASK);
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "UPDATE steps SET detail_withheld = 1 WHERE step BETWEEN %d AND %d AND epoch_id IN"
+             " (SELECT id FROM epochs WHERE rank = 2)",
+             F_LO, F_HI);
+    assert_int_equal(sqlite3_exec(mks_store_db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+    json_t *d = diagnose(st);
+    json_t *groups = json_object_get(d, "groups");
+    assert_int_equal(json_array_size(groups), 1);
+    json_t *g = json_array_get(groups, 0);
+    if (strcmp(js(g, "cause"), "undecided") ||
+        !strstr(js(g, "reason"), "rank 2 withheld the detail of step"))
+        fail_msg("want undecided, detail withheld on rank 2: %s", json_dumps(g, 0));
+    json_decref(d);
+    mks_store_close(st);
+}
+
 /* --min-steps: the fault's group of 3 slow steps stays with 3, goes (and
  * is counted) with 4. */
 static void test_min_steps(void **s)
@@ -686,6 +711,7 @@ int main(void)
         cmocka_unit_test_teardown(test_contention_fault_stays, cw_reset),
         cmocka_unit_test_teardown(test_contention_not_measured, cw_reset),
         cmocka_unit_test(test_low_coverage),
+        cmocka_unit_test(test_detail_withheld),
         cmocka_unit_test(test_min_steps),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_long_noisy),
