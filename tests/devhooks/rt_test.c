@@ -933,11 +933,14 @@ struct spinner {
     int cpu;
     pthread_barrier_t *go;
     uint64_t until;
+    uint32_t done; /* set by the test once the pump has sampled past `until` */
     int rc;
 };
 
 /* Declares itself as the worker, then spins on one core (shared with the
- * other spinner) until `until` after the barrier. */
+ * other spinner) until `until` after the barrier, then stays alive (asleep)
+ * until `done`: the run delay of a thread that ended is read no more, so a
+ * pump kept off the CPU past the spin would keep only its older samples. */
 static void *spin_main(void *arg)
 {
     struct spinner *s = arg;
@@ -950,6 +953,8 @@ static void *spin_main(void *arg)
     pthread_barrier_wait(s->go);
     while (mono_ns() < __atomic_load_n(&s->until, __ATOMIC_ACQUIRE))
         ;
+    while (!__atomic_load_n(&s->done, __ATOMIC_ACQUIRE))
+        usleep(1000);
     return NULL;
 }
 
@@ -1003,18 +1008,24 @@ static void test_cpu_wait(void **state)
     /* two runnable threads on one core for 60 ms: between them they wait
      * about that long for it */
     uint64_t t0 = mono_ns() + 10000000ull, t1 = t0 + 60000000ull;
+    uint64_t t_end = t1 + 10000000ull;
     for (uint32_t i = 0; i < 2; i++)
-        __atomic_store_n(&sp[i].until, t1 + 10000000ull, __ATOMIC_RELEASE);
+        __atomic_store_n(&sp[i].until, t_end, __ATOMIC_RELEASE);
+    /* the pump samples every 2 ms (later on a loaded machine): wait, the
+     * spinners still alive, for a sample after the spin */
+    uint64_t deadline = t_end + 5000000000ull;
+    int rc;
+    while ((rc = mks_ctl_cpu_wait(ctl, t0, t_end, &w, &runs)) == -ENODATA && mono_ns() < deadline)
+        usleep(2000);
+    if (rc == 0)
+        rc = mks_ctl_cpu_wait(ctl, t0, t1, &w, &runs);
+    for (uint32_t i = 0; i < 2; i++)
+        __atomic_store_n(&sp[i].done, 1u, __ATOMIC_RELEASE);
     for (uint32_t i = 0; i < 2; i++) {
         pthread_join(th[i], NULL);
         assert_int_equal(sp[i].rc, 0);
     }
     pthread_barrier_destroy(&go);
-    /* the pump samples every 2 ms: wait for one after t1 */
-    uint64_t deadline = mono_ns() + 2000000000ull;
-    int rc;
-    while ((rc = mks_ctl_cpu_wait(ctl, t0, t1, &w, &runs)) == -ENODATA && mono_ns() < deadline)
-        usleep(2000);
     char path[64];
     snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)getpid());
     if (rc == -ENODATA && access(path, R_OK) != 0) {
