@@ -2369,8 +2369,13 @@ static double on_path(const struct diag *d, uint32_t rank, double summed)
 /* Whether a loaded host explains slow step k (its excess, slowest rank
  * `slowest`) on one of ranks[0..n): the largest CPU wait beyond the usual
  * on the step's path among them (on_path; its rank in *rank_p) when it is
- * most of the excess, or all but less than makes a step slow (thr).  NAN:
- * not explained, or not measured. */
+ * three quarters of the excess or more, or all but less than makes a step
+ * slow (thr).  Three quarters: on a host loaded to 10-20 times its cores a
+ * fault's own steps show waits of half their excess and more (its workers
+ * wake after long waits), and a fault's five steps split into two parts
+ * of two would each be too short to show.  NAN: not explained, or not
+ * measured. */
+#define HOST_SHARE 0.75
 static double host_explains(const struct diag *d, const uint32_t *steps, size_t n_steps,
                             size_t k, uint32_t slowest, double excess, double thr,
                             const uint32_t *ranks, size_t n, uint32_t *rank_p,
@@ -2387,7 +2392,8 @@ static double host_explains(const struct diag *d, const uint32_t *steps, size_t 
         if (!isnan(cx) && (isnan(best) || cx > best))
             best = cx, *rank_p = ranks[i], *summed_p = sum;
     }
-    return !isnan(best) && best > 0 && (2 * best >= excess || excess - best < thr) ? best : NAN;
+    return !isnan(best) && best > 0 && (best >= HOST_SHARE * excess || excess - best < thr) ? best
+                                                                                         : NAN;
 }
 
 struct tgroup { /* slow steps of one root rank, none further than DIAG_GROUP_GAP from the last */
