@@ -106,6 +106,9 @@
 #define SEG_REL 0.15
 #define SEG_FRAC 0.7
 #define SEG_SHORT 30.0
+/* Slow steps inside a straggler's run whose excess a step is above this
+ * many times the run's lateness a step are not the straggler's own. */
+#define SEG_ABSORB_RATIO 8.0
 /* A steady straggler: blame positive in SEG_STEADY of every step asked
  * about, its median above SEG_STEADY_REL x tau. */
 #define SEG_STEADY 0.9
@@ -2415,6 +2418,7 @@ struct segment {
     double frac;                /* share of the run's steps with positive blame */
     size_t n;                   /* steps with a blame */
     bool kept;                  /* its group is shown (a cause explains it) */
+    size_t go;                  /* kept: its group's place among the groups out */
 };
 
 struct blame {
@@ -3437,6 +3441,7 @@ static json_t *contention_json(struct diag *d, const struct tgroup *t, const str
 struct gout { /* a group on its way out, with what orders it */
     json_t *g;
     bool decided;
+    bool yields; /* a straggler's run that holds a far larger fault's steps */
     size_t n;
     double total;
 };
@@ -3450,6 +3455,8 @@ static int cmp_gout(const void *a, const void *b)
     const struct gout *x = a, *y = b;
     if (x->decided != y->decided)
         return x->decided ? -1 : 1;
+    if (x->yields != y->yields)
+        return x->yields ? 1 : -1;
     if (x->n != y->n)
         return x->n > y->n ? -1 : 1;
     return x->total > y->total ? -1 : x->total < y->total;
@@ -3890,17 +3897,28 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             continue;
         }
         seg[s].kept = true;
+        seg[s].go = ng;
         go[ng++] = (struct gout){.g = gj, .decided = strcmp(cause, "undecided") != 0, .n = n_in,
                                  .total = seg[s].blame * (double)n_in * group_share(gj)};
     }
-    /* Slow steps of a straggler inside its run belong to it. */
+    /* Slow steps of a straggler inside its run belong to it, unless they
+     * stand far above its steady lateness: a fault of a few steps on a rank
+     * that also lags its peers a little all along (its steps 20 ms late, the
+     * run's lateness 0.1 ms a step) is a group of its own, and the
+     * straggler's run, whose cause is judged over all its steps, goes after
+     * it. */
     for (size_t g = 0; g < n_tg; g++) {
         const struct link *root = &CH(tg[g].first)->l[CH(tg[g].first)->n - 1];
-        for (size_t s = 0; s < n_seg; s++)
-            if (seg[s].kept && root->rank == seg[s].rank &&
-                tg[g].first_step + DIAG_WINDOW >= seg[s].first &&
-                tg[g].last_step <= seg[s].last + DIAG_WINDOW)
+        for (size_t s = 0; s < n_seg; s++) {
+            if (!seg[s].kept || root->rank != seg[s].rank ||
+                tg[g].first_step + DIAG_WINDOW < seg[s].first ||
+                tg[g].last_step > seg[s].last + DIAG_WINDOW)
+                continue;
+            if (tg[g].n && tg[g].total / (double)tg[g].n > SEG_ABSORB_RATIO * seg[s].blame)
+                go[seg[s].go].yields = true;
+            else
                 tg[g].absorbed = true;
+        }
     }
 
     for (size_t g = 0; g < n_tg; g++) {

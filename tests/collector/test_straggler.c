@@ -9,7 +9,8 @@
  * a CPU, as agents of a CPU backend measure it): a rank held up by a burst
  * of the host's load (its queue held while its workers waited for a core)
  * is no straggler and names no cause, and such a lag before a real fault
- * does not join it.
+ * does not join it.  A fault of a few steps on the straggler, far larger than
+ * its lateness, is a group of its own and named first.
  */
 #include <jansson.h>
 #include <setjmp.h>
@@ -78,9 +79,20 @@ static bool lagged(uint32_t r, uint32_t s)
     return r == 1 && s >= g_lag_from && s < g_lag_from + LAG_STEPS;
 }
 
+/* A fault of a few steps on top of the straggler's lateness: in steps
+ * g_burst_from..+BURST_STEPS-1 rank 1's slow class is late by BURST_LATE
+ * more an all-reduce. */
+#define BURST_STEPS 5
+#define BURST_LATE  (5000 * US)
+static uint32_t g_burst_from = UINT32_MAX;
+
 static uint64_t late(enum fault f, uint32_t r, uint32_t s)
 {
-    return lagged(r, s) ? LAG_LATE : f != NONE && r == 1 && s >= g_from ? g_late : 0;
+    if (lagged(r, s))
+        return LAG_LATE;
+    if (f == NONE || r != 1 || s < g_from)
+        return 0;
+    return g_late + (s >= g_burst_from && s < g_burst_from + BURST_STEPS ? BURST_LATE : 0);
 }
 
 static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
@@ -95,7 +107,7 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
         /* the slow class: 8 tasks an all-reduce on 4 workers, each LATE / 2
          * longer; the slow rank: each compute class twice as long and more */
         if (hit && f == SLOW_CLASS && c == C_ATTN)
-            each += g_late / 2;
+            each += late(f, r, s) / 2;
         if (hit && f == SLOW_RANK && c != C_SEND && c != C_REDUCE)
             each += each + 15 * US;
         if (c == C_REDUCE) /* a reduce's run holds its waits */
@@ -261,6 +273,42 @@ static void test_steady_below_threshold(void **s)
     g_late = LATE, g_from = FROM;
 }
 
+/* The steady straggler above, and in steps 50..54 its slow class 5 ms
+ * later still: the five steps are a group of their own, named first with
+ * their cause and class (not taken into the straggler's run, whose cause is
+ * judged over all its steps); the straggler's run comes after them. */
+static void test_fault_inside_straggler(void **s)
+{
+    (void)s;
+    g_late = 50 * US, g_from = 2, g_burst_from = 50;
+    struct mks_store *st = fill(SLOW_CLASS);
+    json_t *d = diagnose(st, 0);
+    json_t *groups = json_object_get(d, "groups");
+    json_t *g = json_array_get(groups, 0);
+    if (!g || json_is_true(json_object_get(g, "straggler")) || strcmp(js(g, "cause"), "slow_task"))
+        fail_msg("want the five slow steps first: %s", json_dumps(d, 0));
+    json_t *root = json_object_get(g, "root");
+    assert_int_equal(json_integer_value(json_object_get(root, "rank")), 1);
+    assert_string_equal(js(root, "task_class"), "attn");
+    json_t *st_ = json_object_get(g, "steps");
+    assert_int_equal(json_integer_value(json_array_get(st_, 0)), 50);
+    assert_int_equal(json_array_size(st_), BURST_STEPS);
+    bool straggler = false;
+    for (size_t i = 1; i < json_array_size(groups); i++)
+        straggler |= json_is_true(json_object_get(json_array_get(groups, i), "straggler"));
+    if (!straggler)
+        fail_msg("the straggler's run is gone: %s", json_dumps(d, 0));
+    json_decref(d);
+    mks_store_close(st);
+}
+
+static int burst_reset(void **s)
+{
+    (void)s;
+    g_late = LATE, g_from = FROM, g_burst_from = UINT32_MAX;
+    return 0;
+}
+
 static int cw_reset(void **s)
 {
     (void)s;
@@ -324,6 +372,7 @@ int main(void)
         cmocka_unit_test(test_slow_rank),
         cmocka_unit_test(test_held_queue),
         cmocka_unit_test(test_steady_below_threshold),
+        cmocka_unit_test_teardown(test_fault_inside_straggler, burst_reset),
         cmocka_unit_test(test_clean),
         cmocka_unit_test_teardown(test_contention_lag, cw_reset),
         cmocka_unit_test_teardown(test_contention_then_fault, cw_reset),
