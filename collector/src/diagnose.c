@@ -43,8 +43,10 @@
  *    min_coverage makes the answer undecided, with the reason.
  * 6. Groups.  Slow steps with the same root (rank, cause, class) no more
  *    than DIAG_GROUP_GAP steps apart form one group; a straggler group takes
- *    in the slow steps of its rank inside it.  Decided groups first, then
- *    the longer ones.
+ *    in the slow steps of its rank inside it, unless they stand far above
+ *    its lateness (SEG_ABSORB_RATIO): then they stay a group of their own
+ *    and the straggler's goes after them.  Decided groups first, then the
+ *    longer ones.
  * 7. Host CPU contention.  On a CPU backend a worker that waits for a
  *    core looks like a held queue.  Where agents measured the workers'
  *    wait for a CPU (and their runs on one), a slow step whose excess is
