@@ -3980,7 +3980,12 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             }
         }
         struct chain *rep = CH(w);
-        if (!majority && best >= 0) {
+        /* Steps that stood out by their blame alone (a rank waited on more
+         * than in the steps around), none of the cause's as slow as the
+         * threshold: they did not slow the job, and on a loaded machine a
+         * few such steps in a row come and go by chance. */
+        bool flat = majority && stime[w] - med < slow_thr;
+        if ((!majority && best >= 0) || flat) {
             /* a copy of the worst step's chain, its root undecided */
             rep = malloc(sizeof(*rep));
             if (!rep)
@@ -3988,7 +3993,12 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             *rep = *CH(w);
             struct link *R = &rep->l[rep->n - 1];
             R->cause = -1, R->cls = -1;
-            if (second >= 0)
+            if (flat)
+                snprintf(rep->reason, sizeof(rep->reason),
+                         "rank %u: %s, but none of the group's steps is slower than the job's"
+                         " usual by the threshold (they stand out by the waits on the rank only)",
+                         R->rank, cause_name[best]);
+            else if (second >= 0)
                 snprintf(rep->reason, sizeof(rep->reason),
                          "rank %u: the group's steps name different causes (%s in %d of %zu, %s"
                          " in %d)",
