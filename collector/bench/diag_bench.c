@@ -277,17 +277,26 @@ static void show(const char *what, double t, json_t *out)
            g0 && json_is_true(json_object_get(g0, "straggler")) ? " (straggler)" : "");
 }
 
-/* A store's per-step aggregates filled at once (a store an older
- * collector wrote, or made by bench/hour_store.sh), timed. */
-static int fill_store(const char *path)
+/* An existing store, without a bound on its epochs; NULL (said) if not. */
+static struct mks_store *open_existing(const char *path)
 {
     char err[256];
     struct mks_store_opts o = {.sz = sizeof(o), .path = path, .max_epochs = 1u << 30};
     struct mks_store *st;
     if (mks_store_open(&o, &st, err, sizeof(err))) {
         fprintf(stderr, "%s\n", err);
-        return 1;
+        return NULL;
     }
+    return st;
+}
+
+/* A store's per-step aggregates filled at once (a store an older
+ * collector wrote, or made by bench/hour_store.sh), timed. */
+static int fill_store(const char *path)
+{
+    struct mks_store *st = open_existing(path);
+    if (!st)
+        return 1;
     double t = cpu_s(), w = now_s();
     int rc = mks_store_fill_steps(st);
     fprintf(stderr, "fill %s: %.3f s CPU (%.3f s wall)\n", rc ? "failed" : "done", cpu_s() - t,
@@ -299,13 +308,10 @@ static int fill_store(const char *path)
 /* The diagnosis of a job in an existing store: timed, printed. */
 static int on_store(const char *path, const char *job, uint32_t last, int64_t step, bool rows)
 {
-    char err[256];
-    struct mks_store_opts o = {.sz = sizeof(o), .path = path, .max_epochs = 1u << 30};
-    struct mks_store *st;
-    if (mks_store_open(&o, &st, err, sizeof(err))) {
-        fprintf(stderr, "%s\n", err);
+    struct mks_store *st = open_existing(path);
+    if (!st)
         return 1;
-    }
+    char err[256];
     struct mks_diag_opts d = {.sz = sizeof(d), .only_step = step, .last = last, .rows = rows};
     json_t *out = NULL;
     double t = cpu_s(), w = now_s();

@@ -133,11 +133,12 @@ static int prep(sqlite3 *db, sqlite3_stmt **s, const char *sql)
     "excluded.dur IS NOT NULL AND (dur IS NULL OR excluded.dur > dur OR (excluded.dur = dur AND"   \
     " excluded.rank < rank))"
 
-static int write_agg(struct mks_stepagg *a, const char *job, int64_t step, bool has_dur,
-                     uint64_t dur, uint32_t rank, int64_t cells, int64_t qcells, int64_t pairs,
-                     int64_t firsts)
+/* One step_aggs row through s (ingest's upsert or the refill's insert:
+ * the same eight parameters), stepped and reset. */
+static int step_agg_row(sqlite3_stmt *s, const char *job, int64_t step, bool has_dur,
+                        uint64_t dur, uint32_t rank, int64_t cells, int64_t qcells, int64_t pairs,
+                        int64_t firsts)
 {
-    sqlite3_stmt *s = a->q_agg;
     sqlite3_bind_text(s, 1, job, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, step);
     if (has_dur) {
@@ -154,6 +155,13 @@ static int write_agg(struct mks_stepagg *a, const char *job, int64_t step, bool 
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static int write_agg(struct mks_stepagg *a, const char *job, int64_t step, bool has_dur,
+                     uint64_t dur, uint32_t rank, int64_t cells, int64_t qcells, int64_t pairs,
+                     int64_t firsts)
+{
+    return step_agg_row(a->q_agg, job, step, has_dur, dur, rank, cells, qcells, pairs, firsts);
 }
 
 /* New cells a statement inserts at most (chunks of these sizes). */
@@ -596,22 +604,8 @@ static int refill(sqlite3 *db, const char *job, int64_t lo, int64_t hi)
             }
             j = k;
         }
-        sqlite3_bind_text(ins_a, 1, job, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(ins_a, 2, v[i].step);
-        if (has) {
-            sqlite3_bind_int64(ins_a, 3, (int64_t)best);
-            sqlite3_bind_int64(ins_a, 4, best_rank);
-        } else {
-            sqlite3_bind_null(ins_a, 3);
-            sqlite3_bind_null(ins_a, 4);
-        }
-        sqlite3_bind_int64(ins_a, 5, cells);
-        sqlite3_bind_int64(ins_a, 6, qcells);
-        sqlite3_bind_int64(ins_a, 7, pairs);
-        sqlite3_bind_int64(ins_a, 8, firsts);
-        int x = sqlite3_step(ins_a);
-        sqlite3_reset(ins_a);
-        if (x != SQLITE_DONE)
+        if (step_agg_row(ins_a, job, v[i].step, has, best, best_rank, cells, qcells, pairs,
+                         firsts) != SQLITE_OK)
             goto out;
         i = j;
     }
