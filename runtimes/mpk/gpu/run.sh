@@ -54,12 +54,24 @@ missing=$(for x in "$b/agent/mkscope-agent" "$b/collector/mkscope-collector" "$b
     LD_LIBRARY_PATH=$deps_lib ldd "$x"; done | grep "not found" | sort -u)
 cp -r "$carry/kit" "$w/kit"
 # the Debug build's settings (the fallback below; MPK_MIRAGE=debug takes it at once)
+# The extension's link: Python's own commands (LDSHARED, and LDCXXSHARED,
+# which setuptools takes for C++), given explicitly so that no compiler
+# wrapper's flags reach it, with --exclude-libs,ALL: a C++ runtime linked into
+# the extension from a static archive stays private to it. Exported, its
+# std:: definitions took the place of libstdc++.so.6's for every library
+# loaded after the extension or beside it (torch, z3): both crashes of the
+# first runs (SIGABRT freeing a std::locale of the other copy, SIGSEGV in
+# ostream::_M_insert through a facet of the other copy) came from there.
 ldshared=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("LDSHARED"))')
-debug_env=(env CMAKE_BUILD_TYPE=Debug CFLAGS="-O0 -g" LDSHARED="$ldshared -Wl,-Bsymbolic")
+ldcxxshared=$(python3 -c 'import sysconfig; v = sysconfig.get_config_var; print(v("LDCXXSHARED") or v("LDSHARED"))')
+link_env=(LDSHARED="$ldshared -Wl,--exclude-libs,ALL" LDCXXSHARED="$ldcxxshared -Wl,--exclude-libs,ALL")
+debug_env=(env CMAKE_BUILD_TYPE=Debug CFLAGS="-O0 -g" LDSHARED="$ldshared -Wl,--exclude-libs,ALL -Wl,-Bsymbolic"
+    LDCXXSHARED="$ldcxxshared -Wl,--exclude-libs,ALL -Wl,-Bsymbolic")
+echo "extension link: ${link_env[*]}" >"$w/res/link.txt"
 if [ "${MPK_MIRAGE:-release}" = debug ]; then
     "${debug_env[@]}" bash "$w/kit/build-offline.sh" "$w/mk" python3 >"$w/res/build-mirage.log" 2>&1
 else
-    bash "$w/kit/build-offline.sh" "$w/mk" python3 >"$w/res/build-mirage.log" 2>&1
+    env "${link_env[@]}" bash "$w/kit/build-offline.sh" "$w/mk" python3 >"$w/res/build-mirage.log" 2>&1
 fi
 mk_rc=$?
 echo "builds: mirage rc $mk_rc, $((SECONDS - t0)) s; libraries not found: ${missing:-none}" | tee "$w/res/builds.txt"

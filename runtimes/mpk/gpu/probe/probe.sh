@@ -41,6 +41,10 @@ fi
     uname -a
     ulimit -a
     echo "CXX=$cxx -> $(readlink -f "$cxx")"; "$cxx" --version | head -n 1
+    # a compiler driver that is a script (a wrapper adding flags) is shown whole
+    if head -c 2 "$(readlink -f "$cxx")" 2>/dev/null | grep -q '#!'; then
+        echo "-- $cxx is a script:"; head -n 40 "$(readlink -f "$cxx")"
+    fi
     "$cxx" -v 2>&1 | grep -E '^(Configured with|Thread model|gcc version)' | cut -c1-400
     command -v nvcc >/dev/null && nvcc --version | tail -n 2
     python3 - <<'PY'
@@ -59,6 +63,10 @@ PY
     ldd "$core"
     echo "exported definitions: $(nm -D --defined-only "$core" 2>/dev/null | wc -l)," \
         "of them nlohmann: $(nm -D --defined-only "$core" 2>/dev/null | grep -c nlohmann)"
+    # a C++ runtime linked into the extension and exported from it takes the
+    # place of libstdc++.so.6's own symbols for what loads after it
+    echo "exported std:: definitions: $(nm -DC --defined-only "$core" 2>/dev/null | grep -c ' std::')," \
+        "libstdc++ needed: $(readelf -d "$core" 2>/dev/null | grep -c 'NEEDED.*libstdc++')"
     readelf -d "$core" 2>/dev/null | grep -E 'FLAGS|SYMBOLIC|RPATH|RUNPATH'
 } >>"$log" 2>&1
 
