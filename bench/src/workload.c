@@ -206,6 +206,22 @@ static void body_send(struct br_rt *rt, uint32_t w, struct br_task *t)
     br_hook_remote(rt, w, t, MKS_EV_COMM_END, peer, cg, dep, bytes);
 }
 
+/* The all-reduce's order, the same for every rank: rank r sends to r + 1
+ * first, then r + 2, ..., so its i-th arrival is from r - 1 - i, and its
+ * reduce waits on its peers in that order.  In a fixed order (peer 0
+ * first) every rank's first wait would be on rank 0: a wait in turn holds
+ * all that the data of the peers arriving with it take, so rank 0 would
+ * read as late in every step, its peers as waiting on it. */
+static uint32_t send_peer(const struct bw_rank *rk, uint32_t i)
+{
+    return (rk->rank + 1 + i) % rk->R;
+}
+
+static uint32_t wait_peer(const struct bw_rank *rk, uint32_t i)
+{
+    return (rk->rank + rk->R - 1 - i) % rk->R;
+}
+
 /* The send's notification: the peer's remote event, once the data is there
  * (after the task's end: a notify-delay postpones it). */
 static void release_send(struct br_rt *rt, uint32_t w, struct br_task *t)
@@ -238,9 +254,8 @@ static void body_reduce(struct br_rt *rt, uint32_t w, struct br_task *t)
     struct bw_rank *rk = RK(rt);
     const struct bm_model *m = &rk->m;
     const uint32_t k = t->tile_y, seq = ar_seq(rk, t->step, k);
-    for (uint32_t p = 0; p < rk->R; p++) {
-        if (p == rk->rank)
-            continue;
+    for (uint32_t i = 0; i + 1 < rk->R; i++) {
+        const uint32_t p = wait_peer(rk, i);
         int rc = br_wait_remote(rt, w, t, bs_inbox_count(rk->shm, rk->rank, p), seq + 1,
                                 remote_ev(rk->rank, p), p, bw_comm_gen(t->step, k, p, rk->rank),
                                 bs_abort(rk->shm), REMOTE_TIMEOUT_NS);
@@ -529,13 +544,14 @@ static int add_allreduce(struct bw_rank *rk, uint32_t s, uint32_t l, uint32_t k,
         wait = ev_relay(rk, k);
     }
     if (rk->R > 1) {
-        for (uint32_t p = 0; p < rk->R; p++) {
-            if (p == rk->rank)
-                continue;
+        /* to the next rank first, round the ring (send_peer): no rank's
+         * data is everyone's first */
+        for (uint32_t i = 0; i + 1 < rk->R; i++) {
+            const uint32_t p = send_peer(rk, i);
             ADD_OR_FAIL(rk, s, BC_AR_SEND, l, p, k, wait, ev_send, body_send);
             t->release = release_send;
             t->flags |= MKS_CTX_F_COMM;
-            plan(rk, t, p < rk->rank ? p : p - 1, rk->R - 1, k);
+            plan(rk, t, i, rk->R - 1, k);
         }
         reduce_wait = ev_send;
     }
