@@ -468,7 +468,7 @@ static int load_gens(struct diag *d, uint32_t lo, uint32_t hi)
      * starts decode step K (the runtimes raise it as step K begins, or as
      * step K - 1 ends), so step K - 1 lasts from the last advance labelled
      * K - 1 to the last labelled K. */
-    bool timed[MAX_RANKS / 8 + 1] = {0};
+    uint8_t timed[MAX_RANKS / 8 + 1] = {0}; /* a bit per rank */
     for (size_t i = 0; i < d->ns; i++)
         timed[d->s[i].rank / 8] |= (uint8_t)(1u << (d->s[i].rank % 8));
     if (prep(d,
@@ -688,15 +688,7 @@ static int load_aggs(struct diag *d, const char **why)
         }
     }
     sqlite3_finalize(s);
-    /* load_gens also reads the advances of ranks whose bit of `timed`
-     * (load_cells) is not set: the aggregates hold no advances */
-    bool merged = false;
-    if (!untimed)
-        one_i64(d,
-                "SELECT 1 FROM gens g CROSS JOIN epochs e ON e.id = g.epoch_id WHERE"
-                " e.job = ?1 AND e.rank % 8 != ?2 AND g.t_dev > 0 LIMIT 1",
-                0, &merged);
-    if (untimed || merged) {
+    if (untimed) {
         *why = "the step times of some ranks come from their generation advances, which the"
                " per-step aggregates do not hold: every step time read";
         return 0;

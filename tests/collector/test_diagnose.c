@@ -52,6 +52,10 @@ enum fault {
 /* Steps reported without times, only generation advances (as an agent
  * without step monitors does). */
 static bool gens_only;
+/* Steps reported with their times and generation advances too (as the CPU
+ * backend's agents send); the advances of rank 1 put its steps 5..7 2 ms
+ * longer than their times say, which a loader that read them would see. */
+static bool gens_too;
 /* Transfers between two ranks a step (as each all-reduce of each layer);
  * a fault on them is spread evenly over all. */
 static uint32_t spread = 1;
@@ -158,6 +162,10 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
         sum->steps[0].t_begin = sum->steps[0].t_end = 0;
         sum->gen_step = s + 1;
         sum->t_gen = 1000000000ull + s * 1000 * US + done + (2 - r) * 5 * US;
+    }
+    if (gens_too) {
+        sum->gen_step = s + 1;
+        sum->t_gen = sum->steps[0].t_end + (r == 1 && s >= 5 && s <= 7 ? 2000 * US : 0);
     }
     /* remote waits on the next rank, one per transfer, 100 us apart; a
      * share of the delay each */
@@ -464,6 +472,26 @@ static void test_clean(void **s)
     mks_store_close(st);
 }
 
+/* A rank's step times are its steps' own, whatever its advances say, for
+ * every rank (the loader's set of timed ranks once held only ranks 0, 8,
+ * 16, ... and read the others' advances into their step times). */
+static void test_gens_too(void **s)
+{
+    (void)s;
+    gens_only = false, gens_too = true;
+    struct mks_store *st = fill(NONE);
+    gens_too = false;
+    json_t *d = diagnose(st);
+    if (json_integer_value(json_object_get(d, "slow_steps")) ||
+        json_array_size(json_object_get(d, "groups")))
+        fail_msg("advances read as step times: %s", json_dumps(d, 0));
+    json_decref(d);
+    mks_store_close(st);
+    gens_too = true;
+    expect_root(SLOW_TASK, "slow_task", "attn");
+    gens_too = false;
+}
+
 static int cw_reset(void **s)
 {
     (void)s;
@@ -703,6 +731,7 @@ int main(void)
         cmocka_unit_test_teardown(test_transfer_spread, spread_reset),
         cmocka_unit_test_teardown(test_dominant_share, share_reset),
         cmocka_unit_test(test_gens_only),
+        cmocka_unit_test(test_gens_too),
         cmocka_unit_test(test_comm_class_is_transfer),
         cmocka_unit_test(test_slow_one_of_many),
         cmocka_unit_test(test_queued_one_of_many),
