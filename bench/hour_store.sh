@@ -33,18 +33,25 @@ UPDATE releases SET step = step + $k,
 UPDATE workers SET step = step + $k WHERE step IS NOT NULL;
 UPDATE local_waits SET step = step + $k WHERE step IS NOT NULL;
 UPDATE epochs SET epoch = epoch + $half, seq = seq + $half, t_begin_host = t_begin_host + $dt,
-  t_end_host = t_end_host + $dt, t_begin_dev = t_begin_dev + $dt, t_end_dev = t_end_dev + $dt;
+  t_end_host = t_end_host + $dt, t_begin_dev = t_begin_dev + $dt, t_end_dev = t_end_dev + $dt,
+  step_lo = step_lo + $k, step_hi = step_hi + $k;
 WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < $half - 1),
   r(k) AS (VALUES(0), (1), (2), (3))
 INSERT INTO epochs(job, rank, incarnation, seq, epoch, t_begin_host, t_end_host, t_begin_dev,
-                   t_end_dev, detail_tier, sample_shift, lost_summaries, waits_dropped, received_ns)
+                   t_end_dev, detail_tier, sample_shift, lost_summaries, waits_dropped, received_ns,
+                   step_lo, step_hi)
   SELECT 'bench', k, 0, x + 1, x, 1000000000 + x * 3200000, 1000000000 + x * 3200000 + 3200000,
-         1000000000 + x * 3200000, 1000000000 + x * 3200000 + 3200000, 2, 0, 0, 0, 2 FROM r, j;
+         1000000000 + x * 3200000, 1000000000 + x * 3200000 + 3200000, 2, 0, 0, 0, 2,
+         2 * x, 2 * x + 1 FROM r, j;
 INSERT INTO steps(epoch_id, step, t_begin_dev, t_end_dev, tasks, complete, queued_while_idle_ns)
   SELECT e.id, e.epoch * 2 + h.v, e.t_begin_dev + h.v * 1600000,
          e.t_begin_dev + h.v * 1600000 + 1500000 + ((e.epoch * 2 + h.v) * 7919 + e.rank * 104729) % 60000,
          0, 0, 0
   FROM epochs e, (SELECT 0 AS v UNION ALL SELECT 1) h WHERE e.epoch < $half;
+-- the per-step aggregates ingest kept hold the steps before the move:
+-- left to be filled, as in a store of an older collector
+DELETE FROM step_cells; DELETE FROM step_aggs;
+UPDATE step_agg_jobs SET cut = 9223372036854775807;
 COMMIT;
 CREATE INDEX IF NOT EXISTS steps_step ON steps(step);
 SQL

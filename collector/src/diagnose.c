@@ -1352,8 +1352,8 @@ static void build_clock(struct diag *d)
                 emax = d->es[i].epoch;
         }
     }
-    /* One pass over the epochs: every epoch's begin anchor in order, then
-     * every end anchor in order (the model's input, in its order) */
+    /* One pass over the epochs, both anchors of each: the model keeps the
+     * anchors that bound it, in any order they come (mks_clock_anchors_reduce) */
     if (prep(d,
              "SELECT rank, t_begin_dev, t_begin_host, t_end_dev, t_end_host FROM epochs WHERE"
              " job = ?1 AND id BETWEEN ?2 AND ?3",
@@ -1364,10 +1364,8 @@ static void build_clock(struct diag *d)
     }
     sqlite3_bind_int64(s, 2, emin);
     sqlite3_bind_int64(s, 3, emax);
-    size_t n = 0, n_end = 0, cap_end = 0;
-    struct mks_clock_anchor *ends = NULL;
-    bool oom = false;
-    while (!oom && sqlite3_step(s) == SQLITE_ROW) {
+    size_t n = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
         uint32_t rank = (uint32_t)u64(s, 0);
         for (int k = 0; k < 2; k++) {
             /* stored two's complement: what SQL's "> 0" took */
@@ -1378,28 +1376,10 @@ static void build_clock(struct diag *d)
             struct mks_clock_anchor a = {.rank = rank, .device_ns = (uint64_t)dev,
                                          .host_lo_ns = (uint64_t)h - 1000000,
                                          .host_hi_ns = (uint64_t)h + 1000000};
-            if (!k) {
-                n += mks_clock_add_anchors(d->clock, &a, 1) == 0;
-                continue;
-            }
-            if (n_end == cap_end) {
-                size_t cap = cap_end ? 2 * cap_end : 4096;
-                struct mks_clock_anchor *p = realloc(ends, cap * sizeof(*p));
-                if (!p) {
-                    oom = true;
-                    break;
-                }
-                ends = p, cap_end = cap;
-            }
-            ends[n_end++] = a;
+            n += mks_clock_add_anchors(d->clock, &a, 1) == 0;
         }
     }
     sqlite3_finalize(s);
-    for (size_t i = 0; !oom && i < n_end; i++)
-        n += mks_clock_add_anchors(d->clock, &ends[i], 1) == 0;
-    free(ends);
-    if (oom)
-        n = 0;
     if (!n || mks_clock_solve(d->clock)) {
         /* No anchors or contradictory ones: device clocks are taken as one
          * time line (true on the CPU backend, where they are CLOCK_MONOTONIC). */

@@ -11,6 +11,17 @@
  * single plane).  A cut smaller than CUT_MIN_NS is skipped: skipping a cut
  * only keeps the set larger, which is always safe, and it makes the
  * propagation converge in a few rounds instead of creeping.
+ *
+ * Anchors: an anchor bounds T(d) from below by host_lo and from above by
+ * host_hi, and T(d) - d is linear in d, so a rank's lower bounds that hold
+ * at the vertices of the upper hull of its points (d, host_lo - d) hold at
+ * every point, and its upper bounds likewise at the lower hull of (d,
+ * host_hi - d).  The solve keeps only those vertices (strict ones: no
+ * collinear point; found in exact integer arithmetic), takes its reference
+ * from them and clips in their order, so the model depends on the hulls
+ * alone: the model of any set of anchors that holds the hulls' vertices is
+ * the model of all of them (mks_clock_anchors_reduce), and an hour of
+ * anchors costs one pass over them, not a clip each.
  */
 #include "mkscope/clock.h"
 
@@ -24,6 +35,9 @@
 #define CUT_MIN_NS 0.01
 /* Slack added to every derived bound for floating-point rounding, ns. */
 #define FP_SLACK_NS 1e-3
+/* Anchors held before add_anchors cuts them to their hulls (and at least
+ * twice what the last cut kept): memory stays bounded by the hulls. */
+#define REDUCE_MIN 65536
 
 struct vtx {
     double u, w;
@@ -39,6 +53,7 @@ struct rank_state {
     int64_t c, h;
     double box_u; /* |u| bound of the first estimate h, ns */
     struct poly p;
+    size_t a0, na; /* its anchors after reduce_model: anchors[a0 .. a0 + na), by device time */
 };
 
 struct mks_clock_model {
@@ -47,6 +62,7 @@ struct mks_clock_model {
     struct rank_state *r;
     struct mks_clock_anchor *anchors;
     size_t n_anchors, cap_anchors;
+    size_t reduce_at; /* anchors held that make add_anchors reduce them */
     struct mks_clock_edge *edges;
     size_t n_edges, cap_edges;
     struct vtx *scratch;
@@ -140,6 +156,201 @@ static double dsec(const struct rank_state *r, uint64_t d)
     return (double)((int64_t)d - r->c) / NS_PER_S;
 }
 
+/* ---- the anchors that bound a rank (see the top) ------------------------ */
+
+__extension__ typedef __int128 i128;
+
+/* Side 0: an anchor's lower bound, the point (d, host_lo - d), on the
+ * upper hull; side 1: its upper bound, (d, host_hi - d), on the lower hull.
+ * Exact: every value is at most INT64_MAX. */
+static int64_t side_y(const struct mks_clock_anchor *a, int side)
+{
+    return (int64_t)(side ? a->host_hi_ns : a->host_lo_ns) - (int64_t)a->device_ns;
+}
+
+/* Whether b, between a and p in device time, is no strict vertex of its
+ * side's hull: the turn a, b, p is not clockwise (side 0) or not
+ * counter-clockwise (side 1).  Exact: each product of a device difference
+ * (below 2^63) and a y difference (below 2^64) fits in 127 bits. */
+static int hull_drops(const struct mks_clock_anchor *a, const struct mks_clock_anchor *b,
+                      const struct mks_clock_anchor *p, int side)
+{
+    i128 dxb = (i128)b->device_ns - (i128)a->device_ns, dxp = (i128)p->device_ns - (i128)a->device_ns;
+    i128 dyb = (i128)side_y(b, side) - side_y(a, side), dyp = (i128)side_y(p, side) - side_y(a, side);
+    i128 l = dxb * dyp, r = dyb * dxp;
+    return side ? l <= r : l >= r;
+}
+
+/* Whether x bounds its side more tightly than y at the same device time
+ * (the higher lower bound, the lower upper bound; equal ones by the other
+ * side, so that which of equal anchors is kept never depends on order). */
+static int side_better(const struct mks_clock_anchor *x, const struct mks_clock_anchor *y, int side)
+{
+    uint64_t xv = side ? x->host_hi_ns : x->host_lo_ns, yv = side ? y->host_hi_ns : y->host_lo_ns;
+    if (xv != yv)
+        return side ? xv < yv : xv > yv;
+    return side ? x->host_lo_ns > y->host_lo_ns : x->host_hi_ns < y->host_hi_ns;
+}
+
+/* The hull of one side of one rank's anchors a[0..n), sorted by device
+ * time: its vertices' indices in out (n of room), in device order; their
+ * count. */
+static size_t side_hull(const struct mks_clock_anchor *a, size_t n, int side, size_t *out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        /* of the anchors at one device time, the tightest */
+        size_t best = i;
+        for (i++; i < n && a[i].device_ns == a[best].device_ns; i++)
+            if (side_better(&a[i], &a[best], side))
+                best = i;
+        while (k >= 2 && hull_drops(&a[out[k - 2]], &a[out[k - 1]], &a[best], side))
+            k--;
+        out[k++] = best;
+    }
+    return k;
+}
+
+static int cmp_anchor(const void *x, const void *y)
+{
+    const struct mks_clock_anchor *a = x, *b = y;
+    if (a->rank != b->rank)
+        return a->rank < b->rank ? -1 : 1;
+    if (a->device_ns != b->device_ns)
+        return a->device_ns < b->device_ns ? -1 : 1;
+    if (a->host_lo_ns != b->host_lo_ns)
+        return a->host_lo_ns < b->host_lo_ns ? -1 : 1;
+    return a->host_hi_ns < b->host_hi_ns ? -1 : a->host_hi_ns > b->host_hi_ns;
+}
+
+/* One rank's anchors a[0..n), sorted by device time, cut to its hulls'
+ * vertices in place (device order kept); their count.  idx: 2n of room. */
+static size_t rank_reduce(struct mks_clock_anchor *a, size_t n, size_t *idx)
+{
+    size_t *lo = idx, *hi = idx + n;
+    size_t nl = side_hull(a, n, 0, lo), nh = side_hull(a, n, 1, hi), k = 0;
+    /* both lists ascend: merged, an anchor on both hulls once */
+    for (size_t i = 0, j = 0; i < nl || j < nh;) {
+        size_t x;
+        if (j == nh || (i < nl && lo[i] < hi[j]))
+            x = lo[i++];
+        else if (i == nl || hi[j] < lo[i])
+            x = hi[j++];
+        else
+            x = lo[i++], j++;
+        a[k++] = a[x]; /* x >= k: nothing kept is overwritten */
+    }
+    return k;
+}
+
+/* One rank's anchors a[0..n) cut to their hulls' vertices in place, by
+ * device time; their count.  Each run of them in device order is cut on
+ * its own first (the hulls of a union are the hulls of its parts' hulls),
+ * so anchors in a few runs (stores whose epochs did not come in time
+ * order) are sorted only once cut.  idx: 2n of room. */
+static size_t rank_reduce_runs(struct mks_clock_anchor *a, size_t n, size_t *idx)
+{
+    size_t k = 0, runs = 0;
+    for (size_t i = 0; i < n; runs++) {
+        size_t j = i + 1;
+        while (j < n && a[j - 1].device_ns <= a[j].device_ns)
+            j++;
+        size_t kept = rank_reduce(a + i, j - i, idx);
+        memmove(a + k, a + i, kept * sizeof(*a));
+        k += kept;
+        i = j;
+    }
+    if (runs <= 1)
+        return k;
+    qsort(a, k, sizeof(*a), cmp_anchor);
+    return rank_reduce(a, k, idx);
+}
+
+/* Every rank's anchors of a[0..n), grouped by rank, cut to their hulls'
+ * vertices in place; their count, or -ENOMEM. */
+static long reduce_ranks(struct mks_clock_anchor *a, size_t n)
+{
+    size_t *idx = malloc((2 * n + 1) * sizeof(*idx)), k = 0;
+    if (!idx)
+        return -ENOMEM;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && a[j].rank == a[i].rank)
+            j++;
+        size_t kept = rank_reduce_runs(a + i, j - i, idx);
+        memmove(a + k, a + i, kept * sizeof(*a));
+        k += kept;
+        i = j;
+    }
+    free(idx);
+    return (long)k;
+}
+
+static int anchor_ok(const struct mks_clock_anchor *a)
+{
+    return a->host_lo_ns <= a->host_hi_ns && a->device_ns <= INT64_MAX &&
+           a->host_hi_ns <= INT64_MAX;
+}
+
+int mks_clock_anchors_reduce(struct mks_clock_anchor *a, size_t n, size_t *n_p)
+{
+    if ((!a && n) || !n_p)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!anchor_ok(&a[i]))
+            return -EINVAL;
+    for (size_t i = 1; i < n; i++)
+        if (a[i - 1].rank > a[i].rank) {
+            qsort(a, n, sizeof(*a), cmp_anchor);
+            break;
+        }
+    long k = reduce_ranks(a, n);
+    if (k < 0)
+        return (int)k;
+    *n_p = (size_t)k;
+    return 0;
+}
+
+/* The model's anchors cut to their hulls' vertices, by rank (a stable
+ * counting sort: anchors come mostly in device order), and each rank's
+ * range set. */
+static int reduce_model(struct mks_clock_model *m)
+{
+    size_t n = m->n_anchors, *at = calloc(m->nranks + 1, sizeof(*at));
+    struct mks_clock_anchor *b = malloc((n + 1) * sizeof(*b));
+    if (!at || !b) {
+        free(at);
+        free(b);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        at[m->anchors[i].rank + 1]++;
+    for (uint32_t r = 0; r < m->nranks; r++)
+        at[r + 1] += at[r];
+    for (size_t i = 0; i < n; i++)
+        b[at[m->anchors[i].rank]++] = m->anchors[i];
+    free(at);
+    long k = reduce_ranks(b, n);
+    if (k < 0) {
+        free(b);
+        return (int)k;
+    }
+    free(m->anchors);
+    m->anchors = b;
+    m->n_anchors = (size_t)k;
+    m->cap_anchors = n + 1;
+    for (uint32_t r = 0; r < m->nranks; r++)
+        m->r[r].a0 = m->r[r].na = 0;
+    for (size_t i = (size_t)k; i-- > 0;) {
+        struct rank_state *r = &m->r[b[i].rank];
+        r->a0 = i;
+        r->na++;
+    }
+    /* the next reduction once as many again have come */
+    m->reduce_at = 2 * (size_t)k > REDUCE_MIN ? 2 * (size_t)k : REDUCE_MIN;
+    return 0;
+}
+
 int mks_clock_model_create(uint32_t nranks, const struct mks_clock_opts *opts,
                            struct mks_clock_model **model_p)
 {
@@ -218,14 +429,16 @@ int mks_clock_add_anchors(struct mks_clock_model *m, const struct mks_clock_anch
     if (!m || (!a && n))
         return -EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (a[i].rank >= m->nranks || a[i].host_lo_ns > a[i].host_hi_ns ||
-            a[i].device_ns > INT64_MAX || a[i].host_hi_ns > INT64_MAX)
+        if (a[i].rank >= m->nranks || !anchor_ok(&a[i]))
             return -EINVAL;
     if (grow((void **)&m->anchors, &m->cap_anchors, m->n_anchors + n, sizeof(*a)))
         return -ENOMEM;
     memcpy(m->anchors + m->n_anchors, a, n * sizeof(*a));
     m->n_anchors += n;
     m->solved = 0;
+    /* a failed cut leaves them all held: the solve cuts them again */
+    if (m->n_anchors >= (m->reduce_at ? m->reduce_at : REDUCE_MIN))
+        reduce_model(m);
     return 0;
 }
 
@@ -265,31 +478,65 @@ static int set_box(struct mks_clock_model *m, struct rank_state *r, int point)
     return 0;
 }
 
-/* Place the ranks: anchored ones at their middle anchor, then the others
- * through edges, breadth first.  With no anchors at all, the lowest rank
- * with an edge defines the time line. */
-static int place_ranks(struct mks_clock_model *m)
+/* A rank's reference from its hulls (idx: 2 na of room, the lower
+ * bounds' vertices then the upper bounds'): the lower-bound vertex nearest
+ * the middle of its anchors' device times, the first estimate the middle
+ * of what the hulls allow there. */
+static void anchor_ref(struct mks_clock_model *m, struct rank_state *r, const size_t *lo, size_t nl,
+                       const size_t *hi, size_t nh)
 {
-    size_t *count = calloc(m->nranks, sizeof(size_t)), *seen = calloc(m->nranks, sizeof(size_t));
+    const struct mks_clock_anchor *a = m->anchors + r->a0;
+    uint64_t d0 = a[lo[0]].device_ns, mid = d0 + (a[lo[nl - 1]].device_ns - d0) / 2;
+    size_t best = lo[0];
+    for (size_t i = 1; i < nl; i++) {
+        uint64_t x = a[lo[i]].device_ns, b = a[best].device_ns;
+        if ((x > mid ? x - mid : mid - x) < (b > mid ? b - mid : mid - b))
+            best = lo[i];
+    }
+    int64_t c = (int64_t)a[best].device_ns, lo_c = (int64_t)a[best].host_lo_ns, hi_c = lo_c;
+    /* the upper bounds' hull at c, between its vertices either side */
+    for (size_t j = 0; j < nh; j++) {
+        const struct mks_clock_anchor *p = &a[hi[j]];
+        if ((int64_t)p->device_ns == c || (j + 1 < nh && (int64_t)a[hi[j + 1]].device_ns > c)) {
+            hi_c = (int64_t)p->host_hi_ns;
+            if ((int64_t)p->device_ns != c) {
+                const struct mks_clock_anchor *q = &a[hi[j + 1]];
+                hi_c += (int64_t)((i128)((int64_t)q->host_hi_ns - hi_c) * (c - (int64_t)p->device_ns) /
+                                  ((int64_t)q->device_ns - (int64_t)p->device_ns));
+            }
+            break;
+        }
+    }
+    r->c = c;
+    r->h = hi_c >= lo_c ? lo_c + (hi_c - lo_c) / 2 : lo_c;
+}
+
+/* Both hulls of an anchored rank into idx (2 na of room). */
+static void rank_hulls(const struct mks_clock_model *m, const struct rank_state *r, size_t *idx,
+                       size_t *nl, size_t *nh)
+{
+    *nl = side_hull(m->anchors + r->a0, r->na, 0, idx);
+    *nh = side_hull(m->anchors + r->a0, r->na, 1, idx + r->na);
+}
+
+/* Place the ranks: anchored ones by their hulls (anchor_ref), then the
+ * others through edges, breadth first.  With no anchors at all, the lowest
+ * rank with an edge defines the time line.  idx: 2 na of room. */
+static int place_ranks(struct mks_clock_model *m, size_t *idx)
+{
     int err = 0, any_anchor = m->n_anchors > 0;
 
-    if (!count || !seen) {
-        err = -ENOMEM;
-        goto out;
-    }
-    for (size_t i = 0; i < m->n_anchors; i++)
-        count[m->anchors[i].rank]++;
-    for (size_t i = 0; i < m->n_anchors; i++) {
-        const struct mks_clock_anchor *a = &m->anchors[i];
-        struct rank_state *r = &m->r[a->rank];
-        if (seen[a->rank]++ == count[a->rank] / 2) {
-            r->placed = r->anchored = 1;
-            r->c = (int64_t)a->device_ns;
-            r->h = (int64_t)(a->host_lo_ns + (a->host_hi_ns - a->host_lo_ns) / 2);
-            r->box_u = m->opts.max_offset_ns;
-            if ((err = set_box(m, r, 0)))
-                goto out;
-        }
+    for (uint32_t i = 0; i < m->nranks; i++) {
+        struct rank_state *r = &m->r[i];
+        size_t nl, nh;
+        if (!r->na)
+            continue;
+        rank_hulls(m, r, idx, &nl, &nh);
+        anchor_ref(m, r, idx, nl, idx + r->na, nh);
+        r->placed = r->anchored = 1;
+        r->box_u = m->opts.max_offset_ns;
+        if ((err = set_box(m, r, 0)))
+            return err;
     }
     if (!any_anchor && m->n_edges) {
         uint32_t lowest = m->nranks;
@@ -306,7 +553,7 @@ static int place_ranks(struct mks_clock_model *m)
         r->placed = 1;
         r->c = r->h = (int64_t)t0;
         if ((err = set_box(m, r, 1)))
-            goto out;
+            return err;
     }
     for (int progress = 1; progress;) {
         progress = 0;
@@ -334,35 +581,50 @@ static int place_ranks(struct mks_clock_model *m)
                 err = set_box(m, a, 0);
             }
             if (err)
-                goto out;
+                return err;
             progress = 1;
         }
     }
-out:
-    free(count);
-    free(seen);
-    return err;
+    return 0;
 }
 
-static int apply_anchors(struct mks_clock_model *m)
+/* One anchor's bounds on its rank's polygon: its lower bound (side 0) or
+ * its upper bound (side 1). */
+static int clip_anchor(struct mks_clock_model *m, struct rank_state *r,
+                       const struct mks_clock_anchor *a, int side)
 {
-    double tick = m->opts.tick_ns;
+    double tick = m->opts.tick_ns, ds = dsec(r, a->device_ns);
+    /* T = h + D + u + w*ds in [lo, hi]  =>  u + w*ds in [lo - h - D, hi - h - D] */
+    int64_t base = r->h + ((int64_t)a->device_ns - r->c);
+    int rc;
+    if (side)
+        rc = poly_clip(m, &r->p, 1, ds,
+                       (double)((int64_t)a->host_hi_ns - base) + tick + FP_SLACK_NS);
+    else
+        rc = poly_clip(m, &r->p, -1, -ds,
+                       -((double)((int64_t)a->host_lo_ns - base) - tick - FP_SLACK_NS));
+    if (rc < 0)
+        return rc;
+    return r->p.n == 0 ? -EDOM : 0;
+}
 
-    for (size_t i = 0; i < m->n_anchors; i++) {
-        const struct mks_clock_anchor *a = &m->anchors[i];
-        struct rank_state *r = &m->r[a->rank];
-        double ds = dsec(r, a->device_ns);
-        /* T = h + D + u + w*ds in [lo, hi]  =>  u + w*ds in [lo - h - D, hi - h - D] */
-        int64_t base = r->h + ((int64_t)a->device_ns - r->c);
-        double lo = (double)((int64_t)a->host_lo_ns - base) - tick - FP_SLACK_NS;
-        double hi = (double)((int64_t)a->host_hi_ns - base) + tick + FP_SLACK_NS;
-        int rc = poly_clip(m, &r->p, 1, ds, hi);
-        if (rc >= 0)
-            rc = poly_clip(m, &r->p, -1, -ds, -lo);
-        if (rc < 0)
-            return rc;
-        if (r->p.n == 0)
-            return -EDOM;
+/* Every anchored rank clipped by its hulls' vertices in device order (at
+ * one device time the upper bound first).  idx: 2 na of room. */
+static int apply_anchors(struct mks_clock_model *m, size_t *idx)
+{
+    for (uint32_t k = 0; k < m->nranks; k++) {
+        struct rank_state *r = &m->r[k];
+        const struct mks_clock_anchor *a = m->anchors + r->a0;
+        size_t nl, nh, *lo = idx, *hi = idx + r->na;
+        if (!r->na)
+            continue;
+        rank_hulls(m, r, idx, &nl, &nh);
+        for (size_t i = 0, j = 0; i < nl || j < nh;) {
+            int side = j == nh || (i < nl && a[lo[i]].device_ns < a[hi[j]].device_ns) ? 0 : 1;
+            int rc = clip_anchor(m, r, &a[side ? hi[j++] : lo[i++]], side);
+            if (rc)
+                return rc;
+        }
     }
     return 0;
 }
@@ -419,7 +681,20 @@ int mks_clock_solve(struct mks_clock_model *m)
         m->r[i].box_u = 0;
         m->r[i].p.n = 0;
     }
-    if ((err = place_ranks(m)) || (err = apply_anchors(m)))
+    size_t most = 0, *idx = NULL;
+    if ((err = reduce_model(m)))
+        goto fail;
+    for (uint32_t i = 0; i < m->nranks; i++)
+        most = m->r[i].na > most ? m->r[i].na : most;
+    if (!(idx = malloc((2 * most + 1) * sizeof(*idx)))) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    err = place_ranks(m, idx);
+    if (!err)
+        err = apply_anchors(m, idx);
+    free(idx);
+    if (err)
         goto fail;
     for (uint32_t round = 0; round < m->opts.max_rounds; round++) {
         long cuts = propagate_edges(m);

@@ -326,6 +326,190 @@ static void test_long_run_tight_prior(void **state)
     mks_clock_model_destroy(m);
 }
 
+/* ---- a model of reduced anchors is the model of all ------------------------ */
+
+/* Anchors of every shape the store hands over: exact ones on a line (a
+ * CPU rank whose host and device clock are one: the caller gives it no
+ * drift and a whole offset), noisy ones with windows
+ * of 20 us to 2 ms, each twice (an epoch's end is the next one's begin),
+ * several at one device time, and coming in runs out of time order (a
+ * store whose epochs did not arrive in order). */
+static size_t shaped_anchors(const struct world *w, struct rng *r, int rank, size_t n, int shape,
+                             struct mks_clock_anchor *out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        long double t = (long double)i * 3.2e6 + (shape == 2 ? uniform(r, 0, 3e6) : 0);
+        double win = shape == 0 ? 2e6 : uniform(r, 20000, 2e6);
+        long double read = t + (shape == 0 ? 1e6 : uniform(r, 0, win));
+        struct mks_clock_anchor a = {.rank = (uint32_t)rank,
+                                     .device_ns = dev_read(w, rank, read),
+                                     .host_lo_ns = (uint64_t)floorl(HOST_BASE + t),
+                                     .host_hi_ns = (uint64_t)ceill(HOST_BASE + t + win)};
+        out[k++] = a;
+        if (shape != 0 && i % 3 == 0)
+            out[k++] = a; /* the same pair again */
+        if (shape == 2 && i % 7 == 0) {
+            a.host_hi_ns += 1000; /* one device time, a wider window */
+            out[k++] = a;
+        }
+    }
+    if (shape == 2 && k > 8) {
+        /* runs: the second quarter after the rest */
+        size_t q = k / 4;
+        struct mks_clock_anchor *tmp = malloc(q * sizeof(*tmp));
+        assert_non_null(tmp);
+        memcpy(tmp, out + q, q * sizeof(*tmp));
+        memmove(out + q, out + 2 * q, (k - 2 * q) * sizeof(*out));
+        memcpy(out + k - q, tmp, q * sizeof(*tmp));
+        free(tmp);
+    }
+    return k;
+}
+
+static void shuffle(struct mks_clock_anchor *a, size_t n, struct rng *r)
+{
+    for (size_t i = n; i > 1; i--) {
+        size_t j = next_u64(r) % i;
+        struct mks_clock_anchor t = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = t;
+    }
+}
+
+static struct mks_clock_model *solved(int nranks, const struct mks_clock_anchor *a, size_t n,
+                                      int with_edges, const struct world *w, uint64_t seed)
+{
+    struct mks_clock_model *m = new_model(nranks);
+    assert_int_equal(mks_clock_add_anchors(m, a, n), 0);
+    if (with_edges) {
+        struct rng r = {seed};
+        add_edges(m, w, &r, ring_pairs, 200, 1.0);
+    }
+    assert_int_equal(mks_clock_solve(m), 0);
+    return m;
+}
+
+/* Every rank's estimate and aligned times (inside the anchors' span and
+ * past it) exactly the same in both models. */
+static void assert_same_model(const struct mks_clock_model *x, const struct mks_clock_model *y,
+                              const struct world *w)
+{
+    for (int rank = 0; rank < w->nranks; rank++) {
+        struct mks_clock_rank_est a, b;
+        assert_int_equal(mks_clock_rank_estimate(x, (uint32_t)rank, &a), 0);
+        assert_int_equal(mks_clock_rank_estimate(y, (uint32_t)rank, &b), 0);
+        assert_true(a.ref_device_ns == b.ref_device_ns && a.offset_ns == b.offset_ns &&
+                    a.drift == b.drift && a.offset_err_ns == b.offset_err_ns &&
+                    a.drift_err == b.drift_err);
+        for (int i = -5; i <= 45; i++) {
+            uint64_t d = dev_read(w, rank, (long double)i * 1e8);
+            struct mks_aligned_time p, q;
+            assert_int_equal(mks_clock_align(x, (uint32_t)rank, d, &p), 0);
+            assert_int_equal(mks_clock_align(y, (uint32_t)rank, d, &q), 0);
+            assert_true(p.t_ns == q.t_ns && p.lo_ns == q.lo_ns && p.hi_ns == q.hi_ns);
+        }
+    }
+}
+
+static void test_reduced_anchors_same_model(void **state)
+{
+    (void)state;
+    size_t sizes[] = {1, 2, 3, 40, 1200};
+    size_t total_all = 0, total_kept = 0;
+    for (uint64_t seed = 300; seed < 340; seed++) {
+        struct rng r = {seed};
+        struct world w;
+        int n = 2 + (int)(seed % 5), with_edges = seed % 4 == 3;
+        make_world(&w, &r, n, 1);
+        size_t cap = 0;
+        for (int k = 0; k < n; k++)
+            cap += 3 * sizes[4];
+        struct mks_clock_anchor *all = malloc(cap * sizeof(*all));
+        struct mks_clock_anchor *red = malloc(cap * sizeof(*red));
+        assert_non_null(all);
+        assert_non_null(red);
+        size_t na = 0;
+        for (int k = 0; k < n; k++) {
+            int shape = (int)((seed + 2 * (uint64_t)k) % 3);
+            if (shape == 0)
+                w.eps[k] = 0, w.phi[k] = floorl(w.phi[k]);
+            na += shaped_anchors(&w, &r, k, sizes[(seed + (uint64_t)k) % 5], shape, all + na);
+        }
+        struct mks_clock_model *m_all = solved(n, all, na, with_edges, &w, seed);
+        struct check c;
+        check_alignment(m_all, &w, 0.1, &c);
+        assert_int_equal(c.violations, 0);
+
+        /* all reduced at once, handed over in any order */
+        size_t nr;
+        memcpy(red, all, na * sizeof(*red));
+        assert_int_equal(mks_clock_anchors_reduce(red, na, &nr), 0);
+        assert_true(nr <= na);
+        for (size_t i = 1; i < nr; i++)
+            assert_true(red[i - 1].rank < red[i].rank ||
+                        (red[i - 1].rank == red[i].rank && red[i - 1].device_ns <= red[i].device_ns));
+        shuffle(red, nr, &r);
+        struct mks_clock_model *m_red = solved(n, red, nr, with_edges, &w, seed);
+        assert_same_model(m_all, m_red, &w);
+        total_all += na, total_kept += nr;
+
+        /* a part reduced, then the rest added to what it kept (ingest) */
+        size_t cut = next_u64(&r) % (na + 1), n1, n2;
+        memcpy(red, all, cut * sizeof(*red));
+        assert_int_equal(mks_clock_anchors_reduce(red, cut, &n1), 0);
+        memcpy(red + n1, all + cut, (na - cut) * sizeof(*red));
+        assert_int_equal(mks_clock_anchors_reduce(red, n1 + na - cut, &n2), 0);
+        struct mks_clock_model *m_inc = solved(n, red, n2, with_edges, &w, seed);
+        assert_same_model(m_all, m_inc, &w);
+
+        /* all in reverse: the model does not depend on their order */
+        for (size_t i = 0; i < na; i++)
+            red[i] = all[na - 1 - i];
+        struct mks_clock_model *m_rev = solved(n, red, na, with_edges, &w, seed);
+        assert_same_model(m_all, m_rev, &w);
+        mks_clock_model_destroy(m_all);
+        mks_clock_model_destroy(m_red);
+        mks_clock_model_destroy(m_inc);
+        mks_clock_model_destroy(m_rev);
+        free(all);
+        free(red);
+    }
+    printf("  40 seeds: %zu anchors, %zu kept, the same models\n", total_all, total_kept);
+    assert_true(total_kept * 10 < total_all);
+}
+
+/* An hour of one rank's anchors, more than the model holds before it cuts
+ * them on the way: the model of all of them is the model of the few kept. */
+static void test_many_anchors_bounded(void **state)
+{
+    (void)state;
+    struct rng r = {11};
+    struct world w;
+    make_world(&w, &r, 2, 1);
+    w.eps[1] = 0, w.phi[1] = floorl(w.phi[1]);
+    size_t n = 0, cap = 2 * 3 * 100000;
+    struct mks_clock_anchor *all = malloc(cap * sizeof(*all));
+    assert_non_null(all);
+    n += shaped_anchors(&w, &r, 0, 100000, 1, all + n);
+    n += shaped_anchors(&w, &r, 1, 100000, 0, all + n);
+    struct mks_clock_model *m_all = new_model(2);
+    for (size_t i = 0; i < n; i += 1000)
+        assert_int_equal(mks_clock_add_anchors(m_all, all + i, n - i < 1000 ? n - i : 1000), 0);
+    assert_int_equal(mks_clock_solve(m_all), 0);
+    size_t nr;
+    assert_int_equal(mks_clock_anchors_reduce(all, n, &nr), 0);
+    printf("  %zu anchors of two ranks: %zu kept\n", n, nr);
+    assert_true(nr < 1000);
+    struct mks_clock_model *m_red = solved(2, all, nr, 0, &w, 0);
+    assert_same_model(m_all, m_red, &w);
+    struct mks_clock_anchor bad = {.rank = 0, .device_ns = 5, .host_lo_ns = 10, .host_hi_ns = 9};
+    assert_int_equal(mks_clock_anchors_reduce(&bad, 1, &nr), -EINVAL);
+    mks_clock_model_destroy(m_all);
+    mks_clock_model_destroy(m_red);
+    free(all);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -392,6 +576,8 @@ int main(void)
         cmocka_unit_test(test_anchors_refined_by_edges),
         cmocka_unit_test(test_ring_topology),
         cmocka_unit_test(test_long_run_tight_prior),
+        cmocka_unit_test(test_reduced_anchors_same_model),
+        cmocka_unit_test(test_many_anchors_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

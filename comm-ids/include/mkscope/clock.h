@@ -88,6 +88,17 @@ void mks_clock_model_destroy(struct mks_clock_model *model);
 int mks_clock_add_anchors(struct mks_clock_model *model, const struct mks_clock_anchor *a, size_t n);
 int mks_clock_add_edges(struct mks_clock_model *model, const struct mks_clock_edge *e, size_t n);
 
+/* The anchors that bound a model, in place: of each rank's, those whose
+ * lower bound is a vertex of the upper hull of the points (device_ns,
+ * host_lo_ns - device_ns) or whose upper bound is a vertex of the lower
+ * hull of (device_ns, host_hi_ns - device_ns); the others hold wherever
+ * these do.  Kept ones come first, by rank and device time (*n_p of them).
+ * A model of anchors that include every vertex of a set's hulls is the
+ * model of the whole set (the solve itself keeps only these), so the
+ * anchors kept of one set plus more anchors give the model of both sets.
+ * -EINVAL for an anchor add_anchors refuses (any rank is taken), -ENOMEM. */
+int mks_clock_anchors_reduce(struct mks_clock_anchor *a, size_t n, size_t *n_p);
+
 /* Compute every rank's polygon.  Returns 0, or -EDOM when the observations
  * contradict each other (an empty polygon: a latency bound or an anchor that
  * does not hold); the model then aligns nothing. */
