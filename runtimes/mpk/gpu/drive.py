@@ -54,6 +54,17 @@ def left():
     return a.budget - (time.time() - T0)
 
 
+WALL = {}  # batch -> wall time of the uninstrumented build's first launch
+
+
+def run_timeout(batch):
+    """How long a launch may take before it counts as hung: six times the
+    uninstrumented launch of the same batch and 15 s more (60 s before one
+    is known), never past the budget."""
+    t = 6 * WALL[batch] + 15 if batch in WALL else 60
+    return max(10, min(t, left() - 20))
+
+
 class Proc:
     def __init__(self, name, batch, mks=False, prof=False):
         self.name, self.batch, self.mks, self.prof = name, batch, mks, prof
@@ -80,6 +91,7 @@ class Proc:
         self.coll = None
         self.tags = []  # launch n (1-based) = tags[n - 1]
         self.exit = None
+        self.dead = False
 
     def line(self, timeout):
         """The next protocol line; None on timeout or when the process ended."""
@@ -102,7 +114,11 @@ class Proc:
         self.exit = self.p.poll()
         return False
 
-    def run(self, tag, control=None, timeout=240):
+    def run(self, tag, control=None, timeout=None):
+        if self.dead:
+            return None
+        if timeout is None:
+            timeout = run_timeout(self.batch)
         if self.mks:
             with open(os.path.join(self.dir, "control"), "w") as f:
                 f.write(control or "faults -\n")
@@ -112,10 +128,13 @@ class Proc:
         self.p.stdin.flush()
         l = self.line(timeout)
         if not l or not l.startswith("done"):
-            say("  %s %s: no answer (%s)" % (self.name, tag, l))
+            say("  %s %s: no answer in %.0f s (%s)" % (self.name, tag, timeout, l))
+            self.hung(tag)
             return None
         _, tg, ms, tok = l.split()
         r = {"ms": float(ms), "tokens": int(tok), "wall": time.time() - t}
+        if not self.mks and not self.prof:
+            WALL.setdefault(self.batch, r["wall"])
         if self.mks:  # the library writes the launch's report when its monitors end
             for _ in range(100):
                 if len(self.reports()) >= len(self.tags):
@@ -125,6 +144,34 @@ class Proc:
             if len(reps) >= len(self.tags):
                 r["iterations"] = reps[len(self.tags) - 1]["iterations"]
         return r
+
+    def hung(self, tag):
+        """A launch that did not end: what the GPU runs (cuda-gdb attached to
+        the process), the process's own log, then the process is killed so
+        that the other variants go on."""
+        self.dead = True
+        gdb = shutil.which("cuda-gdb") or "/usr/local/cuda/bin/cuda-gdb"
+        if os.path.exists(gdb) and self.p.poll() is None:
+            try:
+                r = subprocess.run([gdb, "-p", str(self.p.pid), "-batch", "-ex", "info cuda kernels",
+                                    "-ex", "info cuda blocks", "-ex", "info cuda sms",
+                                    "-ex", "thread apply all bt 12"],
+                                   capture_output=True, text=True, timeout=60)
+                g = (r.stdout + r.stderr).splitlines()
+                keep = [x for x in g if not x.startswith("[New Thread") and x.strip()]
+                open(os.path.join(self.dir, "hung-%s.gdb.txt" % tag), "w").write("\n".join(g))
+                say("  %s %s: cuda-gdb (first 60 lines of %d):\n    %s" %
+                    (self.name, tag, len(keep), "\n    ".join(keep[:60])))
+            except Exception as e:
+                say("  %s %s: cuda-gdb: %s" % (self.name, tag, e))
+        self.p.kill()
+        try:
+            self.p.wait(20)
+        except subprocess.TimeoutExpired:
+            pass
+        self.err.flush()
+        tail = open(os.path.join(self.dir, "serve.log"), errors="replace").read()[-2500:]
+        say("  %s: killed; its log ends:\n    %s" % (self.name, tail.replace("\n", "\n    ")))
 
     def reports(self):
         p = os.path.join(self.dir, "report.jsonl")
@@ -203,6 +250,20 @@ for n, p in procs.items():
         p.err.flush()
         say(open(os.path.join(p.dir, "serve.log")).read()[-3000:])
 live = {n: p for n, p in procs.items() if p.ready}
+# what each kernel needs of an SM (registers, shared memory, local memory),
+# before anything is launched: a kernel that does not fit never starts
+cuobj = shutil.which("cuobjdump")
+for n, p in live.items():
+    so = [os.path.join(p.dir, "build", f) for f in os.listdir(os.path.join(p.dir, "build"))
+          if f.endswith(".so")] if os.path.isdir(os.path.join(p.dir, "build")) else []
+    if so and cuobj:
+        r = subprocess.run([cuobj, "-res-usage", so[0]], capture_output=True, text=True)
+        res = [x.strip() for x in (r.stdout + r.stderr).splitlines()
+               if "Function" in x or "REG:" in x]
+        open(os.path.join(out, "%s.res.txt" % n), "w").write(r.stdout + r.stderr)
+        kern = [res[i] + " " + res[i + 1] for i in range(len(res) - 1)
+                if "kernel" in res[i] and "REG:" in res[i + 1]]
+        say("  %s resources: %s" % (n, "; ".join(kern)[:600]))
 res = {}  # (variant, batch) -> list of runs
 
 

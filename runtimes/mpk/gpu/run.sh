@@ -30,6 +30,21 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 w=${MPK_WORK:-/tmp/mkscope-mpk}
 rm -rf "$w" && mkdir -p "$w/src" "$w/res"
 t0=$SECONDS
+# what has been written so far comes back also when the device call is cut
+# short: the small logs, tails of at most 256 KB, in OUT/live.tgz (one file:
+# a device call returns few), rewritten every 15 s and once more at the end
+snap() {
+    local d=$w/live
+    rm -rf "$d" && mkdir -p "$d"
+    (cd "$w/res" 2>/dev/null && find . -maxdepth 3 -type f \( -name '*.txt' -o -name '*.out' -o \
+        -name '*.log' -o -name '*.jsonl' \) -size -8M 2>/dev/null) | while read -r f; do
+        tail -c 262144 "$w/res/$f" >"$d/$(echo "${f#./}" | tr / _)" 2>/dev/null
+    done
+    tar -czf "$out/.live.tgz" -C "$d" . 2>/dev/null && mv -f "$out/.live.tgz" "$out/live.tgz"
+}
+(while sleep 15; do snap; done) &
+snapper=$!
+trap 'kill $snapper 2>/dev/null; snap' EXIT
 tar -xf "$carry/src.tar" -C "$w/src"
 src=$w/src
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader >"$w/res/gpu.txt" 2>&1

@@ -213,6 +213,20 @@ extern "C" int mks_mpk_host_init(const struct mks_mpk_init_args *a, struct mks_m
                  u[14], u[15]);
     }
     snprintf(H.job, sizeof(H.job), "%s", job);
+    if (a->worker_regs >= 0) {
+        int optin = 0;
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        fprintf(stderr,
+                "mkscope: MPK: worker kernel: %d registers, %lld B static + %lld B dynamic shared "
+                "memory (the GPU allows %d a block), %lld B local\n",
+                a->worker_regs, a->worker_static_smem, a->worker_dynamic_smem, optin,
+                a->worker_local);
+        if (optin > 0 && a->worker_static_smem + a->worker_dynamic_smem > optin)
+            fprintf(stderr,
+                    "mkscope: MPK: the worker kernel needs %lld B of shared memory a block, more "
+                    "than the %d B the GPU allows: it cannot start\n",
+                    a->worker_static_smem + a->worker_dynamic_smem, optin);
+    }
     H.num_workers = a->num_workers;
     H.n_rings = a->num_workers + a->num_schedulers;
     H.sm_count = a->sm_count;
@@ -402,6 +416,15 @@ extern "C" int mks_mpk_host_launched(cudaEvent_t after)
         warps = (H.n_rings + 2 * blocks - 1) / (2 * blocks);
     if (warps > 32)
         warps = 32;
+    /* MPK does not look at its launches' errors: a worker or scheduler
+     * kernel that failed to launch leaves the other one and the monitors
+     * waiting for it forever, so here it is said and no monitor starts */
+    cudaError_t le = cudaPeekAtLastError();
+    if (le != cudaSuccess) {
+        fprintf(stderr, "mkscope: MPK: a kernel of this launch failed to start: %s; no monitors "
+                        "for it\n", cudaGetErrorString(le));
+        return -ENODEV;
+    }
     CK(cudaStreamWaitEvent(H.stream, after, 0));
     if ((rc = mks_rt_cuda_gmonitor_launch(&H.dev, H.rings, H.n_rings, blocks, warps, H.stream)))
         return rc;

@@ -26,6 +26,10 @@ for line in sys.stdin:
         break
     n += 1
     time.sleep(0.1)
+    # MKS_FAKE_MPK_HANG=NAME:TAG: that launch never ends (a hung kernel)
+    if os.environ.get("MKS_FAKE_MPK_HANG") == "%s:%s" % (a.name, c[1] if len(c) > 1 else "-"):
+        while True:
+            time.sleep(1)
     rep = os.environ.get("MKS_MPK_REPORT")
     if rep:
         with open(rep, "a") as f:

@@ -34,5 +34,16 @@ for v in "plain +1 " "detached +8 " "attached +8 " "prof +8 "; do need "^$v"; do
 need "^fault task-delay on silu_mul_hopper.silu_mul_out"
 need "^fault notify-delay on linear_hopper.attn_in"
 [ -s "$tmp/out/results.json" ] || { echo "FAIL: no results.json"; fails=$((fails + 1)); }
-[ "$fails" -eq 0 ] && echo "mpk_drive_test: all checks passed" || tail -n 30 "$tmp/log"
+# a launch that never ends: the process is named, killed, and the others
+# go on to the table
+MKS_FAKE_MPK_HANG=mks1:r0-det MKS_MPK_SERVE=$src/tests/runtimes/mpk/fake_serve.py timeout 200 \
+    python3 "$src/runtimes/mpk/gpu/drive.py" --bin "$b" --monitors "$build/agent/monitors" \
+    --out "$tmp/out2" --rounds 1 --batches 1,8 --budget 150 >"$tmp/log2" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] || { echo "FAIL: drive.py exited $rc with a hung launch"; fails=$((fails + 1)); }
+for re in "mks1 r0-det: no answer in [0-9]+ s" "mks1: killed; its log ends" \
+    "^== MPK with mkscope on one GPU" "^attached +8 "; do
+    grep -qE -- "$re" "$tmp/log2" || { echo "FAIL: with a hung launch, the output lacks /$re/"; fails=$((fails + 1)); }
+done
+[ "$fails" -eq 0 ] && echo "mpk_drive_test: all checks passed" || tail -n 30 "$tmp/log" "$tmp/log2"
 exit $((fails > 0))

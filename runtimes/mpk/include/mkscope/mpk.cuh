@@ -101,6 +101,10 @@ struct mks_mpk_init_args {
     const int *request_ids;                 /* MPK's (offline/online modes), or NULL */
     int sm_count;                           /* the GPU's, to size the monitor kernel */
     void *dev_state;                        /* device address of the kernel's mks_mpk_state */
+    /* what MPK's worker kernel needs of an SM (cudaFuncGetAttributes; -1:
+     * not known): a kernel that does not fit is never started */
+    int worker_regs, worker_threads;
+    long long worker_static_smem, worker_dynamic_smem, worker_local;
 };
 int mks_mpk_host_init(const struct mks_mpk_init_args *a, struct mks_mpk_dev *dev_p);
 /* At the start of a launch, before MPK enqueues anything: the previous
@@ -627,6 +631,24 @@ static __device__ __forceinline__ void mks_mpk_worker_exit(uint32_t worker)
 #define MKS_MPK_REQUEST_IDS(cfg) ((const int *)0)
 #endif
 
+/* The worker kernel's needs, where persistent_kernel.cuh defines it (the
+ * split worker/scheduler launch; the single kernel otherwise). */
+#define MKS_MPK_WORKER_ATTRS(args)                                                                 \
+    do {                                                                                           \
+        struct cudaFuncAttributes mks_fa;                                                          \
+        (args).worker_regs = (args).worker_threads = -1;                                           \
+        (args).worker_static_smem = (args).worker_local = -1;                                      \
+        (args).worker_dynamic_smem = (long long)MAX_DYNAMIC_SHARED_MEMORY_SIZE;                    \
+        if (cudaFuncGetAttributes(&mks_fa, global_runtime_config.split_worker_scheduler            \
+                                               ? (const void *)worker_kernel                       \
+                                               : (const void *)persistent_kernel) == cudaSuccess) { \
+            (args).worker_regs = mks_fa.numRegs;                                                   \
+            (args).worker_threads = mks_fa.maxThreadsPerBlock;                                     \
+            (args).worker_static_smem = (long long)mks_fa.sharedSizeBytes;                         \
+            (args).worker_local = (long long)mks_fa.localSizeBytes;                                \
+        }                                                                                          \
+    } while (0)
+
 /* End of init_persistent_kernel: the host side, and its view for the
  * device code of this translation unit. */
 #define MKS_MPK_HOST_INIT(cfg, n_tasks, n_events)                                                  \
@@ -648,6 +670,7 @@ static __device__ __forceinline__ void mks_mpk_worker_exit(uint32_t worker)
         cudaGetDevice(&mks_dev);                                                                   \
         cudaGetSymbolAddress(&mks_a.dev_state, mks_mpk_state);                                     \
         cudaDeviceGetAttribute(&mks_a.sm_count, cudaDevAttrMultiProcessorCount, mks_dev);          \
+        MKS_MPK_WORKER_ATTRS(mks_a);                                                               \
         if (mks_mpk_host_init(&mks_a, &mks_d) == 0 && mks_d.rings)                                 \
             cudaMemcpyToSymbol(mks_mpk_state, &mks_d, sizeof(mks_d));                              \
     } while (0)
