@@ -220,6 +220,18 @@ MKS_DEVFN int32_t mksi_hook_exec(struct mks_cb *cb, uint32_t rank, struct mks_ho
                                  uint64_t epoch, uint64_t word);
 MKS_DEVFN int32_t mksi_hook_exec_cov(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
                                      uint64_t epoch, uint64_t word, struct mks_cb_cov *cov);
+/* The parts of mksi_hook_exec_cov, for a runner that runs the programs its
+ * own way (the device's monitor warp). */
+struct mks_vm_env;
+MKS_DEVFN int mksi_hook_admit(struct mks_cb *cb, const struct mks_hook_ctx *ctx, uint64_t epoch,
+                              uint64_t word, struct mks_cb_cov *cov);
+MKS_DEVFN void mksi_hook_maps(struct mks_cb *cb, uint32_t rank, const struct mks_hook_ctx *ctx,
+                              uint64_t epoch, struct mks_maps *maps);
+MKS_DEVFN int mksi_hook_env(struct mks_cb *cb, uint32_t s, struct mks_hook_ctx *ctx,
+                            struct mks_maps *maps, struct mks_vm_env *env);
+MKS_DEVFN void mksi_hook_hint(const struct mks_cb_prog *p, uint64_t r0, int32_t *hint);
+MKS_DEVFN void mksi_hook_done(struct mks_cb *cb, uint32_t ev, uint64_t epoch, uint64_t used_total,
+                              uint32_t lost, const struct mks_maps *maps, struct mks_cb_cov *cov);
 MKS_DEVFN void mksi_hook_lost(struct mks_cb *cb, uint32_t worker, uint32_t ev, uint32_t n);
 
 #endif /* MKS_DEVHOOKS_CB_H */

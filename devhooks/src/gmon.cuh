@@ -66,8 +66,8 @@ static __device__ __noinline__ void gmon_batch(const struct mks_dev_rt *rt, stru
     if (w) {
         c.abi_version = MKS_HOOK_ABI_VERSION;
         c.size = (uint16_t)sizeof(c);
-        mksi_hook_exec_cov(cb, rt->rank, &c, epoch, w, &cov);
     }
+    dev_warp_hook_exec(cb, rt->rank, &c, epoch, w, &cov);
     __syncwarp();
     dev_warp_cov(cb, bank, slot, w ? ev : MKS_EV_COUNT, &cov, lane);
     if (lane == 0) {

@@ -23,8 +23,9 @@
 #include "mkscope/vm.h"
 
 #ifdef __CUDACC__
-/* vm.cu compiles vm.c into the same translation unit. */
-#define MKSI_VM_RUN mksi_vm_exec
+/* vm.cu compiles vm.c into the same translation unit; the device mirror's
+ * program slots hold the decoded form (the GPU pump decodes at attach). */
+#define MKSI_VM_RUN mksi_vmd_exec
 #else
 #define MKSI_VM_RUN mks_vm_run
 #endif
@@ -48,27 +49,16 @@ MKS_DEVFN void mksi_hook_leave(struct mks_cb *cb, uint32_t w, uint64_t epoch)
     MKS_A_STORE_REL64(&mks_cb_workers(cb)[w].seq, epoch << 1);
 }
 
-/* Run the programs of `word` (the hook's program list, read by the caller
- * with acquire semantics or known unchanged since such a read) for ctx on
- * worker ctx->worker inside `epoch`, counting coverage into *cov: the
- * block's counters of the worker, bank and event, or a device worker's
- * private copy that it adds to them before it leaves the epoch. */
-MKS_DEVFN int32_t mksi_hook_exec_cov(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
-                                     uint64_t epoch, uint64_t word, struct mks_cb_cov *cov)
+/* The first part of a hook run (mksi_hook_exec_cov): count the event
+ * eligible and apply sampling and the per-epoch instruction budget; returns
+ * 1 when its programs run (throttled counted otherwise). */
+MKS_DEVFN int mksi_hook_admit(struct mks_cb *cb, const struct mks_hook_ctx *ctx, uint64_t epoch,
+                              uint64_t word, struct mks_cb_cov *cov)
 {
-    struct mks_cb_hook *h;
-    struct mks_maps maps;
-    uint64_t used_total = 0;
-    uint32_t ev = ctx->event, w = ctx->worker, bank = (uint32_t)(epoch & 1u), shift;
-    int32_t hint = 0;
-    uint32_t lost = 0;
-
-    if (!word)
-        return 0;
-    h = &cb->hooks[ev];
+    const struct mks_cb_hook *h = &cb->hooks[ctx->event];
+    const uint32_t shift = h->sample_shift, bank = (uint32_t)(epoch & 1u);
     cov->eligible++;
-    shift = h->sample_shift;
-    if (shift && (mks_cb_workers(cb)[w].sample_ctr[ev]++ & ((1u << shift) - 1u)) != 0) {
+    if (shift && (mks_cb_workers(cb)[ctx->worker].sample_ctr[ctx->event]++ & ((1u << shift) - 1u)) != 0) {
         cov->throttled++;
         return 0;
     }
@@ -84,55 +74,101 @@ MKS_DEVFN int32_t mksi_hook_exec_cov(struct mks_cb *cb, uint32_t rank, struct mk
             return 0;
         }
     }
-    maps.descs = cb->maps;
-    maps.n_descs = MKS_MAX_MAPS;
-    maps.bank = bank;
-    maps.arena = mks_cb_arena(cb);
-    maps.arena_len = cb->arena_len;
-    maps.worker = w;
-    maps.sm = ctx->sm;
-    maps.rank = rank;
-    maps.lost = 0;
+    return 1;
+}
+
+/* The maps a run of ctx's programs sees inside `epoch`. */
+MKS_DEVFN void mksi_hook_maps(struct mks_cb *cb, uint32_t rank, const struct mks_hook_ctx *ctx,
+                              uint64_t epoch, struct mks_maps *maps)
+{
+    maps->descs = cb->maps;
+    maps->n_descs = MKS_MAX_MAPS;
+    maps->bank = (uint32_t)(epoch & 1u);
+    maps->arena = mks_cb_arena(cb);
+    maps->arena_len = cb->arena_len;
+    maps->worker = ctx->worker;
+    maps->sm = ctx->sm;
+    maps->rank = rank;
+    maps->lost = 0;
+}
+
+/* The environment of program slot s - 1 for ctx; 0, or -1 when the slot's
+ * table entry is out of bounds (the run is lost). */
+MKS_DEVFN int mksi_hook_env(struct mks_cb *cb, uint32_t s, struct mks_hook_ctx *ctx,
+                            struct mks_maps *maps, struct mks_vm_env *env)
+{
+    const struct mks_cb_prog *p = &cb->progs[s - 1];
+    env->insns = mks_cb_insns(cb, s - 1);
+    env->n_insns = p->n_insns;
+    env->flags = 0;
+    /* Twice the verifier's bound: a program that runs far longer than it
+     * was proven to is broken and is stopped, not waited for. */
+    env->insn_limit = p->cost ? 2 * p->cost + 64 : MKS_BPF_MAX_INSNS * 64ull;
+    env->ctx = ctx;
+    env->ctx_len = p->abi_version == 1u ? MKS_HOOK_CTX_V1_SIZE : 0u;
+    env->n_maps = p->n_maps;
+    env->map_ids = p->map_ids;
+    env->maps = maps;
+    env->extra.base = 0;
+    env->extra.len = 0;
+    env->extra.writable = 0;
+    return env->n_maps > MKS_MAX_PROG_MAPS || env->n_insns > MKS_BPF_MAX_INSNS ? -1 : 0;
+}
+
+/* A CONTROL program's answer r0 as a hint, raising *hint. */
+MKS_DEVFN void mksi_hook_hint(const struct mks_cb_prog *p, uint64_t r0, int32_t *hint)
+{
+    if (p->type == MKS_PROG_CONTROL) {
+        int64_t v = (int64_t)r0;
+        int32_t c = v < 0 ? 0 : v > MKS_PRIO_HINT_MAX ? MKS_PRIO_HINT_MAX : (int32_t)v;
+        if (c > *hint)
+            *hint = c;
+    }
+}
+
+/* The last part: the instructions run against the budget, ran and lost. */
+MKS_DEVFN void mksi_hook_done(struct mks_cb *cb, uint32_t ev, uint64_t epoch, uint64_t used_total,
+                              uint32_t lost, const struct mks_maps *maps, struct mks_cb_cov *cov)
+{
+    struct mks_cb_hook *h = &cb->hooks[ev];
+    if (used_total && h->insn_budget)
+        MKS_A_ADD64(&h->budget_used[epoch & 1u], used_total);
+    cov->ran++;
+    cov->lost += lost + maps->lost;
+}
+
+/* Run the programs of `word` (the hook's program list, read by the caller
+ * with acquire semantics or known unchanged since such a read) for ctx on
+ * worker ctx->worker inside `epoch`, counting coverage into *cov: the
+ * block's counters of the worker, bank and event, or a device worker's
+ * private copy that it adds to them before it leaves the epoch. */
+MKS_DEVFN int32_t mksi_hook_exec_cov(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
+                                     uint64_t epoch, uint64_t word, struct mks_cb_cov *cov)
+{
+    struct mks_maps maps;
+    uint64_t used_total = 0;
+    int32_t hint = 0;
+    uint32_t lost = 0;
+
+    if (!word || !mksi_hook_admit(cb, ctx, epoch, word, cov))
+        return 0;
+    mksi_hook_maps(cb, rank, ctx, epoch, &maps);
     for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
         uint32_t s = mks_cb_word_slot(word, i);
-        const struct mks_cb_prog *p;
         struct mks_vm_env env;
         uint64_t r0 = 0, used = 0;
         if (!s)
             continue;
-        p = &cb->progs[s - 1];
-        env.insns = mks_cb_insns(cb, s - 1);
-        env.n_insns = p->n_insns;
-        env.flags = 0;
-        /* Twice the verifier's bound: a program that runs far longer than
-         * it was proven to is broken and is stopped, not waited for. */
-        env.insn_limit = p->cost ? 2 * p->cost + 64 : MKS_BPF_MAX_INSNS * 64ull;
-        env.ctx = ctx;
-        env.ctx_len = p->abi_version == 1u ? MKS_HOOK_CTX_V1_SIZE : 0u;
-        env.n_maps = p->n_maps;
-        env.map_ids = p->map_ids;
-        env.maps = &maps;
-        env.extra.base = 0;
-        env.extra.len = 0;
-        env.extra.writable = 0;
-        if (env.n_maps > MKS_MAX_PROG_MAPS || env.n_insns > MKS_BPF_MAX_INSNS ||
+        if (mksi_hook_env(cb, s, ctx, &maps, &env) != 0 ||
             MKSI_VM_RUN(&env, (uint64_t)(uintptr_t)ctx, 0, &r0, &used) != 0) {
             lost = 1;
             used_total += used;
             continue;
         }
         used_total += used;
-        if (p->type == MKS_PROG_CONTROL) {
-            int64_t v = (int64_t)r0;
-            int32_t c = v < 0 ? 0 : v > MKS_PRIO_HINT_MAX ? MKS_PRIO_HINT_MAX : (int32_t)v;
-            if (c > hint)
-                hint = c;
-        }
+        mksi_hook_hint(&cb->progs[s - 1], r0, &hint);
     }
-    if (used_total && h->insn_budget)
-        MKS_A_ADD64(&h->budget_used[bank], used_total);
-    cov->ran++;
-    cov->lost += lost + maps.lost;
+    mksi_hook_done(cb, ctx->event, epoch, used_total, lost, &maps, cov);
     return hint;
 }
 

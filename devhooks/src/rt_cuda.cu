@@ -27,6 +27,7 @@
 #include "rt_internal.h"
 #include "mkscope/devhook.cuh"
 #include "mkscope/maps.h"
+#include "mkscope/vm.h"
 
 /* A device worker stays in a hook for microseconds; a second means the
  * kernel is gone or hung, and the agent must not wait forever. */
@@ -56,6 +57,7 @@ struct cuda_pump {
     uint32_t *gate_stage;                /* gate_n copies of the high half */
     int failed;
     int registered;                      /* the shared block is pinned for the GPU */
+    struct mks_dinsn *dec;               /* each program slot's decoded text (staging) */
 };
 
 static int cu_ok(struct cuda_pump *p, cudaError_t e, const char *what)
@@ -179,6 +181,22 @@ static void push_gate(struct cuda_pump *p)
     p->gate_pushed = v;
 }
 
+/* Program slot i's text into the device mirror, decoded here, once per
+ * attach, into the form the device runs (vm_decoded.c): the device never
+ * decodes an opcode byte.  Each slot has its own staging, so an asynchronous
+ * copy never reads text rewritten for another slot. */
+static int push_text(struct cuda_pump *p, struct mks_cb *cb, uint32_t i)
+{
+    const uint32_t n = cb->progs[i].n_insns;
+    struct mks_dinsn *d = p->dec + (size_t)i * MKS_BPF_MAX_INSNS;
+    if (n == 0 || n > MKS_BPF_MAX_INSNS)
+        return 1; /* the device refuses to run it (mksi_hook_env, the VM) */
+    if (mks_vm_decode(mks_cb_insns(cb, i), n, d) != 0)
+        return 0;
+    return h2d(p, cb->insns_off + (uint64_t)i * MKS_BPF_MAX_INSNS * sizeof(struct mks_insn), d,
+               (size_t)n * sizeof(*d));
+}
+
 static void push_programs(struct mks_rt *rt, struct cuda_pump *p)
 {
     struct mks_cb *cb = rt->cb;
@@ -207,8 +225,7 @@ static void push_programs(struct mks_rt *rt, struct cuda_pump *p)
         const struct mks_cb_prog *pr = &cb->progs[i];
         if (!rewrite[i])
             continue;
-        if (!h2d(p, cb->insns_off + (uint64_t)i * MKS_BPF_MAX_INSNS * sizeof(struct mks_insn),
-                 mks_cb_insns(cb, i), (size_t)pr->n_insns * sizeof(struct mks_insn)))
+        if (!push_text(p, cb, i))
             return;
         p->prog_seq[i] = pr->load_seq;
     }
@@ -384,6 +401,7 @@ static void cuda_pump_free(struct mks_rt *rt)
     cudaFreeHost(p->seqs);
     cudaFreeHost(p->hdrs);
     free(p->gate_stage);
+    free(p->dec);
     free(p);
     rt->ext = NULL;
 }
@@ -399,6 +417,12 @@ extern "C" int mks_rt_cuda_enable(struct mks_rt *rt, struct mks_dev_rt *dev_p)
     if (!p)
         return -ENOMEM;
     rt->ext = p;
+    p->dec = (struct mks_dinsn *)malloc((size_t)MKS_CB_MAX_PROGS * MKS_BPF_MAX_INSNS *
+                                        sizeof(struct mks_dinsn));
+    if (!p->dec) {
+        cuda_pump_free(rt);
+        return -ENOMEM;
+    }
     if (!CU(p, cudaGetDevice(&p->device)) ||
         !CU(p, cudaMallocHost((void **)&p->seqs, cb->n_workers * sizeof(*p->seqs))) ||
         !CU(p, cudaMallocHost((void **)&p->hdrs, cb->n_workers * sizeof(*p->hdrs)))) {
@@ -422,6 +446,16 @@ extern "C" int mks_rt_cuda_enable(struct mks_rt *rt, struct mks_dev_rt *dev_p)
     for (uint32_t i = 0; i < MKS_CB_MAX_PROGS; i++)
         p->prog_seq[i] = cb->progs[i].state == MKS_PROG_LOADED ? cb->progs[i].load_seq : 0;
     if (!CU(p, cudaMemcpy(p->dev, cb, rt->size, cudaMemcpyHostToDevice))) {
+        cuda_pump_free(rt);
+        return -ENODEV;
+    }
+    /* the programs already loaded, in the device's form */
+    for (uint32_t i = 0; i < MKS_CB_MAX_PROGS; i++)
+        if (p->prog_seq[i] && !push_text(p, cb, i)) {
+            cuda_pump_free(rt);
+            return -ENODEV;
+        }
+    if (!sync_stream(p)) {
         cuda_pump_free(rt);
         return -ENODEV;
     }

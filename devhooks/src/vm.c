@@ -31,6 +31,7 @@
 #include "mkscope/vm.h"
 
 #include "dev.h"
+#include "mkscope/hook_abi.h"
 #include "mkscope/maps.h"
 
 MKS_DEVFN void *mksi_map_lookup(struct mks_maps *m, const struct mks_map_desc *d,
@@ -869,6 +870,10 @@ out:
 #undef VM_IS_LOCAL
 #undef AS_S64
 }
+
+/* The decoded form and its runners: the same translation unit, so they
+ * share the guards and helpers above. */
+#include "vm_decoded.c"
 
 #ifndef __CUDACC__
 int mks_vm_run(const struct mks_vm_env *env, uint64_t r1, uint64_t r2, uint64_t *r0_p,

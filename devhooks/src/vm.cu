@@ -10,6 +10,8 @@
 
 #include "mkscope/devhook.cuh"
 
+#define MKS_DEV_FULL 0xffffffffu
+
 extern "C" __device__ int32_t mks_dev_hook_run(const struct mks_dev_rt *rt,
                                                struct mks_hook_ctx *ctx)
 {
@@ -149,6 +151,58 @@ extern "C" __device__ int mks_dev_vm_run(const struct mks_vm_env *env, uint64_t 
     return mksi_vm_exec(env, r1, r2, r0_p, insns_p);
 }
 
+extern "C" __device__ int mks_dev_vm_run_decoded(const struct mks_vm_env *env, uint64_t r1,
+                                                 uint64_t r2, uint64_t *r0_p, uint64_t *insns_p)
+{
+    if (!env || !r0_p || (env->n_maps && !env->map_ids))
+        return MKS_VM_EARG;
+    return mksi_vmd_exec(env, r1, r2, r0_p, insns_p);
+}
+
+extern "C" __device__ int mks_dev_vm_run_warp(const struct mks_vm_env *env, int run, uint32_t key,
+                                              uint64_t r1, uint64_t r2, uint64_t *r0_p,
+                                              uint64_t *insns_p)
+{
+    /* a lane refused still takes part in every vote of the others' runs */
+    const int bad = run && (!env || !r0_p || (env->n_maps && !env->map_ids));
+    const int rc = mksi_vmd_exec_warp(env, run && !bad, key, r1, r2, r0_p, insns_p);
+    return bad ? MKS_VM_EARG : rc;
+}
+
+/* mksi_hook_exec_cov for one event per lane, the whole warp calling (word 0:
+ * no event on this lane): the i-th program of every lane's list runs side by
+ * side in mksi_vmd_exec_warp, lanes of the same program in step.  The hint
+ * of a CONTROL program is not wanted here (observe-only runners). */
+static __device__ void dev_warp_hook_exec(struct mks_cb *cb, uint32_t rank, struct mks_hook_ctx *ctx,
+                                          uint64_t epoch, uint64_t word, struct mks_cb_cov *cov)
+{
+    struct mks_maps maps;
+    uint64_t used_total = 0;
+    uint32_t lost = 0;
+    const int go = word && mksi_hook_admit(cb, ctx, epoch, word, cov);
+    if (go)
+        mksi_hook_maps(cb, rank, ctx, epoch, &maps);
+    for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
+        const uint32_t s = go ? mks_cb_word_slot(word, i) : 0u;
+        struct mks_vm_env env;
+        uint64_t r0 = 0, used = 0;
+        int run = 0, rc;
+        if (!__any_sync(MKS_DEV_FULL, s != 0))
+            continue;
+        if (s) {
+            run = mksi_hook_env(cb, s, ctx, &maps, &env) == 0;
+            lost |= !run;
+        }
+        rc = mksi_vmd_exec_warp(&env, run, s, (uint64_t)(uintptr_t)ctx, 0, &r0, &used);
+        if (run) {
+            used_total += used;
+            lost |= rc != 0;
+        }
+    }
+    if (go)
+        mksi_hook_done(cb, ctx->event, epoch, used_total, lost, &maps, cov);
+}
+
 /* Events handled per epoch entry: bounds how long a grace period can wait
  * on a monitor that keeps finding work. */
 #define MKS_DEV_MONITOR_BATCH 32u
@@ -222,8 +276,6 @@ extern "C" __device__ void mks_dev_monitor(const struct mks_dev_rt *rt, struct m
 }
 
 /* ---- the monitor warp: records back into events, one event per lane ---- */
-
-#define MKS_DEV_FULL 0xffffffffu
 
 /* The lanes' coverage of a batch, summed per event kind with warp
  * reductions into the counters lane e keeps for kind e while the warp stays
@@ -590,8 +642,7 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
         struct mks_cb_cov cov = {0, 0, 0, 0};
         const uint64_t w_lane = __shfl_sync(MKS_DEV_FULL, word, ev < MKS_EV_COUNT ? ev : 0);
         const uint64_t w = ev < MKS_EV_COUNT ? w_lane : 0;
-        if (w)
-            mksi_hook_exec_cov(cb, rt->rank, &r->ctx[lane], epoch, w, &cov);
+        dev_warp_hook_exec(cb, rt->rank, &r->ctx[lane], epoch, w, &cov);
         __syncwarp();
         dev_warp_cov_acc(w ? ev : MKS_EV_COUNT, &cov, lane, &mine);
     }

@@ -5,8 +5,12 @@
  *   devhooks_conformance [DIR]                    run each case in the VM
  *   devhooks_conformance --plugin EXE [DIR]       drive EXE the way the public
  *                                                 runner drives a plugin
- * Built with MKS_CONF_GPU (mkscope-vm-conformance-gpu, with conformance_gpu.cu)
- * the cases run in the VM compiled for the GPU instead.
+ * Each case also runs in the decoded form the device runs (mks_vm_decode,
+ * mks_vm_run_decoded), which must answer exactly as the VM: the same error,
+ * r0 and count of executed instructions.  Built with MKS_CONF_GPU
+ * (mkscope-vm-conformance-gpu, with conformance_gpu.cu) the cases run, in
+ * addition, on the GPU: the VM compiled for it, the decoded form on one
+ * thread and the decoded form in a warp, each held to the same.
  *
  * Each failure is printed with the case name and the reason; the last line is
  * "N passed, M failed".  The test fails when fewer than 300 cases pass or
@@ -162,33 +166,90 @@ static int parse_case(const char *path, struct conf_case *c, char *why, size_t w
     return 0;
 }
 
+/* What one runner answered for a case. */
+struct conf_run {
+    uint64_t r0, insns;
+    int rc;
+};
+
 #ifdef MKS_CONF_GPU
-int mks_conf_gpu_run(const struct mks_insn *insns, uint32_t n_insns, const uint8_t *mem,
-                     uint32_t mem_len, uint64_t *r0_p, int *rc_p);
+/* The device's runners (conformance_gpu.cu): the raw VM, the decoded form
+ * on one thread, the decoded form in a warp with one lane running, then with
+ * all 32 (one result per lane), into out[0..CONF_GPU_RUNNERS - 1]. */
+#define CONF_GPU_RUNNERS (3 + 32)
+int mks_conf_gpu_run(const struct mks_insn *insns, const struct mks_dinsn *dec, uint32_t n_insns,
+                     const uint8_t *mem, uint32_t mem_len, struct conf_run *out);
+static const char *gpu_runner_name(int i)
+{
+    static char lane[64];
+    if (i < 3)
+        return i == 0 ? "device VM" : i == 1 ? "device decoded" : "device decoded, warp";
+    snprintf(lane, sizeof(lane), "device decoded, 32-lane warp, lane %d", i - 3);
+    return lane;
+}
 #endif
 
-/* In-process run.  Returns 1 on pass, 0 on fail with the reason. */
-static int run_vm(struct conf_case *c, char *why, size_t why_len)
+/* One host run, raw or decoded, on a fresh copy of the case's memory. */
+static void run_host(const struct conf_case *c, const struct mks_insn *text, int decoded,
+                     uint8_t *mem, struct conf_run *out)
 {
     struct mks_vm_env env;
-    uint64_t r0 = 0;
-    int rc;
-#ifdef MKS_CONF_GPU
-    if (mks_conf_gpu_run(c->insns, c->n_insns, c->mem, c->mem_len, &r0, &rc) != 0) {
-        snprintf(why, why_len, "CUDA failure");
-        return 0;
-    }
-    (void)env;
-#else
+    memcpy(mem, c->mem, c->mem_len);
     memset(&env, 0, sizeof(env));
-    env.insns = c->insns;
+    env.insns = text;
     env.n_insns = c->n_insns;
     env.flags = MKS_VM_F_UNWIND_HELPER;
     env.insn_limit = 10000000;
-    env.extra.base = (uint64_t)(uintptr_t)c->mem;
+    env.extra.base = (uint64_t)(uintptr_t)mem;
     env.extra.len = c->mem_len;
     env.extra.writable = 1;
-    rc = mks_vm_run(&env, c->mem_len ? (uint64_t)(uintptr_t)c->mem : 0, c->mem_len, &r0, NULL);
+    out->r0 = 0;
+    out->insns = 0;
+    out->rc = (decoded ? mks_vm_run_decoded : mks_vm_run)(&env, c->mem_len ? (uint64_t)(uintptr_t)mem : 0,
+                                                        c->mem_len, &out->r0, &out->insns);
+}
+
+/* Another runner's answer against the raw VM's: the same error, r0 and
+ * count of executed instructions. */
+static int same_run(const struct conf_run *ref, const struct conf_run *o, const char *who,
+                    char *why, size_t why_len)
+{
+    if (o->rc == ref->rc && o->insns == ref->insns && (ref->rc != 0 || o->r0 == ref->r0))
+        return 1;
+    snprintf(why, why_len, "%s differs from the VM: rc %d/%d, r0 0x%" PRIx64 "/0x%" PRIx64
+             ", insns %" PRIu64 "/%" PRIu64, who, o->rc, ref->rc, o->r0, ref->r0, o->insns, ref->insns);
+    return 0;
+}
+
+/* In-process run: the raw VM, judged against the case, and the decoded form
+ * (on the host; with MKS_CONF_GPU also the device's runners), each of which
+ * must answer exactly as the raw VM.  Returns 1 on pass, 0 on fail with the
+ * reason. */
+static int run_vm(struct conf_case *c, char *why, size_t why_len)
+{
+    static uint8_t mem[MAX_MEM];
+    static struct mks_dinsn dec[MAX_INSNS];
+    struct conf_run ref, d;
+    const uint64_t r0 = (run_host(c, c->insns, 0, mem, &ref), ref.r0);
+    const int rc = ref.rc;
+    if (mks_vm_decode(c->insns, c->n_insns, dec) != 0) {
+        snprintf(why, why_len, "decode refused the program");
+        return 0;
+    }
+    run_host(c, (const struct mks_insn *)dec, 1, mem, &d);
+    if (!same_run(&ref, &d, "decoded", why, why_len))
+        return 0;
+#ifdef MKS_CONF_GPU
+    {
+        struct conf_run g[CONF_GPU_RUNNERS];
+        if (mks_conf_gpu_run(c->insns, dec, c->n_insns, c->mem, c->mem_len, g) != 0) {
+            snprintf(why, why_len, "CUDA failure");
+            return 0;
+        }
+        for (int i = 0; i < CONF_GPU_RUNNERS; i++)
+            if (!same_run(&ref, &g[i], gpu_runner_name(i), why, why_len))
+                return 0;
+    }
 #endif
     if (c->expect_error) {
         if (rc != 0)

@@ -144,6 +144,15 @@ extern "C" __device__ uint32_t mks_dev_worker_changed(const struct mks_dev_rt *r
 struct mks_vm_env;
 extern "C" __device__ int mks_dev_vm_run(const struct mks_vm_env *env, uint64_t r1, uint64_t r2,
                                          uint64_t *r0_p, uint64_t *insns_p);
+/* The same for decoded text (mks_vm_decode(); what the device mirror's
+ * program slots hold): on this thread, and with the whole warp calling, one
+ * run per lane with run != 0, lanes of the same key running the same text
+ * side by side (the monitor warp's runner).  Answers as mks_vm_run(). */
+extern "C" __device__ int mks_dev_vm_run_decoded(const struct mks_vm_env *env, uint64_t r1,
+                                                 uint64_t r2, uint64_t *r0_p, uint64_t *insns_p);
+extern "C" __device__ int mks_dev_vm_run_warp(const struct mks_vm_env *env, int run, uint32_t key,
+                                              uint64_t r1, uint64_t r2, uint64_t *r0_p,
+                                              uint64_t *insns_p);
 
 /* Count n events of ev on worker that no program saw (eligible and lost). */
 extern "C" __device__ void mks_dev_hook_lost(const struct mks_dev_rt *rt, uint32_t worker,

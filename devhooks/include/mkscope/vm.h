@@ -71,6 +71,23 @@ struct mks_vm_env {
 int mks_vm_run(const struct mks_vm_env *env, uint64_t r1, uint64_t r2, uint64_t *r0_p,
                uint64_t *insns_p);
 
+/* The decoded form the device runs (devhooks/src/vm_decoded.c): one 8-byte
+ * instruction per raw slot, the operation class resolved, jump and call
+ * targets absolute.  mks_vm_decode() writes n of them (n < 65535, else
+ * MKS_VM_EARG); it accepts any text: what the VM would refuse decodes to an
+ * instruction that stops the run with the same error when reached.
+ * mks_vm_run_decoded() runs such text (env->insns points at it, n_insns as
+ * decoded) with mks_vm_run()'s guards, answers and counts. */
+struct mks_dinsn {
+    uint8_t op;
+    uint8_t regs;
+    uint16_t aux;
+    int32_t imm;
+};
+int mks_vm_decode(const struct mks_insn *insns, uint32_t n, struct mks_dinsn *out);
+int mks_vm_run_decoded(const struct mks_vm_env *env, uint64_t r1, uint64_t r2, uint64_t *r0_p,
+                       uint64_t *insns_p);
+
 /* Short text for an enum mks_vm_err ("memory access out of bounds", ...). */
 const char *mks_vm_strerror(int err);
 
