@@ -73,7 +73,8 @@ enum {
     MODE_GATE = 5,
     MODE_GATE_INL = 6,
     MODE_GATE_OLD = 7,
-    MODE_GATE_DRAIN = 8 /* MODE_GATE, the second warp only frees the ring's slots */
+    MODE_GATE_DRAIN = 8, /* MODE_GATE, the second warp only frees the ring's slots */
+    MODE_GATE_LANES = 9  /* MODE_GATE, the monitor warp's lanes run their programs alone */
 };
 
 struct raw_rec {
@@ -258,6 +259,8 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
                                   : __all_sync(0xffffffffu, threadIdx.x >= 32)) {
             if (MODE == MODE_GATE_DRAIN)
                 drain_ring(&ring);
+            else if (MODE == MODE_GATE_LANES)
+                mks_dev_monitor_warp_lanes(&rt, &ring, w);
             else
                 mks_dev_monitor_warp(&rt, &ring, w);
             return;
@@ -317,7 +320,7 @@ __global__ void megakernel(const uint32_t *__restrict__ tasks, uint32_t T, uint3
         }
         if (MODE >= MODE_GATE && mks_dev_gate_on(qv)) {
             struct sched_state s = {acc, qv, i, next};
-            if (MODE == MODE_GATE || MODE == MODE_GATE_DRAIN)
+            if (MODE == MODE_GATE || MODE == MODE_GATE_DRAIN || MODE == MODE_GATE_LANES)
                 s = hooked_loop_call(s, my, T, K, qw, &ring, w);
             else
                 s = hooked_loop(s, my, T, K, qw, &ring, w);
@@ -376,6 +379,7 @@ static void launch(struct bench *b, int mode)
     case MODE_GATE_INL: LAUNCH(MODE_GATE_INL); break;
     case MODE_GATE_OLD: LAUNCH(MODE_GATE_OLD); break;
     case MODE_GATE_DRAIN: LAUNCH(MODE_GATE_DRAIN); break;
+    case MODE_GATE_LANES: LAUNCH(MODE_GATE_LANES); break;
     default: LAUNCH(MODE_RAW); break;
     }
     CHECK(cudaGetLastError());
@@ -519,6 +523,23 @@ static int measure_warp(struct bench *b, struct monitor_state *m, int counting, 
            (unsigned long long)m->counted, (unsigned long long)sum_waits(b));
     if (m->eligible != fired || (counting && m->counted != m->ran) || m->ran + m->lost != fired) {
         printf("FAIL: %s saturated monitor-warp totals do not add up\n", name);
+        rc = 1;
+    }
+    /* The same with each lane running its programs alone, as before the
+     * lanes ran in step: the two runners side by side. */
+    b->K = 0;
+    CHECK(cudaMemset(b->waits, 0, b->n_sm * sizeof(uint32_t)));
+    m->counted = m->eligible = m->ran = m->lost = m->snaps = 0;
+    t_sat = time_mode(b, MODE_GATE_LANES, NULL, NULL);
+    advance(m);
+    b->K = K;
+    printf("%s warp saturated, lanes alone (body 0): %.3f ms per launch, %.2f M events/s per SM "
+           "(in step: %.2f); coverage eligible %llu ran %llu lost %llu, total %llu\n",
+           name, t_sat, 2.0 * b->T / (t_sat * 1e-3) * 1e-6, *per_sm * 1e-6,
+           (unsigned long long)m->eligible, (unsigned long long)m->ran,
+           (unsigned long long)m->lost, (unsigned long long)m->counted);
+    if (m->eligible != fired || (counting && m->counted != m->ran) || m->ran + m->lost != fired) {
+        printf("FAIL: %s saturated monitor-warp totals (lanes alone) do not add up\n", name);
         rc = 1;
     }
     return rc;

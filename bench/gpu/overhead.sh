@@ -9,9 +9,12 @@
 # and the medium one with 8, 32 and 64 tiles per operator), in
 # interleaved rounds.  Per run: median step of steps 5 onward, tasks and
 # events per step, the agent's bytes sent and the coverage the collector
-# stored (eligible, lost), the profiler's trace.  Then the device cost
+# stored (eligible, lost), the profiler's trace.  Before the runs, the VM's
+# conformance cases on the GPU (mkscope-vm-conformance-gpu, with
+# MKS_CONFORMANCE_DIR or BIN/../conformance) and the device cost
 # benchmark (mkscope-devhooks-cost: ns per event on the worker, the monitor
-# warp's events/s per SM, saturated, and its loss), the registers, shared
+# warp's events/s per SM, saturated, in step and lanes alone, and its
+# loss); the registers, shared
 # memory, stack and spills of each build's megakernel and of the monitor
 # warp, and the table, printed last.  CSVs: OUT/runs.csv (every run),
 # OUT/points.csv (medians per point and variant), OUT/resources.csv.
@@ -26,7 +29,8 @@
 # is left is skipped and the table still comes out.
 #
 # Binaries: MKS_BIN_DIR=DIR takes prebuilt mkscope-bench{,-nohooks,-prof},
-# mkscope-agent, mkscope-collector, mkscope, mkscope-devhooks-cost (see
+# mkscope-agent, mkscope-collector, mkscope, mkscope-devhooks-cost,
+# mkscope-vm-conformance-gpu (see
 # bench/gpu/overhead_prep.sh) with MKS_MONITORS_DIR for the monitor
 # objects; otherwise the tree is built here (MKS_DEBS, MKS_PROTO_GEN_DIR,
 # MKS_PREBUILT_BPF_DIR as for bench/gpu/e2e.sh).  MKS_DEBS also gives the
@@ -99,7 +103,7 @@ if [ -z "$bin" ]; then
         >"$out/build.log" 2>&1 ||
         ! cmake --build "$build" -j"$(nproc)" --target mkscope-bench mkscope-bench-nohooks \
             mkscope-bench-prof mkscope-agent mkscope-collector mkscope mkscope-devhooks-cost \
-            >>"$out/build.log" 2>&1; then
+            mkscope-vm-conformance-gpu >>"$out/build.log" 2>&1; then
         grep -m 20 -E "error|Error" "$out/build.log"
         exit 1
     fi
@@ -107,7 +111,7 @@ if [ -z "$bin" ]; then
     mkdir -p "$bin"
     for b in bench/mkscope-bench bench/mkscope-bench-nohooks bench/mkscope-bench-prof \
         agent/mkscope-agent collector/mkscope-collector collector/cli/mkscope \
-        devhooks/mkscope-devhooks-cost; do
+        devhooks/mkscope-devhooks-cost devhooks/mkscope-vm-conformance-gpu; do
         ln -sf "$build/$b" "$bin/"
     done
     export MKS_MONITORS_DIR=${MKS_MONITORS_DIR:-$build/agent/monitors}
@@ -286,6 +290,28 @@ for line in sys.stdin:
 ) >"$out/resources.csv" 2>/dev/null &
 res_pid=$!
 
+# First what the device code must do and what it costs alone (short: about
+# a minute), so the budget for the runs cannot leave them out: the VM's
+# conformance on the GPU (every case in the raw VM, the decoded form on one
+# thread and in a warp, each answering as the host's VM), then the cost
+# benchmark (ns per event on a worker, the monitor warp's events/s per SM).
+conf=${MKS_CONFORMANCE_DIR:-$bin/../conformance}
+if [ -x "$bin/mkscope-vm-conformance-gpu" ] && [ -d "$conf" ]; then
+    echo "== VM conformance on the GPU ($conf)"
+    (cd "$work" && MKS_SOURCE_DIR=$root "${runenv[@]}" timeout -k 5 120 \
+        "$bin/mkscope-vm-conformance-gpu" "$conf") >"$out/conformance.txt" 2>&1
+    echo "   rc $?: $(tail -n1 "$out/conformance.txt")"
+else
+    echo "== VM conformance on the GPU: not run (no $bin/mkscope-vm-conformance-gpu or $conf)" |
+        tee "$out/conformance.txt"
+fi
+if [ "$cost" = 1 ]; then
+    echo "== devhooks cost benchmark (short tasks)"
+    "${runenv[@]}" timeout -k 5 150 "$bin/mkscope-devhooks-cost" 10000 64 >"$out/cost.txt" 2>&1 ||
+        echo "   cost benchmark rc $?"
+    echo "   done at $((SECONDS - t0)) s"
+fi
+
 echo "== runs (rounds $rounds, points $points, main $main, budget $budget s)"
 for ((round = 1; round <= rounds; round++)); do
     for p in $points; do
@@ -302,11 +328,6 @@ for ((round = 1; round <= rounds; round++)); do
 done
 echo "   runs took $((SECONDS - t0)) s in all"
 
-if [ "$cost" = 1 ] && [ $((SECONDS - t0)) -lt "$budget" ]; then
-    echo "== devhooks cost benchmark (short tasks)"
-    "${runenv[@]}" timeout -k 5 120 "$bin/mkscope-devhooks-cost" 10000 64 >"$out/cost.txt" 2>&1 ||
-        echo "   cost benchmark rc $?"
-fi
 wait "$res_pid" 2>/dev/null
 
 # the binaries' commit: overhead_prep.sh's, else the tree's
@@ -406,6 +427,13 @@ if os.path.exists(res):
     print("== resources (cuobjdump -res-usage)")
     for line in open(res):
         print("  " + line.rstrip())
+conf = os.path.join(out, "conformance.txt")
+if os.path.exists(conf):
+    lines = [l.rstrip() for l in open(conf) if l.strip()]
+    fails = [l for l in lines if l.startswith("FAIL")]
+    print("== VM conformance on the GPU: %s" % (lines[-1] if lines else "no output"))
+    for l in fails[:10]:
+        print("  " + l)
 cost = os.path.join(out, "cost.txt")
 if os.path.exists(cost):
     print("== devhooks cost benchmark (mkscope-devhooks-cost 10000 64: short tasks; "

@@ -377,8 +377,11 @@ static __device__ __forceinline__ uint64_t dev_u64(uint32_t lo, uint32_t hi)
     return (uint64_t)hi << 32 | lo;
 }
 
-extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
-                                                struct mks_dev_ring *r, uint32_t worker)
+/* LANES: each lane runs its programs alone (mks_dev_monitor_warp_lanes),
+ * else the lanes run them in step (dev_warp_hook_exec). */
+template <int LANES>
+static __device__ __forceinline__ void dev_monitor_warp(const struct mks_dev_rt *rt,
+                                                        struct mks_dev_ring *r, uint32_t worker)
 {
     struct mks_cb *cb = (struct mks_cb *)rt->cb;
     const uint32_t lane = threadIdx.x & 31u;
@@ -642,10 +645,27 @@ extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
         struct mks_cb_cov cov = {0, 0, 0, 0};
         const uint64_t w_lane = __shfl_sync(MKS_DEV_FULL, word, ev < MKS_EV_COUNT ? ev : 0);
         const uint64_t w = ev < MKS_EV_COUNT ? w_lane : 0;
-        dev_warp_hook_exec(cb, rt->rank, &r->ctx[lane], epoch, w, &cov);
+        if (LANES) {
+            if (w)
+                mksi_hook_exec_cov(cb, rt->rank, &r->ctx[lane], epoch, w, &cov);
+        } else {
+            dev_warp_hook_exec(cb, rt->rank, &r->ctx[lane], epoch, w, &cov);
+        }
         __syncwarp();
         dev_warp_cov_acc(w ? ev : MKS_EV_COUNT, &cov, lane, &mine);
     }
+}
+
+extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt,
+                                                struct mks_dev_ring *r, uint32_t worker)
+{
+    dev_monitor_warp<0>(rt, r, worker);
+}
+
+extern "C" __device__ void mks_dev_monitor_warp_lanes(const struct mks_dev_rt *rt,
+                                                      struct mks_dev_ring *r, uint32_t worker)
+{
+    dev_monitor_warp<1>(rt, r, worker);
 }
 
 /* Monitor warps outside the worker's block (mkscope/devhook_gring.cuh). */

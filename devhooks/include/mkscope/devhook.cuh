@@ -619,6 +619,12 @@ static __device__ __forceinline__ void mks_dev_emit_flush(struct mks_dev_emit *e
 extern "C" __device__ void mks_dev_monitor_warp(const struct mks_dev_rt *rt, struct mks_dev_ring *r,
                                                 uint32_t worker);
 
+/* The same monitor warp with each lane running its programs alone, as
+ * before the lanes ran in step: for measuring the two side by side
+ * (bench/gpu/devhooks_cost.cu). */
+extern "C" __device__ void mks_dev_monitor_warp_lanes(const struct mks_dev_rt *rt,
+                                                      struct mks_dev_ring *r, uint32_t worker);
+
 static __device__ __forceinline__ void mks_dev_worker_refresh(const struct mks_dev_rt *rt,
                                                               struct mks_dev_worker *w)
 {
