@@ -29,12 +29,15 @@ const char mks_stepagg_schema[] =
     " WITHOUT ROWID;\n";
 
 struct mks_stepagg_row {
-    char job[MKS_WIRE_MAX_JOB + 1];
+    uint16_t job;        /* in a->jobs */
     uint32_t rank;
     int64_t eid, step;
+    int64_t hi;          /* job_only: the summary's steps are step .. hi (hi < 0: none) */
     uint64_t b, e, qwi, dur;
     int64_t nv, nq;      /* a head's merged cell's rows, after the flush */
     int64_t k, kq;       /* a head's rows of the flush, those with queueing */
+    int64_t pnv, pnq;    /* a head's rows stored before the flush (with a time), with queueing */
+    uint64_t pb, pe, pq; /* their earliest begin, latest end, largest queueing */
     bool job_only;       /* no step: the summary's job and epoch */
     bool valid, first, dup;
     bool head;           /* the first of the flush's rows of its cell with a time */
@@ -53,17 +56,44 @@ static int push(struct mks_stepagg *a, const struct mks_stepagg_row *r)
     return 0;
 }
 
+/* The flush's index of a job (rows carry it: sorting them compares
+ * integers), or -1 when 65,535 are noted already. */
+static int job_index(struct mks_stepagg *a, const char *job)
+{
+    for (size_t i = a->n_jobs; i-- > 0;)
+        if (!strcmp(a->jobs[i], job))
+            return (int)i;
+    if (a->n_jobs == UINT16_MAX)
+        return -1;
+    if (a->n_jobs == a->cap_jobs) {
+        size_t cap = a->cap_jobs ? 2 * a->cap_jobs : 4;
+        char(*p)[MKS_WIRE_MAX_JOB + 1] = realloc(a->jobs, cap * sizeof(*p));
+        if (!p)
+            return -1;
+        a->jobs = p, a->cap_jobs = cap;
+    }
+    snprintf(a->jobs[a->n_jobs], sizeof(a->jobs[0]), "%s", job);
+    return (int)a->n_jobs++;
+}
+
 int mks_stepagg_note(struct mks_stepagg *a, const char *job, uint32_t rank, int64_t eid,
                      const Mkscope__V1__EpochSummary *s)
 {
-    struct mks_stepagg_row r = {.rank = rank, .eid = eid, .job_only = true};
-    snprintf(r.job, sizeof(r.job), "%s", job);
+    int j = job_index(a, job);
+    if (j < 0)
+        return -ENOMEM;
+    struct mks_stepagg_row r = {.job = (uint16_t)j, .rank = rank, .eid = eid, .job_only = true,
+                                .step = -1, .hi = -1};
+    for (size_t i = 0; i < s->n_steps; i++) {
+        int64_t k = s->steps[i]->step;
+        if (r.hi < 0 || k < r.step)
+            r.step = k;
+        if (k > r.hi)
+            r.hi = k;
+    }
     if (push(a, &r))
         return -ENOMEM;
-    uint32_t lowest = UINT32_MAX;
-    for (size_t i = 0; i < s->n_steps; i++)
-        if (s->steps[i]->step < lowest)
-            lowest = s->steps[i]->step;
+    int64_t lowest = r.step;
     r.job_only = false;
     for (size_t i = 0; i < s->n_steps; i++) {
         const Mkscope__V1__StepTime *t = s->steps[i];
@@ -72,10 +102,10 @@ int mks_stepagg_note(struct mks_stepagg *a, const char *job, uint32_t rank, int6
         /* as the diagnosis reads the rows: a row without a begin, or
          * ending before it, carries the step but no time */
         r.valid = r.b && r.e >= r.b;
-        r.first = t->step == lowest;
+        r.first = r.step == lowest;
         r.dup = false;
-        for (size_t j = 0; j < i && !r.dup; j++)
-            r.dup = s->steps[j]->step == t->step;
+        for (size_t j2 = 0; j2 < i && !r.dup; j2++)
+            r.dup = s->steps[j2]->step == t->step;
         if (push(a, &r))
             return -ENOMEM;
     }
@@ -96,26 +126,27 @@ void mks_stepagg_free(struct mks_stepagg *a)
 {
     if (!a)
         return;
-    sqlite3_finalize(a->q_cell);
     for (int k = 0; k < MKS_STEPAGG_CHUNKS; k++)
         sqlite3_finalize(a->q_new[k]);
-    for (int k = 0; k < 3; k++)
-        sqlite3_finalize(a->q_sp[k]);
+    sqlite3_finalize(a->q_prior);
     sqlite3_finalize(a->q_agg);
     sqlite3_finalize(a->q_job);
     free(a->rows);
+    free(a->jobs);
     memset(a, 0, sizeof(*a));
 }
 
-/* By job, step and rank, the rows with no step after all others. */
+/* By job, step and rank; the rows with no step after all others, by job
+ * and rank. */
 static int cmp_row(const void *x, const void *y)
 {
     const struct mks_stepagg_row *a = x, *b = y;
     if (a->job_only != b->job_only)
         return a->job_only ? 1 : -1;
-    int c = strcmp(a->job, b->job);
-    if (c)
-        return c;
+    if (a->job != b->job)
+        return a->job < b->job ? -1 : 1;
+    if (a->job_only && a->rank != b->rank)
+        return a->rank < b->rank ? -1 : 1;
     if (a->step != b->step)
         return a->step < b->step ? -1 : 1;
     return a->rank < b->rank ? -1 : a->rank > b->rank;
@@ -157,25 +188,20 @@ static int step_agg_row(sqlite3_stmt *s, const char *job, int64_t step, bool has
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-static int write_agg(struct mks_stepagg *a, const char *job, int64_t step, bool has_dur,
-                     uint64_t dur, uint32_t rank, int64_t cells, int64_t qcells, int64_t pairs,
-                     int64_t firsts)
-{
-    return step_agg_row(a->q_agg, job, step, has_dur, dur, rank, cells, qcells, pairs, firsts);
-}
-
-/* New cells a statement inserts at most (chunks of these sizes). */
+/* New cells a statement writes at most (chunks of these sizes). */
 static const unsigned new_rows[MKS_STEPAGG_CHUNKS] = {64, 16, 4, 1};
 
-/* The kept statement inserting new_rows[k] cells, each only if it is not
- * stored yet. */
+/* The kept statement writing new_rows[k] cells, each replacing what is
+ * stored of it (the values are the whole merged cell). */
 static sqlite3_stmt *new_stmt(struct mks_stepagg *a, sqlite3 *db, int k)
 {
     if (a->q_new[k])
         return a->q_new[k];
     static const char head[] =
         "INSERT INTO step_cells(job, step, rank, t_begin, t_end, qwi, nv, nq) VALUES";
-    static const char tail[] = " ON CONFLICT(job, step, rank) DO NOTHING";
+    static const char tail[] =
+        " ON CONFLICT(job, step, rank) DO UPDATE SET t_begin = excluded.t_begin,"
+        " t_end = excluded.t_end, qwi = excluded.qwi, nv = excluded.nv, nq = excluded.nq";
     size_t len = sizeof(head) + new_rows[k] * sizeof("(?,?,?,?,?,?,?,?),") + sizeof(tail);
     char *sql = malloc(len), *p = sql;
     if (!sql)
@@ -191,28 +217,18 @@ static sqlite3_stmt *new_stmt(struct mks_stepagg *a, sqlite3 *db, int k)
     return a->q_new[k];
 }
 
-/* A cell's key and what the flush's rows of it add, bound from ?idx on
- * (the order of step_cells' columns). */
-static void bind_cell(sqlite3_stmt *s, int idx, const struct mks_stepagg_row *h)
+/* A merged cell bound from ?idx on (the order of step_cells' columns). */
+static void bind_cell(sqlite3_stmt *s, int idx, const struct mks_stepagg *a,
+                      const struct mks_stepagg_row *h)
 {
-    sqlite3_bind_text(s, idx, h->job, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, idx, a->jobs[h->job], -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, idx + 1, h->step);
     sqlite3_bind_int64(s, idx + 2, h->rank);
     sqlite3_bind_int64(s, idx + 3, (int64_t)h->b);
     sqlite3_bind_int64(s, idx + 4, (int64_t)h->e);
     sqlite3_bind_int64(s, idx + 5, (int64_t)h->qwi);
-    sqlite3_bind_int64(s, idx + 6, h->k);
-    sqlite3_bind_int64(s, idx + 7, h->kq);
-}
-
-static int cmp_key(const char *job, int64_t step, uint32_t rank, const struct mks_stepagg_row *r)
-{
-    int c = strcmp(job, r->job);
-    if (c)
-        return c;
-    if (step != r->step)
-        return step < r->step ? -1 : 1;
-    return rank < r->rank ? -1 : rank > r->rank;
+    sqlite3_bind_int64(s, idx + 6, h->nv);
+    sqlite3_bind_int64(s, idx + 7, h->nq);
 }
 
 static int run(sqlite3_stmt *s)
@@ -222,14 +238,8 @@ static int run(sqlite3_stmt *s)
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* The cells of the flush (heads[0..n), sorted by key) written, each with
- * the flush's rows of it merged, and every head given its merged cell (b,
- * e, nv, nq) and dur.  Most cells are new: a chunk of them is one
- * statement, kept when it inserted every cell (a savepoint around it).  A
- * chunk with a cell stored already is rolled back and written cell by
- * cell: an UPDATE merging the stored cell (which returns it), or the
- * insert of one that is not. */
-static int write_cells(struct mks_stepagg *a, sqlite3 *db, struct mks_stepagg_row **heads,
+/* The merged cells with queueing (cells[0..n)) written, 64 to a statement. */
+static int write_cells(struct mks_stepagg *a, sqlite3 *db, struct mks_stepagg_row **cells,
                        size_t n)
 {
     int rc = SQLITE_OK;
@@ -240,66 +250,76 @@ static int write_cells(struct mks_stepagg *a, sqlite3 *db, struct mks_stepagg_ro
         sqlite3_stmt *s = new_stmt(a, db, k);
         if (!s)
             return sqlite3_errcode(db) != SQLITE_OK ? sqlite3_errcode(db) : SQLITE_ERROR;
-        struct mks_stepagg_row **c = heads + done;
-        unsigned m = new_rows[k];
-        done += m;
-        for (unsigned i = 0; i < m; i++)
-            bind_cell(s, (int)(8 * i + 1), c[i]);
-        if ((rc = run(a->q_sp[0])) != SQLITE_OK || (rc = run(s)) != SQLITE_OK)
-            break;
-        bool all = sqlite3_changes(db) == (int)m;
-        if (!all && (rc = run(a->q_sp[1])) != SQLITE_OK)
-            break;
-        if ((rc = run(a->q_sp[2])) != SQLITE_OK)
-            break;
-        for (unsigned i = 0; i < m && rc == SQLITE_OK; i++) {
-            struct mks_stepagg_row *h = c[i];
-            if (all) {
-                h->nv = h->k, h->nq = h->kq, h->dur = h->e - h->b;
-                continue;
-            }
-            sqlite3_stmt *u = a->q_cell;
-            bind_cell(u, 1, h);
-            rc = sqlite3_step(u);
-            if (rc == SQLITE_ROW) {
-                uint64_t b = (uint64_t)sqlite3_column_int64(u, 0);
-                uint64_t e = (uint64_t)sqlite3_column_int64(u, 1);
-                h->dur = e - b;
-                h->nv = sqlite3_column_int64(u, 2), h->nq = sqlite3_column_int64(u, 3);
-                rc = SQLITE_OK;
-                sqlite3_reset(u);
-                continue;
-            }
-            sqlite3_reset(u);
-            if (rc != SQLITE_DONE)
-                break;
-            sqlite3_stmt *one = new_stmt(a, db, MKS_STEPAGG_CHUNKS - 1);
-            if (!one)
-                return SQLITE_ERROR;
-            bind_cell(one, 1, h);
-            if ((rc = run(one)) == SQLITE_OK)
-                h->nv = h->k, h->nq = h->kq, h->dur = h->e - h->b;
-        }
+        for (unsigned i = 0; i < new_rows[k]; i++)
+            bind_cell(s, (int)(8 * i + 1), a, cells[done + i]);
+        done += new_rows[k];
+        rc = run(s);
     }
     return rc;
+}
+
+/* The head of cell (job, step, rank) among heads[0..n) (sorted as the
+ * rows), or NULL. */
+static struct mks_stepagg_row *find_head(struct mks_stepagg_row **heads, size_t n, uint16_t job,
+                                         int64_t step, uint32_t rank)
+{
+    struct mks_stepagg_row key = {.job = job, .step = step, .rank = rank};
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t m = lo + (hi - lo) / 2;
+        int c = cmp_row(heads[m], &key);
+        if (!c)
+            return heads[m];
+        if (c < 0)
+            lo = m + 1;
+        else
+            hi = m;
+    }
+    return NULL;
+}
+
+/* What the rank's rows stored before the flush (epochs below first_eid)
+ * hold of the steps lo..hi, added to the heads of their cells: a rank's
+ * earlier epochs that meet these steps are found by their step ranges
+ * (epochs_rank_step), none at all for the usual summary whose steps follow
+ * its rank's last ones. */
+static int add_prior(struct mks_stepagg *a, struct mks_stepagg_row **heads, size_t n_heads,
+                     uint16_t job, uint32_t rank, int64_t lo, int64_t hi, int64_t first_eid)
+{
+    sqlite3_stmt *q = a->q_prior;
+    sqlite3_bind_text(q, 1, a->jobs[job], -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 2, rank);
+    sqlite3_bind_int64(q, 3, lo);
+    sqlite3_bind_int64(q, 4, hi);
+    sqlite3_bind_int64(q, 5, first_eid);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        struct mks_stepagg_row *h =
+            find_head(heads, n_heads, job, sqlite3_column_int64(q, 0), rank);
+        if (!h)
+            continue; /* no row of the flush with a time: the cell stays as it is */
+        uint64_t b = (uint64_t)sqlite3_column_int64(q, 1), e = (uint64_t)sqlite3_column_int64(q, 2);
+        uint64_t qw = (uint64_t)sqlite3_column_int64(q, 3);
+        if (!h->pnv || b < h->pb)
+            h->pb = b;
+        if (!h->pnv || e > h->pe)
+            h->pe = e;
+        if (qw > h->pq)
+            h->pq = qw;
+        h->pnv++, h->pnq += qw > 0;
+    }
+    sqlite3_reset(q);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 int mks_stepagg_apply(struct mks_stepagg *a, sqlite3 *db)
 {
     int rc = SQLITE_OK;
     struct mks_stepagg_row **heads = NULL;
-    if (!a->n || !db) {
-        a->n = a->mark = 0;
-        return rc;
-    }
-    if ((rc = prep(db, &a->q_sp[0], "SAVEPOINT step_cells")) ||
-        (rc = prep(db, &a->q_sp[1], "ROLLBACK TO step_cells")) ||
-        (rc = prep(db, &a->q_sp[2], "RELEASE step_cells")) ||
-        (rc = prep(db, &a->q_cell,
-                   "UPDATE step_cells SET t_begin = MIN(t_begin, ?4), t_end = MAX(t_end, ?5),"
-                   " qwi = MAX(qwi, ?6), nv = nv + ?7, nq = nq + ?8 WHERE job = ?1 AND"
-                   " step = ?2 AND rank = ?3 RETURNING t_begin, t_end, nv, nq")) ||
-        (rc = prep(db, &a->q_agg,
+    bool *seen = NULL;
+    if (!a->n || !db)
+        goto out;
+    if ((rc = prep(db, &a->q_agg,
                    "INSERT INTO step_aggs(job, step, dur, rank, cells, qcells, pairs, firsts)"
                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(job, step) DO UPDATE SET"
                    " dur = CASE WHEN " AGG_BETTER " THEN excluded.dur ELSE dur END,"
@@ -311,49 +331,61 @@ int mks_stepagg_apply(struct mks_stepagg *a, sqlite3 *db)
          * (an older collector's store) waits for the fill. */
         (rc = prep(db, &a->q_job,
                    "INSERT OR IGNORE INTO step_agg_jobs(job, cut) SELECT ?1, CASE WHEN EXISTS"
-                   " (SELECT 1 FROM epochs WHERE job = ?1 AND id < ?2) THEN ?3 ELSE -1 END")))
+                   " (SELECT 1 FROM epochs WHERE job = ?1 AND id < ?2) THEN ?3 ELSE -1 END")) ||
+        /* the rank's rows with a time of steps ?3..?4 in epochs before the
+         * flush's: an epoch's last step lies at most the rank's widest
+         * epoch past its first */
+        (rc = prep(db, &a->q_prior,
+                   "SELECT s.step, s.t_begin_dev, s.t_end_dev, s.queued_while_idle_ns FROM epochs"
+                   " e INDEXED BY epochs_rank_step CROSS JOIN steps s ON s.epoch_id = e.id WHERE"
+                   " e.job = ?1 AND e.rank = ?2 AND e.step_hi BETWEEN ?3 AND ?4 + (SELECT"
+                   " COALESCE(MAX(step_span), 0) FROM ranks WHERE job = ?1 AND rank = ?2) AND"
+                   " e.step_lo <= ?4 AND e.id < ?5 AND s.step BETWEEN ?3 AND ?4 AND"
+                   " s.t_begin_dev > 0 AND s.t_end_dev >= s.t_begin_dev")))
         goto out;
     /* the jobs, in the order their epochs were stored: only a job's first
      * epoch of the flush can add its row (the others are ignored) */
-    const char *seen[16];
-    size_t n_seen = 0;
+    if (!(seen = calloc(a->n_jobs + 1, sizeof(*seen)))) {
+        rc = SQLITE_NOMEM;
+        goto out;
+    }
+    int64_t first_eid = INT64_MAX;
     for (size_t i = 0; i < a->n && rc == SQLITE_OK; i++) {
         struct mks_stepagg_row *r = &a->rows[i];
         if (!r->job_only)
             continue;
-        bool again = false;
-        for (size_t j = n_seen; j-- > 0 && !again;)
-            again = !strcmp(seen[j], r->job);
-        if (again)
+        if (r->eid < first_eid)
+            first_eid = r->eid;
+        if (seen[r->job])
             continue;
-        if (n_seen < sizeof(seen) / sizeof(seen[0]))
-            seen[n_seen++] = r->job;
-        sqlite3_bind_text(a->q_job, 1, r->job, -1, SQLITE_STATIC);
+        seen[r->job] = true;
+        sqlite3_bind_text(a->q_job, 1, a->jobs[r->job], -1, SQLITE_STATIC);
         sqlite3_bind_int64(a->q_job, 2, r->eid);
         sqlite3_bind_int64(a->q_job, 3, MKS_STEPAGG_NONE);
-        rc = sqlite3_step(a->q_job);
-        sqlite3_reset(a->q_job);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+        rc = run(a->q_job);
     }
     if (rc != SQLITE_OK)
         goto out;
     /* The cells: the flush's rows with a time of one (job, step, rank)
-     * merged into the first (its head), as the upsert of each in turn
-     * would merge them (earliest begin, latest end, largest queueing;
-     * nv rows, kq with queueing), then written once each. */
+     * merged into the first (its head): earliest begin, latest end,
+     * largest queueing; k rows, kq with queueing. */
     qsort(a->rows, a->n, sizeof(*a->rows), cmp_row);
     if (!(heads = malloc(a->n * sizeof(*heads)))) {
         rc = SQLITE_NOMEM;
         goto out;
     }
-    size_t n_heads = 0;
+    size_t n_heads = 0, n_rows = a->n;
     for (size_t i = 0; i < a->n; i++) {
         struct mks_stepagg_row *r = &a->rows[i];
         r->head = false;
-        if (r->job_only || !r->valid)
+        if (r->job_only) {
+            n_rows = n_rows < i ? n_rows : i;
+            continue;
+        }
+        if (!r->valid)
             continue;
         struct mks_stepagg_row *h = n_heads ? heads[n_heads - 1] : NULL;
-        if (h && !cmp_key(r->job, r->step, r->rank, h)) {
+        if (h && h->job == r->job && h->step == r->step && h->rank == r->rank) {
             h->b = r->b < h->b ? r->b : h->b;
             h->e = r->e > h->e ? r->e : h->e;
             h->qwi = r->qwi > h->qwi ? r->qwi : h->qwi;
@@ -361,44 +393,75 @@ int mks_stepagg_apply(struct mks_stepagg *a, sqlite3 *db)
             continue;
         }
         r->head = true;
-        r->k = 1, r->kq = r->qwi > 0;
+        r->k = 1, r->kq = r->qwi > 0, r->pnv = r->pnq = 0, r->pq = 0;
         heads[n_heads++] = r;
     }
-    if ((rc = write_cells(a, db, heads, n_heads)) != SQLITE_OK)
+    /* and what each rank's earlier epochs hold of the flush's steps (the
+     * summaries' job_only rows, sorted by job and rank) */
+    for (size_t i = n_rows; i < a->n && rc == SQLITE_OK && n_heads;) {
+        const struct mks_stepagg_row *r = &a->rows[i];
+        int64_t lo = -1, hi = -1;
+        size_t j = i;
+        for (; j < a->n && a->rows[j].job == r->job && a->rows[j].rank == r->rank; j++)
+            if (a->rows[j].hi >= 0) {
+                if (lo < 0 || a->rows[j].step < lo)
+                    lo = a->rows[j].step;
+                if (a->rows[j].hi > hi)
+                    hi = a->rows[j].hi;
+            }
+        if (lo >= 0)
+            rc = add_prior(a, heads, n_heads, r->job, r->rank, lo, hi, first_eid);
+        i = j;
+    }
+    if (rc != SQLITE_OK)
+        goto out;
+    /* Each head becomes its whole merged cell; those with queueing are
+     * written (the diagnosis reads their queueing, step_aggs.h). */
+    size_t n_q = 0;
+    for (size_t i = 0; i < n_heads; i++) {
+        struct mks_stepagg_row *h = heads[i];
+        if (h->pnv) {
+            h->b = h->pb < h->b ? h->pb : h->b;
+            h->e = h->pe > h->e ? h->pe : h->e;
+            h->qwi = h->pq > h->qwi ? h->pq : h->qwi;
+        }
+        h->nv = h->k + h->pnv, h->nq = h->kq + h->pnq, h->dur = h->e - h->b;
+        if (h->nq)
+            heads[n_q++] = h; /* (heads[] is read no more but for these) */
+    }
+    if ((rc = write_cells(a, db, heads, n_q)) != SQLITE_OK)
         goto out;
     /* The steps: one upsert each for all of the flush's rows of it.  A
      * cell is new to the step when it had no row before the flush, and
      * new to its queueing when it had none with queueing before. */
-    for (size_t i = 0; i < a->n && rc == SQLITE_OK;) {
-        if (a->rows[i].job_only) {
-            i++;
-            continue;
-        }
+    for (size_t i = 0; i < n_rows && rc == SQLITE_OK;) {
         size_t j = i;
         bool has = false;
         uint64_t best = 0;
         uint32_t best_rank = 0;
         int64_t cells = 0, qcells = 0, pairs = 0, firsts = 0;
-        for (; j < a->n && !a->rows[j].job_only && a->rows[j].step == a->rows[i].step &&
-               !strcmp(a->rows[j].job, a->rows[i].job);
+        for (; j < n_rows && a->rows[j].step == a->rows[i].step &&
+               a->rows[j].job == a->rows[i].job;
              j++) {
             const struct mks_stepagg_row *r = &a->rows[j];
             if (r->head) {
                 if (!has || r->dur > best || (r->dur == best && r->rank < best_rank))
                     best = r->dur, best_rank = r->rank, has = true;
-                cells += r->nv == r->k;
-                qcells += r->kq > 0 && r->nq == r->kq;
+                cells += !r->pnv;
+                qcells += r->kq > 0 && !r->pnq;
             }
             pairs += !r->dup;
             firsts += r->first && !r->dup;
         }
-        rc = write_agg(a, a->rows[i].job, a->rows[i].step, has, best, best_rank, cells, qcells,
-                       pairs, firsts);
+        rc = step_agg_row(a->q_agg, a->jobs[a->rows[i].job], a->rows[i].step, has, best,
+                          best_rank, cells, qcells, pairs, firsts);
         i = j;
     }
 out:
     free(heads);
+    free(seen);
     a->n = a->mark = 0;
+    a->n_jobs = 0;
     return rc;
 }
 
@@ -584,7 +647,7 @@ static int refill(sqlite3 *db, const char *job, int64_t lo, int64_t hi)
                     q = r->qwi;
                 nv++, nq += r->qwi > 0;
             }
-            if (nv) {
+            if (nq) { /* the cells with queueing are kept (step_aggs.h) */
                 sqlite3_bind_text(ins_c, 1, job, -1, SQLITE_STATIC);
                 sqlite3_bind_int64(ins_c, 2, v[j].step);
                 sqlite3_bind_int64(ins_c, 3, v[j].rank);
@@ -597,6 +660,8 @@ static int refill(sqlite3 *db, const char *job, int64_t lo, int64_t hi)
                 sqlite3_reset(ins_c);
                 if (x != SQLITE_DONE)
                     goto out;
+            }
+            if (nv) {
                 uint64_t dur = e - b;
                 if (!has || dur > best) /* ranks come in order: the lowest of equal ones */
                     best = dur, best_rank = v[j].rank, has = true;

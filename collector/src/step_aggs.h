@@ -4,9 +4,12 @@
  * without reading every rank's every step row.
  *
  *   step_cells(job, step, rank)  a rank's step merged over the epochs that
- *                                reported it: min begin, max end, max
+ *                                reported it, where it has queueing (nq >
+ *                                0): min begin, max end, max
  *                                queued_while_idle of the rows with times
- *                                (nv rows, nq of them with queueing);
+ *                                (nv rows, nq of them with queueing); a
+ *                                step without queueing has no cell (agents
+ *                                that measure none: no write a step);
  *   step_aggs(job, step)         the step's slowest rank and its time (the
  *                                lowest rank of the slowest), the ranks
  *                                with a time (cells), with queueing
@@ -22,7 +25,10 @@
  *
  * Updates are added up from the rows each flush writes, in the same
  * transaction, so a summary's rows and its aggregates commit or roll back
- * together and a replayed summary (not stored again) adds nothing.
+ * together and a replayed summary (not stored again) adds nothing.  What a
+ * rank's step held before a flush comes from the rank's earlier step rows
+ * of the same steps, found by the epochs' step ranges (the epochs_rank_step
+ * index): a summary whose steps follow its rank's last ones finds none.
  */
 #ifndef MKS_COLLECTOR_STEP_AGGS_H
 #define MKS_COLLECTOR_STEP_AGGS_H
@@ -44,9 +50,10 @@ struct mks_stepagg_row;
 struct mks_stepagg {
     struct mks_stepagg_row *rows;
     size_t n, cap, mark;
-    sqlite3_stmt *q_cell, *q_agg, *q_job;
-    sqlite3_stmt *q_new[MKS_STEPAGG_CHUNKS]; /* new cells, 64, 16, 4 and 1 a statement */
-    sqlite3_stmt *q_sp[3];                   /* savepoint, rollback to and release of a chunk */
+    char (*jobs)[MKS_WIRE_MAX_JOB + 1]; /* the flush's jobs, rows name them by index */
+    size_t n_jobs, cap_jobs;
+    sqlite3_stmt *q_prior, *q_agg, *q_job;
+    sqlite3_stmt *q_new[MKS_STEPAGG_CHUNKS]; /* cells written, 64, 16, 4 and 1 a statement */
 };
 
 /* Buffer what a stored (new) summary of (job, rank), epoch row eid, adds.

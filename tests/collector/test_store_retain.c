@@ -498,7 +498,8 @@ static void test_step_ranges(void **state)
     sqlite3 *db;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db,
-                                  "DROP INDEX epochs_step; ALTER TABLE epochs DROP COLUMN step_lo;"
+                                  "DROP INDEX epochs_step; DROP INDEX epochs_rank_step;"
+                                  " ALTER TABLE epochs DROP COLUMN step_lo;"
                                   " ALTER TABLE epochs DROP COLUMN step_hi; ALTER TABLE ranks DROP"
                                   " COLUMN step_span; CREATE INDEX steps_step ON steps(step)",
                                   NULL, NULL, NULL),
@@ -508,6 +509,8 @@ static void test_step_ranges(void **state)
     assert_int_equal(one(st, step_ranges_ok), 1);
     assert_int_equal(one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'steps_step'"), 0);
     assert_int_equal(one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'epochs_step'"), 1);
+    assert_int_equal(
+        one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'epochs_rank_step'"), 1);
     assert_int_equal(one(st, "SELECT MAX(step_hi) FROM epochs WHERE job = 'job'"), 50);
     for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
         check_range(st, ranges[i][0], ranges[i][1]);
