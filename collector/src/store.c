@@ -627,8 +627,10 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
     if (sqlite3_exec(st->db,
                      "CREATE INDEX IF NOT EXISTS epochs_step ON epochs(job, step_hi);"
                      /* a rank's earlier epochs meeting a summary's steps
-                      * (the step aggregates' merge, step_aggs.c) */
-                     " CREATE INDEX IF NOT EXISTS epochs_rank_step ON epochs(job, rank, step_hi);"
+                      * (the step aggregates' merge, step_aggs.c); a summary
+                      * without steps (counts only) has no entry */
+                     " CREATE INDEX IF NOT EXISTS epochs_rank_step ON epochs(job, rank, step_hi)"
+                     " WHERE step_hi IS NOT NULL;"
                      " CREATE INDEX IF NOT EXISTS epochs_rolled ON epochs(job, id) WHERE"
                      " compacted = 2; CREATE TEMP TABLE IF NOT EXISTS roll_map(id INTEGER PRIMARY"
                      " KEY, keep INTEGER NOT NULL);",
