@@ -16,7 +16,8 @@
  *        diag_bench --store FILE --job JOB [--last N | --step N] [--rows]: time
  *        the diagnosis of a job in a collector's store and print its answer
  *        (--rows: a whole job's step times from every step row, not the
- *        per-step aggregates, for comparing the two)
+ *        per-step aggregates, for comparing the two); a last --min-steps N
+ *        as `mkscope diagnose --min-steps N` (bench/accuracy/rescore.sh)
  *        diag_bench --store FILE --job JOB --fill: fill the store's per-step
  *        aggregates at once (a store an older collector wrote)
  */
@@ -306,13 +307,15 @@ static int fill_store(const char *path)
 }
 
 /* The diagnosis of a job in an existing store: timed, printed. */
-static int on_store(const char *path, const char *job, uint32_t last, int64_t step, bool rows)
+static int on_store(const char *path, const char *job, uint32_t last, int64_t step, bool rows,
+                    uint32_t min_steps)
 {
     struct mks_store *st = open_existing(path);
     if (!st)
         return 1;
     char err[256];
-    struct mks_diag_opts d = {.sz = sizeof(d), .only_step = step, .last = last, .rows = rows};
+    struct mks_diag_opts d = {
+        .sz = sizeof(d), .only_step = step, .last = last, .rows = rows, .min_steps = min_steps};
     json_t *out = NULL;
     double t = cpu_s(), w = now_s();
     int rc = mks_diagnose(st, job, &d, &out, err, sizeof(err));
@@ -332,6 +335,13 @@ static int on_store(const char *path, const char *job, uint32_t last, int64_t st
 int main(int argc, char **argv)
 {
     if (argc >= 5 && !strcmp(argv[1], "--store") && !strcmp(argv[3], "--job")) {
+        /* --min-steps N last (as `mkscope diagnose --min-steps` and
+         * bench/accuracy.sh ask): an accuracy run's answer again */
+        uint32_t min_steps = 0;
+        if (argc >= 7 && !strcmp(argv[argc - 2], "--min-steps")) {
+            min_steps = (uint32_t)atoi(argv[argc - 1]);
+            argc -= 2;
+        }
         bool rows = !strcmp(argv[argc - 1], "--rows"), fill = !strcmp(argv[argc - 1], "--fill");
         if (rows || fill)
             argc--;
@@ -339,7 +349,8 @@ int main(int argc, char **argv)
             return fill_store(argv[2]);
         return on_store(argv[2], argv[4],
                         argc >= 7 && !strcmp(argv[5], "--last") ? (uint32_t)atoi(argv[6]) : 0,
-                        argc >= 7 && !strcmp(argv[5], "--step") ? atoll(argv[6]) : -1, rows);
+                        argc >= 7 && !strcmp(argv[5], "--step") ? atoll(argv[6]) : -1, rows,
+                        min_steps);
     }
     struct shape sh = {.ranks = argc > 1 ? (uint32_t)atoi(argv[1]) : 4,
                        .steps = argc > 2 ? (uint32_t)atoi(argv[2]) : 60000};
