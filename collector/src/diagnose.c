@@ -115,6 +115,9 @@
  * about, its median above SEG_STEADY_REL x tau. */
 #define SEG_STEADY 0.9
 #define SEG_STEADY_REL 0.5
+/* A step slow by its blame only is the rank's when the step's time excess
+ * over its neighbours is at least this share of the blame's excess. */
+#define BLAME_SHOWN 0.5
 /* slow_rank: no class holds more than this share of the run-time excess. */
 #define SPREAD_TOP 0.6
 
@@ -3471,9 +3474,9 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     struct prof prof = {0};
     struct chain *chains = NULL;
     uint32_t *steps = NULL, *srank = NULL;
-    double *stime = NULL, *exs = NULL, *cont = NULL, *cont_sum = NULL;
+    double *stime = NULL, *exs = NULL, *tex = NULL, *cont = NULL, *cont_sum = NULL;
     uint32_t *cont_rank = NULL;
-    bool *slow = NULL, *want = NULL;
+    bool *slow = NULL, *bslow = NULL, *want = NULL;
     size_t *cell_step = NULL, *cidx = NULL;
     struct tgroup *tg = NULL;
     struct segment *seg = NULL;
@@ -3552,7 +3555,9 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     double med = median(tmp, n_steps);
     slow = calloc(n_steps + 1, sizeof(bool));
     exs = calloc(n_steps + 1, sizeof(double));
-    if (!slow || !exs)
+    tex = calloc(n_steps + 1, sizeof(double));
+    bslow = calloc(n_steps + 1, sizeof(bool));
+    if (!slow || !exs || !tex || !bslow)
         goto oom;
     size_t n_slow = 0;
     for (size_t k = 0; k < n_steps; k++) {
@@ -3596,6 +3601,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         if (!asked) /* a run of a few steps, or noise both sides: the run's median */
             ex = stime[k] - med, is_slow = stime[k] > med * (1 + d.o.slow_frac) &&
                                           ex >= (double)d.o.min_excess_ns;
+        tex[k] = ex;
         if (d.o.only_step < 0 && !is_slow)
             continue;
         slow[k] = true, exs[k] = ex > 0 ? ex : stime[k];
@@ -3754,7 +3760,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
                     worst = ex;
             }
             if (stands && asked && !slow[k]) {
-                slow[k] = true, exs[k] = worst;
+                slow[k] = bslow[k] = true, exs[k] = worst;
                 n_slow++;
             }
         }
@@ -3952,11 +3958,21 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             }
         }
         struct chain *rep = CH(w);
-        /* Steps that stood out by their blame alone (a rank waited on more
-         * than in the steps around), none of the cause's as slow as the
-         * threshold: they did not slow the job, and on a loaded machine a
-         * few such steps in a row come and go by chance. */
-        bool flat = majority && stime[w] - med < slow_thr;
+        /* Steps that stood out by their blame alone (peers waited on the
+         * rank more than in the steps around) are the rank's when the step
+         * grew by what they waited: a rank late by X holds its peers X at
+         * its next transfer, and the step ends about X later.  Blame whose
+         * excess the step's time does not show (by half: BLAME_SHOWN) came
+         * from the peers' side, their waits begun early (a loaded
+         * machine's ranks ahead of each other by turns, the order of waits
+         * in turn): nothing waited on the rank, no cause of its to name. */
+        bool flat = majority;
+        for (size_t i = 0; flat && i < tg[g].n; i++) {
+            size_t k = tg[g].ks[i];
+            if (CH(k)->l[CH(k)->n - 1].cause == best &&
+                (!bslow[k] || tex[k] >= BLAME_SHOWN * exs[k]))
+                flat = false;
+        }
         if ((!majority && best >= 0) || flat) {
             /* a copy of the worst step's chain, its root undecided */
             rep = malloc(sizeof(*rep));
@@ -3967,8 +3983,8 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             R->cause = -1, R->cls = -1;
             if (flat)
                 snprintf(rep->reason, sizeof(rep->reason),
-                         "rank %u: %s, but none of the group's steps is slower than the job's"
-                         " usual by the threshold (they stand out by the waits on the rank only)",
+                         "rank %u: %s, but the group's steps stand out by the waits on the rank"
+                         " only, not longer by what its peers waited on it",
                          R->rank, cause_name[best]);
             else if (second >= 0)
                 snprintf(rep->reason, sizeof(rep->reason),
@@ -4085,6 +4101,8 @@ out:
     free(stime);
     free(srank);
     free(exs);
+    free(tex);
+    free(bslow);
     free(cont);
     free(cont_sum);
     free(cont_rank);

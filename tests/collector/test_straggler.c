@@ -61,7 +61,13 @@ static void put_hist(uint64_t *b, uint64_t v, uint64_t n)
 /* How much later than its peers rank r's contribution is ready for each
  * all-reduce of step s. */
 static uint64_t g_late = LATE;
-static uint32_t g_from = FROM;
+static uint32_t g_from = FROM, g_until = UINT32_MAX;
+/* Peers' waits on rank 1 begun this much early in steps
+ * g_early_from..+EARLY_STEPS-1 (they were ahead, rank 1 was not late): its
+ * blame stands out, the step's time does not grow. */
+#define EARLY_STEPS 5
+static uint64_t g_early;
+static uint32_t g_early_from = UINT32_MAX;
 
 /* The CPU wait: measured when g_cw (CW_BASE over CW_RUNS runs a step on
  * every rank); rank 1 held up by a burst of the host's load in steps
@@ -90,7 +96,7 @@ static uint64_t late(enum fault f, uint32_t r, uint32_t s)
 {
     if (lagged(r, s))
         return LAG_LATE;
-    if (f == NONE || r != 1 || s < g_from)
+    if (f == NONE || r != 1 || s < g_from || s > g_until)
         return 0;
     return g_late + (s >= g_burst_from && s < g_burst_from + BURST_STEPS ? BURST_LATE : 0);
 }
@@ -98,7 +104,7 @@ static uint64_t late(enum fault f, uint32_t r, uint32_t s)
 static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
 {
     memset(sum, 0, sizeof(*sum));
-    const bool hit = f != NONE && r == 1 && s >= g_from && !lagged(r, s);
+    const bool hit = f != NONE && r == 1 && s >= g_from && s <= g_until && !lagged(r, s);
     const uint64_t base = 1000000000ull + s * 2000 * US;
     sum->epoch = s;
     for (uint32_t c = 0; c < N_CLS; c++) {
@@ -149,6 +155,8 @@ static void make(struct fa_summary *sum, uint32_t r, uint32_t s, enum fault f)
             w->peer = p, w->waiter_class = C_REDUCE, w->step = s, w->worker = 1;
             w->t_begin = mine;
             w->t_end = (theirs > mine ? theirs : mine) + 2 * US + jitter(r, s, 20 + p + k * R);
+            if (p == 1 && s >= g_early_from && s < g_early_from + EARLY_STEPS)
+                w->t_begin -= g_early;
             struct fa_release *rl = &sum->rels[sum->n_rels++];
             rl->comm_gen = mks_commid_for_transfer(1, r, p, s, k, 0);
             rl->consumer = p, rl->cls = C_SEND, rl->step = s, rl->worker = 2;
@@ -305,8 +313,50 @@ static void test_fault_inside_straggler(void **s)
 static int burst_reset(void **s)
 {
     (void)s;
-    g_late = LATE, g_from = FROM, g_burst_from = UINT32_MAX;
+    g_late = LATE, g_from = FROM, g_until = UINT32_MAX, g_burst_from = UINT32_MAX;
+    g_early = 0, g_early_from = UINT32_MAX;
     return 0;
+}
+
+/* Rank 1's attn late by 90 us an all-reduce in steps 50..54 only: the
+ * steps grow by 180 us, under the slow threshold (a fifth of the 1 ms
+ * step), but its peers wait that much more on it than in the steps around:
+ * slow by the blame, the rank's own (the step shows what they waited),
+ * named with its cause. */
+static void test_blame_shown(void **s)
+{
+    (void)s;
+    g_late = 90 * US, g_from = 50, g_until = 54;
+    struct mks_store *st = fill(SLOW_CLASS);
+    json_t *d = diagnose(st, 0);
+    json_t *g = json_array_get(json_object_get(d, "groups"), 0);
+    if (!g || strcmp(js(g, "cause"), "slow_task"))
+        fail_msg("want slow_task at rank 1 in steps 50..54: %s", json_dumps(d, 0));
+    json_t *root = json_object_get(g, "root");
+    assert_int_equal(json_integer_value(json_object_get(root, "rank")), 1);
+    assert_string_equal(js(root, "task_class"), "attn");
+    json_int_t first = json_integer_value(json_array_get(json_object_get(g, "steps"), 0));
+    assert_true(first >= 50 && first <= 54);
+    json_decref(d);
+    mks_store_close(st);
+}
+
+/* The same blame in steps 50..54, from the peers' waits begun 180 us
+ * early, the steps no longer: nothing waited on rank 1, no cause named. */
+static void test_blame_not_shown(void **s)
+{
+    (void)s;
+    g_early = 90 * US * OPS, g_early_from = 50;
+    struct mks_store *st = fill(NONE);
+    json_t *d = diagnose(st, 0);
+    json_t *groups = json_object_get(d, "groups");
+    for (size_t i = 0; i < json_array_size(groups); i++) {
+        json_t *g = json_array_get(groups, i);
+        if (strcmp(js(g, "cause"), "undecided") && json_array_size(json_object_get(g, "steps")) >= 3)
+            fail_msg("a cause named for early peers: %s", json_dumps(g, 0));
+    }
+    json_decref(d);
+    mks_store_close(st);
 }
 
 static int cw_reset(void **s)
@@ -373,6 +423,8 @@ int main(void)
         cmocka_unit_test(test_held_queue),
         cmocka_unit_test(test_steady_below_threshold),
         cmocka_unit_test_teardown(test_fault_inside_straggler, burst_reset),
+        cmocka_unit_test_teardown(test_blame_shown, burst_reset),
+        cmocka_unit_test_teardown(test_blame_not_shown, burst_reset),
         cmocka_unit_test(test_clean),
         cmocka_unit_test_teardown(test_contention_lag, cw_reset),
         cmocka_unit_test_teardown(test_contention_then_fault, cw_reset),
