@@ -45,6 +45,19 @@ static __device__ void dev_hc_enter(struct mks_cb *cb, struct mks_dev_hcache *hc
     /* Acquire for all of them at once: the programs, tables and maps the
      * words name were published before them; later plain loads see them. */
     MKS_FENCE();
+    /* Which lists hold a CONTROL program, once per entry: the scheduler
+     * asks at every dispatch (mks_dev_hook_wants_hint), and the program
+     * table's loads were on its serial path each time. */
+    {
+        uint32_t ctl = 0;
+        for (uint32_t e = 0; e < MKS_EV_COUNT; e++)
+            for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
+                uint32_t s = mks_cb_word_slot(hc->word[e], i);
+                if (s && s <= MKS_CB_MAX_PROGS && cb->progs[s - 1].type == MKS_PROG_CONTROL)
+                    ctl |= 1u << e;
+            }
+        hc->ctl = ctl;
+    }
     hc->epoch = epoch;
     hc->worker = w;
     hc->inside = 1;
@@ -114,19 +127,11 @@ extern "C" __device__ int mks_dev_hook_wants_hint(const struct mks_dev_rt *rt,
                                                   uint32_t ev)
 {
     struct mks_cb *cb = (struct mks_cb *)rt->cb;
-    uint64_t word;
     if (ev >= MKS_EV_COUNT || slot >= cb->n_workers)
         return 0;
-    /* The program table was published before the hook words the entry
-     * read (acquire), so plain loads of it see what the word names. */
+    /* what the entry found in the words it read */
     dev_hc_sync(cb, hc, slot);
-    word = hc->word[ev];
-    for (uint32_t i = 0; i < MKS_MAX_PROGS_PER_HOOK; i++) {
-        uint32_t s = mks_cb_word_slot(word, i);
-        if (s && cb->progs[s - 1].type == MKS_PROG_CONTROL)
-            return 1;
-    }
-    return 0;
+    return (int)((hc->ctl >> ev) & 1u);
 }
 
 extern "C" __device__ uint32_t mks_dev_worker_changed(const struct mks_dev_rt *rt,

@@ -88,7 +88,7 @@ struct mks_dev_hcache {
     uint32_t inside; /* 1 while the worker is inside `epoch` */
     uint32_t worker;
     uint32_t entries; /* entries so far: makes each entry's sequence word new */
-    uint32_t pad;
+    uint32_t ctl;     /* bit e: hook e's list read at entry holds a CONTROL program */
 };
 
 struct mks_dev_worker {
