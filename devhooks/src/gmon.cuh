@@ -196,6 +196,22 @@ extern "C" int mks_rt_cuda_gmonitor_launch(const struct mks_dev_rt *dev,
         fprintf(stderr, "mkscope: monitor kernel: bad arguments\n");
         return -EINVAL;
     }
+    /* A block the device cannot start (the VM's registers: after the
+     * device link the kernel may need up to 255 a thread) fails its launch:
+     * fewer warps a block, and more blocks where those left cannot serve
+     * every ring. */
+    struct cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, mks_dev_gmonitor_kernel) == cudaSuccess &&
+        fa.maxThreadsPerBlock >= 32 && warps_per_block * 32u > (uint32_t)fa.maxThreadsPerBlock) {
+        uint32_t cap = (uint32_t)fa.maxThreadsPerBlock / 32u, w = warps_per_block;
+        warps_per_block = cap;
+        while ((uint64_t)n_blocks * warps_per_block * MKS_DEV_GMON_MAX_RINGS < n_rings)
+            n_blocks++;
+        fprintf(stderr,
+                "mkscope: monitor kernel: %d registers a thread allow %u warps a block, not %u: "
+                "%u blocks of %u warps\n",
+                fa.numRegs, cap, w, n_blocks, warps_per_block);
+    }
     if ((uint64_t)n_blocks * warps_per_block * MKS_DEV_GMON_MAX_RINGS < n_rings) {
         fprintf(stderr,
                 "mkscope: monitor kernel: %u warps serve at most %u rings each, not %u rings; "

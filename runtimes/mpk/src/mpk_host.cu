@@ -51,7 +51,8 @@ struct host {
     uint8_t *d_flags;
     struct mks_mpk_side *d_side;
     unsigned long long *d_iter, *d_joined;
-    cudaStream_t stream;
+    cudaStream_t stream, stop_stream; /* the monitors'; the rings' stop after MPK's kernels */
+    cudaEvent_t ended;                /* the single persistent kernel ended */
     int launched, sm_count;
     uint32_t wait_mask;
     uint64_t wait_ns;
@@ -123,6 +124,14 @@ __global__ void mks_mpk_clock(unsigned long long *t)
     unsigned long long v;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
     *t = v;
+}
+
+/* Every ring's stop, after MPK's kernels (mks_mpk_host_launched). */
+__global__ void mks_mpk_stop_rings(struct mks_dev_gring *rings, uint32_t n)
+{
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        mks_dev_gring_st(&rings[i].stop, 1u);
 }
 
 static int64_t realtime_ns(void)
@@ -276,6 +285,8 @@ extern "C" int mks_mpk_host_init(const struct mks_mpk_init_args *a, struct mks_m
             return rc;
     }
     CK(cudaStreamCreateWithFlags(&H.stream, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&H.stop_stream, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&H.ended, cudaEventDisableTiming));
     CK(cudaMallocHost((void **)&H.h_iter, sizeof(*H.h_iter)));
     if ((rc = measure_clock()))
         return rc;
@@ -381,6 +392,7 @@ extern "C" int mks_mpk_host_prelaunch(void)
     if (H.launched) {
         /* the previous launch's monitors are done with its rings */
         CK(cudaStreamSynchronize(H.stream));
+        CK(cudaStreamSynchronize(H.stop_stream));
         for (uint32_t i = 0; i < H.n_rings; i++)
             CK(cudaMemsetAsync(&H.rings[i].stop, 0, sizeof(uint32_t), H.stream));
         CK(cudaStreamSynchronize(H.stream));
@@ -401,7 +413,8 @@ extern "C" int mks_mpk_host_prelaunch(void)
     return 0;
 }
 
-extern "C" int mks_mpk_host_launched(cudaEvent_t after)
+extern "C" int mks_mpk_host_launched(cudaEvent_t after, cudaEvent_t worker_done,
+                                     cudaEvent_t sched_done)
 {
     uint32_t blocks, warps;
     int rc;
@@ -431,6 +444,23 @@ extern "C" int mks_mpk_host_launched(cudaEvent_t after)
     /* after the monitors return (every ring stopped: MPK's kernels ended) */
     CK(cudaMemcpyAsync(H.h_iter, H.d_iter, sizeof(*H.h_iter), cudaMemcpyDeviceToHost, H.stream));
     CK(cudaLaunchHostFunc(H.stream, report_launch, NULL));
+    /* Each worker and scheduler stops its ring as it leaves; once MPK's
+     * kernels are over every ring is stopped from here as well, so that a
+     * ring whose owner did not (a path of MPK's that leaves without passing
+     * a hook site) cannot keep the monitors, and with them every device-wide
+     * synchronisation of the process, waiting forever. */
+    if (worker_done) {
+        CK(cudaStreamWaitEvent(H.stop_stream, worker_done, 0));
+        if (sched_done)
+            CK(cudaStreamWaitEvent(H.stop_stream, sched_done, 0));
+    } else {
+        CK(cudaEventRecord(H.ended, 0)); /* after the kernel MPK just put there */
+        CK(cudaStreamWaitEvent(H.stop_stream, H.ended, 0));
+    }
+    /* a kernel, not copies from host memory: those would wait here for
+     * the stream, that is for MPK's kernels to end */
+    mks_mpk_stop_rings<<<(H.n_rings + 127) / 128, 128, 0, H.stop_stream>>>(H.rings, H.n_rings);
+    CK(cudaGetLastError());
     H.launched = 1;
     return 0;
 }
@@ -446,6 +476,8 @@ extern "C" void mks_mpk_host_finalize(void)
         mks_rt_cuda_grings_stop(H.rings, H.n_rings, H.stream);
         cudaStreamSynchronize(H.stream);
     }
+    cudaStreamDestroy(H.stop_stream);
+    cudaEventDestroy(H.ended);
     cudaFreeHost(H.h_iter);
     mks_rt_destroy(H.rt);
     H.rt = NULL;

@@ -112,8 +112,11 @@ int mks_mpk_host_init(const struct mks_mpk_init_args *a, struct mks_mpk_dev *dev
  * (MKS_MPK_CONTROL: fault plan and attach wait for this launch) read. */
 int mks_mpk_host_prelaunch(void);
 /* After MPK enqueued its worker and scheduler kernels: the monitor kernel,
- * on a stream of its own that waits for `after` (MPK's prepare event). */
-int mks_mpk_host_launched(cudaEvent_t after);
+ * on a stream of its own that waits for `after` (MPK's prepare event), and
+ * every ring stopped once `worker_done` and `sched_done` (MPK's events after
+ * its two kernels; NULL for the single persistent kernel on the legacy
+ * stream) have passed, so the monitors never outlive the launch. */
+int mks_mpk_host_launched(cudaEvent_t after, cudaEvent_t worker_done, cudaEvent_t sched_done);
 /* At finalize: stops what is left, writes the report (MKS_MPK_REPORT),
  * destroys the control block. */
 void mks_mpk_host_finalize(void);
