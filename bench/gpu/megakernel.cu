@@ -1475,7 +1475,13 @@ __global__ void __launch_bounds__(BG_THREADS + 32) bg_megakernel(struct bg_dev D
     }
 #endif
     if (blockIdx.x == 0) {
-        if (threadIdx.x == 0)
+        /* The scheduler in warp 1: an SM hands a block's warps to its four
+         * sub-partitions (warp schedulers) by warp index modulo 4, so in
+         * warp 0 it shared one with the monitor warp (warp 4 of 5), which
+         * runs the scheduler's events while the scheduler dispatches: both
+         * issue from one scheduler, and the serial dispatch path waited on
+         * the VM's instructions.  Compiled out the same thread runs it. */
+        if (threadIdx.x == 32)
             scheduler_main(D, ring);
         return;
     }
