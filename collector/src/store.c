@@ -1327,12 +1327,14 @@ int mks_store_in_batch(const struct mks_store *st)
 struct rank_state {
     bool registered;
     uint64_t incarnation, state_sent_ns;
+    uint64_t summaries, acked_seq; /* before this message */
 };
 
 static int rank_state(struct mks_store *st, const mks_envelope *env, struct rank_state *rs)
 {
     memset(rs, 0, sizeof(*rs));
-    sqlite3_stmt *s = stmt(st, "SELECT incarnation, COALESCE(state_sent_ns, 0) FROM ranks WHERE"
+    sqlite3_stmt *s = stmt(st, "SELECT incarnation, COALESCE(state_sent_ns, 0),"
+                               " COALESCE(summaries, 0), COALESCE(acked_seq, 0) FROM ranks WHERE"
                                " job=? AND rank=? AND registered_ns IS NOT NULL");
     if (!s)
         return SQLITE_ERROR;
@@ -1343,6 +1345,8 @@ static int rank_state(struct mks_store *st, const mks_envelope *env, struct rank
         rs->registered = true;
         rs->incarnation = (uint64_t)sqlite3_column_int64(s, 0);
         rs->state_sent_ns = (uint64_t)sqlite3_column_int64(s, 1);
+        rs->summaries = (uint64_t)sqlite3_column_int64(s, 2);
+        rs->acked_seq = (uint64_t)sqlite3_column_int64(s, 3);
         rc = SQLITE_DONE;
     }
     sqlite3_reset(s);
@@ -1764,18 +1768,15 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
         tot[1] += c->eligible + c->undelivered, tot[2] += c->ran, tot[3] += c->throttled;
         tot[4] += c->lost, tot[5] += c->undelivered;
     }
-    if ((u = stmt(st, "INSERT INTO ranks(job, rank, incarnation, last_seen_ns, summaries,"
-                      " duplicates, last_epoch, lost_summaries, acked_seq, lost_cur_sum,"
-                      " tasks_total, cov_eligible, cov_ran, cov_throttled, cov_lost,"
-                      " cov_undelivered, step_span)"
-                      " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?8,?10,?11,?12,?13,?14,?15,?16)"
-                      " ON CONFLICT(job, rank) DO UPDATE SET last_seen_ns = excluded.last_seen_ns,"
+    /* An UPDATE of the row need_registered read (what it returns, from
+     * that row: RETURNING made and dropped a table each summary, a sixth
+     * of a counts-only summary's cost). */
+    if ((u = stmt(st, "UPDATE ranks SET last_seen_ns = ?4,"
                       " tasks_total = tasks_total + ?10, cov_eligible = cov_eligible + ?11,"
                       " cov_ran = cov_ran + ?12, cov_throttled = cov_throttled + ?13,"
                       " cov_lost = cov_lost + ?14, cov_undelivered = cov_undelivered + ?15,"
                       " step_span = MAX(COALESCE(step_span, 0), ?16),"
-                      " summaries = summaries + excluded.summaries,"
-                      " duplicates = duplicates + excluded.duplicates,"
+                      " summaries = summaries + ?5, duplicates = duplicates + ?6,"
                       " last_epoch = CASE WHEN ?5 AND incarnation = ?3 THEN ?7 ELSE last_epoch END,"
                       " lost_summaries = lost_summaries + CASE WHEN incarnation = ?3 THEN"
                       " MAX(lost_cur_sum + ?8, lost_cur_hb) - MAX(lost_cur_sum, lost_cur_hb)"
@@ -1783,8 +1784,7 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
                       " lost_cur_sum = lost_cur_sum + CASE WHEN incarnation = ?3 THEN ?8 ELSE 0"
                       " END,"
                       " acked_seq = CASE WHEN incarnation = ?3 THEN MAX(acked_seq, ?9)"
-                      " ELSE acked_seq END"
-                      " RETURNING summaries, acked_seq, incarnation"))) {
+                      " ELSE acked_seq END WHERE job = ?1 AND rank = ?2"))) {
         sqlite3_bind_text(u, 1, env->job, -1, SQLITE_STATIC);
         sqlite3_bind_int64(u, 2, env->rank);
         sqlite3_bind_int64(u, 3, (int64_t)env->incarnation);
@@ -1797,14 +1797,18 @@ static int store_summary(struct mks_store *st, const mks_envelope *env, uint64_t
         for (int i = 0; i < 6; i++)
             sqlite3_bind_int64(u, 10 + i, (int64_t)tot[i]);
         sqlite3_bind_int64(u, 16, fresh && step_lo >= 0 ? step_hi - step_lo : 0);
-        if ((rc = sqlite3_step(u)) == SQLITE_ROW) {
-            stored = (uint64_t)sqlite3_column_int64(u, 0);
-            acked = (uint64_t)sqlite3_column_int64(u, 1);
-            inc = (uint64_t)sqlite3_column_int64(u, 2);
-            rc = SQLITE_DONE;
-        }
+        if ((rc = sqlite3_step(u)) == SQLITE_DONE && sqlite3_changes(st->db) != 1)
+            rc = SQLITE_NOTFOUND; /* no row: not registered after all */
         sqlite3_reset(u);
+        stored = rs.summaries + (uint64_t)fresh;
+        inc = rs.incarnation;
+        acked = rs.acked_seq;
+        if (inc == env->incarnation && fresh && env->seq > acked)
+            acked = env->seq;
     }
+    if (rc == SQLITE_NOTFOUND)
+        return fail(err, errlen, -EIO, "store: summary %llu of rank %u of job %s: the rank's row"
+                    " is gone", (unsigned long long)env->seq, env->rank, env->job);
     if (rc != SQLITE_DONE)
         goto fail;
     *seq_p = acked;
