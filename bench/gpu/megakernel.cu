@@ -54,6 +54,14 @@ extern "C" {
 #endif
 
 #define BG_THREADS  128
+/* A block's warp i issues from the SM's warp scheduler i mod 4.  With hooks
+ * a spare warp that exits at once comes after the task threads and the
+ * monitor warp after it (warp 5 of 6, scheduler 1): it then shares no
+ * scheduler with warp 0, whose thread 0 runs a worker's serial part (pops,
+ * records, releases) while the monitor warp runs the records of the task
+ * before.  Block 0's scheduler thread is in warp 2 (scheduler 2). */
+#define BG_MON_SPARE    32u
+#define BG_SCHED_THREAD 64u
 #define BG_QCAP     4096u       /* per-worker queue slots */
 #define BG_STOP     0xffffffffu /* task index that ends a worker */
 #define BG_CSTRIDE  32u         /* u32 words between inbox counters (own line) */
@@ -1452,9 +1460,9 @@ static __device__ void scheduler_main(const struct bg_dev &D, void *ring)
 #endif
 }
 
-/* Blocks of BG_THREADS task threads, and with hooks a monitor warp more
- * (run_persistent). */
-__global__ void __launch_bounds__(BG_THREADS + 32) bg_megakernel(struct bg_dev D)
+/* Blocks of BG_THREADS task threads, and with hooks a spare warp and a
+ * monitor warp more (run_persistent, BG_MON_SPARE). */
+__global__ void __launch_bounds__(BG_THREADS + BG_MON_SPARE + 32) bg_megakernel(struct bg_dev D)
 {
     extern __shared__ float sh[];
     void *ring = NULL;
@@ -1468,20 +1476,20 @@ __global__ void __launch_bounds__(BG_THREADS + 32) bg_megakernel(struct bg_dev D
          * is warp-uniform (devhook.cuh, "the gate bit").  Block 0's runs
          * the scheduler's events in its hook slot W. */
         if (__all_sync(0xffffffffu, threadIdx.x >= BG_THREADS)) {
-            mks_dev_monitor_warp(&D.hooks, &s_ring, blockIdx.x == 0 ? D.W : blockIdx.x - 1);
-            return;
+            if (__all_sync(0xffffffffu, threadIdx.x >= BG_THREADS + BG_MON_SPARE))
+                mks_dev_monitor_warp(&D.hooks, &s_ring, blockIdx.x == 0 ? D.W : blockIdx.x - 1);
+            return; /* the spare warp */
         }
         ring = &s_ring;
     }
 #endif
     if (blockIdx.x == 0) {
-        /* The scheduler in warp 1: an SM hands a block's warps to its four
-         * sub-partitions (warp schedulers) by warp index modulo 4, so in
-         * warp 0 it shared one with the monitor warp (warp 4 of 5), which
-         * runs the scheduler's events while the scheduler dispatches: both
-         * issue from one scheduler, and the serial dispatch path waited on
-         * the VM's instructions.  Compiled out the same thread runs it. */
-        if (threadIdx.x == 32)
+        /* Not in warp 0: in a block of 5 warps it shared a warp scheduler
+         * with the monitor warp, which runs the scheduler's events while
+         * the scheduler dispatches, so the serial dispatch path waited on
+         * the VM's instructions (BG_MON_SPARE).  Compiled out the same
+         * thread runs it. */
+        if (threadIdx.x == BG_SCHED_THREAD)
             scheduler_main(D, ring);
         return;
     }
@@ -1858,7 +1866,8 @@ static int run_persistent(struct host_rank *H, const struct bg_rank_args *a)
                             (int)shmem));
     void *args[] = {&D};
     /* cooperative: every block resident at once, or spinning would deadlock */
-    const uint32_t threads = BG_THREADS + (D.have_hooks ? 32u : 0u); /* the monitor warp */
+    /* with hooks, the spare warp and the monitor warp */
+    const uint32_t threads = BG_THREADS + (D.have_hooks ? BG_MON_SPARE + 32u : 0u);
     CK(cudaLaunchCooperativeKernel((void *)bg_megakernel, dim3(D.W + 1), dim3(threads), args,
                                    shmem, 0));
     CK(cudaDeviceSynchronize());
