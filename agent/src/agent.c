@@ -96,6 +96,9 @@ struct agent {
     int sigfd, timerfd, survey_sock, survey_fd;
     struct agt_link *link;
     int registered;
+    /* The collector's last RegisterAck said it reads compact summaries
+     * (docs/wire.md): they are sent so from then on. */
+    int coll_compact;
     /* What a registration must say changed (schema, application) this many
      * times; a RegisterAck counts only if its request carried the latest. */
     uint64_t reg_want, reg_sent;
@@ -872,6 +875,7 @@ static void on_reply(struct agent *a, const void *buf, size_t len)
             /* A schema published (or an application found) while this
              * registration was on its way needs one more. */
             a->registered = a->reg_sent == a->reg_want;
+            a->coll_compact = env->register_ack->compact_summaries;
             ack_up_to(a, env->register_ack->stored_seq);
             agt_log_info("registered with the collector (stored seq %" PRIu64 ")",
                          env->register_ack->stored_seq);
@@ -1077,6 +1081,7 @@ static void emit(struct agent *a, struct agt_summary *s, int force)
         .lost_summaries = lost_total - a->lost_reported,
         .undelivered = undelivered,
         .sample_shift = a->sample_shift,
+        .compact = a->coll_compact,
         .prog_names = (const char *const *)a->progs.names_by_id,
         .n_prog_names = sizeof(a->progs.names_by_id) / sizeof(a->progs.names_by_id[0])};
     /* The steps whose own rows go; the policy's state is put back if the

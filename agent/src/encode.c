@@ -672,6 +672,16 @@ int agt_summary_encode(const struct agt_summary *s, enum agt_tier tier,
                 err = -EBADMSG;
         es.probes = probes;
     }
+    /* the compact form (docs/wire.md) rewrites the rows in place; its
+     * words live in the arena until the summary is encoded */
+    if (!err && meta->compact) {
+        size_t nw = mks_wire_summary_compact_words(&es);
+        uint64_t *words = nw ? arena_alloc(&a, nw * sizeof(*words)) : NULL;
+        if (nw && !words)
+            err = -ENOMEM;
+        else
+            err = mks_wire_summary_compact(&es, words, nw);
+    }
     if (a.oom)
         err = -ENOMEM;
     if (!err) {

@@ -25,6 +25,7 @@ struct agt_encode_meta {
     const uint64_t *undelivered;
     uint32_t sample_shift;
     uint32_t pressure;       /* the collector's pressure that capped the tier (0 none) */
+    int compact;             /* the compact form (the collector reads it: RegisterAck) */
     const char *const *prog_names; /* indexed by prog_id, NULL entries allowed */
     uint32_t n_prog_names;
     /* Steps whose own rows are withheld (detail.h), sorted; none: every

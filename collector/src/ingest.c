@@ -130,6 +130,7 @@ static void answer(struct mks_ingest *ing, struct pending *p, const mks_envelope
         ack.reason = "";
         ack.collector_time_ns = now;
         ack.stored_seq = seq;
+        ack.compact_summaries = 1; /* mks_wire_decode_for expands them */
         out.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK;
         out.register_ack = &ack;
         set_reply(ing, p, &out);

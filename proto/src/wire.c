@@ -559,7 +559,10 @@ static int check_summary(const Mkscope__V1__EpochSummary *s, char *err, size_t e
             return fail(err, errlen, -EBADMSG,
                         "steps[%zu]: cpu_wait_ns %llu, cpu_runs %llu without cpu_wait_measured", i,
                         (unsigned long long)t->cpu_wait_ns, (unsigned long long)t->cpu_runs);
-        if (t->cpu_wait_measured && (!t->complete || !t->t_begin_dev_ns))
+        /* (a summary about to be sent in the compact form has its times in
+         * dev_times, t_begin_dev_ns first; a decoded one is plain again) */
+        bool begin = t->t_begin_dev_ns || (s->dev_time_base && t->n_dev_times && t->dev_times[0]);
+        if (t->cpu_wait_measured && (!t->complete || !begin))
             return fail(err, errlen, -EBADMSG,
                         "steps[%zu]: cpu_wait_measured on a step without its whole span"
                         " (complete and t_begin_dev_ns)", i);
@@ -1079,6 +1082,11 @@ int mks_wire_decode_for(const void *buf, size_t len, uint32_t accept,
                   mks_wire_body_name(env->body_case), mks_wire_body_name(body));
         goto out;
     }
+    /* the compact form of a summary back to the plain one, which is what
+     * validation and every reader see */
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY &&
+        (rc = mks_wire_summary_expand(env->epoch_summary, err, errlen)))
+        goto out;
     if ((rc = mks_wire_validate(env, err, errlen)))
         goto out;
     *env_p = env;

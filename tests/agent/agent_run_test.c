@@ -94,6 +94,8 @@ struct fake_collector {
     Mkscope__V1__CommandReply replies[8];
     char reply_err[8][256];
     int n_replies;
+    int compact;          /* the RegisterAck says compact_summaries */
+    int compact_summaries; /* summaries that came in the compact form */
 };
 
 static void fc_bind(struct fake_collector *fc)
@@ -266,6 +268,13 @@ static void fc_handle(struct fake_collector *fc, const void *buf, size_t len)
     if (rc)
         fail_msg("agent sent an invalid message: %s", err);
     fc->bytes += len;
+    if (env->body_case == MKSCOPE__V1__ENVELOPE__BODY_EPOCH_SUMMARY) {
+        /* the form it came in: the decoder gives the plain one back */
+        mks_envelope *raw = mkscope__v1__envelope__unpack(NULL, len, buf);
+        assert_non_null(raw);
+        fc->compact_summaries += raw->epoch_summary->dev_time_base != 0;
+        mkscope__v1__envelope__free_unpacked(raw, NULL);
+    }
     if (!fc->first_ns)
         fc->first_ns = now_ns();
     fc->last_ns = now_ns();
@@ -286,6 +295,7 @@ static void fc_handle(struct fake_collector *fc, const void *buf, size_t len)
                                                     : 0;
         rack.accepted = 1;
         rack.stored_seq = max_seq;
+        rack.compact_summaries = fc->compact;
         out.body_case = MKSCOPE__V1__ENVELOPE__BODY_REGISTER_ACK;
         out.register_ack = &rack;
         break;
@@ -582,6 +592,7 @@ static void test_counts_equal_hooks_fired(void **state)
     (void)state;
     struct fake_collector fc;
     fc_init(&fc, "ingest-counts");
+    fc.compact = 1; /* the counts below come through the compact form */
     struct mks_rt *rt = app_create(job);
     char stats[128];
     snprintf(stats, sizeof(stats), "%s/stats-counts.json", tmpdir);
@@ -615,6 +626,7 @@ static void test_counts_equal_hooks_fired(void **state)
     assert_true(fc.n_seqs >= 2);
     check_in_order(&fc);
     assert_int_equal(fc.min_tier, 2); /* no budget: full detail */
+    assert_true(fc.compact_summaries >= 1);
     /* heartbeats flow beside the summaries, list the 10 monitor programs
      * while attached, and the last one says the application ended */
     assert_true(fc.heartbeats >= 2);
@@ -654,6 +666,8 @@ static void test_outage_replays_in_order(void **state)
     assert_int_equal(fc.counts[2], 5);
     assert_int_equal(fc.lost_reported, 0);
     assert_true(fc.registers >= 2); /* registered again after the outage */
+    /* a collector that does not say it reads the compact form gets none */
+    assert_int_equal(fc.compact_summaries, 0);
     fc_close(&fc);
 }
 

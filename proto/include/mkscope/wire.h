@@ -173,6 +173,20 @@ int mks_wire_schema_decode(const void *buf, size_t len, Mkscope__V1__TaskSchema 
                            char *err, size_t errlen);
 void mks_wire_schema_free(Mkscope__V1__TaskSchema *schema); /* accepts NULL */
 
+/* The compact form of an EpochSummary (docs/wire.md "Compact summaries"),
+ * for a collector whose RegisterAck says compact_summaries.  compact
+ * rewrites es in place: it sorts its remote waits and releases by comm_gen,
+ * moves their comm_gen into comm_gen_delta and every row's device times
+ * into its dev_times, which point into words (n_words at least
+ * mks_wire_summary_compact_words(es); they must live until es is encoded).
+ * A summary without device times, or with one above MKS_WIRE_MAX_TIME, is
+ * left plain.  -EINVAL for a summary in the compact form already.
+ * mks_wire_decode_for expands a decoded one (expand: back to the plain
+ * form, exactly; -EBADMSG with a line in err for a malformed one). */
+size_t mks_wire_summary_compact_words(const Mkscope__V1__EpochSummary *es);
+int mks_wire_summary_compact(Mkscope__V1__EpochSummary *es, uint64_t *words, size_t n_words);
+int mks_wire_summary_expand(Mkscope__V1__EpochSummary *es, char *err, size_t errlen);
+
 /* Validate any generated message against the generic bounds (strings,
  * repeated counts, bytes) and the per-message rules above. */
 int mks_wire_validate_message(const ProtobufCMessage *msg, char *err, size_t errlen);
