@@ -144,7 +144,8 @@ int agt_detail_choose(struct agt_detail *d, const struct agt_summary *s, uint32_
         if (e->slow)
             d->hot_step = e->step;
         e->keep = !e->complete || !base || e->slow || (int64_t)e->step == d->open_step ||
-                  e->step < d->o.warmup || (d->o.every && e->step % d->o.every == 0);
+                  e->step < d->o.warmup || (d->o.every && e->step % d->o.every == 0) ||
+                  (d->o.every && e->step < AGT_DETAIL_DENSE && e->step % 2 == 0);
         if (!e->complete && (int64_t)e->step > open)
             open = e->step;
     }

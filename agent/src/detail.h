@@ -14,7 +14,8 @@
  *     the steps after it while they stay over (1 + slow_frac / 2) times the
  *     baseline (a window of slow steps), and the steps beside those;
  *   - every `every`-th step by number (the same steps on every rank, so the
- *     collector can compare ranks on them), and the first `warmup` steps;
+ *     collector can compare ranks on them), every 2nd one below
+ *     AGT_DETAIL_DENSE (unless `every` is 0), and the first `warmup` steps;
  *   - a step that was still running when a summary was made (its end, and
  *     so its length, is not known yet), and that step again in the next
  *     summary, so that a step's rows are never split between kinds;
@@ -40,6 +41,11 @@ enum agt_detail_mode { AGT_DETAIL_ALL = 0, AGT_DETAIL_AUTO = 1 };
 #define AGT_DETAIL_RING 64
 /* Below this many known step lengths every step keeps its detail. */
 #define AGT_DETAIL_MIN_BASE 8
+/* Below this step every 2nd step keeps its detail (with every not 0): the
+ * collector's straggler rule needs ten steps or more with every rank's
+ * rows, which a short job's every-th steps alone do not give (a 30-step
+ * job: 8 of every 4). */
+#define AGT_DETAIL_DENSE 64
 /* The previous summary's withheld steps remembered (its latest ones). */
 #define AGT_DETAIL_PREV 1024
 

@@ -81,8 +81,10 @@ static void test_choose(void **state)
     agt_detail_init(
         &d, &(struct agt_detail_opts){.mode = AGT_DETAIL_AUTO, .every = 4, .slow_frac = 0.2});
     assert_int_equal(agt_detail_choose(&d, s, &v, &n), 0);
-    assert_int_equal(n, 7); /* the summary's own steps are the baseline */
-    assert_true(!has(v, n, 0) && !has(v, n, 4) && !has(v, n, 8) && has(v, n, 1) && has(v, n, 9));
+    assert_int_equal(n, 5); /* the summary's own steps are the baseline */
+    /* by number: every 4th, and every 2nd below AGT_DETAIL_DENSE */
+    assert_true(!has(v, n, 0) && !has(v, n, 4) && !has(v, n, 8) && !has(v, n, 2) &&
+                has(v, n, 1) && has(v, n, 9));
     free(v);
     agt_summary_free(s);
 
@@ -96,18 +98,19 @@ static void test_choose(void **state)
 
     s = steps_summary(5, 19, 100000, UINT32_MAX, 0);
     assert_int_equal(agt_detail_choose(&d, s, &v, &n), 0);
-    assert_int_equal(n, 12);
-    assert_true(!has(v, n, 8) && !has(v, n, 12) && !has(v, n, 16) && has(v, n, 5));
-    assert_int_equal(d.withheld, 12);
-    assert_int_equal(d.kept, 5 + 3);
+    assert_int_equal(n, 8);
+    assert_true(!has(v, n, 8) && !has(v, n, 10) && !has(v, n, 16) && has(v, n, 5) &&
+                has(v, n, 19));
+    assert_int_equal(d.withheld, 8);
+    assert_int_equal(d.kept, 5 + 7);
     free(v);
     agt_summary_free(s);
 
-    /* step 27 three times as long: it and 26, 28 (28 by number too) kept;
-     * 30 runs on; 25 and 29 withheld, and the previous summary's 12 */
+    /* step 27 three times as long: it and 26, 28 (by number too) kept;
+     * 30 runs on; 25 and 29 withheld, and the previous summary's 8 */
     s = steps_summary(25, 30, 100000, 27, 1);
     assert_int_equal(agt_detail_choose(&d, s, &v, &n), 0);
-    assert_int_equal(n, 2 + 12);
+    assert_int_equal(n, 2 + 8);
     assert_true(has(v, n, 25) && has(v, n, 29) && has(v, n, 5) && has(v, n, 19));
     assert_true(!has(v, n, 26) && !has(v, n, 27) && !has(v, n, 28) && !has(v, n, 30));
     free(v);
@@ -129,10 +132,19 @@ static void test_choose(void **state)
         if (s->done[i].step == 42 || s->done[i].step == 43)
             s->done[i].t_end = s->done[i].t_begin + 115000;
     assert_int_equal(agt_detail_choose(&d, s, &v, &n), 0);
-    assert_int_equal(n, 3 + 2);
-    assert_true(has(v, n, 45) && has(v, n, 46) && has(v, n, 47) && has(v, n, 31));
+    assert_int_equal(n, 2 + 2);
+    assert_true(has(v, n, 45) && has(v, n, 47) && has(v, n, 31) && !has(v, n, 46));
     for (uint32_t st = 40; st <= 44; st++)
         assert_false(has(v, n, st));
+    free(v);
+    agt_summary_free(s);
+
+    /* from AGT_DETAIL_DENSE on, every 4th only */
+    s = steps_summary(AGT_DETAIL_DENSE - 4, AGT_DETAIL_DENSE + 7, 100000, UINT32_MAX, 0);
+    assert_int_equal(agt_detail_choose(&d, s, &v, &n), 0);
+    for (uint32_t st = AGT_DETAIL_DENSE - 4; st < AGT_DETAIL_DENSE + 8; st++)
+        assert_int_equal(has(v, n, st),
+                         st % 4 != 0 && (st >= AGT_DETAIL_DENSE || st % 2 != 0));
     free(v);
     agt_summary_free(s);
 
