@@ -48,10 +48,12 @@ INSERT INTO steps(epoch_id, step, t_begin_dev, t_end_dev, tasks, complete, queue
          e.t_begin_dev + h.v * 1600000 + 1500000 + ((e.epoch * 2 + h.v) * 7919 + e.rank * 104729) % 60000,
          0, 0, 0
   FROM epochs e, (SELECT 0 AS v UNION ALL SELECT 1) h WHERE e.epoch < $half;
--- the per-step aggregates ingest kept hold the steps before the move:
--- left to be filled, as in a store of an older collector
+-- the per-step aggregates and the clock's anchors ingest kept hold the
+-- steps and epochs before the move: left to be filled, as in a store of an
+-- older collector
 DELETE FROM step_cells; DELETE FROM step_aggs;
 UPDATE step_agg_jobs SET cut = 9223372036854775807;
+DELETE FROM clock_hulls; DELETE FROM clock_stale; DELETE FROM clock_jobs;
 COMMIT;
 CREATE INDEX IF NOT EXISTS steps_step ON steps(step);
 SQL

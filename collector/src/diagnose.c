@@ -70,6 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock_anchors.h"
 #include "mkscope/commid.h"
 #include "mkscope/waitedge.h"
 #include "serve.h"
@@ -1333,8 +1334,8 @@ static int load_meta(struct diag *d)
     return 0;
 }
 
-/* Clock model from the epochs' host/device anchor pairs.  The agent reads
- * the two clocks back to back; a millisecond either side is a safe bound. */
+/* Clock model from the epochs' host/device anchor pairs (the agent reads
+ * the two clocks back to back: mks_anchors_pair's interval). */
 static void build_clock(struct diag *d)
 {
     if (!d->n_ranks)
@@ -1344,8 +1345,10 @@ static void build_clock(struct diag *d)
         return;
     /* Anchors from the epochs the steps asked for came in (all of the
      * job's without --last or --steps): a range of a long job reads its own
-     * epochs, not the hour before it. */
+     * epochs, not the hour before it.  A whole job's are the few the store
+     * keeps of them where it does (clock_anchors.h): the same model. */
     int64_t emin = 0, emax = INT64_MAX;
+    long n = -1;
     if (d->o.range || d->o.last) {
         emin = INT64_MAX, emax = 0;
         for (size_t i = 0; i < d->nes; i++) {
@@ -1354,36 +1357,36 @@ static void build_clock(struct diag *d)
             if (d->es[i].epoch > emax)
                 emax = d->es[i].epoch;
         }
+    } else {
+        n = mks_anchors_load(mks_store_db(d->st), d->job, d->n_ranks, d->clock);
     }
     /* One pass over the epochs, both anchors of each: the model keeps the
-     * anchors that bound it, in any order they come (mks_clock_anchors_reduce) */
-    if (prep(d,
-             "SELECT rank, t_begin_dev, t_begin_host, t_end_dev, t_end_host FROM epochs WHERE"
-             " job = ?1 AND id BETWEEN ?2 AND ?3",
-             &s)) {
-        mks_clock_model_destroy(d->clock);
-        d->clock = NULL;
-        return;
-    }
-    sqlite3_bind_int64(s, 2, emin);
-    sqlite3_bind_int64(s, 3, emax);
-    size_t n = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        uint32_t rank = (uint32_t)u64(s, 0);
-        for (int k = 0; k < 2; k++) {
-            /* stored two's complement: what SQL's "> 0" took */
-            int64_t dev = sqlite3_column_int64(s, 1 + 2 * k);
-            int64_t h = sqlite3_column_int64(s, 2 + 2 * k);
-            if (dev <= 0 || h <= 0 || rank >= d->n_ranks || h < 1000000)
-                continue;
-            struct mks_clock_anchor a = {.rank = rank, .device_ns = (uint64_t)dev,
-                                         .host_lo_ns = (uint64_t)h - 1000000,
-                                         .host_hi_ns = (uint64_t)h + 1000000};
-            n += mks_clock_add_anchors(d->clock, &a, 1) == 0;
+     * anchors that bound it, in any order they come (mks_clock_anchors_reduce;
+     * a store that keeps none, or a read that failed half way: every epoch's
+     * added to what it added, the same model). */
+    if (n < 0) {
+        if (prep(d,
+                 "SELECT rank, t_begin_dev, t_begin_host, t_end_dev, t_end_host FROM epochs"
+                 " WHERE job = ?1 AND id BETWEEN ?2 AND ?3",
+                 &s)) {
+            mks_clock_model_destroy(d->clock);
+            d->clock = NULL;
+            return;
         }
+        sqlite3_bind_int64(s, 2, emin);
+        sqlite3_bind_int64(s, 3, emax);
+        n = 0;
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            uint32_t rank = (uint32_t)u64(s, 0);
+            struct mks_clock_anchor a;
+            for (int k = 0; k < 2 && rank < d->n_ranks; k++)
+                if (mks_anchors_pair(sqlite3_column_int64(s, 1 + 2 * k),
+                                     sqlite3_column_int64(s, 2 + 2 * k), rank, &a))
+                    n += mks_clock_add_anchors(d->clock, &a, 1) == 0;
+        }
+        sqlite3_finalize(s);
     }
-    sqlite3_finalize(s);
-    if (!n || mks_clock_solve(d->clock)) {
+    if (n <= 0 || mks_clock_solve(d->clock)) {
         /* No anchors or contradictory ones: device clocks are taken as one
          * time line (true on the CPU backend, where they are CLOCK_MONOTONIC). */
         mks_clock_model_destroy(d->clock);

@@ -25,6 +25,7 @@
 #include "mkscope/query.h"
 #include "mkscope/store.h"
 #include "probe_store.h"
+#include "clock_anchors.h"
 #include "step_aggs.h"
 
 #include <errno.h>
@@ -59,6 +60,8 @@
 /* Steps one pass of the step aggregates' fill recomputes at most (about
  * 20 ms of reads and writes for 4 ranks' steps). */
 #define STEPAGG_FILL_STEPS 2048u
+/* Epochs a pass of the clock anchors' fill merges into their blocks. */
+#define ANCHORS_FILL_EPOCHS 16384u
 /* Chunk sizes of multi-row inserts (chunk_rows), and the tables they fill. */
 #define INS_CHUNKS 4
 enum ins_table { T_TASK, T_STEPS, T_WAITS, T_RELEASES, T_LOCAL_WAITS, T_WORKERS, T_GENS, T_MAPS,
@@ -124,6 +127,7 @@ struct mks_store {
     struct prog_seen progs_seen[PROGS_SEEN];
     int raw_trim_due;
     struct mks_stepagg agg; /* per-step aggregates of the buffered step rows */
+    struct mks_anchors anc; /* the clock's anchors of the buffered epochs */
     bool fill_due;          /* some job's aggregates may need filling */
 };
 
@@ -289,7 +293,12 @@ static const char schema_sql[] =
     " DELETE FROM gens WHERE epoch_id = old.id;"
     " DELETE FROM maps WHERE epoch_id = old.id;"
     " DELETE FROM coverage WHERE epoch_id = old.id;"
-    " DELETE FROM rollups WHERE epoch_id = old.id; END;\n"
+    " DELETE FROM rollups WHERE epoch_id = old.id;" MKS_ANCHORS_STALE_SQL " END;\n"
+    /* an epoch's clocks changed (the roll-up spans its minute): its block's
+     * kept anchors no longer hold */
+    "DROP TRIGGER IF EXISTS epochs_anchors;\n"
+    "CREATE TRIGGER epochs_anchors AFTER UPDATE OF t_begin_host, t_end_host, t_begin_dev,"
+    " t_end_dev ON epochs BEGIN" MKS_ANCHORS_STALE_SQL " END;\n"
     /* Views that put job, rank and epoch next to every per-epoch row, with
      * class names resolved from the rank's schema. */
     "CREATE VIEW IF NOT EXISTS v_task AS SELECT e.job, e.rank, e.id AS epoch_id, e.epoch,"
@@ -594,6 +603,7 @@ int mks_store_open(const struct mks_store_opts *opts, struct mks_store **st_p, c
                      "PRAGMA wal_autocheckpoint = 8192; PRAGMA journal_size_limit = 67108864;",
                      NULL, NULL, NULL) != SQLITE_OK ||
         sqlite3_exec(st->db, mks_stepagg_schema, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(st->db, mks_anchors_schema, NULL, NULL, &msg) != SQLITE_OK ||
         sqlite3_exec(st->db, schema_sql, NULL, NULL, &msg) != SQLITE_OK ||
         (!had_aggs && sqlite3_exec(st->db,
                                    "INSERT OR IGNORE INTO step_agg_jobs(job, cut) SELECT DISTINCT"
@@ -667,6 +677,7 @@ void mks_store_close(struct mks_store *st)
     free(st->arena);
     free(st->trims);
     mks_stepagg_free(&st->agg);
+    mks_anchors_free(&st->anc);
     sqlite3_close_v2(st->db);
     free(st);
 }
@@ -918,6 +929,7 @@ static void buf_mark(struct mks_store *st)
     st->arena_mark = st->arena_len;
     st->trims_mark = st->n_trims;
     mks_stepagg_mark(&st->agg);
+    mks_anchors_mark(&st->anc);
     st->raw_since_mark = st->raw_since_trim;
 }
 
@@ -928,6 +940,7 @@ static void buf_truncate(struct mks_store *st)
     st->arena_len = st->arena_mark;
     st->n_trims = st->trims_mark;
     mks_stepagg_truncate(&st->agg);
+    mks_anchors_truncate(&st->anc);
     st->raw_since_trim = st->raw_since_mark;
 }
 
@@ -984,6 +997,11 @@ static int buf_flush(struct mks_store *st, uint64_t now)
         rc = mks_stepagg_apply(&st->agg, st->db);
     else
         mks_stepagg_apply(&st->agg, NULL);
+    /* and the clock's anchors of the epochs */
+    if (rc == SQLITE_OK)
+        rc = mks_anchors_apply(&st->anc, st->db);
+    else
+        mks_anchors_apply(&st->anc, NULL);
     /* retention below may take steps the aggregates hold: refilled */
     sqlite3_int64 changes = sqlite3_total_changes64(st->db);
     for (size_t i = 0; i < st->n_trims && rc == SQLITE_OK && st->max_epochs; i++) {
@@ -1240,6 +1258,17 @@ static int txn_end(struct mks_store *st, int ok)
     return 0;
 }
 
+/* One pass of the fills of what ingest keeps (the step aggregates, the
+ * clock's anchors): 1 while either has more to do, 0, or <0. */
+static int fill_pass(sqlite3 *db)
+{
+    int a = mks_stepagg_fill(db, STEPAGG_FILL_STEPS);
+    if (a < 0)
+        return a;
+    int b = mks_anchors_fill(db, ANCHORS_FILL_EPOCHS);
+    return b < 0 ? b : a || b;
+}
+
 int mks_store_idle(struct mks_store *st, uint64_t now_ns)
 {
     if (!st || st->in_batch)
@@ -1255,7 +1284,7 @@ int mks_store_idle(struct mks_store *st, uint64_t now_ns)
         return -EIO;
     int fill = 0;
     if (buf_flush(st, now_ns) != SQLITE_OK ||
-        (st->fill_due && (fill = mks_stepagg_fill(st->db, STEPAGG_FILL_STEPS)) < 0) ||
+        (st->fill_due && (fill = fill_pass(st->db)) < 0) ||
         sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
         return -EIO;
@@ -1271,7 +1300,7 @@ int mks_store_fill_steps(struct mks_store *st)
     for (int more = 1; more;) {
         if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
             return -EIO;
-        more = mks_stepagg_fill(st->db, STEPAGG_FILL_STEPS);
+        more = fill_pass(st->db);
         if (more < 0 || sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
             sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
             return -EIO;
@@ -1612,7 +1641,10 @@ static int store_summary_rows(struct mks_store *st, const mks_envelope *env, int
             ROW("iiuuuiunni", eid, (int64_t)t->step, t->t_begin_dev_ns, t->t_end_dev_ns, t->tasks,
                 (int64_t)t->complete, t->queued_while_idle_ns, (int64_t)t->detail_withheld);
     }
-    if (mks_stepagg_note(&st->agg, env->job, env->rank, eid, s))
+    if (mks_stepagg_note(&st->agg, env->job, env->rank, eid, s) ||
+        mks_anchors_note(&st->anc, env->job, env->rank, env->incarnation, env->seq, eid,
+                         s->t_begin_dev_ns, s->t_begin_host_ns, s->t_end_dev_ns,
+                         s->t_end_host_ns))
         return SQLITE_NOMEM;
     INS(T_WAITS, s->n_remote_waits);
     for (size_t i = 0; i < s->n_remote_waits; i++) {

@@ -156,6 +156,10 @@ static void build_summary(struct sum_msgs *m, const struct fa_summary *s)
     m->sum.t_end_host_ns = 1100 + s->epoch * 100;
     m->sum.t_begin_dev_ns = 5000 + s->epoch * 100;
     m->sum.t_end_dev_ns = 5100 + s->epoch * 100;
+    if (s->clocks[0] || s->clocks[1] || s->clocks[2] || s->clocks[3]) {
+        m->sum.t_begin_host_ns = s->clocks[0], m->sum.t_end_host_ns = s->clocks[1];
+        m->sum.t_begin_dev_ns = s->clocks[2], m->sum.t_end_dev_ns = s->clocks[3];
+    }
     for (int i = 0; i < s->n_ts; i++) {
         const struct fa_taskstat *t = &s->ts[i];
         mkscope__v1__task_stat__init(&m->ts[i]);

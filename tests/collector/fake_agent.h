@@ -43,6 +43,9 @@ struct fa_worker {
 
 struct fa_summary {
     uint64_t epoch;
+    /* the epoch's clocks: t_begin_host, t_end_host, t_begin_dev, t_end_dev
+     * (all 0: made up from the epoch) */
+    uint64_t clocks[4];
     struct fa_taskstat ts[FA_MAX_CLASSES * FA_MAX_STEPS];
     int n_ts;
     struct {
