@@ -18,7 +18,8 @@
  *   regs  dst | src << 4 as in the raw form (0 for VMD_INVALID: the
  *         dispatch loads both registers before it branches)
  *   aux   jumps and local calls: the absolute target, VMD_NOWHERE when it
- *         lies outside the program; loads and stores: the offset
+ *         lies outside the program; loads and stores: the offset;
+ *         VMD_INVALID: the raw opcode byte
  *   imm   the raw immediate (ld_imm64's second slot keeps its half)
  *
  * Nothing the raw VM checks at run time is dropped: memory accesses against
@@ -189,7 +190,9 @@ int mks_vm_decode(const struct mks_insn *insns, uint32_t n, struct mks_dinsn *ou
             x = (in->code & MKS_BPF_X) != 0;
         out[i].op = (uint8_t)(c | (x ? VMD_X : 0u));
         out[i].regs = c == VMD_INVALID ? 0 : in->regs;
-        out[i].aux = (uint16_t)aux;
+        /* VMD_INVALID keeps its raw opcode byte: a run's start judges the
+         * program's last instruction by it, as the raw VM does */
+        out[i].aux = (uint16_t)(c == VMD_INVALID ? in->code : aux);
         out[i].imm = in->imm;
     }
     return 0;
@@ -231,8 +234,18 @@ MKS_INLINE void vmd_init(struct vmd_lane *L, const struct mks_vm_env *env, uint6
         return;
     }
     {
-        /* as the raw VM: the last instruction must be exit or goto */
-        const uint32_t last = text[n - 1].op & 0x7fu;
+        /* as the raw VM: the last instruction must be exit or goto, by its
+         * opcode byte (one with a register above r10 passes here and stops
+         * the run when it is reached) */
+        uint32_t last = text[n - 1].op & 0x7fu;
+        if (last == VMD_INVALID) {
+            const uint32_t code = text[n - 1].aux & 0xffu;
+            last = code == (MKS_BPF_JMP | MKS_BPF_EXIT) ? VMD_EXIT
+                   : code == (MKS_BPF_JMP | MKS_BPF_JA) || code == (MKS_BPF_JMP32 | MKS_BPF_JA)
+                       ? VMD_JA
+                   : code == (MKS_BPF_LD | MKS_BPF_IMM | MKS_BPF_DW) ? VMD_LDDW
+                                                                     : VMD_INVALID;
+        }
         if (MKS_UNLIKELY(last != VMD_EXIT && last != VMD_JA)) {
             L->err = last == VMD_LDDW ? MKS_VM_EINSN : MKS_VM_EJUMP;
             L->stopped = 1;

@@ -201,6 +201,88 @@ static void test_div_by_zero_is_not_an_error(void **state)
     assert_int_equal(r0, 7);
 }
 
+/* The decoded form the device runs against the VM on random text: opcodes
+ * mostly valid (every class and width), registers up to 15, small offsets
+ * and telling immediates, the last instruction mostly exit: every program
+ * must give the same error, r0 and count in both.  Helpers that read a
+ * clock are left out (their answers differ between two runs). */
+static uint64_t rng_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void test_decoded_matches_raw(void **state)
+{
+    static const uint8_t codes[] = {
+        0x07, 0x0f, 0x17, 0x1f, 0x27, 0x2f, 0x37, 0x3f, 0x47, 0x4f, 0x57, 0x5f, 0x67, 0x6f, 0x77,
+        0x7f, 0x87, 0x8f, 0x97, 0x9f, 0xa7, 0xaf, 0xb7, 0xbf, 0xc7, 0xcf, 0xd7, 0xdf, 0x04, 0x0c,
+        0x14, 0x1c, 0x24, 0x2c, 0x34, 0x3c, 0x44, 0x4c, 0x54, 0x5c, 0x64, 0x6c, 0x74, 0x7c, 0x84,
+        0x8c, 0x94, 0x9c, 0xa4, 0xac, 0xb4, 0xbc, 0xc4, 0xcc, 0xd4, 0xdc, 0x61, 0x69, 0x71, 0x79,
+        0x81, 0x89, 0x91, 0x99, 0x62, 0x6a, 0x72, 0x7a, 0x63, 0x6b, 0x73, 0x7b, 0xc3, 0xdb, 0xc2,
+        0x18, 0x05, 0x0d, 0x06, 0x0e, 0x15, 0x1d, 0x25, 0x2d, 0x35, 0x3d, 0x45, 0x4d, 0x55, 0x5d,
+        0x65, 0x6d, 0x75, 0x7d, 0xa5, 0xad, 0xb5, 0xbd, 0xc5, 0xcd, 0xd5, 0xdd, 0x16, 0x1e, 0x26,
+        0x2e, 0x36, 0x3e, 0x46, 0x4e, 0x56, 0x5e, 0x66, 0x6e, 0x76, 0x7e, 0xa6, 0xae, 0xb6, 0xbe,
+        0xc6, 0xce, 0xd6, 0xde, 0x85, 0x8d, 0x86, 0x95, 0x9d, 0x96, 0x00, 0xff,
+    };
+    static const int32_t imms[] = {0, 1, -1, 2, 7, 8, 16, 32, 63, 64, -8, -512, 0x7fffffff,
+                                   (int32_t)0x80000000u, 0xe1, 0xf1, 0x41, 0x51};
+    static const int32_t helpers[] = {MKS_HELPER_MAP_LOOKUP, MKS_HELPER_MAP_UPDATE,
+                                      MKS_HELPER_MAP_DELETE, 5, MKS_HELPER_WORKER_ID,
+                                      MKS_HELPER_SM_ID, MKS_HELPER_RANK, MKS_HELPER_HIST_ADD,
+                                      MKS_HELPER_RINGBUF_OUTPUT, 7};
+    uint64_t x = 0x9e3779b97f4a7c15ull, differ = 0, ran_ok = 0;
+    uint8_t ctx[64];
+    (void)state;
+    for (uint32_t i = 0; i < sizeof(ctx); i++)
+        ctx[i] = (uint8_t)(i * 37u + 11u);
+    for (int k = 0; k < 20000; k++) {
+        struct mks_insn p[24];
+        struct mks_dinsn d[24];
+        struct mks_vm_env env;
+        const uint32_t n = 2 + (uint32_t)(rng_next(&x) % 23);
+        uint64_t r0a = 0, r0b = 0, ca = 0, cb = 0;
+        int ra, rb;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint64_t v = rng_next(&x);
+            const uint32_t rd = (v >> 8) % 16 < 13 ? (uint32_t)((v >> 8) % 11) : (uint32_t)((v >> 12) % 16);
+            const uint32_t rs = (v >> 16) % 16 < 13 ? (uint32_t)((v >> 20) % 11) : (uint32_t)((v >> 24) % 16);
+            p[i].code = (v & 7) ? codes[(v >> 28) % sizeof(codes)] : (uint8_t)(v >> 36);
+            p[i].regs = (uint8_t)(rd | rs << 4);
+            p[i].off = (int16_t)((int64_t)((v >> 44) % 9) - 4);
+            if (((v >> 40) & 15) == 0)
+                p[i].off = (int16_t)-8 * (int16_t)((v >> 48) % 8);
+            p[i].imm = imms[(v >> 52) % (sizeof(imms) / sizeof(imms[0]))];
+            if (p[i].code == 0x85 && (p[i].regs >> 4) == 0) /* a helper, not the clock */
+                p[i].imm = helpers[(v >> 56) % (sizeof(helpers) / sizeof(helpers[0]))];
+        }
+        if (rng_next(&x) % 5)
+            p[n - 1] = (struct mks_insn){0x95, 0, 0, 0};
+        assert_int_equal(mks_vm_decode(p, n, d), 0);
+        memset(&env, 0, sizeof(env));
+        env.insns = p;
+        env.n_insns = n;
+        env.insn_limit = 1000;
+        env.ctx = ctx;
+        env.ctx_len = sizeof(ctx);
+        ra = mks_vm_run(&env, (uint64_t)(uintptr_t)ctx, 7, &r0a, &ca);
+        env.insns = (const struct mks_insn *)d;
+        rb = mks_vm_run_decoded(&env, (uint64_t)(uintptr_t)ctx, 7, &r0b, &cb);
+        if (ra != rb || ca != cb || (ra == 0 && r0a != r0b)) {
+            if (differ++ < 5)
+                print_message("program %d (%u insns): raw rc %d r0 %llx count %llu, decoded rc %d "
+                              "r0 %llx count %llu\n", k, n, ra, (unsigned long long)r0a,
+                              (unsigned long long)ca, rb, (unsigned long long)r0b,
+                              (unsigned long long)cb);
+        }
+        ran_ok += ra == 0;
+    }
+    assert_int_equal(differ, 0);
+    assert_true(ran_ok > 500); /* not only refusals */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -211,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_local_call_frames),
         cmocka_unit_test(test_maps_through_lddw),
         cmocka_unit_test(test_div_by_zero_is_not_an_error),
+        cmocka_unit_test(test_decoded_matches_raw),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
