@@ -735,17 +735,21 @@ static int load_aggs(struct diag *d, const char **why)
             a->time[k] = dur, a->rank[k] = c->rank;
     }
     if (prep(d,
-             "SELECT step, dur, rank, cells, pairs, firsts FROM step_aggs WHERE job = ?1 AND"
-             " step > ?2 ORDER BY step",
+             "SELECT step, dur, rank, cells, pairs, firsts, qcells FROM step_aggs WHERE"
+             " job = ?1 AND step > ?2 ORDER BY step",
              &s)) {
         rc = -EIO;
         goto fail;
     }
     sqlite3_bind_int64(s, 2, cut);
+    /* whether any step above the cut had queueing while idle (read in the
+     * same pass: a second one over step_aggs cost as much as a fifth of it) */
+    bool any = false;
     while (sqlite3_step(s) == SQLITE_ROW) {
         int64_t step = sqlite3_column_int64(s, 0);
         a->nes += (uint64_t)sqlite3_column_int64(s, 4);
         a->n_ep += (uint64_t)sqlite3_column_int64(s, 5);
+        any |= sqlite3_column_int64(s, 6) > 0;
         if (sqlite3_column_type(s, 1) == SQLITE_NULL || step < 0 || step > UINT32_MAX)
             continue;
         if ((rc = agg_push(a, (uint32_t)step, (double)u64(s, 1), (uint32_t)u64(s, 2),
@@ -771,9 +775,6 @@ static int load_aggs(struct diag *d, const char **why)
         return -ENOMEM;
     for (uint32_t r = 0; r <= d->n_ranks; r++)
         d->qwi_med[r] = NAN;
-    bool any = false;
-    one_i64(d, "SELECT 1 FROM step_aggs WHERE job = ?1 AND step > ?2 AND qcells > 0 LIMIT 1",
-            cut, &any);
     for (size_t i = 0; i < d->ns && !any; i++)
         any = d->s[i].qwi > 0;
     if (!any)
@@ -821,8 +822,10 @@ fail:
 }
 
 /* Cells and epochs of the aggregated steps k in [a, b] read from the rows
- * where not yet read, with the steps without a time next to them. */
-static int agg_ensure(struct diag *d, size_t a, size_t b)
+ * where not yet read, with the steps without a time next to them; merged
+ * (merge_cells) unless the caller merges once after many ranges (*added
+ * set when rows were read). */
+static int agg_read(struct diag *d, size_t a, size_t b, bool *added_p)
 {
     struct agg *g = d->agg;
     bool added = false;
@@ -847,8 +850,17 @@ static int agg_ensure(struct diag *d, size_t a, size_t b)
         i = j + 1;
     }
     if (added)
-        merge_cells(d);
+        *added_p = true;
     return 0;
+}
+
+static int agg_ensure(struct diag *d, size_t a, size_t b)
+{
+    bool added = false;
+    int rc = agg_read(d, a, b, &added);
+    if (!rc && added)
+        merge_cells(d);
+    return rc;
 }
 
 /* The steps wk[k] read in all, with every step of the epochs that carried
@@ -857,6 +869,7 @@ static int agg_ensure(struct diag *d, size_t a, size_t b)
 static int agg_want(struct diag *d, const bool *wk)
 {
     struct agg *g = d->agg;
+    bool added = false;
     int rc = 0;
     for (size_t k = 0; k < g->n && !rc;) {
         if (!wk[k]) {
@@ -866,9 +879,13 @@ static int agg_want(struct diag *d, const bool *wk)
         size_t j = k;
         while (j + 1 < g->n && wk[j + 1])
             j++;
-        rc = agg_ensure(d, k, j);
+        rc = agg_read(d, k, j, &added);
         k = j + 1;
     }
+    /* merged once for all the ranges (each merge sorts every cell) */
+    if (!rc && added)
+        merge_cells(d);
+    added = false;
     sqlite3_stmt *s;
     if (rc || prep(d, "SELECT step_lo, step_hi FROM epochs WHERE id = ?2", &s))
         return rc ? rc : -EIO;
@@ -899,10 +916,12 @@ static int agg_want(struct diag *d, const bool *wk)
         /* [a, b): the epoch's steps with a time; the ones without next to
          * them come with them (agg_ensure) */
         if (a < g->n)
-            rc = agg_ensure(d, a ? a - 1 : 0, b < g->n ? b : g->n - 1);
+            rc = agg_read(d, a ? a - 1 : 0, b < g->n ? b : g->n - 1, &added);
     }
     sqlite3_finalize(s);
     free(eps);
+    if (!rc && added)
+        merge_cells(d);
     return rc;
 }
 
