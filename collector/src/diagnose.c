@@ -3499,7 +3499,7 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
     double *stime = NULL, *exs = NULL, *tex = NULL, *cont = NULL, *cont_sum = NULL;
     uint32_t *cont_rank = NULL;
     bool *slow = NULL, *bslow = NULL, *want = NULL;
-    size_t *cell_step = NULL, *cidx = NULL;
+    size_t *cell_step = NULL, *cidx = NULL, *n_ck = NULL;
     struct tgroup *tg = NULL;
     struct segment *seg = NULL;
     size_t n_seg = 0, n_tg = 0;
@@ -3837,19 +3837,30 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
         n_cont += !isnan(cont[k]);
     }
     /* Group slow steps whose chains end at the same rank, near one another;
-     * the group's cause is its steps' majority (below). */
+     * the group's cause is its steps' majority (below).  Between a group's
+     * steps, steps a loaded host explains do not count as a gap: they say
+     * nothing of a fault under them (a burst of the host's load in the
+     * middle of a fault's steps would split its group into pieces too
+     * short to show).  n_ck[k]: such steps before step index k. */
     tg = calloc(n_slow + 1, sizeof(*tg));
-    if (!tg)
+    n_ck = malloc((n_steps + 1) * sizeof(*n_ck));
+    if (!tg || !n_ck)
         goto oom;
+    n_ck[0] = 0;
+    for (size_t k = 0; k < n_steps; k++)
+        n_ck[k + 1] = n_ck[k] + !isnan(cont[k]);
     for (size_t k = 0; k < n_steps; k++) {
         if (!slow[k])
             continue;
         size_t g;
         bool ck = !isnan(cont[k]);
-        for (g = n_tg; g-- > 0;)
+        for (g = n_tg; g-- > 0;) {
+            size_t lk = tg[g].ks[tg[g].n - 1];
+            size_t gap = steps[k] - tg[g].last_step - (ck ? 0 : n_ck[k] - n_ck[lk + 1]);
             if (CH(tg[g].first)->l[CH(tg[g].first)->n - 1].rank == CH(k)->l[CH(k)->n - 1].rank &&
-                tg[g].contended == ck && steps[k] - tg[g].last_step <= DIAG_GROUP_GAP)
+                tg[g].contended == ck && gap <= DIAG_GROUP_GAP)
                 break;
+        }
         if (g == SIZE_MAX) {
             g = n_tg++;
             tg[g] = (struct tgroup){.first = k, .worst = k, .first_step = steps[k],
@@ -3987,8 +3998,12 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
          * excess the step's time does not show (by half: BLAME_SHOWN) came
          * from the peers' side, their waits begun early (a loaded
          * machine's ranks ahead of each other by turns, the order of waits
-         * in turn): nothing waited on the rank, no cause of its to name. */
-        bool flat = majority;
+         * in turn): nothing waited on the rank, no cause of its to name.
+         * A step longer than the job's usual by the slow threshold is
+         * slow for the job all the same: under a burst of the host's load
+         * its neighbours are as long, and the fault's growth is hidden in
+         * their noise (a 24 ms fault in 25 ms steps). */
+        bool flat = majority && stime[w] - med < slow_thr;
         for (size_t i = 0; flat && i < tg[g].n; i++) {
             size_t k = tg[g].ks[i];
             if (CH(k)->l[CH(k)->n - 1].cause == best &&
@@ -4006,7 +4021,8 @@ int mks_diagnose(struct mks_store *st, const char *job, const struct mks_diag_op
             if (flat)
                 snprintf(rep->reason, sizeof(rep->reason),
                          "rank %u: %s, but the group's steps stand out by the waits on the rank"
-                         " only, not longer by what its peers waited on it",
+                         " only: none longer by what its peers waited on it, nor than the job's"
+                         " usual by the threshold",
                          R->rank, cause_name[best]);
             else if (second >= 0)
                 snprintf(rep->reason, sizeof(rep->reason),
@@ -4123,6 +4139,7 @@ out:
     free(stime);
     free(srank);
     free(exs);
+    free(n_ck);
     free(tex);
     free(bslow);
     free(cont);
