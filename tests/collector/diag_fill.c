@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <sqlite3.h>
+
 #define DF_MAX_CLASSES 64
 
 int df_register(struct mks_store *st, const char *job, uint32_t rank, uint32_t n_ranks,
@@ -41,9 +43,16 @@ int df_register(struct mks_store *st, const char *job, uint32_t rank, uint32_t n
 int df_summary(struct mks_store *st, const char *job, uint32_t rank, uint64_t seq,
                const struct fa_summary *sum, char *err, size_t errlen)
 {
+    return df_summary_at(st, job, rank, 1, seq, sum, 2, err, errlen);
+}
+
+int df_summary_at(struct mks_store *st, const char *job, uint32_t rank, uint64_t incarnation,
+                  uint64_t seq, const struct fa_summary *sum, int64_t now, char *err,
+                  size_t errlen)
+{
     uint8_t *buf;
     size_t len;
-    if (fa_encode_summary(job, rank, 1, seq, sum, &buf, &len)) {
+    if (fa_encode_summary(job, rank, incarnation, seq, sum, &buf, &len)) {
         snprintf(err, errlen, "df_summary: cannot encode");
         return -1;
     }
@@ -53,7 +62,20 @@ int df_summary(struct mks_store *st, const char *job, uint32_t rank, uint64_t se
     if (rc)
         return -1;
     uint64_t stored;
-    rc = mks_store_ingest(st, e, 2, &stored, err, errlen);
+    rc = mks_store_ingest(st, e, now, &stored, err, errlen);
     mks_wire_free(e);
     return rc ? -1 : 0;
+}
+
+int64_t df_one(struct mks_store *st, const char *sql)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(mks_store_db(st), sql, -1, &s, NULL) != SQLITE_OK ||
+        sqlite3_step(s) != SQLITE_ROW) {
+        fprintf(stderr, "df_one: %s: %s\n", sql, sqlite3_errmsg(mks_store_db(st)));
+        abort();
+    }
+    int64_t v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
 }

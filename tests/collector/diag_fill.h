@@ -19,5 +19,12 @@ int df_register(struct mks_store *st, const char *job, uint32_t rank, uint32_t n
 /* Ingest one summary of `rank` (incarnation 1, sequence seq).  0, or -1. */
 int df_summary(struct mks_store *st, const char *job, uint32_t rank, uint64_t seq,
                const struct fa_summary *sum, char *err, size_t errlen);
+/* The same with the sender's incarnation and the collector's time `now`. */
+int df_summary_at(struct mks_store *st, const char *job, uint32_t rank, uint64_t incarnation,
+                  uint64_t seq, const struct fa_summary *sum, int64_t now, char *err,
+                  size_t errlen);
+/* The first column of the first row of `sql` on the store's database; a
+ * statement that fails or returns no row ends the test (abort). */
+int64_t df_one(struct mks_store *st, const char *sql);
 
 #endif

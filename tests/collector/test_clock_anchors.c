@@ -75,26 +75,9 @@ static void summary(struct mks_store *st, uint32_t r, uint64_t inc, uint64_t seq
         s.clocks[e] = t + jitter;
         s.clocks[2 + e] = r ? (uint64_t)((double)t * (1 + drift)) + 1000000000ull * r : t;
     }
-    uint8_t *buf;
-    size_t len;
     char err[256];
-    assert_int_equal(fa_encode_summary("job", r, inc, seq, &s, &buf, &len), 0);
-    mks_envelope *env = NULL;
-    assert_int_equal(mks_wire_decode(buf, len, NULL, &env, err, sizeof(err)), 0);
-    free(buf);
-    if (mks_store_ingest(st, env, now, NULL, err, sizeof(err)))
+    if (df_summary_at(st, "job", r, inc, seq, &s, now, err, sizeof(err)))
         fail_msg("ingest: %s", err);
-    mks_wire_free(env);
-}
-
-static int64_t one(struct mks_store *st, const char *sql)
-{
-    sqlite3_stmt *s;
-    assert_int_equal(sqlite3_prepare_v2(mks_store_db(st), sql, -1, &s, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return v;
 }
 
 /* The model of every anchor of the job's epochs, read from the epochs. */
@@ -162,8 +145,8 @@ static void assert_same(struct mks_store *st)
 static void fill(struct mks_store *st)
 {
     assert_int_equal(mks_store_fill_steps(st), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM clock_stale"), 0);
-    assert_int_equal(one(st, "SELECT cut FROM clock_jobs WHERE job = 'job'"), -1);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM clock_stale"), 0);
+    assert_int_equal(df_one(st, "SELECT cut FROM clock_jobs WHERE job = 'job'"), -1);
 }
 
 /* Summaries in batches of 8 across two blocks a rank, every 50th sent
@@ -196,11 +179,11 @@ static void test_kept_equals_all(void **state)
         if (k % 8 == 7 || k == n - 1)
             assert_int_equal(mks_store_batch_commit(st, err, sizeof(err)), 0);
     }
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), (int64_t)(RANKS * n));
-    assert_int_equal(one(st, "SELECT cut FROM clock_jobs WHERE job = 'job'"), -1);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), (int64_t)(RANKS * n));
+    assert_int_equal(df_one(st, "SELECT cut FROM clock_jobs WHERE job = 'job'"), -1);
     assert_same(st);
-    int64_t kept = one(st, "SELECT COUNT(*) FROM clock_hulls");
-    printf("  %lld epochs, %lld anchors kept\n", (long long)one(st, "SELECT COUNT(*) FROM epochs"),
+    int64_t kept = df_one(st, "SELECT COUNT(*) FROM clock_hulls");
+    printf("  %lld epochs, %lld anchors kept\n", (long long)df_one(st, "SELECT COUNT(*) FROM epochs"),
            (long long)kept);
     assert_true(kept > 0 && kept < 200);
     mks_store_close(st);
@@ -218,10 +201,10 @@ static void test_retention_rollup(void **state)
             for (uint32_t r = 0; r < RANKS; r++)
                 summary(st, r, 1, k + 1, k, 2 + k * EPOCH_NS);
         if (roll)
-            assert_true(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2") > 0);
+            assert_true(df_one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2") > 0);
         else
-            assert_true(one(st, "SELECT MIN(seq) FROM epochs") > 1);
-        assert_true(one(st, "SELECT COUNT(*) FROM clock_stale") > 0);
+            assert_true(df_one(st, "SELECT MIN(seq) FROM epochs") > 1);
+        assert_true(df_one(st, "SELECT COUNT(*) FROM clock_stale") > 0);
         assert_same(st);
         fill(st);
         assert_same(st);
@@ -251,11 +234,11 @@ static void test_older_store(void **state)
     for (uint64_t k = 3000; k < 3100; k++)
         for (uint32_t r = 0; r < RANKS; r++)
             summary(st, r, 1, k + 1, k, 2);
-    assert_true(one(st, "SELECT cut FROM clock_jobs WHERE job = 'job'") > 0);
+    assert_true(df_one(st, "SELECT cut FROM clock_jobs WHERE job = 'job'") > 0);
     assert_same(st);
     fill(st);
     assert_same(st);
-    assert_true(one(st, "SELECT COUNT(*) FROM clock_hulls") < 200);
+    assert_true(df_one(st, "SELECT COUNT(*) FROM clock_hulls") < 200);
     mks_store_close(st);
 }
 

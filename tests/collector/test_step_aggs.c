@@ -110,16 +110,6 @@ static char *rows(struct mks_store *st, const char *sql)
     return out;
 }
 
-static int64_t one(struct mks_store *st, const char *sql)
-{
-    sqlite3_stmt *s;
-    assert_int_equal(sqlite3_prepare_v2(mks_store_db(st), sql, -1, &s, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return v;
-}
-
 /* What the aggregates must hold for steps above each job's cut, from the
  * step rows (ties: the lowest rank). */
 static const char *const want_aggs =
@@ -182,11 +172,11 @@ static void test_ingest_exact(void **state)
             assert_int_equal(mks_store_batch_commit(st, err, sizeof(err)), 0);
     }
     ingest(st, "job", 2, 20);
-    assert_int_equal(one(st, "SELECT cut FROM step_agg_jobs WHERE job = 'job'"), -1);
-    assert_int_equal(one(st, "SELECT cut FROM step_agg_jobs WHERE job = 'other'"), -1);
+    assert_int_equal(df_one(st, "SELECT cut FROM step_agg_jobs WHERE job = 'job'"), -1);
+    assert_int_equal(df_one(st, "SELECT cut FROM step_agg_jobs WHERE job = 'other'"), -1);
     /* steps 2 .. 82 of "job" */
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM step_aggs WHERE job = 'job'"), 81);
-    assert_true(one(st, "SELECT COUNT(*) FROM step_aggs WHERE qcells > 0") > 0);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM step_aggs WHERE job = 'job'"), 81);
+    assert_true(df_one(st, "SELECT COUNT(*) FROM step_aggs WHERE qcells > 0") > 0);
     assert_exact(st);
     char *before = rows(st, got_aggs), *cells = rows(st, got_cells);
     /* recomputed from the rows: the same */
@@ -196,7 +186,7 @@ static void test_ingest_exact(void **state)
                                   NULL, NULL, NULL),
                      SQLITE_OK);
     assert_int_equal(mks_store_fill_steps(st), 0);
-    assert_int_equal(one(st, "SELECT MAX(cut) FROM step_agg_jobs"), -1);
+    assert_int_equal(df_one(st, "SELECT MAX(cut) FROM step_agg_jobs"), -1);
     char *after = rows(st, got_aggs), *cells2 = rows(st, got_cells);
     assert_string_equal(after, before);
     assert_string_equal(cells2, cells);
@@ -221,8 +211,8 @@ static void test_many_ranks(void **state)
         assert_int_equal(mks_store_batch_commit(st, err, sizeof(err)), 0);
     }
     /* cells with queueing only (a seventh of the steps), the others none */
-    assert_true(one(st, "SELECT COUNT(*) FROM step_cells") > 64);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM step_cells WHERE qwi = 0 OR nq = 0"), 0);
+    assert_true(df_one(st, "SELECT COUNT(*) FROM step_cells") > 64);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM step_cells WHERE qwi = 0 OR nq = 0"), 0);
     assert_exact(st);
     mks_store_close(st);
 }
@@ -241,7 +231,7 @@ static void test_failed_message(void **state)
     /* an unregistered rank: refused, rolled back alone */
     assert_int_not_equal(df_summary(st, "job", 5, 2, &s, err, sizeof(err)), 0);
     assert_int_equal(mks_store_batch_commit(st, err, sizeof(err)), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM step_cells WHERE rank = 5"), 0);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM step_cells WHERE rank = 5"), 0);
     assert_exact(st);
     mks_store_close(st);
 }
@@ -258,11 +248,11 @@ static void test_retention(void **state)
             ingest(st, "job", r, k);
     assert_int_equal(mks_store_retain(st, 3 * SEC), 0);
     /* epochs 1 .. 22 went, their steps up to 46 */
-    assert_true(one(st, "SELECT cut FROM step_agg_jobs") >= 46);
-    for (int i = 0; i < 100 && one(st, "SELECT cut FROM step_agg_jobs") >= 0; i++)
+    assert_true(df_one(st, "SELECT cut FROM step_agg_jobs") >= 46);
+    for (int i = 0; i < 100 && df_one(st, "SELECT cut FROM step_agg_jobs") >= 0; i++)
         assert_int_equal(mks_store_idle(st, (4 + (uint64_t)i) * SEC), 0);
-    assert_int_equal(one(st, "SELECT cut FROM step_agg_jobs"), -1);
-    assert_int_equal(one(st, "SELECT MIN(step) FROM step_aggs"), 46);
+    assert_int_equal(df_one(st, "SELECT cut FROM step_agg_jobs"), -1);
+    assert_int_equal(df_one(st, "SELECT MIN(step) FROM step_aggs"), 46);
     assert_exact(st);
     mks_store_close(st);
 }
@@ -277,12 +267,12 @@ static void test_rolled_up(void **state)
         for (uint32_t r = 0; r < 2; r++)
             ingest(st, "job", r, k);
     assert_int_equal(mks_store_retain(st, 200 * SEC), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM steps"), 0);
-    assert_true(one(st, "SELECT cut FROM step_agg_jobs") >= 22);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM steps"), 0);
+    assert_true(df_one(st, "SELECT cut FROM step_agg_jobs") >= 22);
     assert_int_equal(mks_store_fill_steps(st), 0);
-    assert_int_equal(one(st, "SELECT cut FROM step_agg_jobs"), -1);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM step_aggs"), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM step_cells"), 0);
+    assert_int_equal(df_one(st, "SELECT cut FROM step_agg_jobs"), -1);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM step_aggs"), 0);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM step_cells"), 0);
     mks_store_close(st);
 }
 
@@ -307,17 +297,17 @@ static void test_old_store(void **state)
                      SQLITE_OK);
     mks_store_close(st);
     st = open_opts(path, 0, 0);
-    assert_int_equal(one(st, "SELECT cut FROM step_agg_jobs"), 9223372036854775807ll);
+    assert_int_equal(df_one(st, "SELECT cut FROM step_agg_jobs"), 9223372036854775807ll);
     /* ingest goes on meanwhile */
     ingest(st, "job", 0, 1501);
     int passes = 0;
-    while (one(st, "SELECT cut FROM step_agg_jobs") >= 0 && passes < 100) {
+    while (df_one(st, "SELECT cut FROM step_agg_jobs") >= 0 && passes < 100) {
         assert_int_equal(mks_store_idle(st, (uint64_t)(passes + 2) * SEC), 0);
         if (passes == 0) /* more than one pass: bounded */
-            assert_true(one(st, "SELECT cut FROM step_agg_jobs") > 0);
+            assert_true(df_one(st, "SELECT cut FROM step_agg_jobs") > 0);
         passes++;
     }
-    assert_int_equal(one(st, "SELECT cut FROM step_agg_jobs"), -1);
+    assert_int_equal(df_one(st, "SELECT cut FROM step_agg_jobs"), -1);
     ingest(st, "job", 1, 1501);
     assert_exact(st);
     mks_store_close(st);

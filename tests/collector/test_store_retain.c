@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "diag_fill.h"
 #include "fake_agent.h"
 #include "mkscope/store.h"
 
@@ -140,16 +141,6 @@ static void ingest_raw(struct mks_store *st, uint64_t first_value, size_t n)
     free(ev);
 }
 
-static int64_t one(struct mks_store *st, const char *sql)
-{
-    sqlite3_stmt *s;
-    assert_int_equal(sqlite3_prepare_v2(mks_store_db(st), sql, -1, &s, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return v;
-}
-
 static void test_max_epochs(void **state)
 {
     (void)state;
@@ -158,17 +149,17 @@ static void test_max_epochs(void **state)
         ingest_summary(st, 0, q, q * SEC);
     for (uint64_t q = 1; q <= 3; q++)
         ingest_summary(st, 1, q, q * SEC);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 15);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), 15);
     assert_int_equal(mks_store_retain(st, 20 * SEC), 0);
     /* Per rank: rank 0 keeps its newest five, rank 1 (under the limit) all. */
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE rank = 0"), 5);
-    assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs WHERE rank = 0"), 8);
-    assert_int_equal(one(st, "SELECT MAX(seq) FROM epochs WHERE rank = 0"), 12);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE rank = 1"), 3);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs WHERE rank = 0"), 5);
+    assert_int_equal(df_one(st, "SELECT MIN(seq) FROM epochs WHERE rank = 0"), 8);
+    assert_int_equal(df_one(st, "SELECT MAX(seq) FROM epochs WHERE rank = 0"), 12);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs WHERE rank = 1"), 3);
     /* What hangs off a deleted epoch goes with it. */
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM task_stats"), 8);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM workers"), 8);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM task_stats WHERE epoch_id NOT IN"
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM task_stats"), 8);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM workers"), 8);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM task_stats WHERE epoch_id NOT IN"
                              " (SELECT id FROM epochs)"),
                      0);
     mks_store_close(st);
@@ -181,8 +172,8 @@ static void test_applied_by_ingest(void **state)
     /* The 64th summary applies the limit; six more arrive after it. */
     for (uint64_t q = 1; q <= 70; q++)
         ingest_summary(st, 0, q, q * SEC);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 5 + 6);
-    assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs"), 60);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), 5 + 6);
+    assert_int_equal(df_one(st, "SELECT MIN(seq) FROM epochs"), 60);
     mks_store_close(st);
 }
 
@@ -195,11 +186,11 @@ static void test_max_age(void **state)
     for (uint64_t q = 4; q <= 5; q++)
         ingest_summary(st, 0, q, 200 * SEC);
     assert_int_equal(mks_store_retain(st, 205 * SEC), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 2);
-    assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs"), 4);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), 2);
+    assert_int_equal(df_one(st, "SELECT MIN(seq) FROM epochs"), 4);
     /* Nothing younger than the limit goes. */
     assert_int_equal(mks_store_retain(st, 209 * SEC), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 2);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), 2);
     mks_store_close(st);
 }
 
@@ -214,19 +205,19 @@ static void test_max_age_bounded(void **state)
     for (uint64_t q = 1; q <= 2500; q++)
         ingest_summary(st, (uint32_t)(q % 2), q, 100 * SEC);
     ingest_summary(st, 0, 2501, 200 * SEC);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 2501 - 1024);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), 2501 - 1024);
     ingest_summary(st, 1, 2502, 200 * SEC + 1);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 2502 - 2048);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), 2502 - 2048);
     assert_int_equal(mks_store_idle(st, 200 * SEC + 2), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 2);
-    assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs"), 2501);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), 2);
+    assert_int_equal(df_one(st, "SELECT MIN(seq) FROM epochs"), 2501);
     mks_store_close(st);
 }
 
 static int64_t pages_used_bytes(struct mks_store *st)
 {
-    return (one(st, "PRAGMA page_count") - one(st, "PRAGMA freelist_count")) *
-           one(st, "PRAGMA page_size");
+    return (df_one(st, "PRAGMA page_count") - df_one(st, "PRAGMA freelist_count")) *
+           df_one(st, "PRAGMA page_size");
 }
 
 /* Summaries 1..n of ranks 0 and 1 in turn, `apart` ns apart, with 8 waits
@@ -256,29 +247,29 @@ static void test_max_bytes(void **state)
     const uint64_t max = (512u + 16u) << 10;
     struct mks_store *st = open_store_opts(0, 0, 0, max, 0);
     assert_true(fill_peak(st, 3000, SEC) <= (int64_t)max + (64 << 10));
-    assert_true(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2") > 0);
-    assert_int_equal(one(st, "SELECT MAX(seq) FROM epochs"), 3000);
-    assert_int_equal(one(st, "SELECT MIN(seq) FROM epochs"), 1);
-    assert_int_equal(one(st, "SELECT SUM(count) FROM task_stats"), 3000);
-    assert_int_equal(one(st, "SELECT SUM(count) FROM rollups WHERE kind = 1") +
-                         one(st, "SELECT COUNT(*) FROM waits"),
+    assert_true(df_one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2") > 0);
+    assert_int_equal(df_one(st, "SELECT MAX(seq) FROM epochs"), 3000);
+    assert_int_equal(df_one(st, "SELECT MIN(seq) FROM epochs"), 1);
+    assert_int_equal(df_one(st, "SELECT SUM(count) FROM task_stats"), 3000);
+    assert_int_equal(df_one(st, "SELECT SUM(count) FROM rollups WHERE kind = 1") +
+                         df_one(st, "SELECT COUNT(*) FROM waits"),
                      3000 * 8);
     /* the last minute's detail is whole */
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM waits w JOIN epochs e ON e.id = w.epoch_id"
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM waits w JOIN epochs e ON e.id = w.epoch_id"
                              " WHERE e.seq > 2940"),
                      60 * 8);
     mks_store_close(st);
 
     st = open_store_opts(0, 0, 0, max / 2, 0);
     assert_true(fill_peak(st, 1500, 60 * SEC) <= (int64_t)max / 2 + (64 << 10));
-    assert_true(one(st, "SELECT COUNT(*) FROM epochs") < 1500);
-    assert_int_equal(one(st, "SELECT MAX(seq) FROM epochs"), 1500);
-    assert_true(one(st, "SELECT MIN(seq) FROM epochs") > 1);
+    assert_true(df_one(st, "SELECT COUNT(*) FROM epochs") < 1500);
+    assert_int_equal(df_one(st, "SELECT MAX(seq) FROM epochs"), 1500);
+    assert_true(df_one(st, "SELECT MIN(seq) FROM epochs") > 1);
     /* Rows of deleted epochs went with them. */
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM rollups WHERE epoch_id NOT IN"
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM rollups WHERE epoch_id NOT IN"
                              " (SELECT id FROM epochs)"),
                      0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM waits WHERE epoch_id NOT IN"
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM waits WHERE epoch_id NOT IN"
                              " (SELECT id FROM epochs)"),
                      0);
     mks_store_close(st);
@@ -295,48 +286,48 @@ static void test_detail_age(void **state)
         ingest_detail(st, 0, q, 100 * SEC, 4);
     for (uint64_t q = 11; q <= 15; q++)
         ingest_detail(st, 0, q, 150 * SEC, 4);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM waits"), 60);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM waits"), 60);
     assert_int_equal(mks_store_retain(st, 170 * SEC), 0);
     /* seq 1..10 (received in the second minute) are one epoch now */
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 6);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2"), 1);
-    assert_int_equal(one(st, "SELECT seq FROM epochs WHERE compacted = 2"), 1);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM waits"), 20);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM releases"), 20);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM workers"), 6);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM task_stats"), 6);
-    assert_int_equal(one(st, "SELECT count FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), 6);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2"), 1);
+    assert_int_equal(df_one(st, "SELECT seq FROM epochs WHERE compacted = 2"), 1);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM waits"), 20);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM releases"), 20);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM workers"), 6);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM task_stats"), 6);
+    assert_int_equal(df_one(st, "SELECT count FROM task_stats t JOIN epochs e ON e.id = t.epoch_id"
                              " WHERE e.compacted = 2 AND t.step IS NULL"),
                      10);
-    assert_int_equal(one(st, "SELECT sum_run_ns FROM task_stats t JOIN epochs e ON"
+    assert_int_equal(df_one(st, "SELECT sum_run_ns FROM task_stats t JOIN epochs e ON"
                              " e.id = t.epoch_id WHERE e.compacted = 2"),
                      10000);
-    assert_int_equal(one(st, "SELECT busy_ns FROM workers w JOIN epochs e ON e.id = w.epoch_id"
+    assert_int_equal(df_one(st, "SELECT busy_ns FROM workers w JOIN epochs e ON e.id = w.epoch_id"
                              " WHERE e.compacted = 2 AND w.step IS NULL"),
                      10000);
-    assert_int_equal(one(st, "SELECT SUM(eligible) FROM coverage"), 15);
+    assert_int_equal(df_one(st, "SELECT SUM(eligible) FROM coverage"), 15);
     /* the waits as counts, sums, extremes and the steps they came from */
-    assert_int_equal(one(st, "SELECT count FROM rollups WHERE kind = 1"), 40);
-    assert_int_equal(one(st, "SELECT sum_ns FROM rollups WHERE kind = 1"), 400);
-    assert_int_equal(one(st, "SELECT min_ns FROM rollups WHERE kind = 1"), 10);
-    assert_int_equal(one(st, "SELECT max_ns FROM rollups WHERE kind = 1"), 10);
-    assert_int_equal(one(st, "SELECT step_lo FROM rollups WHERE kind = 1"), 1);
-    assert_int_equal(one(st, "SELECT step_hi FROM rollups WHERE kind = 1"), 10);
-    assert_int_equal(one(st, "SELECT MIN(e.seq) FROM waits w JOIN epochs e ON e.id = w.epoch_id"),
+    assert_int_equal(df_one(st, "SELECT count FROM rollups WHERE kind = 1"), 40);
+    assert_int_equal(df_one(st, "SELECT sum_ns FROM rollups WHERE kind = 1"), 400);
+    assert_int_equal(df_one(st, "SELECT min_ns FROM rollups WHERE kind = 1"), 10);
+    assert_int_equal(df_one(st, "SELECT max_ns FROM rollups WHERE kind = 1"), 10);
+    assert_int_equal(df_one(st, "SELECT step_lo FROM rollups WHERE kind = 1"), 1);
+    assert_int_equal(df_one(st, "SELECT step_hi FROM rollups WHERE kind = 1"), 10);
+    assert_int_equal(df_one(st, "SELECT MIN(e.seq) FROM waits w JOIN epochs e ON e.id = w.epoch_id"),
                      11);
     /* Ingest applies it too, once a second: the rest rolls up. */
     ingest_detail(st, 0, 16, 215 * SEC, 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM waits"), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2"), 2);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 3);
-    assert_int_equal(one(st, "SELECT SUM(count) FROM task_stats"), 16);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM waits"), 0);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2"), 2);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), 3);
+    assert_int_equal(df_one(st, "SELECT SUM(count) FROM task_stats"), 16);
     /* A summary sent again after its epoch was rolled up is a duplicate
      * still; a new one of the rank is not. */
     ingest_detail(st, 0, 5, 216 * SEC, 4);
-    assert_int_equal(one(st, "SELECT SUM(count) FROM task_stats"), 16);
-    assert_int_equal(one(st, "SELECT duplicates FROM ranks WHERE rank = 0"), 1);
+    assert_int_equal(df_one(st, "SELECT SUM(count) FROM task_stats"), 16);
+    assert_int_equal(df_one(st, "SELECT duplicates FROM ranks WHERE rank = 0"), 1);
     ingest_detail(st, 0, 17, 217 * SEC, 4);
-    assert_int_equal(one(st, "SELECT SUM(count) FROM task_stats"), 17);
+    assert_int_equal(df_one(st, "SELECT SUM(count) FROM task_stats"), 17);
     mks_store_close(st);
 }
 
@@ -360,9 +351,9 @@ static void test_rank_totals(void **state)
         "SELECT (SELECT SUM(tasks_total) FROM ranks) = (SELECT SUM(count) FROM task_stats) AND"
         " (SELECT SUM(cov_eligible) FROM ranks) = (SELECT SUM(eligible) FROM coverage) AND"
         " (SELECT SUM(cov_ran) FROM ranks) = (SELECT SUM(ran) FROM coverage)";
-    assert_int_equal(one(st, sums), 1);
-    assert_int_equal(one(st, "SELECT tasks_total FROM ranks WHERE rank = 1"), 6);
-    assert_int_equal(one(st, "SELECT cov_eligible FROM ranks WHERE rank = 0"), 6);
+    assert_int_equal(df_one(st, sums), 1);
+    assert_int_equal(df_one(st, "SELECT tasks_total FROM ranks WHERE rank = 1"), 6);
+    assert_int_equal(df_one(st, "SELECT cov_eligible FROM ranks WHERE rank = 0"), 6);
     mks_store_close(st);
 
     /* As an older collector left it: no sums kept; opened, they are filled. */
@@ -377,15 +368,15 @@ static void test_rank_totals(void **state)
     }
     sqlite3_close(db);
     assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
-    assert_int_equal(one(st, sums), 1);
-    assert_int_equal(one(st, "SELECT tasks_total FROM ranks WHERE rank = 1"), 6);
+    assert_int_equal(df_one(st, sums), 1);
+    assert_int_equal(df_one(st, "SELECT tasks_total FROM ranks WHERE rank = 1"), 6);
     /* Retention takes epochs, not what the rank reported. */
     mks_store_close(st);
     o.max_epochs = 2;
     assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
     assert_int_equal(mks_store_retain(st, 20 * SEC), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs"), 4);
-    assert_int_equal(one(st, "SELECT tasks_total FROM ranks WHERE rank = 1"), 6);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs"), 4);
+    assert_int_equal(df_one(st, "SELECT tasks_total FROM ranks WHERE rank = 1"), 6);
     mks_store_close(st);
     unlink(path);
     char wal[64];
@@ -472,18 +463,18 @@ static void test_step_ranges(void **state)
     for (uint64_t q = 2; q <= 30; q++)
         ingest_steps(st, 1, q, 150 * SEC, (uint32_t)(q + 8), 1);
     ingest_steps(st, 1, 31, 150 * SEC, 0, 0);
-    assert_int_equal(one(st, step_ranges_ok), 1);
-    assert_int_equal(one(st, "SELECT step_span FROM ranks WHERE rank = 1"), 9);
-    assert_int_equal(one(st, "SELECT MAX(step_hi) FROM epochs WHERE job = 'job'"), 39);
+    assert_int_equal(df_one(st, step_ranges_ok), 1);
+    assert_int_equal(df_one(st, "SELECT step_span FROM ranks WHERE rank = 1"), 9);
+    assert_int_equal(df_one(st, "SELECT MAX(step_hi) FROM epochs WHERE job = 'job'"), 39);
     static const int64_t ranges[][2] = {{0, 0}, {3, 5}, {5, 12}, {9, 9}, {30, 1000},
                                         {39, 50}, {0, 4294967295ll}};
     for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
         check_range(st, ranges[i][0], ranges[i][1]);
     /* Rolled up, an epoch has no step rows and no range. */
     assert_int_equal(mks_store_retain(st, 170 * SEC), 0);
-    assert_true(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2") > 0);
-    assert_int_equal(one(st, step_ranges_ok), 1);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2 AND step_hi IS NOT"
+    assert_true(df_one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2") > 0);
+    assert_int_equal(df_one(st, step_ranges_ok), 1);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM epochs WHERE compacted = 2 AND step_hi IS NOT"
                              " NULL"),
                      0);
     for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
@@ -508,12 +499,12 @@ static void test_step_ranges(void **state)
                      SQLITE_OK);
     sqlite3_close(db);
     assert_int_equal(mks_store_open(&o, &st, err, sizeof(err)), 0);
-    assert_int_equal(one(st, step_ranges_ok), 1);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'steps_step'"), 0);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'epochs_step'"), 1);
+    assert_int_equal(df_one(st, step_ranges_ok), 1);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'steps_step'"), 0);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'epochs_step'"), 1);
     assert_int_equal(
-        one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'epochs_rank_step'"), 1);
-    assert_int_equal(one(st, "SELECT MAX(step_hi) FROM epochs WHERE job = 'job'"), 50);
+        df_one(st, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'epochs_rank_step'"), 1);
+    assert_int_equal(df_one(st, "SELECT MAX(step_hi) FROM epochs WHERE job = 'job'"), 50);
     for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
         check_range(st, ranges[i][0], ranges[i][1]);
     mks_store_close(st);
@@ -534,11 +525,11 @@ static void test_raw_cap(void **state)
     ingest_raw(st, 0, 60);
     ingest_raw(st, 60, 60);
     ingest_raw(st, 120, 60);
-    assert_int_equal(one(st, "SELECT COUNT(*) FROM raw_events"), 100);
-    assert_int_equal(one(st, "SELECT MIN(value) FROM raw_events"), 80);
-    assert_int_equal(one(st, "SELECT MAX(value) FROM raw_events"), 179);
+    assert_int_equal(df_one(st, "SELECT COUNT(*) FROM raw_events"), 100);
+    assert_int_equal(df_one(st, "SELECT MIN(value) FROM raw_events"), 80);
+    assert_int_equal(df_one(st, "SELECT MAX(value) FROM raw_events"), 179);
     /* Batches stay counted even when their events were dropped. */
-    assert_int_equal(one(st, "SELECT SUM(events) FROM raw_batches"), 180);
+    assert_int_equal(df_one(st, "SELECT SUM(events) FROM raw_batches"), 180);
     mks_store_close(st);
 }
 
