@@ -772,7 +772,7 @@ MKS_DEVFN static int mksi_vm_exec(const struct mks_vm_env *env, uint64_t r1, uin
 
         case MKS_BPF_JMP | MKS_BPF_CALL | MKS_BPF_K:
             if (SRC == MKS_PSEUDO_CALL) {
-                uint32_t target = (uint32_t)((int32_t)PC + SIMM);
+                uint32_t target = PC + (uint32_t)SIMM; /* wraps; GOTO_PC refuses it */
                 if (MKS_UNLIKELY(depth + 1 >= VM_NFRAMES)) {
                     err = MKS_VM_ECALL;
                     VM_STOP(1);
